@@ -1,0 +1,595 @@
+//! In-memory capabilities for native unit tests of provider logic, like controller-runtime's
+//! fake client: objects keep uid, resourceVersion, labels and timestamps; faults can be queued
+//! per call; every log line is captured so a test can assert what was (not) logged.
+
+use crate::host::{Clock, Host, Http, Kube, Libvirt, Log};
+use crate::libvirt::{
+    AddressSource, DomainState, InterfaceAddresses, LibvirtError, NodeInfo, PoolInfo, ProbeResult,
+    ProbeTarget, Transfer, VolumeInfo,
+};
+use crate::{HttpError, HttpRequest, HttpResponse, KubeError, Level, ListOptions, ObjectRef};
+use serde_json::{Map, Value, json};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+
+/// A captured log line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    pub level: Level,
+    pub message: String,
+    pub fields: Vec<(String, String)>,
+}
+
+type Key = (String, String, String, String);
+
+/// A fake Kubernetes API.
+#[derive(Default)]
+pub struct FakeKube {
+    objects: RefCell<BTreeMap<Key, Value>>,
+    next_uid: Cell<u64>,
+    faults: RefCell<VecDeque<(String, KubeError)>>,
+    calls: RefCell<Vec<String>>,
+    now: Cell<u64>,
+}
+
+/// A fake HTTP capability: a handler answers every request.
+pub type HttpHandler = Box<dyn Fn(&HttpRequest) -> Result<HttpResponse, HttpError>>;
+
+/// Capabilities in memory. Libvirt and HTTP answer `Denied` unless a test installs a handler.
+pub struct FakeHost {
+    pub kube: FakeKube,
+    http: RefCell<Option<HttpHandler>>,
+    logs: RefCell<Vec<LogLine>>,
+    clock_ms: Cell<u64>,
+    rng: Cell<u64>,
+}
+
+impl Default for FakeHost {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FakeHost {
+    pub fn new() -> Self {
+        Self {
+            kube: FakeKube::default(),
+            http: RefCell::new(None),
+            logs: RefCell::new(Vec::new()),
+            // 2026-01-01T00:00:00Z: fixed, so snapshots are stable.
+            clock_ms: Cell::new(1_767_225_600_000),
+            rng: Cell::new(0x9e37_79b9_7f4a_7c15),
+        }
+    }
+
+    pub fn set_http(&self, handler: HttpHandler) {
+        *self.http.borrow_mut() = Some(handler);
+    }
+
+    pub fn logs(&self) -> Vec<LogLine> {
+        self.logs.borrow().clone()
+    }
+
+    /// Every captured log line and field as one string, for "never logged" assertions.
+    pub fn log_text(&self) -> String {
+        self.logs
+            .borrow()
+            .iter()
+            .map(|l| {
+                let fields: Vec<String> =
+                    l.fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{:?} {} {}", l.level, l.message, fields.join(" "))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Log for FakeHost {
+    fn log(&self, level: Level, message: &str, fields: &[(&str, &str)]) {
+        self.logs.borrow_mut().push(LogLine {
+            level,
+            message: message.to_string(),
+            fields: fields
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+        });
+    }
+}
+
+impl Clock for FakeHost {
+    fn now_millis(&self) -> u64 {
+        self.clock_ms.get()
+    }
+    fn sleep_millis(&self, ms: u64) {
+        self.clock_ms.set(self.clock_ms.get() + ms);
+    }
+    fn random_u64(&self) -> u64 {
+        // splitmix64: deterministic, so test output is stable.
+        let mut z = self.rng.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.rng.set(z);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}
+
+impl Host for FakeHost {
+    fn kube(&self) -> &dyn Kube {
+        self.kube.now.set(self.clock_ms.get() / 1000);
+        &self.kube
+    }
+    fn http(&self) -> &dyn Http {
+        self
+    }
+    fn libvirt(&self) -> &dyn Libvirt {
+        &DeniedLibvirt
+    }
+}
+
+impl Http for FakeHost {
+    fn send(&self, req: &HttpRequest) -> Result<HttpResponse, HttpError> {
+        match self.http.borrow().as_ref() {
+            Some(h) => h(req),
+            None => Err(HttpError::Denied(format!("no http grant for {}", req.url))),
+        }
+    }
+}
+
+pub fn kube_error(status: u16, reason: &str, message: &str) -> KubeError {
+    KubeError {
+        status,
+        reason: reason.to_string(),
+        message: message.to_string(),
+    }
+}
+
+impl FakeKube {
+    /// The next call named `op` (`get`, `create`, `delete`, `list`, `patch`, `server-version`)
+    /// fails with `err`.
+    pub fn fail_next(&self, op: &str, err: KubeError) {
+        self.faults.borrow_mut().push_back((op.to_string(), err));
+    }
+
+    /// The calls made, as `op kind ns/name`.
+    pub fn calls(&self) -> Vec<String> {
+        self.calls.borrow().clone()
+    }
+
+    /// Inserts an object as is (a test fixture), filling uid and resourceVersion if absent.
+    pub fn insert(&self, api_version: &str, kind: &str, mut obj: Value) {
+        let meta = obj
+            .as_object_mut()
+            .and_then(|o| o.get_mut("metadata"))
+            .and_then(Value::as_object_mut);
+        let Some(meta) = meta else { return };
+        let ns = meta
+            .get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let name = meta
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if !meta.contains_key("uid") {
+            meta.insert("uid".into(), json!(self.uid()));
+        }
+        meta.entry("resourceVersion").or_insert(json!("1"));
+        self.objects
+            .borrow_mut()
+            .insert((api_version.into(), kind.into(), ns, name), obj);
+    }
+
+    pub fn object(&self, api_version: &str, kind: &str, ns: &str, name: &str) -> Option<Value> {
+        self.objects
+            .borrow()
+            .get(&(api_version.into(), kind.into(), ns.into(), name.into()))
+            .cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.borrow().is_empty()
+    }
+
+    fn uid(&self) -> String {
+        let n = self.next_uid.get() + 1;
+        self.next_uid.set(n);
+        format!("00000000-0000-4000-8000-{n:012}")
+    }
+
+    fn fault(&self, op: &str) -> Result<(), KubeError> {
+        let mut faults = self.faults.borrow_mut();
+        if let Some((_, e)) = faults
+            .iter()
+            .position(|(o, _)| o == op)
+            .and_then(|pos| faults.remove(pos))
+        {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn record(&self, op: &str, kind: &str, ns: Option<&str>, name: &str) {
+        self.calls
+            .borrow_mut()
+            .push(format!("{op} {kind} {}/{name}", ns.unwrap_or("")));
+    }
+
+    fn key(r: &ObjectRef) -> Key {
+        (
+            r.api_version.clone(),
+            r.kind.clone(),
+            r.namespace.clone().unwrap_or_default(),
+            r.name.clone(),
+        )
+    }
+}
+
+fn not_found(kind: &str, name: &str) -> KubeError {
+    kube_error(404, "NotFound", &format!("{kind} {name:?} not found"))
+}
+
+impl Kube for FakeKube {
+    fn get(&self, target: &ObjectRef) -> Result<String, KubeError> {
+        self.record(
+            "get",
+            &target.kind,
+            target.namespace.as_deref(),
+            &target.name,
+        );
+        self.fault("get")?;
+        self.objects
+            .borrow()
+            .get(&Self::key(target))
+            .map(Value::to_string)
+            .ok_or_else(|| not_found(&target.kind, &target.name))
+    }
+
+    fn create(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        body: &str,
+    ) -> Result<String, KubeError> {
+        let mut obj: Value = serde_json::from_str(body)
+            .map_err(|e| kube_error(400, "BadRequest", &format!("invalid JSON: {e}")))?;
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        self.record("create", kind, namespace, &name);
+        self.fault("create")?;
+        if name.is_empty() {
+            return Err(kube_error(422, "Invalid", "metadata.name: Required value"));
+        }
+        let key = (
+            api_version.to_string(),
+            kind.to_string(),
+            namespace.unwrap_or("").to_string(),
+            name.clone(),
+        );
+        if self.objects.borrow().contains_key(&key) {
+            return Err(kube_error(
+                409,
+                "AlreadyExists",
+                &format!("{kind} {name:?} already exists"),
+            ));
+        }
+        let uid = self.uid();
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.insert("uid".into(), json!(uid));
+            meta.insert("resourceVersion".into(), json!("1"));
+            meta.insert("creationTimestamp".into(), json!(rfc3339(self.now.get())));
+            if let Some(ns) = namespace {
+                meta.insert("namespace".into(), json!(ns));
+            }
+        }
+        self.objects.borrow_mut().insert(key, obj.clone());
+        Ok(obj.to_string())
+    }
+
+    fn delete(&self, target: &ObjectRef) -> Result<(), KubeError> {
+        self.record(
+            "delete",
+            &target.kind,
+            target.namespace.as_deref(),
+            &target.name,
+        );
+        self.fault("delete")?;
+        self.objects
+            .borrow_mut()
+            .remove(&Self::key(target))
+            .map(|_| ())
+            .ok_or_else(|| not_found(&target.kind, &target.name))
+    }
+
+    fn list(&self, options: &ListOptions) -> Result<Vec<String>, KubeError> {
+        self.record("list", &options.kind, options.namespace.as_deref(), "");
+        self.fault("list")?;
+        let mut out = Vec::new();
+        for ((av, kind, ns, _), obj) in self.objects.borrow().iter() {
+            if av != &options.api_version || kind != &options.kind {
+                continue;
+            }
+            if options.namespace.as_ref().is_some_and(|want| ns != want) {
+                continue;
+            }
+            if !selector_matches(&options.label_selector, &obj["metadata"]["labels"]) {
+                continue;
+            }
+            out.push(obj.to_string());
+            if options.limit.is_some_and(|l| out.len() >= l as usize) {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    fn patch(&self, target: &ObjectRef, merge_patch: &str) -> Result<String, KubeError> {
+        self.record(
+            "patch",
+            &target.kind,
+            target.namespace.as_deref(),
+            &target.name,
+        );
+        self.fault("patch")?;
+        let patch: Value = serde_json::from_str(merge_patch)
+            .map_err(|e| kube_error(400, "BadRequest", &format!("invalid JSON: {e}")))?;
+        let mut objects = self.objects.borrow_mut();
+        let obj = objects
+            .get_mut(&Self::key(target))
+            .ok_or_else(|| not_found(&target.kind, &target.name))?;
+        merge(obj, &patch);
+        Ok(obj.to_string())
+    }
+
+    fn server_version(&self) -> Result<(String, String), KubeError> {
+        self.record("server-version", "", None, "");
+        self.fault("server-version")?;
+        Ok(("v1.33.0".to_string(), "https://fake-apiserver".to_string()))
+    }
+}
+
+/// RFC 7386 JSON merge patch.
+pub fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = Value::Object(Map::new());
+            }
+            if let Some(t) = target.as_object_mut() {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+/// Equality-based label selectors: `a=b,c!=d,e` (e: key exists).
+pub fn selector_matches(selector: &str, labels: &Value) -> bool {
+    selector
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .all(|term| {
+            if let Some((k, v)) = term.split_once("!=") {
+                labels[k.trim()].as_str() != Some(v.trim())
+            } else if let Some((k, v)) = term.split_once('=') {
+                let v = v.trim_start_matches('=');
+                labels[k.trim()].as_str() == Some(v.trim())
+            } else {
+                labels.get(term).is_some()
+            }
+        })
+}
+
+fn rfc3339(secs: u64) -> String {
+    let days = secs / 86400;
+    let rem = secs % 86400;
+    // Civil-from-days (Howard Hinnant), for the fake's timestamps only.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Libvirt without a grant: every call is denied.
+pub struct DeniedLibvirt;
+
+fn denied() -> LibvirtError {
+    LibvirtError {
+        code: 0,
+        domain: 0,
+        message: "no libvirt grant".to_string(),
+        stage: None,
+        timeout: false,
+        denied: true,
+    }
+}
+
+impl Libvirt for DeniedLibvirt {
+    fn lib_version(&self, _: &str) -> Result<u64, LibvirtError> {
+        Err(denied())
+    }
+    fn hostname(&self, _: &str) -> Result<String, LibvirtError> {
+        Err(denied())
+    }
+    fn node_info(&self, _: &str) -> Result<NodeInfo, LibvirtError> {
+        Err(denied())
+    }
+    fn node_free_memory(&self, _: &str) -> Result<u64, LibvirtError> {
+        Err(denied())
+    }
+    fn list_domains(&self, _: &str) -> Result<Vec<String>, LibvirtError> {
+        Err(denied())
+    }
+    fn domain_lookup(&self, _: &str, _: &str) -> Result<String, LibvirtError> {
+        Err(denied())
+    }
+    fn domain_define_xml(&self, _: &str, _: &str) -> Result<(), LibvirtError> {
+        Err(denied())
+    }
+    fn domain_create(&self, _: &str, _: &str) -> Result<(), LibvirtError> {
+        Err(denied())
+    }
+    fn domain_resume(&self, _: &str, _: &str) -> Result<(), LibvirtError> {
+        Err(denied())
+    }
+    fn domain_destroy(&self, _: &str, _: &str) -> Result<(), LibvirtError> {
+        Err(denied())
+    }
+    fn domain_undefine(&self, _: &str, _: &str) -> Result<(), LibvirtError> {
+        Err(denied())
+    }
+    fn domain_get_state(&self, _: &str, _: &str) -> Result<DomainState, LibvirtError> {
+        Err(denied())
+    }
+    fn domain_get_metadata(&self, _: &str, _: &str, _: &str) -> Result<String, LibvirtError> {
+        Err(denied())
+    }
+    fn domain_interface_addresses(
+        &self,
+        _: &str,
+        _: &str,
+        _: AddressSource,
+    ) -> Result<Vec<InterfaceAddresses>, LibvirtError> {
+        Err(denied())
+    }
+    fn pool_info(&self, _: &str, _: &str) -> Result<PoolInfo, LibvirtError> {
+        Err(denied())
+    }
+    fn pool_refresh(&self, _: &str, _: &str) -> Result<(), LibvirtError> {
+        Err(denied())
+    }
+    fn pool_list_volumes(&self, _: &str, _: &str) -> Result<Vec<String>, LibvirtError> {
+        Err(denied())
+    }
+    fn volume_lookup(&self, _: &str, _: &str, _: &str) -> Result<String, LibvirtError> {
+        Err(denied())
+    }
+    fn volume_create_xml(&self, _: &str, _: &str, _: &str) -> Result<(), LibvirtError> {
+        Err(denied())
+    }
+    fn volume_delete(&self, _: &str, _: &str, _: &str) -> Result<(), LibvirtError> {
+        Err(denied())
+    }
+    fn volume_info(&self, _: &str, _: &str, _: &str) -> Result<VolumeInfo, LibvirtError> {
+        Err(denied())
+    }
+    fn volume_xml(&self, _: &str, _: &str, _: &str) -> Result<String, LibvirtError> {
+        Err(denied())
+    }
+    fn volume_upload(&self, _: &str, _: &str, _: &str, _: &[u8]) -> Result<(), LibvirtError> {
+        Err(denied())
+    }
+    fn volume_download(&self, _: &str, _: &str, _: &str, _: u64) -> Result<Vec<u8>, LibvirtError> {
+        Err(denied())
+    }
+    fn volume_upload_from_url(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: Option<&str>,
+        _: u64,
+    ) -> Result<Transfer, LibvirtError> {
+        Err(denied())
+    }
+    fn url_size(&self, _: &str) -> Result<Option<u64>, LibvirtError> {
+        Err(denied())
+    }
+    fn probe(&self, targets: &[ProbeTarget]) -> Vec<ProbeResult> {
+        targets
+            .iter()
+            .map(|t| ProbeResult {
+                host: t.host.clone(),
+                address: String::new(),
+                user: String::new(),
+                lib_version: None,
+                hostname: None,
+                pool: None,
+                error: Some(denied()),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn selectors() {
+        let labels = json!({"a": "1", "b": "2"});
+        assert!(selector_matches("a=1", &labels));
+        assert!(selector_matches("a==1,b=2", &labels));
+        assert!(!selector_matches("a=2", &labels));
+        assert!(selector_matches("a!=2", &labels));
+        assert!(selector_matches("b", &labels));
+        assert!(!selector_matches("c", &labels));
+        assert!(selector_matches("", &labels));
+    }
+
+    #[test]
+    fn fake_kube_round_trip() {
+        let h = FakeHost::new();
+        let k = h.kube();
+        let body = json!({"metadata": {"name": "x", "labels": {"a": "1"}}}).to_string();
+        let created: Value =
+            serde_json::from_str(&k.create("v1", "Pod", Some("ns"), &body).unwrap()).unwrap();
+        assert_eq!(
+            created["metadata"]["creationTimestamp"],
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(created["metadata"]["namespace"], "ns");
+        let again = k.create("v1", "Pod", Some("ns"), &body).unwrap_err();
+        assert_eq!(again.status, 409);
+        let r = ObjectRef {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: Some("ns".into()),
+            name: "x".into(),
+        };
+        assert!(k.get(&r).is_ok());
+        let list = k
+            .list(&ListOptions {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                namespace: None,
+                label_selector: "a=1".into(),
+                limit: None,
+            })
+            .unwrap();
+        assert_eq!(list.len(), 1);
+        h.kube
+            .fail_next("get", kube_error(500, "InternalError", "boom"));
+        assert_eq!(k.get(&r).unwrap_err().status, 500);
+        k.delete(&r).unwrap();
+        assert_eq!(k.get(&r).unwrap_err().status, 404);
+        assert_eq!(k.delete(&r).unwrap_err().status, 404);
+    }
+}

@@ -1,0 +1,292 @@
+//! The host's capabilities as traits, so provider logic is written once and runs against the
+//! real imports ([`WasmHost`]) or the native fakes ([`crate::fakes::FakeHost`]).
+
+use crate::bindings::egress::provider as wit;
+use crate::libvirt::{
+    AddressSource, DomainState, InterfaceAddresses, LibvirtError, NodeInfo, PoolInfo, ProbeResult,
+    ProbeTarget, Transfer, VolumeInfo,
+};
+use crate::{HttpError, HttpRequest, HttpResponse, KubeError, Level, ListOptions, ObjectRef};
+
+pub trait Log {
+    fn log(&self, level: Level, message: &str, fields: &[(&str, &str)]);
+}
+
+pub trait Clock {
+    fn now_millis(&self) -> u64;
+    fn sleep_millis(&self, ms: u64);
+    fn random_u64(&self) -> u64;
+}
+
+pub trait Kube {
+    fn get(&self, target: &ObjectRef) -> Result<String, KubeError>;
+    fn create(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        body: &str,
+    ) -> Result<String, KubeError>;
+    fn delete(&self, target: &ObjectRef) -> Result<(), KubeError>;
+    fn list(&self, options: &ListOptions) -> Result<Vec<String>, KubeError>;
+    fn patch(&self, target: &ObjectRef, merge_patch: &str) -> Result<String, KubeError>;
+    /// The API server's version and address.
+    fn server_version(&self) -> Result<(String, String), KubeError>;
+}
+
+pub trait Http {
+    fn send(&self, req: &HttpRequest) -> Result<HttpResponse, HttpError>;
+}
+
+/// Typed libvirt calls by configured host name (see the `libvirt` interface in the WIT).
+pub trait Libvirt {
+    fn lib_version(&self, host: &str) -> Result<u64, LibvirtError>;
+    fn hostname(&self, host: &str) -> Result<String, LibvirtError>;
+    fn node_info(&self, host: &str) -> Result<NodeInfo, LibvirtError>;
+    fn node_free_memory(&self, host: &str) -> Result<u64, LibvirtError>;
+    fn list_domains(&self, host: &str) -> Result<Vec<String>, LibvirtError>;
+    fn domain_lookup(&self, host: &str, name: &str) -> Result<String, LibvirtError>;
+    fn domain_define_xml(&self, host: &str, xml: &str) -> Result<(), LibvirtError>;
+    fn domain_create(&self, host: &str, name: &str) -> Result<(), LibvirtError>;
+    fn domain_resume(&self, host: &str, name: &str) -> Result<(), LibvirtError>;
+    fn domain_destroy(&self, host: &str, name: &str) -> Result<(), LibvirtError>;
+    fn domain_undefine(&self, host: &str, name: &str) -> Result<(), LibvirtError>;
+    fn domain_get_state(&self, host: &str, name: &str) -> Result<DomainState, LibvirtError>;
+    fn domain_get_metadata(
+        &self,
+        host: &str,
+        name: &str,
+        uri: &str,
+    ) -> Result<String, LibvirtError>;
+    fn domain_interface_addresses(
+        &self,
+        host: &str,
+        name: &str,
+        source: AddressSource,
+    ) -> Result<Vec<InterfaceAddresses>, LibvirtError>;
+    fn pool_info(&self, host: &str, pool: &str) -> Result<PoolInfo, LibvirtError>;
+    fn pool_refresh(&self, host: &str, pool: &str) -> Result<(), LibvirtError>;
+    fn pool_list_volumes(&self, host: &str, pool: &str) -> Result<Vec<String>, LibvirtError>;
+    fn volume_lookup(&self, host: &str, pool: &str, name: &str) -> Result<String, LibvirtError>;
+    fn volume_create_xml(&self, host: &str, pool: &str, xml: &str) -> Result<(), LibvirtError>;
+    fn volume_delete(&self, host: &str, pool: &str, name: &str) -> Result<(), LibvirtError>;
+    fn volume_info(&self, host: &str, pool: &str, name: &str) -> Result<VolumeInfo, LibvirtError>;
+    fn volume_xml(&self, host: &str, pool: &str, name: &str) -> Result<String, LibvirtError>;
+    fn volume_upload(
+        &self,
+        host: &str,
+        pool: &str,
+        name: &str,
+        data: &[u8],
+    ) -> Result<(), LibvirtError>;
+    fn volume_download(
+        &self,
+        host: &str,
+        pool: &str,
+        name: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, LibvirtError>;
+    fn volume_upload_from_url(
+        &self,
+        host: &str,
+        pool: &str,
+        name: &str,
+        url: &str,
+        sha256: Option<&str>,
+        max_bytes: u64,
+    ) -> Result<Transfer, LibvirtError>;
+    fn url_size(&self, url: &str) -> Result<Option<u64>, LibvirtError>;
+    fn probe(&self, targets: &[ProbeTarget]) -> Vec<ProbeResult>;
+}
+
+/// Everything a provider may call. A capability the entry was not granted answers with an
+/// error value (`Denied`), never a trap.
+pub trait Host: Log + Clock {
+    fn kube(&self) -> &dyn Kube;
+    fn http(&self) -> &dyn Http;
+    fn libvirt(&self) -> &dyn Libvirt;
+}
+
+/// The capabilities as the component's imports.
+pub struct WasmHost;
+
+impl Log for WasmHost {
+    fn log(&self, level: Level, message: &str, fields: &[(&str, &str)]) {
+        let fields: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect();
+        wit::log::log(level, message, &fields);
+    }
+}
+
+impl Clock for WasmHost {
+    fn now_millis(&self) -> u64 {
+        wit::clock::now_millis()
+    }
+    fn sleep_millis(&self, ms: u64) {
+        wit::clock::sleep_millis(ms)
+    }
+    fn random_u64(&self) -> u64 {
+        wit::clock::random_u64()
+    }
+}
+
+impl Kube for WasmHost {
+    fn get(&self, target: &ObjectRef) -> Result<String, KubeError> {
+        wit::kube::get(target)
+    }
+    fn create(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        body: &str,
+    ) -> Result<String, KubeError> {
+        wit::kube::create(api_version, kind, namespace, body)
+    }
+    fn delete(&self, target: &ObjectRef) -> Result<(), KubeError> {
+        wit::kube::delete(target)
+    }
+    fn list(&self, options: &ListOptions) -> Result<Vec<String>, KubeError> {
+        wit::kube::list_objects(options)
+    }
+    fn patch(&self, target: &ObjectRef, merge_patch: &str) -> Result<String, KubeError> {
+        wit::kube::patch(target, merge_patch)
+    }
+    fn server_version(&self) -> Result<(String, String), KubeError> {
+        wit::kube::server_version()
+    }
+}
+
+impl Http for WasmHost {
+    fn send(&self, req: &HttpRequest) -> Result<HttpResponse, HttpError> {
+        wit::http::send(req)
+    }
+}
+
+impl Libvirt for WasmHost {
+    fn lib_version(&self, host: &str) -> Result<u64, LibvirtError> {
+        wit::libvirt::lib_version(host)
+    }
+    fn hostname(&self, host: &str) -> Result<String, LibvirtError> {
+        wit::libvirt::hostname(host)
+    }
+    fn node_info(&self, host: &str) -> Result<NodeInfo, LibvirtError> {
+        wit::libvirt::node_get_info(host)
+    }
+    fn node_free_memory(&self, host: &str) -> Result<u64, LibvirtError> {
+        wit::libvirt::node_free_memory(host)
+    }
+    fn list_domains(&self, host: &str) -> Result<Vec<String>, LibvirtError> {
+        wit::libvirt::list_domains(host)
+    }
+    fn domain_lookup(&self, host: &str, name: &str) -> Result<String, LibvirtError> {
+        wit::libvirt::domain_lookup(host, name)
+    }
+    fn domain_define_xml(&self, host: &str, xml: &str) -> Result<(), LibvirtError> {
+        wit::libvirt::domain_define_xml(host, xml)
+    }
+    fn domain_create(&self, host: &str, name: &str) -> Result<(), LibvirtError> {
+        wit::libvirt::domain_create(host, name)
+    }
+    fn domain_resume(&self, host: &str, name: &str) -> Result<(), LibvirtError> {
+        wit::libvirt::domain_resume(host, name)
+    }
+    fn domain_destroy(&self, host: &str, name: &str) -> Result<(), LibvirtError> {
+        wit::libvirt::domain_destroy(host, name)
+    }
+    fn domain_undefine(&self, host: &str, name: &str) -> Result<(), LibvirtError> {
+        wit::libvirt::domain_undefine(host, name)
+    }
+    fn domain_get_state(&self, host: &str, name: &str) -> Result<DomainState, LibvirtError> {
+        wit::libvirt::domain_get_state(host, name)
+    }
+    fn domain_get_metadata(
+        &self,
+        host: &str,
+        name: &str,
+        uri: &str,
+    ) -> Result<String, LibvirtError> {
+        wit::libvirt::domain_get_metadata(host, name, uri)
+    }
+    fn domain_interface_addresses(
+        &self,
+        host: &str,
+        name: &str,
+        source: AddressSource,
+    ) -> Result<Vec<InterfaceAddresses>, LibvirtError> {
+        wit::libvirt::domain_interface_addresses(host, name, source)
+    }
+    fn pool_info(&self, host: &str, pool: &str) -> Result<PoolInfo, LibvirtError> {
+        wit::libvirt::pool_get_info(host, pool)
+    }
+    fn pool_refresh(&self, host: &str, pool: &str) -> Result<(), LibvirtError> {
+        wit::libvirt::pool_refresh(host, pool)
+    }
+    fn pool_list_volumes(&self, host: &str, pool: &str) -> Result<Vec<String>, LibvirtError> {
+        wit::libvirt::pool_list_volumes(host, pool)
+    }
+    fn volume_lookup(&self, host: &str, pool: &str, name: &str) -> Result<String, LibvirtError> {
+        wit::libvirt::volume_lookup(host, pool, name)
+    }
+    fn volume_create_xml(&self, host: &str, pool: &str, xml: &str) -> Result<(), LibvirtError> {
+        wit::libvirt::volume_create_xml(host, pool, xml)
+    }
+    fn volume_delete(&self, host: &str, pool: &str, name: &str) -> Result<(), LibvirtError> {
+        wit::libvirt::volume_delete(host, pool, name)
+    }
+    fn volume_info(&self, host: &str, pool: &str, name: &str) -> Result<VolumeInfo, LibvirtError> {
+        wit::libvirt::volume_get_info(host, pool, name)
+    }
+    fn volume_xml(&self, host: &str, pool: &str, name: &str) -> Result<String, LibvirtError> {
+        wit::libvirt::volume_xml(host, pool, name)
+    }
+    fn volume_upload(
+        &self,
+        host: &str,
+        pool: &str,
+        name: &str,
+        data: &[u8],
+    ) -> Result<(), LibvirtError> {
+        wit::libvirt::volume_upload(host, pool, name, data)
+    }
+    fn volume_download(
+        &self,
+        host: &str,
+        pool: &str,
+        name: &str,
+        max_bytes: u64,
+    ) -> Result<Vec<u8>, LibvirtError> {
+        wit::libvirt::volume_download(host, pool, name, max_bytes)
+    }
+    fn volume_upload_from_url(
+        &self,
+        host: &str,
+        pool: &str,
+        name: &str,
+        url: &str,
+        sha256: Option<&str>,
+        max_bytes: u64,
+    ) -> Result<Transfer, LibvirtError> {
+        wit::libvirt::volume_upload_from_url(host, pool, name, url, sha256, max_bytes)
+    }
+    fn url_size(&self, url: &str) -> Result<Option<u64>, LibvirtError> {
+        wit::libvirt::url_size(url)
+    }
+    fn probe(&self, targets: &[ProbeTarget]) -> Vec<ProbeResult> {
+        wit::libvirt::probe(targets)
+    }
+}
+
+impl Host for WasmHost {
+    fn kube(&self) -> &dyn Kube {
+        self
+    }
+    fn http(&self) -> &dyn Http {
+        self
+    }
+    fn libvirt(&self) -> &dyn Libvirt {
+        self
+    }
+}

@@ -1,0 +1,17 @@
+//! The built-in provider modules, embedded in the binary. The build script compiles them for
+//! wasm32-wasip2 from providers-wasm/.
+
+/// The `kubernetes` provider.
+pub const KUBERNETES: &[u8] = include_bytes!(env!("EGRESS_MODULE_PROVIDER_KUBERNETES"));
+
+/// A deliberately misbehaving module for the runtime's bounds tests; never selectable from
+/// a providers config.
+pub const HOSTILE: &[u8] = include_bytes!(env!("EGRESS_MODULE_PROVIDER_HOSTILE"));
+
+/// The module serving a built-in type, if any.
+pub fn module_for_type(type_name: &str) -> Option<&'static [u8]> {
+    match type_name {
+        "kubernetes" => Some(KUBERNETES),
+        _ => None,
+    }
+}

@@ -1,0 +1,483 @@
+//! The providers config: which providers exist, which module serves each, its config block,
+//! its capability grants and its limits. Unknown keys are rejected and every error names its
+//! path, e.g. `providers[1].kubernetes.image`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+/// The types whose module is built into the binary, and the block key each one uses.
+pub const BUILTIN_TYPES: &[&str] = &["kubernetes", "gcp", "kvm", "kvm2"];
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProvidersConfig {
+    /// The installation identity written on every instance. Default: in a cluster, the UID of
+    /// the kube-system namespace; for the CLI, `local`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub installation: Option<String>,
+    #[serde(default)]
+    pub providers: Vec<ProviderEntry>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProviderEntry {
+    /// The name Proxies refer to in `spec.provider`.
+    pub name: String,
+    /// The provider type: a built-in (`kubernetes`, `gcp`, `kvm`, `kvm2`) or the type a module
+    /// named in `module` serves.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// A path to a provider module (`.wasm` component) instead of the built-in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// The config block of a module loaded with `module`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
+    pub config: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
+    pub kubernetes: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
+    pub gcp: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
+    pub kvm: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
+    pub kvm2: Option<serde_json::Value>,
+    /// Capabilities this entry may use beyond what its type implies. Deny by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grants: Option<Grants>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+}
+
+/// Capability grants. For a built-in type the host derives the grant from its block (the
+/// kubernetes type may touch Pods cluster-wide, kvm hosts come from the block); an explicit
+/// grant replaces that for the capabilities it names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Grants {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube: Option<KubeGrant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpGrant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub libvirt: Option<LibvirtGrant>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubeGrant {
+    /// Namespaces the provider may touch. Empty with `clusterScope: false` grants nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Every namespace, and cluster-wide lists.
+    #[serde(default)]
+    pub cluster_scope: bool,
+    /// Kinds the provider may touch (`Pod`, `Secret`, ...). Empty means `Pod` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<String>,
+}
+
+impl KubeGrant {
+    /// Why a call on `kind` in `namespace` (None: cluster-wide) is refused, if it is.
+    pub fn deny_reason(&self, kind: &str, namespace: Option<&str>) -> Option<String> {
+        let kind_ok = if self.kinds.is_empty() {
+            kind == "Pod"
+        } else {
+            self.kinds.iter().any(|k| k == kind)
+        };
+        if !kind_ok {
+            return Some(format!("kind {kind:?} is not granted"));
+        }
+        match namespace {
+            _ if self.cluster_scope => None,
+            Some(ns) if self.namespaces.iter().any(|n| n == ns) => None,
+            Some(ns) => Some(format!("namespace {ns:?} is not granted")),
+            None => Some("cluster-wide access is not granted".to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HttpGrant {
+    /// Host names (optionally `host:port`) the provider may reach, checked on the final URL.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Named credentials the host may attach to this provider's requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LibvirtGrant {
+    /// Configured host names the provider may reach.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+}
+
+/// Bounds on each provider call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+    /// Linear memory per call, in MiB (default 64).
+    #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+    /// Wall time per operation, e.g. `{create: 10m, get: 30s}`. Keys: validateConfig, describe,
+    /// create, get, delete, listByTag, check.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub timeouts: BTreeMap<String, String>,
+}
+
+pub const OPERATIONS: &[&str] = &[
+    "validateConfig",
+    "describe",
+    "create",
+    "get",
+    "delete",
+    "listByTag",
+    "check",
+];
+
+/// A config error naming the path of the offending field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl ProviderEntry {
+    /// The block key (`kubernetes`, ...) or `config`, and its value.
+    pub fn block(&self) -> (&'static str, Option<&serde_json::Value>) {
+        match self.type_.as_str() {
+            "kubernetes" if self.module.is_none() => ("kubernetes", self.kubernetes.as_ref()),
+            "gcp" if self.module.is_none() => ("gcp", self.gcp.as_ref()),
+            "kvm" if self.module.is_none() => ("kvm", self.kvm.as_ref()),
+            "kvm2" if self.module.is_none() => ("kvm2", self.kvm2.as_ref()),
+            _ => ("config", self.config.as_ref()),
+        }
+    }
+
+    /// A digest of the whole entry: a change of it releases Proxies held on a permanent
+    /// failure of this provider.
+    pub fn revision(&self) -> String {
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        hex::encode(&Sha256::digest(&bytes)[..8])
+    }
+
+    /// The wall-time bound of an operation.
+    pub fn timeout(&self, operation: &str) -> Duration {
+        self.limits
+            .as_ref()
+            .and_then(|l| l.timeouts.get(operation))
+            .and_then(|s| parse_duration(s).ok())
+            .unwrap_or_else(|| default_timeout(operation))
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        let mib = self
+            .limits
+            .as_ref()
+            .and_then(|l| l.memory_mib)
+            .unwrap_or(64);
+        (mib as usize) << 20
+    }
+}
+
+/// Create blocks through an image download on libvirt hosts, hence the long default.
+pub fn default_timeout(operation: &str) -> Duration {
+    match operation {
+        "create" => Duration::from_secs(600),
+        "delete" => Duration::from_secs(120),
+        "listByTag" | "check" => Duration::from_secs(60),
+        _ => Duration::from_secs(30),
+    }
+}
+
+impl ProvidersConfig {
+    /// Parses YAML, rejecting unknown keys, and checks the structure that does not depend on
+    /// the modules: names, types, blocks, grants and limits.
+    pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let cfg: ProvidersConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            let message = e.into_inner().to_string();
+            // serde_yaml prefixes its own path; ours is more precise, keep one.
+            let message = match message.split_once(": ") {
+                Some((prefix, rest)) if path.starts_with(prefix) => rest.to_string(),
+                _ => message,
+            };
+            ConfigError::new(path, message)
+        })?;
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    pub fn check(&self) -> Result<(), ConfigError> {
+        if let Some(inst) = &self.installation
+            && !is_label_value(inst)
+        {
+            return Err(ConfigError::new(
+                "installation",
+                "must be 1-63 characters of [a-z0-9-_.], starting and ending alphanumeric",
+            ));
+        }
+        let mut names = BTreeSet::new();
+        for (i, p) in self.providers.iter().enumerate() {
+            let at = format!("providers[{i}]");
+            if !is_dns_label(&p.name) {
+                return Err(ConfigError::new(
+                    format!("{at}.name"),
+                    format!("{:?} is not a DNS label (1-63 of [a-z0-9-])", p.name),
+                ));
+            }
+            if !names.insert(p.name.as_str()) {
+                return Err(ConfigError::new(
+                    format!("{at}.name"),
+                    format!("duplicate provider name {:?}", p.name),
+                ));
+            }
+            if p.type_.is_empty() {
+                return Err(ConfigError::new(format!("{at}.type"), "must not be empty"));
+            }
+            let builtin = BUILTIN_TYPES.contains(&p.type_.as_str());
+            if p.module.is_none() && !builtin {
+                return Err(ConfigError::new(
+                    format!("{at}.type"),
+                    format!(
+                        "unknown type {:?}: built-in types are {}; other types need `module`",
+                        p.type_,
+                        BUILTIN_TYPES.join(", ")
+                    ),
+                ));
+            }
+            // Exactly the block matching the type may be present.
+            let blocks = [
+                ("kubernetes", p.kubernetes.is_some()),
+                ("gcp", p.gcp.is_some()),
+                ("kvm", p.kvm.is_some()),
+                ("kvm2", p.kvm2.is_some()),
+                ("config", p.config.is_some()),
+            ];
+            let (expected, _) = p.block();
+            for (key, present) in blocks {
+                if present && key != expected {
+                    return Err(ConfigError::new(
+                        format!("{at}.{key}"),
+                        format!("not allowed for type {:?}: use `{expected}`", p.type_),
+                    ));
+                }
+            }
+            if let Some(limits) = &p.limits {
+                if limits.memory_mib == Some(0) {
+                    return Err(ConfigError::new(
+                        format!("{at}.limits.memoryMiB"),
+                        "must be at least 1",
+                    ));
+                }
+                for (op, d) in &limits.timeouts {
+                    if !OPERATIONS.contains(&op.as_str()) {
+                        return Err(ConfigError::new(
+                            format!("{at}.limits.timeouts.{op}"),
+                            format!("unknown operation; known: {}", OPERATIONS.join(", ")),
+                        ));
+                    }
+                    parse_duration(d)
+                        .map_err(|m| ConfigError::new(format!("{at}.limits.timeouts.{op}"), m))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn provider(&self, name: &str) -> Option<&ProviderEntry> {
+        self.providers.iter().find(|p| p.name == name)
+    }
+}
+
+/// Parses `500ms`, `90s`, `10m`, `1h`, or a combination such as `1m30s`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("{s:?} is not a duration like 500ms, 90s, 10m or 1h");
+    if s.is_empty() {
+        return Err(bad());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.chars().take_while(|c| c.is_ascii_alphabetic()).count();
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let d = match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            _ => return Err(bad()),
+        };
+        total = total.saturating_add(d);
+    }
+    Ok(total)
+}
+
+/// A DNS-1123 label.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// A Kubernetes label value (non-empty), also a GCE label value once lowercased.
+pub fn is_label_value(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'_' | b'.')
+        })
+        && s.as_bytes()[0].is_ascii_alphanumeric()
+        && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_a_kubernetes_entry() {
+        let cfg = ProvidersConfig::from_yaml(
+            "installation: test\nproviders:\n- name: k8s\n  type: kubernetes\n  kubernetes:\n    image: squid:6\n",
+        )
+        .unwrap();
+        let p = cfg.provider("k8s").unwrap();
+        assert_eq!(p.block().0, "kubernetes");
+        assert_eq!(p.block().1.unwrap()["image"], "squid:6");
+    }
+
+    #[test]
+    fn unknown_keys_name_their_path() {
+        let err = ProvidersConfig::from_yaml(
+            "providers:\n- name: a\n  type: kubernetes\n  colour: red\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.path, "providers[0].colour");
+        assert!(err.message.contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn a_block_must_match_the_type() {
+        let err = ProvidersConfig::from_yaml(
+            "providers:\n- name: a\n  type: kubernetes\n  gcp: {project: x}\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.path, "providers[0].gcp");
+    }
+
+    #[test]
+    fn unknown_types_need_a_module() {
+        let err = ProvidersConfig::from_yaml("providers:\n- name: a\n  type: acme\n").unwrap_err();
+        assert_eq!(err.path, "providers[0].type");
+        let ok = ProvidersConfig::from_yaml(
+            "providers:\n- name: a\n  type: acme\n  module: acme.wasm\n  config: {x: 1}\n",
+        )
+        .unwrap();
+        assert_eq!(ok.providers[0].block().0, "config");
+    }
+
+    #[test]
+    fn duplicate_names_and_bad_names_are_rejected() {
+        let err = ProvidersConfig::from_yaml(
+            "providers:\n- {name: a, type: kubernetes}\n- {name: a, type: kubernetes}\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.path, "providers[1].name");
+        let err = ProvidersConfig::from_yaml("providers:\n- {name: A_b, type: kubernetes}\n")
+            .unwrap_err();
+        assert_eq!(err.path, "providers[0].name");
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        let err = ProvidersConfig::from_yaml(
+            "providers:\n- name: a\n  type: kubernetes\n  limits: {timeouts: {create: soon}}\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.path, "providers[0].limits.timeouts.create");
+        let cfg = ProvidersConfig::from_yaml(
+            "providers:\n- name: a\n  type: kubernetes\n  limits: {memoryMiB: 16, timeouts: {create: 1m30s}}\n",
+        )
+        .unwrap();
+        let p = &cfg.providers[0];
+        assert_eq!(p.timeout("create"), Duration::from_secs(90));
+        assert_eq!(p.timeout("get"), Duration::from_secs(30));
+        assert_eq!(p.memory_bytes(), 16 << 20);
+    }
+
+    #[test]
+    fn kube_grants() {
+        let g = KubeGrant {
+            namespaces: vec!["a".into()],
+            cluster_scope: false,
+            kinds: vec![],
+        };
+        assert_eq!(g.deny_reason("Pod", Some("a")), None);
+        assert!(g.deny_reason("Pod", Some("b")).is_some());
+        assert!(g.deny_reason("Pod", None).is_some());
+        assert!(g.deny_reason("Secret", Some("a")).is_some());
+        let all = KubeGrant {
+            cluster_scope: true,
+            kinds: vec!["Pod".into(), "Secret".into()],
+            ..Default::default()
+        };
+        assert_eq!(all.deny_reason("Secret", None), None);
+        assert!(all.deny_reason("ConfigMap", None).is_some());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("1h2m3s").unwrap(), Duration::from_secs(3723));
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("m").is_err());
+        assert!(parse_duration("3d").is_err());
+    }
+
+    #[test]
+    fn revision_changes_with_the_entry() {
+        let a = ProvidersConfig::from_yaml("providers:\n- {name: a, type: kubernetes}\n").unwrap();
+        let b = ProvidersConfig::from_yaml(
+            "providers:\n- {name: a, type: kubernetes, kubernetes: {image: x}}\n",
+        )
+        .unwrap();
+        assert_ne!(a.providers[0].revision(), b.providers[0].revision());
+    }
+}

@@ -1,0 +1,152 @@
+//! What a provider reports about an instance, and how its failures are classified.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub enum InstanceState {
+    Provisioning,
+    Running,
+    Stopped,
+    Terminated,
+}
+
+impl InstanceState {
+    /// Stopped and Terminated instances are replaced, like the seeds' reconciler does.
+    pub fn needs_replacement(self) -> bool {
+        matches!(self, Self::Stopped | Self::Terminated)
+    }
+}
+
+impl fmt::Display for InstanceState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            Self::Provisioning => "Provisioning",
+            Self::Running => "Running",
+            Self::Stopped => "Stopped",
+            Self::Terminated => "Terminated",
+        };
+        f.write_str(s)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    pub provider_id: String,
+    pub name: String,
+    pub uid: String,
+    pub installation: String,
+    pub state: InstanceState,
+    pub ip: Option<String>,
+    /// RFC 3339; empty when the backend does not say.
+    pub created_at: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ErrorClass {
+    Transient,
+    Permanent,
+    NotFound,
+    QuotaExceeded,
+}
+
+impl ErrorClass {
+    /// The label used in metrics and logs.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Transient => "transient",
+            Self::Permanent => "permanent",
+            Self::NotFound => "not_found",
+            Self::QuotaExceeded => "quota_exceeded",
+        }
+    }
+}
+
+/// A classified failure of one provider operation, naming the provider and the operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("provider {provider:?} {operation}: {message}")]
+pub struct ProviderError {
+    pub provider: String,
+    pub operation: String,
+    pub class: ErrorClass,
+    pub message: String,
+    /// A short CamelCase reason from the provider or the host (`Timeout`, `MemoryLimit`, ...).
+    pub reason: String,
+}
+
+impl ProviderError {
+    pub fn new(
+        provider: impl Into<String>,
+        operation: impl Into<String>,
+        class: ErrorClass,
+        reason: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            provider: provider.into(),
+            operation: operation.into(),
+            class,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What a provider needs to create an instance for a Proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateRequest {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+    pub port: u16,
+    pub placement: crate::proxy::Placement,
+    /// Secret: never logged, never in an error, event or plan.
+    pub cloud_init: Option<String>,
+    pub installation: String,
+    pub owner: Option<OwnerReference>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl CreateRequest {
+    /// The request for a Proxy, with the cloud-init resolved by the caller.
+    pub fn for_proxy(
+        proxy: &crate::proxy::Proxy,
+        installation: &str,
+        cloud_init: Option<String>,
+    ) -> Self {
+        let uid = proxy.uid();
+        Self {
+            name: crate::name::instance_name(&uid),
+            namespace: proxy.metadata.namespace.clone(),
+            uid: uid.clone(),
+            port: proxy.spec.port,
+            placement: proxy.spec.placement.clone(),
+            cloud_init,
+            installation: installation.to_string(),
+            owner: Some(OwnerReference {
+                api_version: crate::proxy::API_VERSION.to_string(),
+                kind: crate::proxy::KIND.to_string(),
+                name: proxy.metadata.name.clone(),
+                uid,
+            }),
+        }
+    }
+}
+
+/// One health target as a provider's check reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetStatus {
+    pub target: String,
+    pub address: String,
+    pub reason: String,
+    pub message: String,
+    pub details: std::collections::BTreeMap<String, String>,
+}

@@ -1,0 +1,15 @@
+//! The domain core of egress-proxies: Proxy and instance types, the providers config, the pure
+//! reconcile and garbage-collection decisions. No I/O happens here: the CLI and the operator feed
+//! observations in and carry the decisions out.
+
+pub mod config;
+pub mod gc;
+pub mod instance;
+pub mod name;
+pub mod proxy;
+pub mod reconcile;
+
+pub use instance::{
+    CreateRequest, ErrorClass, Instance, InstanceState, OwnerReference, ProviderError, TargetStatus,
+};
+pub use proxy::{Condition, Placement, Proxy, ProxySpec, ProxyStatus};

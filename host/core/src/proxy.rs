@@ -1,0 +1,197 @@
+//! The Proxy object: what a user asks for, and the status the reconciler reports.
+
+use crate::instance::InstanceState;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const API_VERSION: &str = "crawl.example.com/v1alpha1";
+pub const KIND: &str = "Proxy";
+pub const DEFAULT_PORT: u16 = 3128;
+
+/// A Proxy manifest as written in a proxies file or stored in the cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Proxy {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: ProxySpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ProxyStatus>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ObjectMeta {
+    pub name: String,
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Derived from namespace/name when absent, so plans are stable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProxySpec {
+    /// The name of a provider entry in the providers config.
+    pub provider: String,
+    /// The port Squid listens on.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    #[serde(default)]
+    pub placement: Placement,
+    /// Inline cloud-init user data. Secret: never logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_init: Option<String>,
+    /// Cloud-init user data read from a Secret in the Proxy's namespace at create time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_init_secret_ref: Option<SecretKeyRef>,
+}
+
+fn default_port() -> u16 {
+    DEFAULT_PORT
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Placement {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    pub name: String,
+    pub key: String,
+}
+
+/// What the reconciler reports. Also the record the CLI keeps in its state file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProxyStatus {
+    #[serde(
+        default,
+        rename = "providerID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<InstanceState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The revision of the provider entry the last permanent failure was seen with, so a
+    /// change of the providers config releases the hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A condition following Kubernetes conventions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// "True", "False" or "Unknown".
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// RFC 3339; set when the status changes.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_transition_time: String,
+}
+
+impl Proxy {
+    /// The UID, derived from namespace/name when the manifest has none.
+    pub fn uid(&self) -> String {
+        self.metadata.uid.clone().unwrap_or_else(|| {
+            crate::name::derived_uid(&self.metadata.namespace, &self.metadata.name)
+        })
+    }
+
+    pub fn generation(&self) -> i64 {
+        self.metadata.generation.unwrap_or(1)
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.metadata.namespace, self.metadata.name)
+    }
+}
+
+impl ProxyStatus {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// Sets a condition, keeping its transition time when the status does not change.
+    pub fn set_condition(&mut self, mut c: Condition, now: &str) {
+        match self.conditions.iter_mut().find(|x| x.type_ == c.type_) {
+            Some(existing) => {
+                c.last_transition_time = if existing.status == c.status {
+                    existing.last_transition_time.clone()
+                } else {
+                    now.to_string()
+                };
+                *existing = c;
+            }
+            None => {
+                c.last_transition_time = now.to_string();
+                self.conditions.push(c);
+            }
+        }
+    }
+}
+
+/// Problems found in a Proxy manifest, each naming the field.
+pub fn validate(proxy: &Proxy) -> Vec<String> {
+    let mut problems = Vec::new();
+    if proxy.api_version != API_VERSION {
+        problems.push(format!(
+            "apiVersion: expected {API_VERSION}, got {:?}",
+            proxy.api_version
+        ));
+    }
+    if proxy.kind != KIND {
+        problems.push(format!("kind: expected {KIND}, got {:?}", proxy.kind));
+    }
+    if proxy.metadata.name.is_empty() {
+        problems.push("metadata.name: must not be empty".to_string());
+    }
+    if proxy.spec.provider.is_empty() {
+        problems.push("spec.provider: must not be empty".to_string());
+    }
+    if proxy.spec.port == 0 {
+        problems.push("spec.port: must be between 1 and 65535".to_string());
+    }
+    if proxy.spec.cloud_init.is_some() && proxy.spec.cloud_init_secret_ref.is_some() {
+        problems.push("spec: cloudInit and cloudInitSecretRef are exclusive".to_string());
+    }
+    problems
+}

@@ -1,0 +1,456 @@
+//! The reconcile decisions, shared by the CLI and the operator: level-triggered and idempotent,
+//! like the seeds' reconciler (reconcileManaged, replaceInstance, reconcileDelete).
+//!
+//! The caller observes a Proxy, asks [`decide`] what to do, performs the provider call it names,
+//! and folds the result back with [`after_create`], [`after_get`] or [`after_delete`]. Nothing
+//! here performs I/O or reads a clock: `now` is passed in.
+
+use crate::instance::{ErrorClass, Instance, InstanceState, ProviderError};
+use crate::proxy::{Condition, Proxy, ProxyStatus};
+use std::time::Duration;
+
+pub const READY: &str = "Ready";
+pub const PROVISIONED: &str = "Provisioned";
+
+/// Reasons on the Ready condition.
+pub mod reason {
+    pub const RUNNING: &str = "Running";
+    pub const PROVISIONING: &str = "Provisioning";
+    pub const REPLACING: &str = "Replacing";
+    pub const INSTANCE_LOST: &str = "InstanceLost";
+    pub const PROVIDER_NOT_FOUND: &str = "ProviderNotFound";
+    pub const PERMANENT_FAILURE: &str = "PermanentFailure";
+    pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
+    pub const TRANSIENT_FAILURE: &str = "TransientFailure";
+    pub const DELETING: &str = "Deleting";
+    pub const DELETION_FAILED: &str = "DeletionFailed";
+    pub const CREATED: &str = "Created";
+    pub const NOT_CREATED: &str = "NotCreated";
+}
+
+/// How often a provisioning instance is polled.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
+/// How often a running instance is looked at again.
+pub const RESYNC_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Whether the Proxy's provider is configured, and at which revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderLookup {
+    Missing,
+    Present { revision: String },
+}
+
+/// What the caller knows about one Proxy.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation<'a> {
+    pub proxy: &'a Proxy,
+    pub status: &'a ProxyStatus,
+    /// The Proxy is being deleted (a deletion timestamp, or gone from the proxies file).
+    pub deleting: bool,
+    pub provider: &'a ProviderLookup,
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Call `create` with the request built from the Proxy.
+    Create,
+    /// Call `get` on the instance.
+    Get { provider_id: String },
+    /// Call `delete` on the instance.
+    Delete {
+        provider_id: String,
+        purpose: DeletePurpose,
+    },
+    /// No provider call: write `status` and wait as `next` says.
+    Settle(Outcome),
+    /// Deleting and nothing is left: release the finalizer (or forget the Proxy).
+    Release,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeletePurpose {
+    /// The Proxy is going away.
+    Finalize,
+    /// The instance stopped or terminated; a new one is created after.
+    Replace,
+}
+
+/// When to look at the Proxy again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Decide again at once (a follow-up call is due).
+    Now,
+    /// Look again after this long.
+    After(Duration),
+    /// Back off after a failure of this class; the caller counts attempts (see [`backoff`]).
+    Backoff(ErrorClass),
+    /// Nothing to do until the Proxy or the providers config changes.
+    AwaitChange,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub status: ProxyStatus,
+    pub next: Next,
+}
+
+impl Outcome {
+    /// Steady: serving, or holding on a condition that only a change can clear.
+    pub fn is_steady(&self) -> bool {
+        match self.next {
+            Next::AwaitChange => true,
+            Next::After(_) => ready_is_true(&self.status),
+            Next::Now | Next::Backoff(_) => false,
+        }
+    }
+}
+
+pub fn ready_is_true(status: &ProxyStatus) -> bool {
+    status.condition(READY).is_some_and(|c| c.status == "True")
+}
+
+/// The delay before retry `attempt` (1-based) of a failure of `class`: exponential, capped.
+pub fn backoff(class: ErrorClass, attempt: u32) -> Duration {
+    let (base, cap) = match class {
+        ErrorClass::QuotaExceeded => (Duration::from_secs(60), Duration::from_secs(900)),
+        _ => (Duration::from_secs(5), Duration::from_secs(300)),
+    };
+    let factor = 1u32 << attempt.saturating_sub(1).min(16);
+    base.saturating_mul(factor).min(cap)
+}
+
+/// Decides the next step for a Proxy.
+pub fn decide(obs: Observation<'_>, now: &str) -> Step {
+    let generation = obs.proxy.generation();
+    let status = obs.status;
+
+    if obs.deleting {
+        return match (&status.provider_id, obs.provider) {
+            (None, _) => Step::Release,
+            (Some(_), ProviderLookup::Missing) => Step::Settle(Outcome {
+                status: with_ready(
+                    status,
+                    generation,
+                    now,
+                    "False",
+                    reason::DELETION_FAILED,
+                    format!(
+                        "provider {:?} is not configured, so the instance cannot be deleted",
+                        obs.proxy.spec.provider
+                    ),
+                ),
+                next: Next::AwaitChange,
+            }),
+            (Some(id), ProviderLookup::Present { revision }) => {
+                if held(status, generation, revision, reason::DELETION_FAILED) {
+                    Step::Settle(Outcome {
+                        status: status.clone(),
+                        next: Next::AwaitChange,
+                    })
+                } else {
+                    Step::Delete {
+                        provider_id: id.clone(),
+                        purpose: DeletePurpose::Finalize,
+                    }
+                }
+            }
+        };
+    }
+
+    let revision = match obs.provider {
+        ProviderLookup::Missing => {
+            return Step::Settle(Outcome {
+                status: with_ready(
+                    status,
+                    generation,
+                    now,
+                    "False",
+                    reason::PROVIDER_NOT_FOUND,
+                    format!(
+                        "provider {:?} is not in the providers config",
+                        obs.proxy.spec.provider
+                    ),
+                ),
+                next: Next::AwaitChange,
+            });
+        }
+        ProviderLookup::Present { revision } => revision,
+    };
+
+    if held(status, generation, revision, reason::PERMANENT_FAILURE) {
+        return Step::Settle(Outcome {
+            status: status.clone(),
+            next: Next::AwaitChange,
+        });
+    }
+
+    match &status.provider_id {
+        None => Step::Create,
+        Some(id) if status.state.is_some_and(InstanceState::needs_replacement) => Step::Delete {
+            provider_id: id.clone(),
+            purpose: DeletePurpose::Replace,
+        },
+        Some(id) => Step::Get {
+            provider_id: id.clone(),
+        },
+    }
+}
+
+/// A permanent failure holds while neither the Proxy's generation nor the provider entry's
+/// revision has changed since it was seen: a condition, never a phase that sticks.
+fn held(status: &ProxyStatus, generation: i64, revision: &str, held_reason: &str) -> bool {
+    status.condition(READY).is_some_and(|c| {
+        c.reason == held_reason
+            && c.observed_generation == Some(generation)
+            && status.provider_revision.as_deref() == Some(revision)
+    })
+}
+
+/// Folds the result of `create` into the status.
+pub fn after_create(
+    obs: Observation<'_>,
+    result: Result<Instance, ProviderError>,
+    now: &str,
+) -> Outcome {
+    let generation = obs.proxy.generation();
+    match result {
+        Ok(instance) => {
+            let mut status = obs.status.clone();
+            status.provider_id = Some(instance.provider_id.clone());
+            status.instance_name = Some(instance.name.clone());
+            status.set_condition(
+                cond(
+                    PROVISIONED,
+                    "True",
+                    reason::CREATED,
+                    "instance created",
+                    generation,
+                ),
+                now,
+            );
+            observed(obs, status, instance, now)
+        }
+        Err(err) => failure(obs, err, now, FailureKind::Create),
+    }
+}
+
+/// Folds the result of `get` into the status.
+pub fn after_get(
+    obs: Observation<'_>,
+    result: Result<Instance, ProviderError>,
+    now: &str,
+) -> Outcome {
+    let generation = obs.proxy.generation();
+    match result {
+        Ok(instance) => observed(obs, obs.status.clone(), instance, now),
+        Err(err) if err.class == ErrorClass::NotFound => {
+            // The instance is gone: forget it and create a new one at once.
+            let mut status = obs.status.clone();
+            status.provider_id = None;
+            status.state = None;
+            status.ip = None;
+            status.observed_generation = Some(generation);
+            status.set_condition(
+                cond(
+                    PROVISIONED,
+                    "False",
+                    reason::INSTANCE_LOST,
+                    "instance not found; creating a new one",
+                    generation,
+                ),
+                now,
+            );
+            status.set_condition(
+                cond(
+                    READY,
+                    "False",
+                    reason::INSTANCE_LOST,
+                    "instance not found; creating a new one",
+                    generation,
+                ),
+                now,
+            );
+            Outcome {
+                status,
+                next: Next::Now,
+            }
+        }
+        Err(err) => failure(obs, err, now, FailureKind::Get),
+    }
+}
+
+/// Folds the result of `delete` into the status. NotFound is success: delete is idempotent.
+pub fn after_delete(
+    obs: Observation<'_>,
+    purpose: DeletePurpose,
+    result: Result<(), ProviderError>,
+    now: &str,
+) -> Outcome {
+    let generation = obs.proxy.generation();
+    match result {
+        Ok(()) => success_delete(obs, purpose, now, generation),
+        Err(err) if err.class == ErrorClass::NotFound => {
+            success_delete(obs, purpose, now, generation)
+        }
+        Err(err) => failure(obs, err, now, FailureKind::Delete),
+    }
+}
+
+fn success_delete(
+    obs: Observation<'_>,
+    purpose: DeletePurpose,
+    now: &str,
+    generation: i64,
+) -> Outcome {
+    let mut status = obs.status.clone();
+    status.provider_id = None;
+    status.state = None;
+    status.ip = None;
+    status.observed_generation = Some(generation);
+    let (r, msg) = match purpose {
+        DeletePurpose::Finalize => (reason::DELETING, "instance deleted"),
+        DeletePurpose::Replace => (
+            reason::REPLACING,
+            "instance deleted; creating a replacement",
+        ),
+    };
+    status.set_condition(cond(PROVISIONED, "False", r, msg, generation), now);
+    status.set_condition(cond(READY, "False", r, msg, generation), now);
+    Outcome {
+        status,
+        next: Next::Now,
+    }
+}
+
+fn observed(
+    obs: Observation<'_>,
+    mut status: ProxyStatus,
+    instance: Instance,
+    now: &str,
+) -> Outcome {
+    let generation = obs.proxy.generation();
+    status.provider_id = Some(instance.provider_id);
+    status.instance_name = Some(instance.name);
+    status.state = Some(instance.state);
+    status.observed_generation = Some(generation);
+    status.provider_revision = None;
+    let serving = instance.state == InstanceState::Running && instance.ip.is_some();
+    status.ip = if serving { instance.ip } else { None };
+    match instance.state {
+        InstanceState::Running if serving => {
+            let msg = format!("serving on port {}", obs.proxy.spec.port);
+            status.set_condition(cond(READY, "True", reason::RUNNING, &msg, generation), now);
+            Outcome {
+                status,
+                next: Next::After(RESYNC_INTERVAL),
+            }
+        }
+        InstanceState::Running | InstanceState::Provisioning => {
+            status.set_condition(
+                cond(
+                    READY,
+                    "False",
+                    reason::PROVISIONING,
+                    "waiting for the instance to run with an address",
+                    generation,
+                ),
+                now,
+            );
+            Outcome {
+                status,
+                next: Next::After(POLL_INTERVAL),
+            }
+        }
+        InstanceState::Stopped | InstanceState::Terminated => {
+            let msg = format!("instance is {}; replacing it", instance.state);
+            status.set_condition(
+                cond(READY, "False", reason::REPLACING, &msg, generation),
+                now,
+            );
+            Outcome {
+                status,
+                next: Next::Now,
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FailureKind {
+    Create,
+    Get,
+    Delete,
+}
+
+fn failure(obs: Observation<'_>, err: ProviderError, now: &str, kind: FailureKind) -> Outcome {
+    let generation = obs.proxy.generation();
+    let revision = match obs.provider {
+        ProviderLookup::Present { revision } => Some(revision.clone()),
+        ProviderLookup::Missing => None,
+    };
+    let mut status = obs.status.clone();
+    status.observed_generation = Some(generation);
+    let message = format!("{} failed ({}): {}", err.operation, err.reason, err.message);
+    let (r, next) = match (kind, err.class) {
+        (FailureKind::Delete, ErrorClass::Permanent) => {
+            (reason::DELETION_FAILED, Next::AwaitChange)
+        }
+        (FailureKind::Delete, class) => (reason::DELETION_FAILED, Next::Backoff(class)),
+        (_, ErrorClass::Permanent) => (reason::PERMANENT_FAILURE, Next::AwaitChange),
+        (_, ErrorClass::QuotaExceeded) => (
+            reason::QUOTA_EXCEEDED,
+            Next::Backoff(ErrorClass::QuotaExceeded),
+        ),
+        // NotFound from create means something under it vanished mid-call: retry.
+        (_, _) => (
+            reason::TRANSIENT_FAILURE,
+            Next::Backoff(ErrorClass::Transient),
+        ),
+    };
+    if next == Next::AwaitChange {
+        status.provider_revision = revision;
+    }
+    if kind == FailureKind::Create {
+        status.set_condition(
+            cond(
+                PROVISIONED,
+                "False",
+                reason::NOT_CREATED,
+                &message,
+                generation,
+            ),
+            now,
+        );
+    }
+    status.set_condition(cond(READY, "False", r, &message, generation), now);
+    Outcome { status, next }
+}
+
+fn with_ready(
+    status: &ProxyStatus,
+    generation: i64,
+    now: &str,
+    value: &str,
+    r: &str,
+    message: String,
+) -> ProxyStatus {
+    let mut s = status.clone();
+    s.observed_generation = Some(generation);
+    s.set_condition(cond(READY, value, r, &message, generation), now);
+    s
+}
+
+fn cond(type_: &str, status: &str, reason: &str, message: &str, generation: i64) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: Some(generation),
+        last_transition_time: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

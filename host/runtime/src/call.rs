@@ -1,0 +1,242 @@
+//! One provider call: a fresh Store with the call's grants, limits and secrets, the module
+//! instantiated from its InstancePre, the export called under a wall-time bound. A guest that
+//! loops, traps or outgrows its memory becomes a classified failure; the host keeps serving.
+
+use crate::Backends;
+use crate::bindings::{
+    CallContext, CreateRequest, Description, Instance, ProviderError, ProviderModulePre,
+    TargetStatus,
+};
+use crate::grants::EffectiveGrants;
+use crate::plan::{PlanRecorder, PlanStep};
+use crate::redact::Redactor;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use wasmtime::Store;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+/// The Store's data: everything one call may touch, and nothing else.
+pub(crate) struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+    pub(crate) provider: String,
+    pub(crate) grants: Arc<EffectiveGrants>,
+    pub(crate) backends: Backends,
+    pub(crate) recorder: Option<Arc<PlanRecorder>>,
+    pub(crate) subject: String,
+    pub(crate) redactor: Redactor,
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl CallState {
+    pub(crate) fn new(
+        provider: &str,
+        grants: Arc<EffectiveGrants>,
+        backends: Backends,
+        recorder: Option<Arc<PlanRecorder>>,
+        subject: &str,
+        redactor: Redactor,
+        memory_bytes: usize,
+    ) -> Self {
+        // WASI with nothing granted: no files, env, args, sockets or name lookups.
+        let wasi = WasiCtx::builder()
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter {
+                max_bytes: memory_bytes,
+                denied: false,
+            },
+            provider: provider.to_string(),
+            grants,
+            backends,
+            recorder,
+            subject: subject.to_string(),
+            redactor,
+        }
+    }
+
+    /// Records a mutating call as a plan step, secrets redacted.
+    pub(crate) fn record(&mut self, capability: &str, call: &str, target: String, mut args: Value) {
+        if let Some(rec) = &self.recorder {
+            self.redactor.value(&mut args);
+            rec.push(PlanStep {
+                subject: self.subject.clone(),
+                provider: self.provider.clone(),
+                capability: capability.to_string(),
+                call: call.to_string(),
+                target: self.redactor.text(&target),
+                args,
+            });
+        }
+    }
+}
+
+/// Caps linear memory per store; a refused growth traps at once (so the guest cannot limp
+/// on), and the flag tells the caller why the call died.
+struct MemoryLimiter {
+    max_bytes: usize,
+    denied: bool,
+}
+
+impl wasmtime::ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.max_bytes {
+            self.denied = true;
+            return Err(wasmtime::Error::msg("provider memory limit reached"));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// An export call.
+pub(crate) enum Op {
+    Validate {
+        type_name: String,
+        path: String,
+        config: String,
+    },
+    Describe,
+    Create(CallContext, Box<CreateRequest>),
+    Get(CallContext, String),
+    Delete(CallContext, String),
+    List(CallContext, String),
+    Check(CallContext),
+}
+
+impl Op {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Op::Validate { .. } => "validateConfig",
+            Op::Describe => "describe",
+            Op::Create(..) => "create",
+            Op::Get(..) => "get",
+            Op::Delete(..) => "delete",
+            Op::List(..) => "listByTag",
+            Op::Check(..) => "check",
+        }
+    }
+}
+
+pub(crate) enum OpOut {
+    Validate(Result<String, ProviderError>),
+    Describe(Description),
+    Create(Result<Instance, ProviderError>),
+    Get(Result<Instance, ProviderError>),
+    Delete(Result<(), ProviderError>),
+    List(Result<Vec<Instance>, ProviderError>),
+    Check(Vec<TargetStatus>),
+}
+
+/// Why a call did not produce an answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallFailure {
+    #[error("exceeded its {0:?} wall-time bound")]
+    Timeout(Duration),
+    #[error("exceeded its memory limit of {0} bytes")]
+    MemoryLimit(usize),
+    #[error("trapped: {0}")]
+    Trap(String),
+    #[error("could not be instantiated: {0}")]
+    Instantiate(String),
+}
+
+/// Runs one export call on a fresh instance.
+pub(crate) async fn execute(
+    engine: &wasmtime::Engine,
+    pre: &ProviderModulePre<CallState>,
+    state: CallState,
+    op: Op,
+    timeout: Duration,
+) -> Result<OpOut, CallFailure> {
+    let memory = state.limiter.max_bytes;
+    let mut store = Store::new(engine, state);
+    store.limiter(|s| &mut s.limiter);
+    // Yield at every epoch tick: a spinning guest then gives its thread back, and the timeout
+    // below cancels it by dropping the future.
+    store.epoch_deadline_async_yield_and_update(1);
+
+    let run = async {
+        let instance = pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| CallFailure::Instantiate(format!("{e:#}")))?;
+        let p = instance.egress_provider_provider();
+        let out = match op {
+            Op::Validate {
+                type_name,
+                path,
+                config,
+            } => p
+                .call_validate_config(&mut store, &type_name, &path, &config)
+                .await
+                .map(OpOut::Validate),
+            Op::Describe => p.call_describe(&mut store).await.map(OpOut::Describe),
+            Op::Create(ctx, req) => p
+                .call_create(&mut store, &ctx, &req)
+                .await
+                .map(OpOut::Create),
+            Op::Get(ctx, id) => p.call_get(&mut store, &ctx, &id).await.map(OpOut::Get),
+            Op::Delete(ctx, id) => p
+                .call_delete(&mut store, &ctx, &id)
+                .await
+                .map(OpOut::Delete),
+            Op::List(ctx, inst) => p
+                .call_list_by_tag(&mut store, &ctx, &inst)
+                .await
+                .map(OpOut::List),
+            Op::Check(ctx) => p.call_check(&mut store, &ctx).await.map(OpOut::Check),
+        };
+        out.map_err(|e| {
+            if store.data().limiter.denied {
+                CallFailure::MemoryLimit(memory)
+            } else {
+                CallFailure::Trap(trap_message(&e))
+            }
+        })
+    };
+    match tokio::time::timeout(timeout, run).await {
+        Ok(r) => r,
+        Err(_) => Err(CallFailure::Timeout(timeout)),
+    }
+}
+
+/// The trap's own words without the wasm backtrace, which names guest internals only.
+fn trap_message(e: &wasmtime::Error) -> String {
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => e.to_string(),
+    }
+}
+
+// The types interface has no functions; the bindings still want its (empty) host trait.
+impl crate::bindings::egress::provider::types::Host for CallState {}

@@ -1,0 +1,508 @@
+//! The `libvirt` capability: typed calls by configured host name. The grant lists the hosts a
+//! provider may reach; mutating calls are plan steps. The backend owns the SSH transport, the
+//! pooled connection per host, budgets and streaming.
+
+use crate::bindings::egress::provider::libvirt as wit;
+use crate::call::CallState;
+use serde_json::{Value, json};
+use tracing::Instrument;
+
+pub use wit::{
+    AddressSource, DialStage, DomainState, InterfaceAddresses, LibvirtError, NodeInfo, PoolInfo,
+    ProbeResult, ProbeTarget, Transfer, VolumeInfo,
+};
+
+pub type R<T> = Result<T, LibvirtError>;
+
+/// The calls of the WIT interface, host-side. Implemented by the native RPC client over SSH
+/// and by the simulated hypervisor.
+#[async_trait::async_trait]
+pub trait LibvirtBackend: Send + Sync {
+    async fn lib_version(&self, host: &str) -> R<u64>;
+    async fn hostname(&self, host: &str) -> R<String>;
+    async fn node_get_info(&self, host: &str) -> R<NodeInfo>;
+    async fn node_free_memory(&self, host: &str) -> R<u64>;
+    async fn list_domains(&self, host: &str) -> R<Vec<String>>;
+    async fn domain_lookup(&self, host: &str, name: &str) -> R<String>;
+    async fn domain_define_xml(&self, host: &str, xml: &str) -> R<()>;
+    async fn domain_create(&self, host: &str, name: &str) -> R<()>;
+    async fn domain_resume(&self, host: &str, name: &str) -> R<()>;
+    async fn domain_destroy(&self, host: &str, name: &str) -> R<()>;
+    async fn domain_undefine(&self, host: &str, name: &str) -> R<()>;
+    async fn domain_get_state(&self, host: &str, name: &str) -> R<DomainState>;
+    async fn domain_get_metadata(&self, host: &str, name: &str, uri: &str) -> R<String>;
+    async fn domain_interface_addresses(
+        &self,
+        host: &str,
+        name: &str,
+        source: AddressSource,
+    ) -> R<Vec<InterfaceAddresses>>;
+    async fn pool_get_info(&self, host: &str, pool: &str) -> R<PoolInfo>;
+    async fn pool_refresh(&self, host: &str, pool: &str) -> R<()>;
+    async fn pool_list_volumes(&self, host: &str, pool: &str) -> R<Vec<String>>;
+    async fn volume_lookup(&self, host: &str, pool: &str, name: &str) -> R<String>;
+    async fn volume_create_xml(&self, host: &str, pool: &str, xml: &str) -> R<()>;
+    async fn volume_delete(&self, host: &str, pool: &str, name: &str) -> R<()>;
+    async fn volume_get_info(&self, host: &str, pool: &str, name: &str) -> R<VolumeInfo>;
+    async fn volume_xml(&self, host: &str, pool: &str, name: &str) -> R<String>;
+    async fn volume_upload(&self, host: &str, pool: &str, name: &str, data: Vec<u8>) -> R<()>;
+    async fn volume_download(
+        &self,
+        host: &str,
+        pool: &str,
+        name: &str,
+        max_bytes: u64,
+    ) -> R<Vec<u8>>;
+    async fn volume_upload_from_url(
+        &self,
+        host: &str,
+        pool: &str,
+        name: &str,
+        url: &str,
+        sha256: Option<&str>,
+        max_bytes: u64,
+    ) -> R<Transfer>;
+    async fn url_size(&self, url: &str) -> R<Option<u64>>;
+    async fn probe(&self, targets: Vec<ProbeTarget>) -> Vec<ProbeResult>;
+}
+
+pub fn error(message: impl Into<String>) -> LibvirtError {
+    LibvirtError {
+        code: 0,
+        domain: 0,
+        message: message.into(),
+        stage: None,
+        timeout: false,
+        denied: false,
+    }
+}
+
+fn denied(message: impl Into<String>) -> LibvirtError {
+    LibvirtError {
+        denied: true,
+        ..error(message)
+    }
+}
+
+/// No libvirt backend in this build: every call fails at the credentials stage.
+pub struct UnavailableLibvirt;
+
+macro_rules! unavailable {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        #[async_trait::async_trait]
+        impl LibvirtBackend for UnavailableLibvirt {
+            $(async fn $name(&self, $($arg: $ty),*) -> $ret {
+                let _ = ($($arg,)*);
+                Err(error("the libvirt capability has no backend in this build"))
+            })*
+            async fn probe(&self, targets: Vec<ProbeTarget>) -> Vec<ProbeResult> {
+                targets
+                    .into_iter()
+                    .map(|t| ProbeResult {
+                        host: t.host,
+                        address: String::new(),
+                        user: String::new(),
+                        lib_version: None,
+                        hostname: None,
+                        pool: None,
+                        error: Some(error("the libvirt capability has no backend in this build")),
+                    })
+                    .collect()
+            }
+        }
+    };
+}
+
+unavailable! {
+    lib_version(host: &str) -> R<u64>;
+    hostname(host: &str) -> R<String>;
+    node_get_info(host: &str) -> R<NodeInfo>;
+    node_free_memory(host: &str) -> R<u64>;
+    list_domains(host: &str) -> R<Vec<String>>;
+    domain_lookup(host: &str, name: &str) -> R<String>;
+    domain_define_xml(host: &str, xml: &str) -> R<()>;
+    domain_create(host: &str, name: &str) -> R<()>;
+    domain_resume(host: &str, name: &str) -> R<()>;
+    domain_destroy(host: &str, name: &str) -> R<()>;
+    domain_undefine(host: &str, name: &str) -> R<()>;
+    domain_get_state(host: &str, name: &str) -> R<DomainState>;
+    domain_get_metadata(host: &str, name: &str, uri: &str) -> R<String>;
+    domain_interface_addresses(host: &str, name: &str, source: AddressSource) -> R<Vec<InterfaceAddresses>>;
+    pool_get_info(host: &str, pool: &str) -> R<PoolInfo>;
+    pool_refresh(host: &str, pool: &str) -> R<()>;
+    pool_list_volumes(host: &str, pool: &str) -> R<Vec<String>>;
+    volume_lookup(host: &str, pool: &str, name: &str) -> R<String>;
+    volume_create_xml(host: &str, pool: &str, xml: &str) -> R<()>;
+    volume_delete(host: &str, pool: &str, name: &str) -> R<()>;
+    volume_get_info(host: &str, pool: &str, name: &str) -> R<VolumeInfo>;
+    volume_xml(host: &str, pool: &str, name: &str) -> R<String>;
+    volume_upload(host: &str, pool: &str, name: &str, data: Vec<u8>) -> R<()>;
+    volume_download(host: &str, pool: &str, name: &str, max_bytes: u64) -> R<Vec<u8>>;
+    volume_upload_from_url(host: &str, pool: &str, name: &str, url: &str, sha256: Option<&str>, max_bytes: u64) -> R<Transfer>;
+    url_size(url: &str) -> R<Option<u64>>;
+}
+
+impl CallState {
+    fn libvirt_allowed(&self, host: &str) -> R<()> {
+        match &self.grants.libvirt {
+            Some(g) if g.hosts.iter().any(|h| h == host) => Ok(()),
+            Some(_) => Err(denied(format!("libvirt host {host:?} is not granted"))),
+            None => Err(denied("no libvirt grant")),
+        }
+    }
+}
+
+/// One host function: grant check, optional plan step, span, debug line, backend call.
+macro_rules! host_call {
+    ($self:ident, $span:literal, $host:expr, $record:expr, $call:expr) => {{
+        $self.libvirt_allowed($host)?;
+        if let Some((call, target, args)) = $record {
+            $self.record("libvirt", call, target, args);
+        }
+        let span = tracing::debug_span!($span, provider = %$self.provider, host = %$host);
+        let backend = $self.backends.libvirt.clone();
+        async move {
+            let out = $call(backend).await;
+            if let Err(e) = &out {
+                tracing::debug!(code = e.code, "{} failed: {}", $span, e.message);
+            } else {
+                tracing::debug!("{} ok", $span);
+            }
+            out
+        }
+        .instrument(span)
+        .await
+    }};
+}
+
+type B = std::sync::Arc<dyn LibvirtBackend>;
+const NONE: Option<(&str, String, Value)> = None;
+
+impl wit::Host for CallState {
+    async fn lib_version(&mut self, host: String) -> R<u64> {
+        host_call!(
+            self,
+            "libvirt.lib-version",
+            &host,
+            NONE,
+            |b: B| async move { b.lib_version(&host).await }
+        )
+    }
+    async fn hostname(&mut self, host: String) -> R<String> {
+        host_call!(self, "libvirt.hostname", &host, NONE, |b: B| async move {
+            b.hostname(&host).await
+        })
+    }
+    async fn node_get_info(&mut self, host: String) -> R<NodeInfo> {
+        host_call!(
+            self,
+            "libvirt.node-get-info",
+            &host,
+            NONE,
+            |b: B| async move { b.node_get_info(&host).await }
+        )
+    }
+    async fn node_free_memory(&mut self, host: String) -> R<u64> {
+        host_call!(
+            self,
+            "libvirt.node-free-memory",
+            &host,
+            NONE,
+            |b: B| async move { b.node_free_memory(&host).await }
+        )
+    }
+    async fn list_domains(&mut self, host: String) -> R<Vec<String>> {
+        host_call!(
+            self,
+            "libvirt.list-domains",
+            &host,
+            NONE,
+            |b: B| async move { b.list_domains(&host).await }
+        )
+    }
+    async fn domain_lookup(&mut self, host: String, name: String) -> R<String> {
+        host_call!(
+            self,
+            "libvirt.domain-lookup",
+            &host,
+            NONE,
+            |b: B| async move { b.domain_lookup(&host, &name).await }
+        )
+    }
+    async fn domain_define_xml(&mut self, host: String, xml: String) -> R<()> {
+        let rec = Some((
+            "domain-define-xml",
+            format!("host {host}"),
+            json!({"xml": xml}),
+        ));
+        host_call!(
+            self,
+            "libvirt.domain-define-xml",
+            &host,
+            rec,
+            |b: B| async move { b.domain_define_xml(&host, &xml).await }
+        )
+    }
+    async fn domain_create(&mut self, host: String, name: String) -> R<()> {
+        let rec = Some((
+            "domain-create",
+            format!("domain {host}/{name}"),
+            Value::Null,
+        ));
+        host_call!(
+            self,
+            "libvirt.domain-create",
+            &host,
+            rec,
+            |b: B| async move { b.domain_create(&host, &name).await }
+        )
+    }
+    async fn domain_resume(&mut self, host: String, name: String) -> R<()> {
+        let rec = Some((
+            "domain-resume",
+            format!("domain {host}/{name}"),
+            Value::Null,
+        ));
+        host_call!(
+            self,
+            "libvirt.domain-resume",
+            &host,
+            rec,
+            |b: B| async move { b.domain_resume(&host, &name).await }
+        )
+    }
+    async fn domain_destroy(&mut self, host: String, name: String) -> R<()> {
+        let rec = Some((
+            "domain-destroy",
+            format!("domain {host}/{name}"),
+            Value::Null,
+        ));
+        host_call!(
+            self,
+            "libvirt.domain-destroy",
+            &host,
+            rec,
+            |b: B| async move { b.domain_destroy(&host, &name).await }
+        )
+    }
+    async fn domain_undefine(&mut self, host: String, name: String) -> R<()> {
+        let rec = Some((
+            "domain-undefine",
+            format!("domain {host}/{name}"),
+            Value::Null,
+        ));
+        host_call!(
+            self,
+            "libvirt.domain-undefine",
+            &host,
+            rec,
+            |b: B| async move { b.domain_undefine(&host, &name).await }
+        )
+    }
+    async fn domain_get_state(&mut self, host: String, name: String) -> R<DomainState> {
+        host_call!(
+            self,
+            "libvirt.domain-get-state",
+            &host,
+            NONE,
+            |b: B| async move { b.domain_get_state(&host, &name).await }
+        )
+    }
+    async fn domain_get_metadata(&mut self, host: String, name: String, uri: String) -> R<String> {
+        host_call!(
+            self,
+            "libvirt.domain-get-metadata",
+            &host,
+            NONE,
+            |b: B| async move { b.domain_get_metadata(&host, &name, &uri).await }
+        )
+    }
+    async fn domain_interface_addresses(
+        &mut self,
+        host: String,
+        name: String,
+        source: AddressSource,
+    ) -> R<Vec<InterfaceAddresses>> {
+        host_call!(
+            self,
+            "libvirt.domain-interface-addresses",
+            &host,
+            NONE,
+            |b: B| async move { b.domain_interface_addresses(&host, &name, source).await }
+        )
+    }
+    async fn pool_get_info(&mut self, host: String, pool: String) -> R<PoolInfo> {
+        host_call!(
+            self,
+            "libvirt.pool-get-info",
+            &host,
+            NONE,
+            |b: B| async move { b.pool_get_info(&host, &pool).await }
+        )
+    }
+    async fn pool_refresh(&mut self, host: String, pool: String) -> R<()> {
+        host_call!(
+            self,
+            "libvirt.pool-refresh",
+            &host,
+            NONE,
+            |b: B| async move { b.pool_refresh(&host, &pool).await }
+        )
+    }
+    async fn pool_list_volumes(&mut self, host: String, pool: String) -> R<Vec<String>> {
+        host_call!(
+            self,
+            "libvirt.pool-list-volumes",
+            &host,
+            NONE,
+            |b: B| async move { b.pool_list_volumes(&host, &pool).await }
+        )
+    }
+    async fn volume_lookup(&mut self, host: String, pool: String, name: String) -> R<String> {
+        host_call!(
+            self,
+            "libvirt.volume-lookup",
+            &host,
+            NONE,
+            |b: B| async move { b.volume_lookup(&host, &pool, &name).await }
+        )
+    }
+    async fn volume_create_xml(&mut self, host: String, pool: String, xml: String) -> R<()> {
+        let rec = Some((
+            "volume-create-xml",
+            format!("pool {host}/{pool}"),
+            json!({"xml": xml}),
+        ));
+        host_call!(
+            self,
+            "libvirt.volume-create-xml",
+            &host,
+            rec,
+            |b: B| async move { b.volume_create_xml(&host, &pool, &xml).await }
+        )
+    }
+    async fn volume_delete(&mut self, host: String, pool: String, name: String) -> R<()> {
+        let rec = Some((
+            "volume-delete",
+            format!("volume {host}/{pool}/{name}"),
+            Value::Null,
+        ));
+        host_call!(
+            self,
+            "libvirt.volume-delete",
+            &host,
+            rec,
+            |b: B| async move { b.volume_delete(&host, &pool, &name).await }
+        )
+    }
+    async fn volume_get_info(&mut self, host: String, pool: String, name: String) -> R<VolumeInfo> {
+        host_call!(
+            self,
+            "libvirt.volume-get-info",
+            &host,
+            NONE,
+            |b: B| async move { b.volume_get_info(&host, &pool, &name).await }
+        )
+    }
+    async fn volume_xml(&mut self, host: String, pool: String, name: String) -> R<String> {
+        host_call!(self, "libvirt.volume-xml", &host, NONE, |b: B| async move {
+            b.volume_xml(&host, &pool, &name).await
+        })
+    }
+    async fn volume_upload(
+        &mut self,
+        host: String,
+        pool: String,
+        name: String,
+        data: Vec<u8>,
+    ) -> R<()> {
+        // Upload bodies (seed ISOs carry cloud-init) never enter a plan: only size and digest.
+        let digest = {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(&data))
+        };
+        let rec = Some((
+            "volume-upload",
+            format!("volume {host}/{pool}/{name}"),
+            json!({"bytes": data.len(), "sha256": digest}),
+        ));
+        host_call!(
+            self,
+            "libvirt.volume-upload",
+            &host,
+            rec,
+            |b: B| async move { b.volume_upload(&host, &pool, &name, data).await }
+        )
+    }
+    async fn volume_download(
+        &mut self,
+        host: String,
+        pool: String,
+        name: String,
+        max_bytes: u64,
+    ) -> R<Vec<u8>> {
+        host_call!(
+            self,
+            "libvirt.volume-download",
+            &host,
+            NONE,
+            |b: B| async move { b.volume_download(&host, &pool, &name, max_bytes).await }
+        )
+    }
+    async fn volume_upload_from_url(
+        &mut self,
+        host: String,
+        pool: String,
+        name: String,
+        url: String,
+        sha256: Option<String>,
+        max_bytes: u64,
+    ) -> R<Transfer> {
+        let rec = Some((
+            "volume-upload-from-url",
+            format!("volume {host}/{pool}/{name}"),
+            json!({"url": url, "sha256": sha256}),
+        ));
+        host_call!(
+            self,
+            "libvirt.volume-upload-from-url",
+            &host,
+            rec,
+            |b: B| async move {
+                b.volume_upload_from_url(&host, &pool, &name, &url, sha256.as_deref(), max_bytes)
+                    .await
+            }
+        )
+    }
+    async fn url_size(&mut self, url: String) -> R<Option<u64>> {
+        if self.grants.libvirt.is_none() {
+            return Err(denied("no libvirt grant"));
+        }
+        let span = tracing::debug_span!("libvirt.url-size", provider = %self.provider);
+        let backend = self.backends.libvirt.clone();
+        async move { backend.url_size(&url).await }
+            .instrument(span)
+            .await
+    }
+    async fn probe(&mut self, targets: Vec<ProbeTarget>) -> Vec<ProbeResult> {
+        let (granted, refused): (Vec<_>, Vec<_>) = targets
+            .into_iter()
+            .partition(|t| self.libvirt_allowed(&t.host).is_ok());
+        let span =
+            tracing::debug_span!("libvirt.probe", provider = %self.provider, hosts = granted.len());
+        let backend = self.backends.libvirt.clone();
+        let mut out = async move { backend.probe(granted).await }
+            .instrument(span)
+            .await;
+        out.extend(refused.into_iter().map(|t| ProbeResult {
+            error: Some(denied(format!("libvirt host {:?} is not granted", t.host))),
+            host: t.host,
+            address: String::new(),
+            user: String::new(),
+            lib_version: None,
+            hostname: None,
+            pool: None,
+        }));
+        out
+    }
+}

@@ -1,0 +1,33 @@
+//! One module per capability: the backend trait, its real and simulated implementations, and
+//! the bindings' host functions that check the grant, open the `<capability>.<call>` span,
+//! record mutating calls as plan steps, and call the backend.
+
+pub mod clock;
+pub mod http;
+pub mod kube;
+pub mod libvirt;
+pub mod log;
+
+use std::sync::Arc;
+
+/// The backends a set of providers runs against: all real, or all simulated (a dry-run).
+#[derive(Clone)]
+pub struct Backends {
+    pub clock: Arc<dyn clock::ClockBackend>,
+    pub kube: Arc<dyn kube::KubeBackend>,
+    pub http: Arc<dyn http::HttpBackend>,
+    pub libvirt: Arc<dyn libvirt::LibvirtBackend>,
+}
+
+impl Backends {
+    /// The real backends: the system clock, the cluster from the kubeconfig or in-cluster
+    /// config (connected on first use), and the libvirt and http capabilities as built.
+    pub fn real() -> Self {
+        Self {
+            clock: Arc::new(clock::SystemClock::new()),
+            kube: Arc::new(kube::RealKube::new()),
+            http: Arc::new(http::UnavailableHttp),
+            libvirt: Arc::new(libvirt::UnavailableLibvirt),
+        }
+    }
+}

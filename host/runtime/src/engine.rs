@@ -1,0 +1,186 @@
+//! The one Engine: compiled modules cached on disk (keyed by module digest and engine config),
+//! the pooling allocator when the machine lets it reserve its slots, one epoch ticker.
+
+use crate::bindings::ProviderModule;
+use crate::call::CallState;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// How often the epoch advances: the granularity at which a spinning guest yields.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+/// The largest linear memory any provider entry may ask for.
+pub const MAX_MEMORY_BYTES: usize = 256 << 20;
+
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Where compiled modules are cached; None disables the cache.
+    pub cache_dir: Option<PathBuf>,
+    /// Try the pooling allocator (falls back to on-demand when it cannot reserve memory).
+    pub pooling: bool,
+    /// Calls running at once; further calls wait for a slot.
+    pub max_concurrent_calls: u32,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self {
+            cache_dir: default_cache_dir(),
+            pooling: true,
+            max_concurrent_calls: 128,
+        }
+    }
+}
+
+/// `$EGRESS_PROXIES_CACHE_DIR`, else `$XDG_CACHE_HOME/egress-proxies`, else
+/// `$HOME/.cache/egress-proxies`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("EGRESS_PROXIES_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(d).join("egress-proxies"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/egress-proxies"))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("wasm engine: {0}")]
+    Engine(String),
+    #[error("module cache at {path}: {message}")]
+    Cache { path: String, message: String },
+}
+
+pub(crate) struct Inner {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<CallState>,
+    pub(crate) slots: Semaphore,
+    pub(crate) pooling: bool,
+    /// Compiled modules by digest, so identical bytes compile once per process.
+    pub(crate) modules:
+        std::sync::Mutex<std::collections::HashMap<String, Arc<crate::provider::LoadedModule>>>,
+}
+
+/// Cheap to clone; all clones share the Engine, the linker and the call slots.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+fn base_config(opts: &RuntimeOptions) -> Result<Config, RuntimeError> {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.parallel_compilation(true);
+    if let Some(dir) = &opts.cache_dir {
+        std::fs::create_dir_all(dir).map_err(|e| RuntimeError::Cache {
+            path: dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let dir = std::path::absolute(dir).map_err(|e| RuntimeError::Cache {
+            path: dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let mut cache = wasmtime::CacheConfig::new();
+        cache.with_directory(&dir);
+        let cache = wasmtime::Cache::new(cache).map_err(|e| RuntimeError::Cache {
+            path: dir.display().to_string(),
+            message: format!("{e:#}"),
+        })?;
+        config.cache(Some(cache));
+    }
+    Ok(config)
+}
+
+fn pooling_config(slots: u32) -> PoolingAllocationConfig {
+    let mut p = PoolingAllocationConfig::default();
+    p.total_component_instances(slots)
+        .total_core_instances(slots * 4)
+        .total_memories(slots * 2)
+        .total_tables(slots * 4)
+        .total_stacks(slots)
+        .max_memory_size(MAX_MEMORY_BYTES)
+        .max_core_instances_per_component(20)
+        .max_memories_per_component(4)
+        .max_tables_per_component(8);
+    p
+}
+
+impl Runtime {
+    pub fn new(opts: RuntimeOptions) -> Result<Self, RuntimeError> {
+        let slots = opts.max_concurrent_calls.max(1);
+        let mut pooling = false;
+        let mut engine = None;
+        if opts.pooling {
+            let mut config = base_config(&opts)?;
+            config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling_config(slots)));
+            match Engine::new(&config) {
+                Ok(e) => {
+                    pooling = true;
+                    engine = Some(e);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "pooling allocator unavailable ({e:#}); using on-demand allocation"
+                    );
+                }
+            }
+        }
+        let engine = match engine {
+            Some(e) => e,
+            None => Engine::new(&base_config(&opts)?)
+                .map_err(|e| RuntimeError::Engine(format!("{e:#}")))?,
+        };
+        // A pooling engine can still fail at its first instantiation if the reservation is
+        // refused lazily; probing with an empty store is not possible without a module, so the
+        // fallback above covers the reservation made at Engine::new.
+
+        let mut linker: Linker<CallState> = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+            .map_err(|e| RuntimeError::Engine(format!("linking WASI: {e:#}")))?;
+        ProviderModule::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |s| s)
+            .map_err(|e| RuntimeError::Engine(format!("linking capabilities: {e:#}")))?;
+
+        spawn_ticker(&engine).map_err(|e| RuntimeError::Engine(format!("epoch ticker: {e}")))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                slots: Semaphore::new(slots as usize),
+                pooling,
+                modules: Default::default(),
+            }),
+        })
+    }
+
+    /// Whether the pooling allocator is in use.
+    pub fn pooling(&self) -> bool {
+        self.inner.pooling
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+}
+
+/// One ticker per Engine, on its own thread so a guest spinning on a single-threaded runtime
+/// still sees the epoch move. It ends when the Engine is dropped.
+fn spawn_ticker(engine: &Engine) -> std::io::Result<()> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("wasm-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(EPOCH_TICK);
+                match weak.upgrade() {
+                    Some(e) => e.increment_epoch(),
+                    None => break,
+                }
+            }
+        })
+        .map(|_| ())
+}

@@ -1,0 +1,46 @@
+//! The plan: every mutating capability call, in order, with its subject (the Proxy it was made
+//! for, or the sweep) and its arguments, secrets redacted.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlanStep {
+    /// `namespace/name` of the Proxy, `gc`, or empty.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub subject: String,
+    pub provider: String,
+    pub capability: String,
+    pub call: String,
+    pub target: String,
+    #[serde(skip_serializing_if = "Value::is_null")]
+    pub args: Value,
+}
+
+#[derive(Debug, Default)]
+pub struct PlanRecorder {
+    steps: Mutex<Vec<PlanStep>>,
+}
+
+impl PlanRecorder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&self, step: PlanStep) {
+        self.steps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(step);
+    }
+
+    /// Takes the steps recorded so far.
+    pub fn take(&self) -> Vec<PlanStep> {
+        std::mem::take(&mut *self.steps.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    pub fn snapshot(&self) -> Vec<PlanStep> {
+        self.steps.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}

@@ -1,0 +1,484 @@
+//! Configured providers: each entry's module compiled once and described, its config block
+//! validated by the module, its grants resolved, and its calls run on fresh stores.
+
+use crate::Backends;
+use crate::bindings::{self as b, ProviderModulePre};
+use crate::call::{CallFailure, CallState, Op, OpOut, execute};
+use crate::engine::{MAX_MEMORY_BYTES, Runtime};
+use crate::grants::{EffectiveGrants, effective};
+use crate::plan::PlanRecorder;
+use crate::redact::Redactor;
+use egress_core::config::{ConfigError, ProviderEntry, ProvidersConfig};
+use egress_core::{
+    CreateRequest, ErrorClass, Instance, InstanceState, Placement, ProviderError, TargetStatus,
+};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::Instrument;
+
+/// A compiled module with its InstancePre and its self-description.
+pub struct LoadedModule {
+    /// Hex sha256 of the module bytes.
+    pub digest: String,
+    pub(crate) pre: ProviderModulePre<CallState>,
+    pub description: b::Description,
+}
+
+pub type LoadError = ConfigError;
+
+/// How to resolve modules and which backends the providers run against.
+pub struct LoadOptions<'a> {
+    /// Relative `module:` paths are resolved against this directory (the providers file's).
+    pub base_dir: &'a Path,
+    /// The embedded module for a built-in type.
+    pub builtin: &'a (dyn Fn(&str) -> Option<&'static [u8]> + Sync),
+    pub backends: Backends,
+    pub recorder: Option<Arc<PlanRecorder>>,
+}
+
+/// One configured provider, ready to call.
+pub struct Provider {
+    pub name: String,
+    pub type_name: String,
+    /// The revision of its entry: a change releases Proxies held on a permanent failure.
+    pub revision: String,
+    pub module: Arc<LoadedModule>,
+    pub grants: Arc<EffectiveGrants>,
+    /// The normalized config block (JSON), as the module's validate-config returned it.
+    pub config: String,
+    entry: ProviderEntry,
+    runtime: Runtime,
+    backends: Backends,
+    recorder: Option<Arc<PlanRecorder>>,
+}
+
+/// The configured providers by name.
+pub struct Providers {
+    pub by_name: BTreeMap<String, Arc<Provider>>,
+}
+
+impl Runtime {
+    /// Compiles a module (or takes it from the disk cache), prepares its instantiation and
+    /// asks it to describe itself. Identical bytes are compiled once per process.
+    pub async fn load_module(&self, bytes: &[u8]) -> Result<Arc<LoadedModule>, String> {
+        let digest = hex::encode(Sha256::digest(bytes));
+        if let Some(m) = self.modules().get(&digest) {
+            return Ok(m.clone());
+        }
+        let engine = self.inner.engine.clone();
+        let owned = bytes.to_vec();
+        let component = tokio::task::spawn_blocking(move || {
+            wasmtime::component::Component::new(&engine, owned)
+        })
+        .await
+        .map_err(|e| format!("compile task failed: {e}"))?
+        .map_err(|e| format!("not a valid provider component: {e:#}"))?;
+        let pre = self
+            .inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| format!("imports something the host does not provide: {e:#}"))?;
+        let pre = ProviderModulePre::new(pre)
+            .map_err(|e| format!("does not export the provider interface: {e:#}"))?;
+        let state = CallState::new(
+            "describe",
+            Arc::new(EffectiveGrants::default()),
+            Backends::real(),
+            None,
+            "",
+            Redactor::default(),
+            64 << 20,
+        );
+        let description = match execute(
+            &self.inner.engine,
+            &pre,
+            state,
+            Op::Describe,
+            Duration::from_secs(10),
+        )
+        .await
+        {
+            Ok(OpOut::Describe(d)) => d,
+            Ok(_) => return Err("describe answered with the wrong shape".into()),
+            Err(e) => return Err(format!("describe {e}")),
+        };
+        let module = Arc::new(LoadedModule {
+            digest: digest.clone(),
+            pre,
+            description,
+        });
+        self.modules().insert(digest, module.clone());
+        Ok(module)
+    }
+
+    fn modules(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LoadedModule>>> {
+        self.inner.modules.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Providers {
+    /// Loads every entry: reads or embeds its module, compiles it, checks that it serves the
+    /// entry's type, validates the block through the module and resolves the grants. Every
+    /// error names the entry's path.
+    pub async fn load(
+        runtime: &Runtime,
+        cfg: &ProvidersConfig,
+        opts: LoadOptions<'_>,
+    ) -> Result<Self, LoadError> {
+        cfg.check()?;
+        let mut by_name = BTreeMap::new();
+        for (i, entry) in cfg.providers.iter().enumerate() {
+            let provider = Provider::load(runtime, i, entry, &opts).await?;
+            by_name.insert(entry.name.clone(), Arc::new(provider));
+        }
+        Ok(Self { by_name })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Provider>> {
+        self.by_name.get(name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
+        self.by_name.values()
+    }
+}
+
+impl Provider {
+    async fn load(
+        runtime: &Runtime,
+        i: usize,
+        entry: &ProviderEntry,
+        opts: &LoadOptions<'_>,
+    ) -> Result<Self, LoadError> {
+        let at = format!("providers[{i}]");
+        let bytes: std::borrow::Cow<'_, [u8]> = match &entry.module {
+            Some(path) => {
+                let full = opts.base_dir.join(path);
+                std::fs::read(&full)
+                    .map_err(|e| ConfigError::new(format!("{at}.module"), format!("cannot read {}: {e}", full.display())))?
+                    .into()
+            }
+            None => (opts.builtin)(&entry.type_)
+                .ok_or_else(|| {
+                    ConfigError::new(
+                        format!("{at}.type"),
+                        format!("type {:?} has no built-in module in this build; name one with `module`", entry.type_),
+                    )
+                })?
+                .into(),
+        };
+        let module = runtime.load_module(&bytes).await.map_err(|m| {
+            ConfigError::new(
+                format!("{at}.module"),
+                format!("module for type {:?} {m}", entry.type_),
+            )
+        })?;
+        let d = &module.description;
+        if d.type_name != entry.type_ && !d.aliases.contains(&entry.type_) {
+            return Err(ConfigError::new(
+                format!("{at}.type"),
+                format!("the module serves {:?}, not {:?}", d.type_name, entry.type_),
+            ));
+        }
+        if entry.memory_bytes() > MAX_MEMORY_BYTES {
+            return Err(ConfigError::new(
+                format!("{at}.limits.memoryMiB"),
+                format!("at most {}", MAX_MEMORY_BYTES >> 20),
+            ));
+        }
+        let (block_key, block) = entry.block();
+        let block_json = block
+            .cloned()
+            .unwrap_or(serde_json::Value::Object(Default::default()));
+        let path = format!("{at}.{block_key}");
+        let state = CallState::new(
+            &entry.name,
+            Arc::new(EffectiveGrants::default()),
+            opts.backends.clone(),
+            None,
+            "",
+            Redactor::default(),
+            entry.memory_bytes(),
+        );
+        let op = Op::Validate {
+            type_name: entry.type_.clone(),
+            path: path.clone(),
+            config: block_json.to_string(),
+        };
+        let config = match execute(
+            &runtime.inner.engine,
+            &module.pre,
+            state,
+            op,
+            entry.timeout("validateConfig"),
+        )
+        .await
+        {
+            Ok(OpOut::Validate(Ok(c))) => c,
+            Ok(OpOut::Validate(Err(e))) => {
+                // The module names the field inside its message (`path.field: ...`).
+                let (p, m) = match e.message.split_once(": ") {
+                    Some((p, m)) if p.starts_with(&path) => (p.to_string(), m.to_string()),
+                    _ => (path.clone(), e.message.clone()),
+                };
+                return Err(ConfigError::new(p, m));
+            }
+            Ok(_) => {
+                return Err(ConfigError::new(
+                    path,
+                    "validate-config answered with the wrong shape",
+                ));
+            }
+            Err(f) => return Err(ConfigError::new(path, format!("validate-config {f}"))),
+        };
+        let grants = effective(i, entry, &block_json, &d.capabilities)?;
+        Ok(Self {
+            name: entry.name.clone(),
+            type_name: entry.type_.clone(),
+            revision: entry.revision(),
+            module,
+            grants: Arc::new(grants),
+            config,
+            entry: entry.clone(),
+            runtime: runtime.clone(),
+            backends: opts.backends.clone(),
+            recorder: opts.recorder.clone(),
+        })
+    }
+
+    fn ctx(&self) -> b::CallContext {
+        b::CallContext {
+            provider: self.name.clone(),
+            type_name: self.type_name.clone(),
+            config: self.config.clone(),
+        }
+    }
+
+    fn fail(&self, op: &str, class: ErrorClass, reason: &str, message: String) -> ProviderError {
+        ProviderError::new(&self.name, op, class, reason, message)
+    }
+
+    async fn call(
+        &self,
+        op: Op,
+        subject: &str,
+        redactor: Redactor,
+    ) -> Result<OpOut, ProviderError> {
+        let name = op.name();
+        let span = match name {
+            "create" => tracing::info_span!("provider.create", provider = %self.name, subject),
+            "get" => tracing::info_span!("provider.get", provider = %self.name, subject),
+            "delete" => tracing::info_span!("provider.delete", provider = %self.name, subject),
+            "listByTag" => tracing::info_span!("provider.list-by-tag", provider = %self.name),
+            "check" => tracing::info_span!("provider.check", provider = %self.name),
+            _ => tracing::info_span!("provider.call", provider = %self.name, op = name),
+        };
+        let timeout = self.entry.timeout(name);
+        async {
+            let _slot = self.runtime.inner.slots.acquire().await.map_err(|_| {
+                self.fail(
+                    name,
+                    ErrorClass::Transient,
+                    "ShuttingDown",
+                    "the runtime is shutting down".into(),
+                )
+            })?;
+            let state = CallState::new(
+                &self.name,
+                self.grants.clone(),
+                self.backends.clone(),
+                self.recorder.clone(),
+                subject,
+                redactor.clone(),
+                self.entry.memory_bytes(),
+            );
+            let started = std::time::Instant::now();
+            let out = execute(
+                &self.runtime.inner.engine,
+                &self.module.pre,
+                state,
+                op,
+                timeout,
+            )
+            .await;
+            tracing::debug!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                ok = out.is_ok(),
+                "provider call finished"
+            );
+            out.map_err(|f| {
+                let reason = match f {
+                    CallFailure::Timeout(_) => "Timeout",
+                    CallFailure::MemoryLimit(_) => "MemoryLimit",
+                    CallFailure::Trap(_) => "Trap",
+                    CallFailure::Instantiate(_) => "Instantiate",
+                };
+                let message = redactor.text(&format!("module {f}"));
+                tracing::warn!(reason, "provider call failed: {message}");
+                self.fail(name, ErrorClass::Transient, reason, message)
+            })
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Maps the guest's classified error, naming provider and operation, secrets redacted.
+    fn guest_error(&self, op: &str, e: b::ProviderError, redactor: &Redactor) -> ProviderError {
+        let class = match e.class {
+            b::ErrorClass::Transient => ErrorClass::Transient,
+            b::ErrorClass::Permanent => ErrorClass::Permanent,
+            b::ErrorClass::NotFound => ErrorClass::NotFound,
+            b::ErrorClass::QuotaExceeded => ErrorClass::QuotaExceeded,
+        };
+        self.fail(op, class, &e.reason, redactor.text(&e.message))
+    }
+
+    fn wrong_shape(&self, op: &str) -> ProviderError {
+        self.fail(
+            op,
+            ErrorClass::Transient,
+            "Internal",
+            "unexpected answer shape".into(),
+        )
+    }
+
+    pub async fn create(
+        &self,
+        subject: &str,
+        req: &CreateRequest,
+    ) -> Result<Instance, ProviderError> {
+        let redactor = Redactor::new(req.cloud_init.clone());
+        let op = Op::Create(self.ctx(), Box::new(to_wit_request(req)));
+        match self.call(op, subject, redactor.clone()).await? {
+            OpOut::Create(r) => r
+                .map(from_wit_instance)
+                .map_err(|e| self.guest_error("create", e, &redactor)),
+            _ => Err(self.wrong_shape("create")),
+        }
+    }
+
+    pub async fn get(&self, subject: &str, provider_id: &str) -> Result<Instance, ProviderError> {
+        let r = Redactor::default();
+        match self
+            .call(Op::Get(self.ctx(), provider_id.into()), subject, r.clone())
+            .await?
+        {
+            OpOut::Get(r2) => r2
+                .map(from_wit_instance)
+                .map_err(|e| self.guest_error("get", e, &r)),
+            _ => Err(self.wrong_shape("get")),
+        }
+    }
+
+    pub async fn delete(&self, subject: &str, provider_id: &str) -> Result<(), ProviderError> {
+        let r = Redactor::default();
+        match self
+            .call(
+                Op::Delete(self.ctx(), provider_id.into()),
+                subject,
+                r.clone(),
+            )
+            .await?
+        {
+            OpOut::Delete(r2) => r2.map_err(|e| self.guest_error("delete", e, &r)),
+            _ => Err(self.wrong_shape("delete")),
+        }
+    }
+
+    pub async fn list_by_tag(
+        &self,
+        subject: &str,
+        installation: &str,
+    ) -> Result<Vec<Instance>, ProviderError> {
+        let r = Redactor::default();
+        match self
+            .call(
+                Op::List(self.ctx(), installation.into()),
+                subject,
+                r.clone(),
+            )
+            .await?
+        {
+            OpOut::List(r2) => r2
+                .map(|v| v.into_iter().map(from_wit_instance).collect())
+                .map_err(|e| self.guest_error("listByTag", e, &r)),
+            _ => Err(self.wrong_shape("listByTag")),
+        }
+    }
+
+    /// The health of each backend target. A failed call is one target with the failure.
+    pub async fn check(&self) -> Vec<TargetStatus> {
+        match self
+            .call(Op::Check(self.ctx()), "check", Redactor::default())
+            .await
+        {
+            Ok(OpOut::Check(targets)) => targets
+                .into_iter()
+                .map(|t| TargetStatus {
+                    target: t.target,
+                    address: t.address,
+                    reason: t.reason,
+                    message: t.message,
+                    details: t.details.into_iter().collect(),
+                })
+                .collect(),
+            Ok(_) => vec![],
+            Err(e) => vec![TargetStatus {
+                target: "module".into(),
+                address: String::new(),
+                reason: e.reason.clone(),
+                message: e.message,
+                details: BTreeMap::new(),
+            }],
+        }
+    }
+}
+
+fn to_wit_request(r: &CreateRequest) -> b::CreateRequest {
+    let Placement {
+        zone,
+        region,
+        machine_type,
+        image,
+    } = r.placement.clone();
+    b::CreateRequest {
+        name: r.name.clone(),
+        namespace: r.namespace.clone(),
+        uid: r.uid.clone(),
+        port: r.port,
+        placement: b::Placement {
+            zone,
+            region,
+            machine_type,
+            image,
+        },
+        cloud_init: r.cloud_init.clone(),
+        installation: r.installation.clone(),
+        owner: r.owner.as_ref().map(|o| b::OwnerReference {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+            uid: o.uid.clone(),
+        }),
+    }
+}
+
+fn from_wit_instance(i: b::Instance) -> Instance {
+    Instance {
+        provider_id: i.provider_id,
+        name: i.name,
+        uid: i.uid,
+        installation: i.installation,
+        state: match i.state {
+            b::InstanceState::Provisioning => InstanceState::Provisioning,
+            b::InstanceState::Running => InstanceState::Running,
+            b::InstanceState::Stopped => InstanceState::Stopped,
+            b::InstanceState::Terminated => InstanceState::Terminated,
+        },
+        ip: i.ip,
+        created_at: i.created_at,
+    }
+}

@@ -1,0 +1,66 @@
+//! Secrets (cloud-init, keys, tokens) never reach a log, span, error or plan: the strings a
+//! call must not leak are registered on its store, and everything leaving the call through the
+//! host passes through [`Redactor`].
+
+use serde_json::Value;
+
+pub const REDACTED: &str = "<redacted>";
+
+/// The secrets of one call. Empty strings and very short ones are ignored: replacing "a" in
+/// every log line would say nothing about secrecy and destroy the lines.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    pub fn new(secrets: impl IntoIterator<Item = String>) -> Self {
+        let mut secrets: Vec<String> = secrets.into_iter().filter(|s| s.len() >= 8).collect();
+        // Longest first, so a secret containing another is replaced whole.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        Self { secrets }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty()
+    }
+
+    pub fn text(&self, s: &str) -> String {
+        let mut out = s.to_string();
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), REDACTED);
+            }
+        }
+        out
+    }
+
+    pub fn value(&self, v: &mut Value) {
+        if self.secrets.is_empty() {
+            return;
+        }
+        match v {
+            Value::String(s) if self.secrets.iter().any(|x| s.contains(x.as_str())) => {
+                *s = self.text(s);
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| self.value(i)),
+            Value::Object(map) => map.values_mut().for_each(|i| self.value(i)),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn redacts_inside_strings_and_structures() {
+        let r = Redactor::new(["#cloud-config SECRET".to_string(), "x".to_string()]);
+        assert_eq!(r.text("a #cloud-config SECRET b x"), "a <redacted> b x");
+        let mut v = json!({"items": [{"value": "#cloud-config SECRET"}], "n": 1});
+        r.value(&mut v);
+        assert_eq!(v, json!({"items": [{"value": "<redacted>"}], "n": 1}));
+    }
+}

@@ -1,0 +1,329 @@
+//! The runtime end to end: real modules (the embedded built-ins and the hostile test module)
+//! against the simulated backends.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use egress_core::config::ProvidersConfig;
+use egress_core::{CreateRequest, ErrorClass, InstanceState, Placement};
+use egress_runtime::capabilities::clock::VirtualClock;
+use egress_runtime::world::World;
+use egress_runtime::{LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache")
+}
+
+fn runtime() -> Runtime {
+    // One engine per test binary: compiled modules are shared across tests.
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        Runtime::new(RuntimeOptions {
+            cache_dir: Some(cache_dir()),
+            ..Default::default()
+        })
+        .unwrap()
+    })
+    .clone()
+}
+
+fn builtin(t: &str) -> Option<&'static [u8]> {
+    egress_builtins::module_for_type(t)
+}
+
+struct Setup {
+    providers: Providers,
+    clock: Arc<VirtualClock>,
+    recorder: Arc<PlanRecorder>,
+    _dir: tempfile::TempDir,
+}
+
+async fn setup(providers_yaml: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hostile.wasm"), egress_builtins::HOSTILE).unwrap();
+    let cfg = ProvidersConfig::from_yaml(providers_yaml).unwrap();
+    let world = World::default().build().unwrap();
+    let recorder = Arc::new(PlanRecorder::new());
+    let providers = Providers::load(
+        &runtime(),
+        &cfg,
+        LoadOptions {
+            base_dir: dir.path(),
+            builtin: &builtin,
+            backends: world.backends.clone(),
+            recorder: Some(recorder.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    Setup {
+        providers,
+        clock: world.clock,
+        recorder,
+        _dir: dir,
+    }
+}
+
+fn request(namespace: &str, uid: &str) -> CreateRequest {
+    CreateRequest {
+        name: egress_core::name::instance_name(uid),
+        namespace: namespace.into(),
+        uid: uid.into(),
+        port: 3128,
+        placement: Placement::default(),
+        cloud_init: Some("#cloud-config\nchpasswd: {list: 'root:SENTINEL-SECRET'}".into()),
+        installation: "test".into(),
+        owner: None,
+    }
+}
+
+const UID: &str = "3f2b9c1e-7a44-4d0e-9a51-0c2e8f6b1d23";
+
+#[tokio::test]
+async fn kubernetes_provider_runs_a_pod_through_its_life() {
+    let s = setup("installation: test\nproviders:\n- {name: k8s, type: kubernetes}\n").await;
+    let p = s.providers.get("k8s").unwrap();
+    assert_eq!(p.module.description.type_name, "kubernetes");
+
+    let inst = p
+        .create("default/p1", &request("default", UID))
+        .await
+        .unwrap();
+    assert_eq!(inst.provider_id, "default/proxy-3f2b9c1e7a44");
+    assert_eq!(inst.state, InstanceState::Provisioning);
+
+    let steps = s.recorder.snapshot();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(
+        (steps[0].capability.as_str(), steps[0].call.as_str()),
+        ("kube", "create")
+    );
+    assert_eq!(steps[0].target, "Pod default/proxy-3f2b9c1e7a44");
+    assert_eq!(steps[0].subject, "default/p1");
+    assert_eq!(
+        steps[0].args["metadata"]["labels"]["egress-proxies.crawl.example.com/uid"],
+        UID
+    );
+    assert!(!serde_json::to_string(&steps).unwrap().contains("SENTINEL"));
+
+    s.clock.advance(Duration::from_secs(3));
+    let got = p.get("default/p1", &inst.provider_id).await.unwrap();
+    assert_eq!(got.state, InstanceState::Running);
+    assert_eq!(got.ip.as_deref(), Some("10.244.0.3"));
+
+    let listed = p.list_by_tag("gc", "test").await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(p.list_by_tag("gc", "other").await.unwrap().is_empty());
+
+    p.delete("default/p1", &inst.provider_id).await.unwrap();
+    p.delete("default/p1", &inst.provider_id).await.unwrap();
+    let e = p.get("default/p1", &inst.provider_id).await.unwrap_err();
+    assert_eq!(e.class, ErrorClass::NotFound);
+    assert_eq!(e.provider, "k8s");
+    assert_eq!(e.operation, "get");
+
+    let health = p.check().await;
+    assert_eq!(health.len(), 1);
+    assert_eq!(health[0].reason, "Healthy");
+    assert_eq!(health[0].details["serverVersion"], "v1.33.0");
+}
+
+#[tokio::test]
+async fn validate_config_errors_name_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ProvidersConfig::from_yaml(
+        "providers:\n- {name: ok, type: kubernetes}\n- name: bad\n  type: kubernetes\n  kubernetes: {image: 5}\n",
+    )
+    .unwrap();
+    let world = World::default().build().unwrap();
+    let err = Providers::load(
+        &runtime(),
+        &cfg,
+        LoadOptions {
+            base_dir: dir.path(),
+            builtin: &builtin,
+            backends: world.backends,
+            recorder: None,
+        },
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_eq!(err.path, "providers[1].kubernetes.image");
+    assert!(err.message.starts_with("invalid type: integer"), "{err}");
+}
+
+#[tokio::test]
+async fn a_module_whose_type_differs_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hostile.wasm"), egress_builtins::HOSTILE).unwrap();
+    let cfg =
+        ProvidersConfig::from_yaml("providers:\n- {name: x, type: acme, module: hostile.wasm}\n")
+            .unwrap();
+    let world = World::default().build().unwrap();
+    let err = Providers::load(
+        &runtime(),
+        &cfg,
+        LoadOptions {
+            base_dir: dir.path(),
+            builtin: &builtin,
+            backends: world.backends,
+            recorder: None,
+        },
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_eq!(err.path, "providers[0].type");
+    assert!(err.message.contains("serves \"hostile\""), "{err}");
+
+    let cfg =
+        ProvidersConfig::from_yaml("providers:\n- {name: x, type: acme, module: missing.wasm}\n")
+            .unwrap();
+    let world = World::default().build().unwrap();
+    let err = Providers::load(
+        &runtime(),
+        &cfg,
+        LoadOptions {
+            base_dir: dir.path(),
+            builtin: &builtin,
+            backends: world.backends,
+            recorder: None,
+        },
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_eq!(err.path, "providers[0].module");
+}
+
+#[tokio::test]
+async fn a_namespace_outside_the_grant_is_denied_not_crashed() {
+    let s = setup(
+        "providers:\n- name: k8s\n  type: kubernetes\n  grants: {kube: {namespaces: [allowed]}}\n",
+    )
+    .await;
+    let p = s.providers.get("k8s").unwrap();
+    let e = p
+        .create("other/p1", &request("other", UID))
+        .await
+        .unwrap_err();
+    assert_eq!(e.class, ErrorClass::Permanent);
+    assert!(
+        e.message.contains("namespace \"other\" is not granted"),
+        "{}",
+        e.message
+    );
+    // The granted namespace works, and listing without a namespace covers just that one.
+    p.create("allowed/p1", &request("allowed", UID))
+        .await
+        .unwrap();
+    assert_eq!(p.list_by_tag("gc", "test").await.unwrap().len(), 1);
+    assert!(
+        s.recorder
+            .snapshot()
+            .iter()
+            .all(|st| st.target.contains("allowed/"))
+    );
+}
+
+const HOSTILE: &str = "providers:\n\
+- {name: looping, type: hostile, module: hostile.wasm, config: {mode: loop}, limits: {timeouts: {create: 300ms}}}\n\
+- {name: bomb, type: hostile, module: hostile.wasm, config: {mode: oom}, limits: {memoryMiB: 16}}\n\
+- {name: nosy, type: hostile, module: hostile.wasm, config: {mode: ungranted}}\n\
+- {name: trapper, type: hostile, module: hostile.wasm, config: {mode: trap}}\n\
+- {name: good, type: hostile, module: hostile.wasm, config: {mode: ok}}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_loop_is_stopped_and_others_are_served_meanwhile() {
+    let s = setup(HOSTILE).await;
+    let looping = s.providers.get("looping").unwrap().clone();
+    let good = s.providers.get("good").unwrap().clone();
+    let started = Instant::now();
+    let spinner = tokio::spawn(async move { looping.create("x", &request("default", UID)).await });
+    // While the guest spins, other calls complete.
+    let mut served = 0;
+    while !spinner.is_finished() && served < 1000 {
+        good.create("y", &request("default", UID)).await.unwrap();
+        served += 1;
+    }
+    let e = spinner.await.unwrap().unwrap_err();
+    let elapsed = started.elapsed();
+    assert_eq!(
+        (e.class, e.reason.as_str()),
+        (ErrorClass::Transient, "Timeout")
+    );
+    assert_eq!(
+        (e.provider.as_str(), e.operation.as_str()),
+        ("looping", "create")
+    );
+    assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert!(served > 0, "no call was served while the guest spun");
+    good.create("z", &request("default", UID)).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_memory_bomb_hits_the_limit() {
+    let s = setup(HOSTILE).await;
+    let e = s
+        .providers
+        .get("bomb")
+        .unwrap()
+        .create("x", &request("default", UID))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.class, e.reason.as_str()),
+        (ErrorClass::Transient, "MemoryLimit")
+    );
+    assert!(e.message.contains("16777216"), "{}", e.message);
+    s.providers
+        .get("good")
+        .unwrap()
+        .create("y", &request("default", UID))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_ungranted_capability_is_an_error_value() {
+    let s = setup(HOSTILE).await;
+    let e = s
+        .providers
+        .get("nosy")
+        .unwrap()
+        .create("x", &request("default", UID))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.class, e.reason.as_str()),
+        (ErrorClass::Permanent, "Denied")
+    );
+    assert!(e.message.contains("no libvirt grant"), "{}", e.message);
+}
+
+#[tokio::test]
+async fn a_trap_mid_create_is_classified_and_the_next_call_works() {
+    let s = setup(HOSTILE).await;
+    let e = s
+        .providers
+        .get("trapper")
+        .unwrap()
+        .create("x", &request("default", UID))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.class, e.reason.as_str()),
+        (ErrorClass::Transient, "Trap")
+    );
+    assert!(!e.message.contains("SENTINEL"));
+    s.providers
+        .get("good")
+        .unwrap()
+        .create("y", &request("default", UID))
+        .await
+        .unwrap();
+}

@@ -1,0 +1,125 @@
+//! A deliberately misbehaving provider for the runtime's bounds tests. Its config block picks
+//! what `create` does: `{"mode": "loop" | "oom" | "ungranted" | "trap" | "ok"}`.
+
+use guest_sdk::{
+    CallContext, Capability, CreateRequest, Description, Host, Instance, InstanceState, Level,
+    Profile, Provider, ProviderError, TargetStatus, permanent,
+};
+
+pub struct Hostile;
+
+fn mode(ctx: &CallContext) -> String {
+    serde_json::from_str::<serde_json::Value>(&ctx.config)
+        .ok()
+        .and_then(|v| v["mode"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "ok".to_string())
+}
+
+fn instance(req_name: &str) -> Instance {
+    Instance {
+        provider_id: format!("hostile/{req_name}"),
+        name: req_name.to_string(),
+        uid: String::new(),
+        installation: String::new(),
+        state: InstanceState::Running,
+        ip: Some("127.0.0.1".to_string()),
+        created_at: String::new(),
+    }
+}
+
+impl Provider for Hostile {
+    fn validate_config(
+        _type_name: &str,
+        _path: &str,
+        config: &str,
+    ) -> Result<String, ProviderError> {
+        Ok(if config.trim().is_empty() {
+            "{}".to_string()
+        } else {
+            config.to_string()
+        })
+    }
+
+    fn describe() -> Description {
+        Description {
+            type_name: "hostile".into(),
+            aliases: vec![],
+            profile: Profile {
+                readiness: "immediate".into(),
+                create_return: "blocking".into(),
+                delete_return: "waits".into(),
+                ip_source: "assigned-at-create".into(),
+                gc_mark: "none".into(),
+                created_at: "none".into(),
+                list_partial: "n/a".into(),
+                quota: "absent".into(),
+                not_found: "none".into(),
+                primary_key: "name-is-key".into(),
+            },
+            capabilities: vec![Capability::Log],
+        }
+    }
+
+    fn create(
+        host: &dyn Host,
+        ctx: &CallContext,
+        req: &CreateRequest,
+    ) -> Result<Instance, ProviderError> {
+        match mode(ctx).as_str() {
+            "loop" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            "oom" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "ungranted" => match host.libvirt().lib_version("anywhere") {
+                Ok(_) => Err(permanent("Unexpected", "libvirt answered without a grant")),
+                Err(e) if e.denied => Err(permanent("Denied", e.message)),
+                Err(e) => Err(permanent("Unexpected", e.message)),
+            },
+            "trap" => {
+                host.log(Level::Info, "about to trap", &[]);
+                panic!("trap mid-create")
+            }
+            _ => Ok(instance(&req.name)),
+        }
+    }
+
+    fn get(
+        _host: &dyn Host,
+        _ctx: &CallContext,
+        provider_id: &str,
+    ) -> Result<Instance, ProviderError> {
+        Ok(instance(provider_id.trim_start_matches("hostile/")))
+    }
+
+    fn delete(
+        _host: &dyn Host,
+        _ctx: &CallContext,
+        _provider_id: &str,
+    ) -> Result<(), ProviderError> {
+        Ok(())
+    }
+
+    fn list_by_tag(
+        _host: &dyn Host,
+        _ctx: &CallContext,
+        _installation: &str,
+    ) -> Result<Vec<Instance>, ProviderError> {
+        Ok(vec![])
+    }
+
+    fn check(_host: &dyn Host, _ctx: &CallContext) -> Vec<TargetStatus> {
+        vec![]
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+guest_sdk::export_provider!(Hostile);

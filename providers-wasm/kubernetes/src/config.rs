@@ -1,0 +1,135 @@
+//! The `kubernetes` block: the Squid image, resources, and who may use the proxy.
+
+use guest_sdk::ProviderError;
+use guest_sdk::json::{config_error, parse_config};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const DEFAULT_IMAGE: &str = "docker.io/ubuntu/squid:6.10-24.10_beta";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KubernetesConfig {
+    #[serde(default = "default_image")]
+    pub image: String,
+    #[serde(default)]
+    pub resources: Resources,
+    /// Source ranges Squid accepts clients from (`http_access`). Default: the private ranges
+    /// Pod networks use; never "allow all".
+    #[serde(default = "default_cidrs", rename = "allowedSourceCIDRs")]
+    pub allowed_source_cidrs: Vec<String>,
+    /// The user the container runs as (the image's `proxy` user by default).
+    #[serde(default = "default_uid")]
+    pub run_as_user: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Resources {
+    #[serde(default = "default_requests")]
+    pub requests: BTreeMap<String, String>,
+    #[serde(default = "default_limits")]
+    pub limits: BTreeMap<String, String>,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Self {
+            requests: default_requests(),
+            limits: default_limits(),
+        }
+    }
+}
+
+fn default_image() -> String {
+    DEFAULT_IMAGE.to_string()
+}
+fn default_cidrs() -> Vec<String> {
+    ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
+        .map(String::from)
+        .to_vec()
+}
+fn default_uid() -> i64 {
+    13
+}
+fn default_requests() -> BTreeMap<String, String> {
+    [("cpu", "50m"), ("memory", "64Mi")]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into()
+}
+fn default_limits() -> BTreeMap<String, String> {
+    [("memory", "256Mi")]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into()
+}
+
+/// Parses, defaults and checks the block; errors name the field under `path`.
+pub fn validate(path: &str, text: &str) -> Result<KubernetesConfig, ProviderError> {
+    let cfg: KubernetesConfig = parse_config(path, text)?;
+    if cfg.image.trim().is_empty() || cfg.image.chars().any(char::is_whitespace) {
+        return Err(config_error(
+            &format!("{path}.image"),
+            "must be a non-empty image reference without spaces",
+        ));
+    }
+    if cfg.allowed_source_cidrs.is_empty() {
+        return Err(config_error(
+            &format!("{path}.allowedSourceCIDRs"),
+            "must list at least one range; an open proxy is not allowed",
+        ));
+    }
+    for (i, cidr) in cfg.allowed_source_cidrs.iter().enumerate() {
+        if !is_cidr(cidr) {
+            return Err(config_error(
+                &format!("{path}.allowedSourceCIDRs[{i}]"),
+                &format!("{cidr:?} is not an IPv4 or IPv6 CIDR"),
+            ));
+        }
+        if cidr.ends_with("/0") {
+            return Err(config_error(
+                &format!("{path}.allowedSourceCIDRs[{i}]"),
+                "a /0 range makes an open proxy",
+            ));
+        }
+    }
+    if cfg.run_as_user <= 0 {
+        return Err(config_error(
+            &format!("{path}.runAsUser"),
+            "must be a non-root user id (> 0)",
+        ));
+    }
+    for (section, map) in [
+        ("requests", &cfg.resources.requests),
+        ("limits", &cfg.resources.limits),
+    ] {
+        for (k, v) in map {
+            if !matches!(k.as_str(), "cpu" | "memory" | "ephemeral-storage") {
+                return Err(config_error(
+                    &format!("{path}.resources.{section}.{k}"),
+                    "unknown resource; use cpu, memory or ephemeral-storage",
+                ));
+            }
+            if v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '.') {
+                return Err(config_error(
+                    &format!("{path}.resources.{section}.{k}"),
+                    &format!("{v:?} is not a quantity"),
+                ));
+            }
+        }
+    }
+    Ok(cfg)
+}
+
+fn is_cidr(s: &str) -> bool {
+    let Some((addr, bits)) = s.split_once('/') else {
+        return false;
+    };
+    let Ok(bits) = bits.parse::<u8>() else {
+        return false;
+    };
+    match addr.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(_)) => bits <= 32,
+        Ok(std::net::IpAddr::V6(_)) => bits <= 128,
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,385 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use guest_sdk::fakes::{FakeHost, kube_error};
+use guest_sdk::{ErrorClass, InstanceState, OwnerReference, Placement};
+use serde_json::json;
+
+const UID: &str = "3f2b9c1e-7a44-4d0e-9a51-0c2e8f6b1d23";
+const SECRET: &str = "#cloud-config\npassword: hunter2-SENTINEL";
+
+fn ctx() -> CallContext {
+    CallContext {
+        provider: "k8s".into(),
+        type_name: TYPE_NAME.into(),
+        config: Kubernetes::validate_config(TYPE_NAME, "providers[0].kubernetes", "{}").unwrap(),
+    }
+}
+
+fn req() -> CreateRequest {
+    CreateRequest {
+        name: "proxy-3f2b9c1e7a44".into(),
+        namespace: "default".into(),
+        uid: UID.into(),
+        port: 3128,
+        placement: Placement {
+            zone: None,
+            region: None,
+            machine_type: None,
+            image: None,
+        },
+        cloud_init: None,
+        installation: "inst-a".into(),
+        owner: Some(OwnerReference {
+            api_version: "crawl.example.com/v1alpha1".into(),
+            kind: "Proxy".into(),
+            name: "p1".into(),
+            uid: UID.into(),
+        }),
+    }
+}
+
+fn set_pod_status(h: &FakeHost, phase: &str, ip: Option<&str>) {
+    let r = pod_ref("default", "proxy-3f2b9c1e7a44");
+    let mut status = json!({"phase": phase});
+    if let Some(ip) = ip {
+        status["podIP"] = json!(ip);
+    }
+    h.kube()
+        .patch(&r, &json!({ "status": status }).to_string())
+        .unwrap();
+}
+
+#[test]
+fn validate_config_fills_defaults() {
+    let out: Value =
+        serde_json::from_str(&Kubernetes::validate_config(TYPE_NAME, "p", "{}").unwrap()).unwrap();
+    assert_eq!(out["image"], config::DEFAULT_IMAGE);
+    assert_eq!(out["allowedSourceCIDRs"][0], "10.0.0.0/8");
+    assert_eq!(out["resources"]["limits"]["memory"], "256Mi");
+}
+
+#[test]
+fn validate_config_names_the_field() {
+    let e = Kubernetes::validate_config(TYPE_NAME, "providers[1].kubernetes", r#"{"image": 5}"#)
+        .unwrap_err();
+    assert_eq!(e.class, ErrorClass::Permanent);
+    assert!(
+        e.message
+            .starts_with("providers[1].kubernetes.image: invalid type"),
+        "{}",
+        e.message
+    );
+
+    let e = Kubernetes::validate_config(TYPE_NAME, "providers[1].kubernetes", r#"{"imag": "x"}"#)
+        .unwrap_err();
+    assert!(
+        e.message
+            .starts_with("providers[1].kubernetes.imag: unknown field"),
+        "{}",
+        e.message
+    );
+
+    let e = Kubernetes::validate_config(
+        TYPE_NAME,
+        "providers[1].kubernetes",
+        r#"{"allowedSourceCIDRs": ["10.0.0.0/8", "0.0.0.0/0"]}"#,
+    )
+    .unwrap_err();
+    assert!(
+        e.message
+            .starts_with("providers[1].kubernetes.allowedSourceCIDRs[1]:"),
+        "{}",
+        e.message
+    );
+
+    let e = Kubernetes::validate_config(
+        TYPE_NAME,
+        "providers[1].kubernetes",
+        r#"{"allowedSourceCIDRs": ["10.0.0/8"]}"#,
+    )
+    .unwrap_err();
+    assert!(e.message.contains("allowedSourceCIDRs[0]"), "{}", e.message);
+
+    let e =
+        Kubernetes::validate_config(TYPE_NAME, "providers[1].kubernetes", r#"{"runAsUser": 0}"#)
+            .unwrap_err();
+    assert!(e.message.contains("runAsUser"), "{}", e.message);
+
+    let e = Kubernetes::validate_config("gcp", "providers[1].gcp", "{}").unwrap_err();
+    assert_eq!(e.reason, "UnknownType");
+}
+
+#[test]
+fn pod_manifest_default() {
+    let cfg = config::validate("k", "{}").unwrap();
+    insta::assert_json_snapshot!(pod::build_pod("k8s", &cfg, &req()));
+}
+
+#[test]
+fn pod_manifest_with_placement_and_resources() {
+    let cfg = config::validate(
+        "k",
+        r#"{"image": "registry.example/squid:6", "allowedSourceCIDRs": ["10.42.0.0/16"],
+            "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "128Mi", "cpu": "1"}}}"#,
+    )
+    .unwrap();
+    let mut r = req();
+    r.port = 8080;
+    r.placement = Placement {
+        zone: Some("europe-west1-b".into()),
+        region: Some("europe-west1".into()),
+        machine_type: Some("e2-small".into()),
+        image: Some("registry.example/squid:6.1".into()),
+    };
+    r.owner = None;
+    insta::assert_json_snapshot!(pod::build_pod("edge", &cfg, &r));
+}
+
+#[test]
+fn squid_conf_never_allows_all() {
+    let conf = pod::squid_conf(3128, &["10.0.0.0/8".into()]);
+    assert!(conf.contains("http_port 3128\n"));
+    assert!(conf.contains("http_access allow egress_clients\n"));
+    assert!(conf.ends_with("coredump_dir /var/spool/squid\n"));
+    assert!(!conf.contains("http_access allow all"));
+    assert!(conf.contains("http_access deny all"));
+}
+
+#[test]
+fn create_then_get_follows_the_pod_phase() {
+    let h = FakeHost::new();
+    let inst = Kubernetes::create(&h, &ctx(), &req()).unwrap();
+    assert_eq!(inst.provider_id, "default/proxy-3f2b9c1e7a44");
+    assert_eq!(inst.state, InstanceState::Provisioning);
+    assert_eq!(inst.uid, UID);
+    assert_eq!(inst.installation, "inst-a");
+    assert_eq!(inst.created_at, "2026-01-01T00:00:00Z");
+
+    set_pod_status(&h, "Pending", None);
+    assert_eq!(
+        Kubernetes::get(&h, &ctx(), &inst.provider_id)
+            .unwrap()
+            .state,
+        InstanceState::Provisioning
+    );
+    set_pod_status(&h, "Running", None);
+    assert_eq!(
+        Kubernetes::get(&h, &ctx(), &inst.provider_id)
+            .unwrap()
+            .state,
+        InstanceState::Provisioning
+    );
+    set_pod_status(&h, "Running", Some("10.1.2.3"));
+    let got = Kubernetes::get(&h, &ctx(), &inst.provider_id).unwrap();
+    assert_eq!(got.state, InstanceState::Running);
+    assert_eq!(got.ip.as_deref(), Some("10.1.2.3"));
+    for phase in ["Succeeded", "Failed", "Unknown"] {
+        set_pod_status(&h, phase, Some("10.1.2.3"));
+        let got = Kubernetes::get(&h, &ctx(), &inst.provider_id).unwrap();
+        assert_eq!(got.state, InstanceState::Terminated, "{phase}");
+        assert_eq!(got.ip, None, "only a running pod reports its IP");
+    }
+}
+
+#[test]
+fn a_pod_being_deleted_is_terminated_not_running() {
+    let h = FakeHost::new();
+    let inst = Kubernetes::create(&h, &ctx(), &req()).unwrap();
+    set_pod_status(&h, "Running", Some("10.1.2.3"));
+    h.kube()
+        .patch(
+            &pod_ref("default", "proxy-3f2b9c1e7a44"),
+            r#"{"metadata":{"deletionTimestamp":"2026-01-01T00:01:00Z"}}"#,
+        )
+        .unwrap();
+    let got = Kubernetes::get(&h, &ctx(), &inst.provider_id).unwrap();
+    assert_eq!(got.state, InstanceState::Terminated);
+    assert_eq!(got.ip, None);
+    // A repeated create waits for it to go instead of adopting a dying Pod.
+    let e = Kubernetes::create(&h, &ctx(), &req()).unwrap_err();
+    assert_eq!(
+        (e.class, e.reason.as_str()),
+        (ErrorClass::Transient, "Terminating")
+    );
+}
+
+#[test]
+fn a_repeated_create_adopts_the_same_pod() {
+    let h = FakeHost::new();
+    let a = Kubernetes::create(&h, &ctx(), &req()).unwrap();
+    let b = Kubernetes::create(&h, &ctx(), &req()).unwrap();
+    assert_eq!(a.provider_id, b.provider_id);
+    assert_eq!(h.kube.len(), 1);
+}
+
+#[test]
+fn create_over_another_proxys_pod_is_permanent() {
+    let h = FakeHost::new();
+    let mut other = req();
+    other.uid = "99999999-0000-0000-0000-000000000000".into();
+    Kubernetes::create(&h, &ctx(), &other).unwrap();
+    let e = Kubernetes::create(&h, &ctx(), &req()).unwrap_err();
+    assert_eq!(
+        (e.class, e.reason.as_str()),
+        (ErrorClass::Permanent, "AlreadyOwned")
+    );
+    assert!(e.message.contains("99999999"), "{}", e.message);
+}
+
+#[test]
+fn create_over_an_unmarked_pod_is_permanent() {
+    let h = FakeHost::new();
+    h.kube.insert(
+        "v1",
+        "Pod",
+        json!({"metadata": {"name": "proxy-3f2b9c1e7a44", "namespace": "default"}}),
+    );
+    let e = Kubernetes::create(&h, &ctx(), &req()).unwrap_err();
+    assert_eq!(
+        (e.class, e.reason.as_str()),
+        (ErrorClass::Permanent, "AlreadyOwned")
+    );
+    assert!(e.message.contains("unmarked"));
+}
+
+#[test]
+fn get_of_an_unknown_pod_is_not_found() {
+    let h = FakeHost::new();
+    let e = Kubernetes::get(&h, &ctx(), "default/nope").unwrap_err();
+    assert_eq!(e.class, ErrorClass::NotFound);
+}
+
+#[test]
+fn malformed_ids_are_permanent() {
+    let h = FakeHost::new();
+    for id in ["", "noslash", "/name", "ns/", "a/b/c"] {
+        let e = Kubernetes::get(&h, &ctx(), id).unwrap_err();
+        assert_eq!(e.class, ErrorClass::Permanent, "{id:?}");
+    }
+}
+
+#[test]
+fn delete_is_idempotent_and_leaves_nothing() {
+    let h = FakeHost::new();
+    let inst = Kubernetes::create(&h, &ctx(), &req()).unwrap();
+    Kubernetes::delete(&h, &ctx(), &inst.provider_id).unwrap();
+    assert!(h.kube.is_empty());
+    Kubernetes::delete(&h, &ctx(), &inst.provider_id).unwrap();
+}
+
+#[test]
+fn list_by_tag_returns_only_this_installations_managed_pods() {
+    let h = FakeHost::new();
+    Kubernetes::create(&h, &ctx(), &req()).unwrap();
+    let mut other = req();
+    other.name = "proxy-other".into();
+    other.uid = "11111111-0000-0000-0000-000000000000".into();
+    other.installation = "inst-b".into();
+    Kubernetes::create(&h, &ctx(), &other).unwrap();
+    h.kube.insert(
+        "v1",
+        "Pod",
+        json!({"metadata": {"name": "unmanaged", "namespace": "default", "labels": {"app": "x"}}}),
+    );
+    let listed = Kubernetes::list_by_tag(&h, &ctx(), "inst-a").unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].uid, UID);
+}
+
+#[test]
+fn classification_table() {
+    let cases = [
+        (404, "NotFound", "pods not found", ErrorClass::NotFound),
+        (
+            403,
+            "Forbidden",
+            "pods \"x\" is forbidden: exceeded quota: compute, requested: pods=1",
+            ErrorClass::QuotaExceeded,
+        ),
+        (
+            403,
+            "Forbidden",
+            "pods is forbidden: User cannot create resource",
+            ErrorClass::Permanent,
+        ),
+        (401, "Unauthorized", "Unauthorized", ErrorClass::Permanent),
+        (400, "BadRequest", "bad", ErrorClass::Permanent),
+        (
+            422,
+            "Invalid",
+            "spec.containers: Required value",
+            ErrorClass::Permanent,
+        ),
+        (429, "TooManyRequests", "slow down", ErrorClass::Transient),
+        (504, "Timeout", "timeout", ErrorClass::Transient),
+        (500, "ServerTimeout", "timeout", ErrorClass::Transient),
+        (500, "InternalError", "etcd", ErrorClass::Transient),
+        (503, "ServiceUnavailable", "down", ErrorClass::Transient),
+        (0, "Transport", "connection refused", ErrorClass::Transient),
+        (0, "Denied", "namespace not granted", ErrorClass::Permanent),
+    ];
+    for (status, reason, message, want) in cases {
+        let got = classify("create Pod", &kube_error(status, reason, message));
+        assert_eq!(got.class, want, "{status} {reason} {message}");
+        assert!(got.message.starts_with("create Pod: "));
+    }
+}
+
+#[test]
+fn a_quota_refusal_reaches_the_caller_as_quota() {
+    let h = FakeHost::new();
+    h.kube.fail_next(
+        "create",
+        kube_error(403, "Forbidden", "pods \"proxy\" is forbidden: exceeded quota: pods, requested: pods=1, used: pods=10, limited: pods=10"),
+    );
+    let e = Kubernetes::create(&h, &ctx(), &req()).unwrap_err();
+    assert_eq!(e.class, ErrorClass::QuotaExceeded);
+    // Nothing was created, and a retry succeeds.
+    assert!(h.kube.is_empty());
+    Kubernetes::create(&h, &ctx(), &req()).unwrap();
+}
+
+#[test]
+fn cloud_init_is_never_logged() {
+    let h = FakeHost::new();
+    let mut r = req();
+    r.cloud_init = Some(SECRET.into());
+    Kubernetes::create(&h, &ctx(), &r).unwrap();
+    let logs = h.log_text();
+    assert!(logs.contains("cloudInitBytes=40"), "{logs}");
+    assert!(!logs.contains("SENTINEL"));
+    let pod = h
+        .kube
+        .object("v1", "Pod", "default", "proxy-3f2b9c1e7a44")
+        .unwrap();
+    assert!(!pod.to_string().contains("SENTINEL"));
+}
+
+#[test]
+fn check_reports_the_server_version() {
+    let h = FakeHost::new();
+    let out = Kubernetes::check(&h, &ctx());
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].reason, "Healthy");
+    assert_eq!(
+        out[0].details,
+        vec![("serverVersion".to_string(), "v1.33.0".to_string())]
+    );
+
+    h.kube.fail_next(
+        "server-version",
+        kube_error(0, "Transport", "connection refused"),
+    );
+    assert_eq!(Kubernetes::check(&h, &ctx())[0].reason, "Unreachable");
+    h.kube
+        .fail_next("list", kube_error(403, "Forbidden", "cannot list pods"));
+    let out = Kubernetes::check(&h, &ctx());
+    assert_eq!(out[0].reason, "Forbidden");
+    assert!(out[0].message.contains("list Pods"));
+    h.kube.fail_next(
+        "server-version",
+        kube_error(401, "Unauthorized", "who are you"),
+    );
+    assert_eq!(Kubernetes::check(&h, &ctx())[0].reason, "Unauthorized");
+}
