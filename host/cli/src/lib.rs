@@ -1,1 +1,255 @@
+//! The `egress-proxies` command: reconcile Proxies from a file (dry-run against simulated
+//! backends, or for real with a state file), and check providers' health.
 
+pub mod cli;
+pub mod examples;
+pub mod output;
+pub mod reconcile;
+pub mod state;
+
+use egress_core::Proxy;
+use egress_core::config::{ConfigError, ProvidersConfig};
+use egress_runtime::capabilities::clock::ClockBackend;
+use egress_runtime::world::World;
+use egress_runtime::{Backends, LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
+use reconcile::{Driver, DriverOptions, Report, Time};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{what}: {message}")]
+    Input { what: String, message: String },
+    #[error("{what}: {source}")]
+    Config {
+        what: String,
+        #[source]
+        source: ConfigError,
+    },
+    #[error("writing {what}: {message}")]
+    Output { what: String, message: String },
+    #[error("{0}")]
+    Runtime(String),
+}
+
+/// Where the inputs of a run come from: files, or the examples embedded in the binary.
+#[derive(Debug, Clone)]
+pub enum Source {
+    File(PathBuf),
+    Embedded(&'static str, &'static str),
+}
+
+impl Source {
+    fn read(&self) -> Result<(String, String), CliError> {
+        match self {
+            Source::File(p) => std::fs::read_to_string(p)
+                .map(|t| (t, p.display().to_string()))
+                .map_err(|e| CliError::Input {
+                    what: p.display().to_string(),
+                    message: e.to_string(),
+                }),
+            Source::Embedded(name, text) => Ok((text.to_string(), format!("embedded {name}"))),
+        }
+    }
+
+    fn dir(&self) -> PathBuf {
+        match self {
+            Source::File(p) => p.parent().map(Path::to_path_buf).unwrap_or_default(),
+            Source::Embedded(..) => PathBuf::from("."),
+        }
+    }
+}
+
+/// Parses a proxies file: one or more YAML documents, each a Proxy. Errors name the document
+/// and the field.
+pub fn parse_proxies(text: &str, what: &str) -> Result<Vec<Proxy>, CliError> {
+    let mut out: Vec<Proxy> = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc).map_err(|e| {
+            CliError::Input {
+                what: format!("{what} document {}", i + 1),
+                message: e.to_string(),
+            }
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        let proxy: Proxy =
+            serde_path_to_error::deserialize(value).map_err(|e| CliError::Input {
+                what: format!("{what} document {}", i + 1),
+                message: format!("{}: {}", e.path(), e.inner()),
+            })?;
+        let problems = egress_core::proxy::validate(&proxy);
+        if let Some(p) = problems.first() {
+            return Err(CliError::Input {
+                what: format!("{what} document {} ({})", i + 1, proxy.key()),
+                message: p.clone(),
+            });
+        }
+        if let Some(dup) = out.iter().find(|o| o.key() == proxy.key()) {
+            return Err(CliError::Input {
+                what: format!("{what} document {}", i + 1),
+                message: format!("Proxy {} appears twice", dup.key()),
+            });
+        }
+        out.push(proxy);
+    }
+    Ok(out)
+}
+
+pub struct ReconcileRequest {
+    pub proxies: Source,
+    pub providers: Source,
+    pub world: Option<Source>,
+    pub dry_run: bool,
+    pub state: Option<PathBuf>,
+    pub timeout: Duration,
+    pub max_rounds: u32,
+    pub gc_grace: Duration,
+    pub runtime: RuntimeOptions,
+}
+
+/// The default for `--max-rounds`: generous for backoff sequences, small enough that a
+/// dry-run that cannot settle ends quickly.
+pub const DEFAULT_MAX_ROUNDS: u32 = 200;
+
+fn load_config(src: &Source) -> Result<(ProvidersConfig, String), CliError> {
+    let (text, what) = src.read()?;
+    let cfg = ProvidersConfig::from_yaml(&text).map_err(|source| CliError::Config {
+        what: what.clone(),
+        source,
+    })?;
+    Ok((cfg, what))
+}
+
+fn backends_for(
+    dry_run: bool,
+    world: Option<&Source>,
+) -> Result<
+    (
+        Backends,
+        Option<Arc<egress_runtime::capabilities::clock::VirtualClock>>,
+    ),
+    CliError,
+> {
+    if !dry_run {
+        return Ok((Backends::real(), None));
+    }
+    let world = match world {
+        Some(src) => {
+            let (text, what) = src.read()?;
+            World::from_yaml(&text).map_err(|source| CliError::Config { what, source })?
+        }
+        None => World::default(),
+    };
+    let sim = world.build().map_err(|source| CliError::Config {
+        what: "world".into(),
+        source,
+    })?;
+    Ok((sim.backends, Some(sim.clock)))
+}
+
+async fn load_providers(
+    cfg: &ProvidersConfig,
+    what: &str,
+    dir: &Path,
+    backends: Backends,
+    recorder: Option<Arc<PlanRecorder>>,
+    opts: RuntimeOptions,
+) -> Result<Providers, CliError> {
+    let runtime = Runtime::new(opts).map_err(|e| CliError::Runtime(e.to_string()))?;
+    Providers::load(
+        &runtime,
+        cfg,
+        LoadOptions {
+            base_dir: dir,
+            builtin: &egress_builtins::module_for_type,
+            backends,
+            recorder,
+        },
+    )
+    .await
+    .map_err(|source| CliError::Config {
+        what: what.to_string(),
+        source,
+    })
+}
+
+/// Runs `reconcile`: returns the report; the caller renders it and picks the exit code.
+pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
+    let (proxies_text, proxies_what) = req.proxies.read()?;
+    let proxies = parse_proxies(&proxies_text, &proxies_what)?;
+    let (cfg, cfg_what) = load_config(&req.providers)?;
+    let (backends, virtual_clock) = backends_for(req.dry_run, req.world.as_ref())?;
+    let recorder = Arc::new(PlanRecorder::new());
+    let providers = load_providers(
+        &cfg,
+        &cfg_what,
+        &req.providers.dir(),
+        backends.clone(),
+        Some(recorder.clone()),
+        req.runtime.clone(),
+    )
+    .await?;
+    let installation = cfg
+        .installation
+        .clone()
+        .unwrap_or_else(|| "local".to_string());
+    let prior = match &req.state {
+        Some(p) => state::StateFile::read(p)?,
+        None => state::StateFile::default(),
+    };
+    let time = match virtual_clock {
+        Some(c) => Time::Virtual(c),
+        None => Time::Real(backends.clock.clone() as Arc<dyn ClockBackend>),
+    };
+    let driver = Driver {
+        providers: &providers,
+        config: &cfg,
+        recorder,
+        time,
+        options: DriverOptions {
+            installation,
+            max_rounds: req.max_rounds,
+            timeout: req.timeout,
+            gc_grace: req.gc_grace,
+            // A dry-run changes nothing, the state file included.
+            state_path: if req.dry_run { None } else { req.state.clone() },
+        },
+    };
+    driver.run(proxies, prior).await
+}
+
+/// One provider's health, for `check`.
+#[derive(Debug, serde::Serialize)]
+pub struct CheckReport {
+    pub provider: String,
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// The sha256 of the module serving it.
+    pub module: String,
+    pub targets: Vec<egress_core::TargetStatus>,
+}
+
+pub async fn run_check(
+    providers_src: Source,
+    dry_run: bool,
+    world: Option<Source>,
+    runtime: RuntimeOptions,
+) -> Result<Vec<CheckReport>, CliError> {
+    let (cfg, what) = load_config(&providers_src)?;
+    let (backends, _) = backends_for(dry_run, world.as_ref())?;
+    let providers =
+        load_providers(&cfg, &what, &providers_src.dir(), backends, None, runtime).await?;
+    let mut out = Vec::new();
+    for p in providers.iter() {
+        out.push(CheckReport {
+            provider: p.name.clone(),
+            type_name: p.type_name.clone(),
+            module: p.module.digest.clone(),
+            targets: p.check().await,
+        });
+    }
+    Ok(out)
+}

@@ -1,1 +1,106 @@
-fn main() {}
+//! The `egress-proxies` binary: argument parsing and wiring only.
+
+use clap::Parser;
+use egress_proxies::cli::{Cli, Command, Format, ReconcileArgs};
+use egress_proxies::{Source, examples, output};
+use egress_runtime::RuntimeOptions;
+use std::process::ExitCode;
+
+fn source(path: Option<std::path::PathBuf>, embedded: fn() -> Source) -> Source {
+    path.map(Source::File).unwrap_or_else(embedded)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("EGRESS_PROXIES_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Reconcile(ReconcileArgs {
+        file: None,
+        providers: None,
+        world: None,
+        dry_run: true,
+        output: Format::Text,
+        state: None,
+        timeout: std::time::Duration::from_secs(600),
+        max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
+        gc_grace: std::time::Duration::ZERO,
+    }));
+    match command {
+        Command::Reconcile(a) => {
+            let all_embedded = a.file.is_none() && a.providers.is_none();
+            let world = match a.world {
+                Some(p) => Some(Source::File(p)),
+                None if all_embedded => Some(examples::world()),
+                None => None,
+            };
+            let dry_run = a.dry_run;
+            let req = egress_proxies::ReconcileRequest {
+                proxies: source(a.file, examples::proxies),
+                providers: source(a.providers, examples::providers),
+                world,
+                dry_run,
+                state: a.state,
+                timeout: a.timeout,
+                max_rounds: a.max_rounds,
+                gc_grace: a.gc_grace,
+                runtime: RuntimeOptions::default(),
+            };
+            match egress_proxies::run_reconcile(req).await {
+                Ok(report) => {
+                    print!("{}", output::reconcile(&report, a.output, dry_run));
+                    if report.steady {
+                        ExitCode::SUCCESS
+                    } else {
+                        let pending: Vec<String> = report
+                            .proxies
+                            .iter()
+                            .filter(|p| !p.steady)
+                            .map(|p| format!("{}/{}", p.namespace, p.name))
+                            .collect();
+                        eprintln!("not steady: {}", pending.join(", "));
+                        ExitCode::from(2)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Check(a) => {
+            let all_embedded = a.providers.is_none();
+            let world = match a.world {
+                Some(p) => Some(Source::File(p)),
+                None if all_embedded => Some(examples::world()),
+                None => None,
+            };
+            match egress_proxies::run_check(
+                source(a.providers, examples::providers),
+                a.dry_run,
+                world,
+                RuntimeOptions::default(),
+            )
+            .await
+            {
+                Ok(reports) => {
+                    print!("{}", output::check(&reports, a.output));
+                    if output::all_healthy(&reports) {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(2)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}

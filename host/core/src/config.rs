@@ -219,7 +219,11 @@ impl ProvidersConfig {
         let de = serde_yaml::Deserializer::from_str(text);
         let cfg: ProvidersConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            let path = if path == "." { String::new() } else { path };
+            let path = if path == "." || path == "?" {
+                String::new()
+            } else {
+                path
+            };
             let message = e.into_inner().to_string();
             // serde_yaml prefixes its own path; ours is more precise, keep one.
             let message = match message.split_once(": ") {

@@ -71,8 +71,16 @@ impl CallState {
         }
     }
 
-    /// Records a mutating call as a plan step, secrets redacted.
-    pub(crate) fn record(&mut self, capability: &str, call: &str, target: String, mut args: Value) {
+    /// Records a mutating call as a plan step, secrets redacted, with the backend's refusal
+    /// if it refused.
+    pub(crate) fn record(
+        &self,
+        capability: &str,
+        call: &str,
+        target: String,
+        mut args: Value,
+        error: Option<String>,
+    ) {
         if let Some(rec) = &self.recorder {
             self.redactor.value(&mut args);
             rec.push(PlanStep {
@@ -82,6 +90,7 @@ impl CallState {
                 call: call.to_string(),
                 target: self.redactor.text(&target),
                 args,
+                error: error.map(|e| self.redactor.text(&e)),
             });
         }
     }
@@ -177,6 +186,10 @@ pub(crate) async fn execute(
     state: CallState,
     op: Op,
     timeout: Duration,
+    reaper: Option<(
+        &std::sync::mpsc::Sender<Box<dyn Send>>,
+        tokio::sync::OwnedSemaphorePermit,
+    )>,
 ) -> Result<OpOut, CallFailure> {
     let memory = state.limiter.max_bytes;
     let mut store = Store::new(engine, state);
@@ -224,10 +237,15 @@ pub(crate) async fn execute(
             }
         })
     };
-    match tokio::time::timeout(timeout, run).await {
+    let result = match tokio::time::timeout(timeout, run).await {
         Ok(r) => r,
         Err(_) => Err(CallFailure::Timeout(timeout)),
+    };
+    if let Some((tx, permit)) = reaper {
+        // If the reaper is gone the runtime is shutting down; dropping here is fine then.
+        let _ = tx.send(Box::new((store, permit)));
     }
+    result
 }
 
 /// The trap's own words without the wasm backtrace, which names guest internals only.

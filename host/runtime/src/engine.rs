@@ -58,7 +58,10 @@ pub enum RuntimeError {
 pub(crate) struct Inner {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<CallState>,
-    pub(crate) slots: Semaphore,
+    pub(crate) slots: Arc<Semaphore>,
+    /// Stores are dropped here, off the caller's path: tearing down an instance costs about as
+    /// much as creating it, and nobody waits for it.
+    pub(crate) reaper: std::sync::mpsc::Sender<Box<dyn Send>>,
     pub(crate) pooling: bool,
     /// Compiled modules by digest, so identical bytes compile once per process.
     pub(crate) modules:
@@ -146,11 +149,14 @@ impl Runtime {
             .map_err(|e| RuntimeError::Engine(format!("linking capabilities: {e:#}")))?;
 
         spawn_ticker(&engine).map_err(|e| RuntimeError::Engine(format!("epoch ticker: {e}")))?;
+        let reaper =
+            spawn_reaper().map_err(|e| RuntimeError::Engine(format!("store reaper: {e}")))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,
                 linker,
-                slots: Semaphore::new(slots as usize),
+                slots: Arc::new(Semaphore::new(slots as usize)),
+                reaper,
                 pooling,
                 modules: Default::default(),
             }),
@@ -183,4 +189,19 @@ fn spawn_ticker(engine: &Engine) -> std::io::Result<()> {
             }
         })
         .map(|_| ())
+}
+
+/// A thread that drops what it is sent. A Store and the call slot it holds travel together, so
+/// the slot frees only once the instance's memory is back in the pool.
+fn spawn_reaper() -> std::io::Result<std::sync::mpsc::Sender<Box<dyn Send>>> {
+    let (tx, rx) = std::sync::mpsc::channel::<Box<dyn Send>>();
+    std::thread::Builder::new()
+        .name("wasm-store-reaper".into())
+        .spawn(move || {
+            // Ends when every Sender (the Runtime) is gone.
+            while let Ok(item) = rx.recv() {
+                drop(item);
+            }
+        })?;
+    Ok(tx)
 }

@@ -16,6 +16,9 @@ pub struct PlanStep {
     pub target: String,
     #[serde(skip_serializing_if = "Value::is_null")]
     pub args: Value,
+    /// Set when the backend refused the call: the step was attempted and changed nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Default)]

@@ -98,6 +98,7 @@ impl Runtime {
             state,
             Op::Describe,
             Duration::from_secs(10),
+            None,
         )
         .await
         {
@@ -214,6 +215,7 @@ impl Provider {
             state,
             op,
             entry.timeout("validateConfig"),
+            None,
         )
         .await
         {
@@ -278,14 +280,21 @@ impl Provider {
         };
         let timeout = self.entry.timeout(name);
         async {
-            let _slot = self.runtime.inner.slots.acquire().await.map_err(|_| {
-                self.fail(
-                    name,
-                    ErrorClass::Transient,
-                    "ShuttingDown",
-                    "the runtime is shutting down".into(),
-                )
-            })?;
+            let slot = self
+                .runtime
+                .inner
+                .slots
+                .clone()
+                .acquire_owned()
+                .await
+                .map_err(|_| {
+                    self.fail(
+                        name,
+                        ErrorClass::Transient,
+                        "ShuttingDown",
+                        "the runtime is shutting down".into(),
+                    )
+                })?;
             let state = CallState::new(
                 &self.name,
                 self.grants.clone(),
@@ -302,6 +311,7 @@ impl Provider {
                 state,
                 op,
                 timeout,
+                Some((&self.runtime.inner.reaper, slot)),
             )
             .await;
             tracing::debug!(

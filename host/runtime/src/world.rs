@@ -55,7 +55,12 @@ impl World {
                 Some((prefix, rest)) if path.starts_with(prefix) => rest.to_string(),
                 _ => message,
             };
-            ConfigError::new(if path == "." { String::new() } else { path }, message)
+            let path = if path == "." || path == "?" {
+                String::new()
+            } else {
+                path
+            };
+            ConfigError::new(path, message)
         })
     }
 

@@ -126,39 +126,46 @@ impl wit::Host for CallState {
         }
         let method = req.method.to_uppercase();
         let url = self.redactor.text(&req.url);
-        if !matches!(method.as_str(), "GET" | "HEAD") {
-            let args = match req.body.as_deref().map(serde_json::from_slice::<Value>) {
-                Some(Ok(v)) => v,
-                Some(Err(_)) => json!({"bytes": req.body.as_ref().map_or(0, Vec::len)}),
-                None => Value::Null,
-            };
-            self.record("http", &method, format!("{method} {url}"), args);
-        }
+        let mutating = !matches!(method.as_str(), "GET" | "HEAD");
+        let args = match req.body.as_deref().map(serde_json::from_slice::<Value>) {
+            Some(Ok(v)) => v,
+            Some(Err(_)) => json!({"bytes": req.body.as_ref().map_or(0, Vec::len)}),
+            None => Value::Null,
+        };
         let span = tracing::debug_span!("http.send", provider = %self.provider, method = %method, url = %url);
         let backend = self.backends.http.clone();
         let request = HttpRequest {
-            method,
+            method: method.clone(),
             url: req.url,
             headers: req.headers,
             body: req.body,
             credential: req.credential,
         };
-        async move {
+        let out = async move {
             let out = backend.send(request, &grant).await;
             match &out {
                 Ok(r) => tracing::debug!(status = r.status, bytes = r.body.len(), "http response"),
                 Err(e) => tracing::debug!("http failed: {e}"),
             }
-            out.map(|r| wit::Response {
-                status: r.status,
-                headers: r.headers,
-                body: r.body,
-                final_url: r.final_url,
-            })
-            .map_err(to_wit)
+            out
         }
         .instrument(span)
-        .await
+        .await;
+        if mutating {
+            let error = match &out {
+                Ok(r) if r.status >= 400 => Some(format!("HTTP {}", r.status)),
+                Ok(_) => None,
+                Err(e) => Some(e.to_string()),
+            };
+            self.record("http", &method, format!("{method} {url}"), args, error);
+        }
+        out.map(|r| wit::Response {
+            status: r.status,
+            headers: r.headers,
+            body: r.body,
+            final_url: r.final_url,
+        })
+        .map_err(to_wit)
     }
 }
 

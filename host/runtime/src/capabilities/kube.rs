@@ -718,19 +718,28 @@ impl wit::Host for CallState {
             namespace: namespace.clone(),
             name: body["metadata"]["name"].as_str().unwrap_or("").to_string(),
         };
-        self.record("kube", "create", r.describe(), body.clone());
         let span =
             tracing::debug_span!("kube.create", provider = %self.provider, object = %r.describe());
         let backend = self.backends.kube.clone();
-        async move {
+        let args = body.clone();
+        let desc = r.describe();
+        let out = async move {
             let out = backend
                 .create(&api_version, &kind, namespace.as_deref(), body)
                 .await;
             tracing::debug!(ok = out.is_ok(), "kube create {}", r.describe());
-            out.map(|v| v.to_string()).map_err(to_wit)
+            out
         }
         .instrument(span)
-        .await
+        .await;
+        self.record(
+            "kube",
+            "create",
+            desc,
+            args,
+            out.as_ref().err().map(ToString::to_string),
+        );
+        out.map(|v| v.to_string()).map_err(to_wit)
     }
 
     async fn delete(&mut self, target: wit::ObjectRef) -> Result<(), wit::KubeError> {
@@ -738,17 +747,25 @@ impl wit::Host for CallState {
             return Err(e);
         }
         let r = to_ref(&target);
-        self.record("kube", "delete", r.describe(), Value::Null);
         let span =
             tracing::debug_span!("kube.delete", provider = %self.provider, object = %r.describe());
         let backend = self.backends.kube.clone();
-        async move {
+        let desc = r.describe();
+        let out = async move {
             let out = backend.delete(&r).await;
             tracing::debug!(ok = out.is_ok(), "kube delete {}", r.describe());
-            out.map_err(to_wit)
+            out
         }
         .instrument(span)
-        .await
+        .await;
+        self.record(
+            "kube",
+            "delete",
+            desc,
+            Value::Null,
+            out.as_ref().err().map(ToString::to_string),
+        );
+        out.map_err(to_wit)
     }
 
     async fn list_objects(
@@ -813,17 +830,26 @@ impl wit::Host for CallState {
             message: format!("patch is not JSON: {e}"),
         })?;
         let r = to_ref(&target);
-        self.record("kube", "patch", r.describe(), patch.clone());
         let span =
             tracing::debug_span!("kube.patch", provider = %self.provider, object = %r.describe());
         let backend = self.backends.kube.clone();
-        async move {
+        let args = patch.clone();
+        let desc = r.describe();
+        let out = async move {
             let out = backend.patch(&r, &patch).await;
             tracing::debug!(ok = out.is_ok(), "kube patch {}", r.describe());
-            out.map(|v| v.to_string()).map_err(to_wit)
+            out
         }
         .instrument(span)
-        .await
+        .await;
+        self.record(
+            "kube",
+            "patch",
+            desc,
+            args,
+            out.as_ref().err().map(ToString::to_string),
+        );
+        out.map(|v| v.to_string()).map_err(to_wit)
     }
 
     async fn server_version(&mut self) -> Result<(String, String), wit::KubeError> {

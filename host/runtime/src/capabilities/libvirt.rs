@@ -156,12 +156,10 @@ impl CallState {
 macro_rules! host_call {
     ($self:ident, $span:literal, $host:expr, $record:expr, $call:expr) => {{
         $self.libvirt_allowed($host)?;
-        if let Some((call, target, args)) = $record {
-            $self.record("libvirt", call, target, args);
-        }
+        let record: Option<(&str, String, Value)> = $record;
         let span = tracing::debug_span!($span, provider = %$self.provider, host = %$host);
         let backend = $self.backends.libvirt.clone();
-        async move {
+        let out = async move {
             let out = $call(backend).await;
             if let Err(e) = &out {
                 tracing::debug!(code = e.code, "{} failed: {}", $span, e.message);
@@ -171,7 +169,12 @@ macro_rules! host_call {
             out
         }
         .instrument(span)
-        .await
+        .await;
+        if let Some((call, target, args)) = record {
+            let error = out.as_ref().err().map(|e| e.message.clone());
+            $self.record("libvirt", call, target, args, error);
+        }
+        out
     }};
 }
 

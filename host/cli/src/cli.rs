@@ -1,0 +1,82 @@
+//! Command-line arguments.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "egress-proxies",
+    version,
+    about = "Provision egress HTTP proxies (Squid) on Kubernetes, GCE and KVM hosts, keep them healthy, collect orphans.",
+    long_about = "Provision egress HTTP proxies (Squid) on Kubernetes, GCE and KVM hosts, keep them healthy, collect orphans.\n\nWithout a command, runs `reconcile --dry-run` on the embedded examples and prints the plan."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create, poll, replace and delete instances until every Proxy is steady, then sweep
+    /// orphans of this installation.
+    Reconcile(ReconcileArgs),
+    /// Run each provider's health check and print its targets.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReconcileArgs {
+    /// Proxy manifests (one or more YAML documents). Default: the embedded example.
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// The providers config. Default: the embedded example.
+    #[arg(long)]
+    pub providers: Option<PathBuf>,
+    /// The simulated backends' starting state (with --dry-run). Default: the embedded example
+    /// when the other inputs are embedded, else an empty world.
+    #[arg(long)]
+    pub world: Option<PathBuf>,
+    /// Run the real modules against simulated backends and print the plan; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Format,
+    /// Status is kept here between runs (real mode); a Proxy that disappears from the file is
+    /// deleted on the next run.
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// How long to wait for every Proxy to be steady (real mode), e.g. 90s, 10m.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub timeout: std::time::Duration,
+    /// Rounds of reconciling before a dry-run gives up.
+    #[arg(long, default_value_t = crate::DEFAULT_MAX_ROUNDS)]
+    pub max_rounds: u32,
+    /// Instances younger than this are never swept.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub gc_grace: std::time::Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// The providers config. Default: the embedded example.
+    #[arg(long)]
+    pub providers: Option<PathBuf>,
+    /// Check the simulated backends instead of the real ones.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[arg(long)]
+    pub world: Option<PathBuf>,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: Format,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    egress_core::config::parse_duration(s)
+}

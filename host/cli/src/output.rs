@@ -1,0 +1,167 @@
+//! Rendering reports: a readable plan, or the report as YAML or JSON.
+
+use crate::CheckReport;
+use crate::cli::Format;
+use crate::reconcile::{Change, Report};
+use std::fmt::Write;
+
+pub fn reconcile(report: &Report, format: Format, dry_run: bool) -> String {
+    match format {
+        Format::Json => serde_json::to_string_pretty(report).unwrap_or_default() + "\n",
+        Format::Yaml => serde_yaml::to_string(report).unwrap_or_default(),
+        Format::Text => reconcile_text(report, dry_run),
+    }
+}
+
+fn symbol(c: &Change) -> char {
+    match c.call.as_str() {
+        "create"
+        | "domain-define-xml"
+        | "domain-create"
+        | "volume-create-xml"
+        | "volume-upload"
+        | "volume-upload-from-url"
+        | "POST"
+        | "PUT" => '+',
+        "delete" | "domain-destroy" | "domain-undefine" | "volume-delete" | "DELETE" => '-',
+        _ => '~',
+    }
+}
+
+fn change_text(out: &mut String, c: &Change) {
+    let _ = write!(
+        out,
+        "  {} {} {} {}",
+        symbol(c),
+        c.capability,
+        c.call,
+        c.target
+    );
+    if let Some(e) = &c.error {
+        // A refused call changed nothing; its arguments repeat in the retry that follows.
+        let _ = writeln!(out, "  (refused: {e})");
+        return;
+    }
+    out.push('\n');
+    if c.args.is_null() {
+        return;
+    }
+    // Generated XML is shown as XML, everything else as YAML.
+    let body = match c.args.get("xml").and_then(|x| x.as_str()) {
+        Some(xml) if c.args.as_object().is_some_and(|o| o.len() == 1) => xml.to_string(),
+        _ => serde_yaml::to_string(&c.args).unwrap_or_default(),
+    };
+    for line in body.lines() {
+        let _ = writeln!(out, "      {line}");
+    }
+}
+
+fn reconcile_text(r: &Report, dry_run: bool) -> String {
+    let mut out = String::new();
+    let total = r.proxies.len();
+    let steady = r.proxies.iter().filter(|p| p.steady).count();
+    let changes: usize =
+        r.proxies.iter().map(|p| p.changes.len()).sum::<usize>() + r.gc.changes.len();
+    let _ = writeln!(
+        out,
+        "{}: {total} proxies, {steady} steady, {changes} changes; {} rounds over {}s{}",
+        if dry_run {
+            "Plan (dry-run, simulated backends)"
+        } else {
+            "Reconciled"
+        },
+        r.rounds,
+        r.elapsed_seconds,
+        if dry_run { " of simulated time" } else { "" },
+    );
+    for p in &r.proxies {
+        let _ = writeln!(
+            out,
+            "\nProxy {}/{} (provider {}){}",
+            p.namespace,
+            p.name,
+            p.provider,
+            if p.deleted {
+                " — removed from the file, deleted"
+            } else {
+                ""
+            }
+        );
+        if p.changes.is_empty() {
+            out.push_str("  no changes\n");
+        }
+        for c in &p.changes {
+            change_text(&mut out, c);
+        }
+        let s = &p.status;
+        let state = s
+            .state
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| "no instance".into());
+        let _ = write!(out, "  = {state}");
+        if let Some(ip) = &s.ip {
+            let _ = write!(out, " {ip}");
+        }
+        if let Some(id) = &s.provider_id {
+            let _ = write!(out, " (providerID {id})");
+        }
+        if !p.steady {
+            out.push_str(" — not steady yet");
+        }
+        out.push('\n');
+        for c in &s.conditions {
+            let _ = writeln!(
+                out,
+                "    {}={} {}: {}",
+                c.type_, c.status, c.reason, c.message
+            );
+        }
+    }
+    let _ = writeln!(out, "\nSweep");
+    if r.gc.verdicts.is_empty() && r.gc.changes.is_empty() {
+        out.push_str("  nothing listed\n");
+    }
+    for v in &r.gc.verdicts {
+        let _ = writeln!(out, "  {} {}: {}", v.provider, v.provider_id, v.verdict);
+    }
+    for c in &r.gc.changes {
+        change_text(&mut out, c);
+    }
+    out
+}
+
+pub fn check(reports: &[CheckReport], format: Format) -> String {
+    match format {
+        Format::Json => serde_json::to_string_pretty(reports).unwrap_or_default() + "\n",
+        Format::Yaml => serde_yaml::to_string(reports).unwrap_or_default(),
+        Format::Text => {
+            let mut out = String::new();
+            for r in reports {
+                let digest: String = r.module.chars().take(12).collect();
+                let _ = writeln!(
+                    out,
+                    "{} ({}, module sha256:{digest})",
+                    r.provider, r.type_name
+                );
+                for t in &r.targets {
+                    let _ = writeln!(
+                        out,
+                        "  {} {} {}: {}",
+                        t.target, t.address, t.reason, t.message
+                    );
+                    for (k, v) in &t.details {
+                        let _ = writeln!(out, "    {k}: {v}");
+                    }
+                }
+            }
+            out
+        }
+    }
+}
+
+/// Whether every target of every provider is healthy.
+pub fn all_healthy(reports: &[CheckReport]) -> bool {
+    reports
+        .iter()
+        .all(|r| r.targets.iter().all(|t| t.reason == "Healthy"))
+}

@@ -1,0 +1,430 @@
+//! The reconcile loop of the CLI: the shared decisions of `egress_core::reconcile` driven over
+//! a proxies file, until every Proxy is steady or the time (or round) budget runs out, then a
+//! sweep of this installation's orphans.
+
+use crate::state::{StateFile, StoredProxy};
+use egress_core::config::ProvidersConfig;
+use egress_core::gc::{self, Verdict};
+use egress_core::reconcile::{self, Next, Observation, Outcome, ProviderLookup, Step};
+use egress_core::{CreateRequest, Proxy, ProxyStatus};
+use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
+use egress_runtime::{PlanRecorder, PlanStep, Providers};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How time passes: virtual in a dry-run (jumps to the next due Proxy), real otherwise.
+pub enum Time {
+    Virtual(Arc<VirtualClock>),
+    Real(Arc<dyn ClockBackend>),
+}
+
+impl Time {
+    fn now_ms(&self) -> u64 {
+        match self {
+            Time::Virtual(c) => c.now_millis(),
+            Time::Real(c) => c.now_millis(),
+        }
+    }
+
+    fn now_rfc3339(&self) -> String {
+        gc::format_rfc3339((self.now_ms() / 1000) as i64)
+    }
+}
+
+pub struct DriverOptions {
+    pub installation: String,
+    /// Rounds of "run every due Proxy" before giving up (dry-run guard).
+    pub max_rounds: u32,
+    /// Wall-time budget in real mode.
+    pub timeout: Duration,
+    pub gc_grace: Duration,
+    /// Where status is written after every change (real mode).
+    pub state_path: Option<PathBuf>,
+}
+
+struct Tracked {
+    proxy: Proxy,
+    status: ProxyStatus,
+    deleting: bool,
+    next_at_ms: u64,
+    attempts: u32,
+    steady: bool,
+    released: bool,
+}
+
+/// What a run did: per Proxy its changes and resulting status, and the sweep's changes.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub proxies: Vec<ProxyReport>,
+    pub gc: GcReport,
+    pub rounds: u32,
+    /// Simulated (dry-run) or real seconds the run covered.
+    pub elapsed_seconds: u64,
+    /// Every Proxy is steady: Running, or held on a condition only a change can clear.
+    pub steady: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyReport {
+    pub namespace: String,
+    pub name: String,
+    pub provider: String,
+    /// The Proxy was removed from the proxies file and its instance deleted.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    pub steady: bool,
+    pub changes: Vec<Change>,
+    pub status: ProxyStatus,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcReport {
+    pub changes: Vec<Change>,
+    /// Per provider: what the sweep saw and decided.
+    pub verdicts: Vec<GcVerdict>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcVerdict {
+    pub provider: String,
+    #[serde(rename = "providerID")]
+    pub provider_id: String,
+    pub verdict: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Change {
+    pub capability: String,
+    pub call: String,
+    pub target: String,
+    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
+    pub args: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl From<PlanStep> for Change {
+    fn from(s: PlanStep) -> Self {
+        Self {
+            capability: s.capability,
+            call: s.call,
+            target: s.target,
+            args: s.args,
+            error: s.error,
+        }
+    }
+}
+
+pub struct Driver<'a> {
+    pub providers: &'a Providers,
+    pub config: &'a ProvidersConfig,
+    pub recorder: Arc<PlanRecorder>,
+    pub time: Time,
+    pub options: DriverOptions,
+}
+
+impl Driver<'_> {
+    pub async fn run(
+        &self,
+        proxies: Vec<Proxy>,
+        prior: StateFile,
+    ) -> Result<Report, crate::CliError> {
+        let started_ms = self.time.now_ms();
+        let mut tracked: BTreeMap<String, Tracked> = BTreeMap::new();
+        for p in proxies {
+            let key = p.key();
+            let status = prior
+                .proxies
+                .get(&key)
+                .filter(|s| s.uid == p.uid())
+                .map(|s| s.status.clone())
+                .unwrap_or_default();
+            tracked.insert(key, Tracked::new(p, status, false, started_ms));
+        }
+        // Proxies in the state file but gone from the proxies file are being deleted.
+        for (key, stored) in &prior.proxies {
+            if !tracked.contains_key(key) {
+                tracked.insert(
+                    key.clone(),
+                    Tracked::new(stored.to_proxy(), stored.status.clone(), true, started_ms),
+                );
+            }
+        }
+        let mut state = StateFile {
+            installation: self.options.installation.clone(),
+            proxies: prior.proxies,
+        };
+
+        let deadline_ms = started_ms.saturating_add(self.options.timeout.as_millis() as u64);
+        let mut rounds = 0;
+        loop {
+            let now = self.time.now_ms();
+            let due: Vec<String> = tracked
+                .iter()
+                .filter(|(_, t)| !t.released && t.next_at_ms <= now)
+                .map(|(k, _)| k.clone())
+                .collect();
+            if due.is_empty() {
+                if tracked.values().all(|t| t.released || t.steady) {
+                    break;
+                }
+                let next = tracked
+                    .values()
+                    .filter(|t| !t.released)
+                    .map(|t| t.next_at_ms)
+                    .min()
+                    .unwrap_or(u64::MAX);
+                match &self.time {
+                    Time::Virtual(c) => {
+                        if next == u64::MAX {
+                            break;
+                        }
+                        c.advance_to(next);
+                    }
+                    Time::Real(_) => {
+                        if now >= deadline_ms {
+                            break;
+                        }
+                        let wait = next.min(deadline_ms).saturating_sub(now);
+                        tokio::time::sleep(Duration::from_millis(wait.max(1))).await;
+                    }
+                }
+                continue;
+            }
+            rounds += 1;
+            if rounds > self.options.max_rounds {
+                break;
+            }
+            for key in due {
+                if let Some(t) = tracked.get_mut(&key) {
+                    self.step(&key, t).await;
+                    state.record(&key, t.released, &t.proxy, &t.status);
+                    if let Some(path) = &self.options.state_path {
+                        state.write(path)?;
+                    }
+                }
+            }
+            if matches!(self.time, Time::Real(_)) && self.time.now_ms() >= deadline_ms {
+                break;
+            }
+        }
+
+        let gc = self.sweep(&tracked).await;
+        if let Some(path) = &self.options.state_path {
+            state.write(path)?;
+        }
+
+        let mut by_subject: BTreeMap<String, Vec<Change>> = BTreeMap::new();
+        for step in self.recorder.take() {
+            by_subject
+                .entry(step.subject.clone())
+                .or_default()
+                .push(step.into());
+        }
+        let steady = tracked.values().all(|t| t.released || t.steady);
+        let proxies = tracked
+            .into_iter()
+            .map(|(key, t)| ProxyReport {
+                namespace: t.proxy.metadata.namespace.clone(),
+                name: t.proxy.metadata.name.clone(),
+                provider: t.proxy.spec.provider.clone(),
+                deleted: t.released,
+                steady: t.released || t.steady,
+                changes: by_subject.remove(&key).unwrap_or_default(),
+                status: t.status,
+            })
+            .collect();
+        Ok(Report {
+            proxies,
+            gc: GcReport {
+                changes: by_subject.remove("gc").unwrap_or_default(),
+                verdicts: gc,
+            },
+            rounds: rounds.min(self.options.max_rounds),
+            elapsed_seconds: (self.time.now_ms().saturating_sub(started_ms)) / 1000,
+            steady,
+        })
+    }
+
+    /// Runs the decisions for one Proxy until it waits.
+    async fn step(&self, key: &str, t: &mut Tracked) {
+        let lookup = match self.providers.get(&t.proxy.spec.provider) {
+            Some(p) => ProviderLookup::Present {
+                revision: p.revision.clone(),
+            },
+            None => ProviderLookup::Missing,
+        };
+        // A follow-up (`Next::Now`) runs at once; a bound keeps a confused provider from
+        // spinning here.
+        for _ in 0..8 {
+            let now = self.time.now_rfc3339();
+            let obs = Observation {
+                proxy: &t.proxy,
+                status: &t.status,
+                deleting: t.deleting,
+                provider: &lookup,
+            };
+            let provider = self.providers.get(&t.proxy.spec.provider);
+            let outcome = match (reconcile::decide(obs, &now), provider) {
+                (Step::Release, _) => {
+                    t.released = true;
+                    t.steady = true;
+                    return;
+                }
+                (Step::Settle(o), _) => o,
+                (Step::Create, Some(p)) => {
+                    let req = CreateRequest::for_proxy(
+                        &t.proxy,
+                        &self.options.installation,
+                        t.proxy.spec.cloud_init.clone(),
+                    );
+                    let r = p.create(key, &req).await;
+                    reconcile::after_create(obs, r, &self.time.now_rfc3339())
+                }
+                (Step::Get { provider_id }, Some(p)) => {
+                    let r = p.get(key, &provider_id).await;
+                    reconcile::after_get(obs, r, &self.time.now_rfc3339())
+                }
+                (
+                    Step::Delete {
+                        provider_id,
+                        purpose,
+                    },
+                    Some(p),
+                ) => {
+                    let r = p.delete(key, &provider_id).await;
+                    reconcile::after_delete(obs, purpose, r, &self.time.now_rfc3339())
+                }
+                // decide() only names a call when the provider is present.
+                (Step::Create | Step::Get { .. } | Step::Delete { .. }, None) => return,
+            };
+            if self.apply(t, outcome) {
+                return;
+            }
+        }
+        // Still asking for follow-ups: look again soon instead of spinning.
+        t.next_at_ms = self.time.now_ms() + 1000;
+        t.steady = false;
+    }
+
+    /// Applies an outcome; true when the Proxy now waits.
+    fn apply(&self, t: &mut Tracked, o: Outcome) -> bool {
+        let now = self.time.now_ms();
+        t.steady = o.is_steady();
+        t.status = o.status;
+        match o.next {
+            Next::Now => return false,
+            Next::After(d) => {
+                t.attempts = 0;
+                t.next_at_ms = now + d.as_millis() as u64;
+            }
+            Next::Backoff(class) => {
+                t.attempts += 1;
+                t.next_at_ms = now + reconcile::backoff(class, t.attempts).as_millis() as u64;
+            }
+            Next::AwaitChange => {
+                t.attempts = 0;
+                t.next_at_ms = u64::MAX;
+            }
+        }
+        true
+    }
+
+    /// Lists each provider's instances of this installation and deletes those no Proxy in
+    /// the file claims. A provider that cannot list is skipped; the others still sweep.
+    async fn sweep(&self, tracked: &BTreeMap<String, Tracked>) -> Vec<GcVerdict> {
+        let live: BTreeSet<String> = tracked
+            .values()
+            .filter(|t| !t.released)
+            .map(|t| t.proxy.uid())
+            .collect();
+        let now_secs = (self.time.now_ms() / 1000) as i64;
+        let grace = self.options.gc_grace.as_secs() as i64;
+        let mut verdicts = Vec::new();
+        for provider in self.providers.iter() {
+            let listed = match provider.list_by_tag("gc", &self.options.installation).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::warn!(provider = %provider.name, "sweep skipped: {e}");
+                    verdicts.push(GcVerdict {
+                        provider: provider.name.clone(),
+                        provider_id: String::new(),
+                        verdict: format!("ListFailed: {}", e.message),
+                    });
+                    continue;
+                }
+            };
+            for inst in listed {
+                let created = gc::parse_rfc3339(&inst.created_at);
+                let verdict = gc::judge(
+                    &inst,
+                    &live,
+                    &self.options.installation,
+                    created,
+                    now_secs,
+                    grace,
+                );
+                let mut label = format!("{verdict:?}");
+                if verdict == Verdict::Orphan {
+                    if let Err(e) = provider.delete("gc", &inst.provider_id).await {
+                        label = format!("DeleteFailed: {}", e.message);
+                    } else {
+                        label = "Deleted".into();
+                    }
+                }
+                verdicts.push(GcVerdict {
+                    provider: provider.name.clone(),
+                    provider_id: inst.provider_id,
+                    verdict: label,
+                });
+            }
+        }
+        verdicts
+    }
+}
+
+impl Tracked {
+    fn new(proxy: Proxy, status: ProxyStatus, deleting: bool, now_ms: u64) -> Self {
+        Self {
+            proxy,
+            status,
+            deleting,
+            next_at_ms: now_ms,
+            attempts: 0,
+            steady: false,
+            released: false,
+        }
+    }
+}
+
+impl StoredProxy {
+    fn to_proxy(&self) -> Proxy {
+        let (namespace, name) = self
+            .key
+            .split_once('/')
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .unwrap_or_default();
+        Proxy {
+            api_version: egress_core::proxy::API_VERSION.into(),
+            kind: egress_core::proxy::KIND.into(),
+            metadata: egress_core::proxy::ObjectMeta {
+                name,
+                namespace,
+                uid: Some(self.uid.clone()),
+                ..Default::default()
+            },
+            spec: egress_core::ProxySpec {
+                provider: self.provider.clone(),
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+}

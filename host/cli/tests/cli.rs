@@ -1,0 +1,136 @@
+//! The binary as a user runs it: exit codes, errors naming the field at fault, formats.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
+    Command::new(env!("CARGO_BIN_EXE_egress-proxies"))
+        .args(args)
+        .env("EGRESS_PROXIES_CACHE_DIR", cache)
+        .output()
+        .unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).to_string()
+}
+
+#[test]
+fn without_arguments_it_plans_the_embedded_examples() {
+    let out = run(&[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("Plan (dry-run, simulated backends): 3 proxies, 3 steady"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("+ kube create Pod crawlers/proxy-"));
+    assert!(stdout.contains("Ready=False ProviderNotFound"));
+    assert!(stdout.contains("- kube delete Pod crawlers/proxy-0badc0ffee00"));
+}
+
+#[test]
+fn json_output_is_the_documented_shape() {
+    let out = run(&["reconcile", "--dry-run", "-o", "json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["proxies"][0];
+    for key in ["namespace", "name", "provider", "changes", "status"] {
+        assert!(!p[key].is_null(), "missing {key}");
+    }
+    let c = &p["changes"][0];
+    for key in ["capability", "call", "target", "args"] {
+        assert!(!c[key].is_null(), "missing {key}");
+    }
+    assert!(p["status"]["conditions"].is_array());
+    assert_eq!(p["status"]["state"], "Running");
+}
+
+#[test]
+fn a_bad_proxy_names_the_document_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("proxies.yaml");
+    std::fs::write(
+        &f,
+        "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: a}\nspec: {provider: cluster}\n---\napiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: b}\nspec: {provider: cluster, port: lots}\n",
+    )
+    .unwrap();
+    let out = run(&["reconcile", "--dry-run", "-f", f.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("document 2"), "{err}");
+    assert!(err.contains("spec.port"), "{err}");
+}
+
+#[test]
+fn a_bad_providers_config_names_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("providers.yaml");
+    std::fs::write(
+        &f,
+        "providers:\n- name: cluster\n  type: kubernetes\n  kubernetes: {imag: x}\n",
+    )
+    .unwrap();
+    let proxies = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/proxies.yaml");
+    let out = run(&[
+        "reconcile",
+        "--dry-run",
+        "-f",
+        proxies.to_str().unwrap(),
+        "--providers",
+        f.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("providers[0].kubernetes.imag: unknown field"),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_reports_targets_and_details() {
+    let out = run(&["check", "--dry-run"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("cluster (kubernetes, module sha256:"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("apiserver https://sim-apiserver.invalid Healthy"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("serverVersion: v1.33.2"), "{stdout}");
+}
+
+#[test]
+fn a_dry_run_that_cannot_settle_exits_non_zero_naming_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("world.yaml");
+    // The API refuses every create: the Proxy keeps backing off.
+    std::fs::write(&world, "kube:\n  faults:\n  - {call: create, times: 1000, status: 503, reason: ServiceUnavailable}\n").unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let out = run(&[
+        "reconcile",
+        "--dry-run",
+        "-f",
+        root.join("proxies.yaml").to_str().unwrap(),
+        "--providers",
+        root.join("providers.yaml").to_str().unwrap(),
+        "--world",
+        world.to_str().unwrap(),
+        "--max-rounds",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("not steady: crawlers/egress-a, crawlers/egress-b"),
+        "{err}"
+    );
+    assert!(text(&out.stdout).contains("TransientFailure"));
+}

@@ -1,0 +1,129 @@
+//! The dry-run plan of every example under examples/, snapshotted: what the real provider
+//! modules would do against the simulated backends the example's world describes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use egress_proxies::cli::Format;
+use egress_proxies::{ReconcileRequest, Source, output, run_reconcile};
+use egress_runtime::RuntimeOptions;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn runtime() -> RuntimeOptions {
+    RuntimeOptions {
+        cache_dir: Some(root().join("target/test-module-cache")),
+        ..Default::default()
+    }
+}
+
+/// Every example set: a proxies file with its providers config and world file beside it.
+fn example_sets() -> Vec<(String, PathBuf, PathBuf, Option<PathBuf>)> {
+    let dir = root().join("examples");
+    let mut sets = Vec::new();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("proxies") && n.ends_with(".yaml"))
+        .collect();
+    names.sort();
+    for name in names {
+        let suffix = name.trim_start_matches("proxies").trim_end_matches(".yaml");
+        let providers = dir.join(format!("providers{suffix}.yaml"));
+        let world = dir.join(format!("world{suffix}.yaml"));
+        assert!(providers.exists(), "{name} has no providers{suffix}.yaml");
+        let label = if suffix.is_empty() {
+            "default".to_string()
+        } else {
+            suffix.trim_start_matches('-').to_string()
+        };
+        sets.push((
+            label,
+            dir.join(&name),
+            providers,
+            world.exists().then_some(world),
+        ));
+    }
+    sets
+}
+
+async fn plan(
+    proxies: &Path,
+    providers: &Path,
+    world: Option<&Path>,
+) -> egress_proxies::reconcile::Report {
+    run_reconcile(ReconcileRequest {
+        proxies: Source::File(proxies.into()),
+        providers: Source::File(providers.into()),
+        world: world.map(|w| Source::File(w.into())),
+        dry_run: true,
+        state: None,
+        timeout: Duration::from_secs(600),
+        max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
+        gc_grace: Duration::ZERO,
+        runtime: runtime(),
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn example_plans() {
+    let sets = example_sets();
+    assert!(!sets.is_empty());
+    for (label, proxies, providers, world) in sets {
+        let report = plan(&proxies, &providers, world.as_deref()).await;
+        assert!(report.steady, "example {label} does not settle");
+        insta::assert_snapshot!(
+            format!("plan_{label}_text"),
+            output::reconcile(&report, Format::Text, true)
+        );
+        insta::assert_snapshot!(
+            format!("plan_{label}_json"),
+            output::reconcile(&report, Format::Json, true)
+        );
+    }
+}
+
+#[tokio::test]
+async fn plans_are_deterministic() {
+    for (_, proxies, providers, world) in example_sets() {
+        let a = plan(&proxies, &providers, world.as_deref()).await;
+        let b = plan(&proxies, &providers, world.as_deref()).await;
+        assert_eq!(
+            output::reconcile(&a, Format::Json, true),
+            output::reconcile(&b, Format::Json, true)
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_embedded_default_is_the_examples() {
+    let files = plan(
+        &root().join("examples/proxies.yaml"),
+        &root().join("examples/providers.yaml"),
+        Some(&root().join("examples/world.yaml")),
+    )
+    .await;
+    let embedded = run_reconcile(ReconcileRequest {
+        proxies: egress_proxies::examples::proxies(),
+        providers: egress_proxies::examples::providers(),
+        world: Some(egress_proxies::examples::world()),
+        dry_run: true,
+        state: None,
+        timeout: Duration::from_secs(600),
+        max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
+        gc_grace: Duration::ZERO,
+        runtime: runtime(),
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        output::reconcile(&files, Format::Json, true),
+        output::reconcile(&embedded, Format::Json, true)
+    );
+}

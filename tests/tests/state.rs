@@ -1,0 +1,175 @@
+//! The state file across runs: a Proxy removed from the proxies file is deleted on the next
+//! run, an instance whose create was interrupted is adopted, not duplicated, and an orphan of
+//! this installation is swept while another installation's instance is left alone.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use egress_core::config::ProvidersConfig;
+use egress_proxies::parse_proxies;
+use egress_proxies::reconcile::{Driver, DriverOptions, Report, Time};
+use egress_proxies::state::StateFile;
+use egress_runtime::world::{SimWorld, World};
+use egress_runtime::{LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+const PROVIDERS: &str = "installation: test\nproviders:\n- {name: cluster, type: kubernetes}\n";
+
+fn proxy(name: &str) -> String {
+    format!(
+        "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: {name}, namespace: ns}}\nspec: {{provider: cluster}}\n---\n"
+    )
+}
+
+struct Env {
+    world: SimWorld,
+    providers: Providers,
+    recorder: Arc<PlanRecorder>,
+    cfg: ProvidersConfig,
+}
+
+async fn env(world_yaml: &str) -> Env {
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache");
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(cache),
+        ..Default::default()
+    })
+    .unwrap();
+    let cfg = ProvidersConfig::from_yaml(PROVIDERS).unwrap();
+    let world = World::from_yaml(world_yaml).unwrap().build().unwrap();
+    let recorder = Arc::new(PlanRecorder::new());
+    let providers = Providers::load(
+        &runtime,
+        &cfg,
+        LoadOptions {
+            base_dir: Path::new("."),
+            builtin: &egress_builtins::module_for_type,
+            backends: world.backends.clone(),
+            recorder: Some(recorder.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    Env {
+        world,
+        providers,
+        recorder,
+        cfg,
+    }
+}
+
+async fn run(e: &Env, proxies: &str, state: &Path) -> Report {
+    let driver = Driver {
+        providers: &e.providers,
+        config: &e.cfg,
+        recorder: e.recorder.clone(),
+        time: Time::Virtual(e.world.clock.clone()),
+        options: DriverOptions {
+            installation: "test".into(),
+            max_rounds: 100,
+            timeout: Duration::from_secs(600),
+            gc_grace: Duration::ZERO,
+            state_path: Some(state.to_path_buf()),
+        },
+    };
+    driver
+        .run(
+            parse_proxies(proxies, "proxies").unwrap(),
+            StateFile::read(state).unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
+fn calls(r: &Report) -> Vec<String> {
+    r.proxies
+        .iter()
+        .flat_map(|p| p.changes.iter())
+        .chain(r.gc.changes.iter())
+        .filter(|c| c.error.is_none())
+        .map(|c| format!("{} {}", c.call, c.target))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_removed_proxy_is_deleted_on_the_next_run() {
+    let e = env("{}").await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.yaml");
+
+    let first = run(&e, &(proxy("a") + &proxy("b")), &state).await;
+    assert!(first.steady);
+    assert_eq!(calls(&first).len(), 2);
+    let saved = StateFile::read(&state).unwrap();
+    assert_eq!(saved.proxies.len(), 2);
+    assert_eq!(
+        saved.proxies["ns/a"].status.state,
+        Some(egress_core::InstanceState::Running)
+    );
+
+    // Nothing changed: nothing to do.
+    let again = run(&e, &(proxy("a") + &proxy("b")), &state).await;
+    assert!(calls(&again).is_empty(), "{:?}", calls(&again));
+
+    let second = run(&e, &proxy("a"), &state).await;
+    assert!(second.steady);
+    let b = second.proxies.iter().find(|p| p.name == "b").unwrap();
+    assert!(b.deleted);
+    assert_eq!(
+        calls(&second),
+        vec![format!(
+            "delete Pod ns/{}",
+            egress_core::name::instance_name(&egress_core::name::derived_uid("ns", "b"))
+        )]
+    );
+    let saved = StateFile::read(&state).unwrap();
+    assert_eq!(saved.proxies.keys().collect::<Vec<_>>(), vec!["ns/a"]);
+}
+
+#[tokio::test]
+async fn an_interrupted_create_is_adopted_and_an_orphan_swept() {
+    let uid = egress_core::name::derived_uid("ns", "a");
+    let name = egress_core::name::instance_name(&uid);
+    // The Pod exists (created by a run that died before writing its state); another orphan of
+    // this installation and one of another installation exist too.
+    let world = format!(
+        "kube:\n  objects:\n\
+        \x20 - {{apiVersion: v1, kind: Pod, metadata: {{name: {name}, namespace: ns, labels: {{egress-proxies.crawl.example.com/managed: 'true', egress-proxies.crawl.example.com/uid: {uid}, egress-proxies.crawl.example.com/installation: test}}}}, status: {{phase: Running, podIP: 10.0.0.9}}}}\n\
+        \x20 - {{apiVersion: v1, kind: Pod, metadata: {{name: proxy-orphan, namespace: ns, labels: {{egress-proxies.crawl.example.com/managed: 'true', egress-proxies.crawl.example.com/uid: 11111111-1111-1111-1111-111111111111, egress-proxies.crawl.example.com/installation: test}}}}}}\n\
+        \x20 - {{apiVersion: v1, kind: Pod, metadata: {{name: proxy-theirs, namespace: ns, labels: {{egress-proxies.crawl.example.com/managed: 'true', egress-proxies.crawl.example.com/uid: 22222222-2222-2222-2222-222222222222, egress-proxies.crawl.example.com/installation: other}}}}}}\n"
+    );
+    let e = env(&world).await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.yaml");
+    let r = run(&e, &proxy("a"), &state).await;
+    assert!(r.steady);
+    let a = &r.proxies[0];
+    assert_eq!(
+        a.status.ip.as_deref(),
+        Some("10.0.0.9"),
+        "the existing Pod was adopted"
+    );
+    // The create was attempted (and answered AlreadyExists); no second Pod exists.
+    let listed = e
+        .providers
+        .get("cluster")
+        .unwrap()
+        .list_by_tag("t", "test")
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(calls(&r), vec!["delete Pod ns/proxy-orphan".to_string()]);
+    let theirs = e
+        .providers
+        .get("cluster")
+        .unwrap()
+        .list_by_tag("t", "other")
+        .await
+        .unwrap();
+    assert_eq!(
+        theirs.len(),
+        1,
+        "another installation's Pod is never touched"
+    );
+}
