@@ -38,6 +38,8 @@ pub type HttpHandler = Box<dyn Fn(&HttpRequest) -> Result<HttpResponse, HttpErro
 /// Capabilities in memory. Libvirt and HTTP answer `Denied` unless a test installs a handler.
 pub struct FakeHost {
     pub kube: FakeKube,
+    /// Denied unless a test installs one with [`FakeHost::with_libvirt`].
+    libvirt: Box<dyn Libvirt>,
     http: RefCell<Option<HttpHandler>>,
     logs: RefCell<Vec<LogLine>>,
     clock_ms: Cell<u64>,
@@ -54,11 +56,20 @@ impl FakeHost {
     pub fn new() -> Self {
         Self {
             kube: FakeKube::default(),
+            libvirt: Box::new(DeniedLibvirt),
             http: RefCell::new(None),
             logs: RefCell::new(Vec::new()),
             // 2026-01-01T00:00:00Z: fixed, so snapshots are stable.
             clock_ms: Cell::new(1_767_225_600_000),
             rng: Cell::new(0x9e37_79b9_7f4a_7c15),
+        }
+    }
+
+    /// A host whose libvirt capability is `libvirt` (for example an in-memory hypervisor).
+    pub fn with_libvirt(libvirt: Box<dyn Libvirt>) -> Self {
+        Self {
+            libvirt,
+            ..Self::new()
         }
     }
 
@@ -124,7 +135,7 @@ impl Host for FakeHost {
         self
     }
     fn libvirt(&self) -> &dyn Libvirt {
-        &DeniedLibvirt
+        self.libvirt.as_ref()
     }
 }
 

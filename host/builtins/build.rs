@@ -10,6 +10,8 @@ use std::process::Command;
 
 const GUESTS: &[(&str, &str)] = &[
     ("provider-kubernetes", "provider_kubernetes"),
+    ("provider-libvirt", "provider_libvirt"),
+    ("provider-gcp", "provider_gcp"),
     ("provider-hostile", "provider_hostile"),
 ];
 

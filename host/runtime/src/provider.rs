@@ -115,6 +115,41 @@ impl Runtime {
         Ok(module)
     }
 
+    /// Runs `describe` on a fresh instance of `module`: the cheapest complete call, used to
+    /// measure the per-call overhead of a fresh store.
+    pub async fn describe(&self, module: &LoadedModule) -> Result<b::Description, String> {
+        let state = CallState::new(
+            "describe",
+            Arc::new(EffectiveGrants::default()),
+            Backends::real(),
+            None,
+            "",
+            Redactor::default(),
+            64 << 20,
+        );
+        let slot = self
+            .inner
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| "the runtime is shutting down".to_string())?;
+        match execute(
+            &self.inner.engine,
+            &module.pre,
+            state,
+            Op::Describe,
+            Duration::from_secs(10),
+            Some((&self.inner.reaper, slot)),
+        )
+        .await
+        {
+            Ok(OpOut::Describe(d)) => Ok(d),
+            Ok(_) => Err("describe answered with the wrong shape".into()),
+            Err(e) => Err(format!("describe {e}")),
+        }
+    }
+
     fn modules(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<LoadedModule>>> {
         self.inner.modules.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -3,9 +3,9 @@
 
 use crate::Backends;
 use crate::capabilities::clock::{ClockBackend, VirtualClock};
-use crate::capabilities::http::UnavailableHttp;
+use crate::capabilities::gce_sim::{SimGce, SimGceSpec};
 use crate::capabilities::kube::{SimKube, SimKubeSpec};
-use crate::capabilities::libvirt::UnavailableLibvirt;
+use crate::capabilities::libvirt_sim::{SimLibvirt, SimLibvirtSpec};
 use egress_core::config::ConfigError;
 use std::sync::Arc;
 
@@ -20,6 +20,12 @@ pub struct World {
     pub seed: u64,
     #[serde(default)]
     pub kube: SimKubeSpec,
+    /// Hypervisors for the kvm and kvm2 providers.
+    #[serde(default)]
+    pub libvirt: SimLibvirtSpec,
+    /// The Compute Engine API for the gcp provider.
+    #[serde(default)]
+    pub gce: SimGceSpec,
 }
 
 fn default_start() -> String {
@@ -35,6 +41,8 @@ impl Default for World {
             start: default_start(),
             seed: default_seed(),
             kube: SimKubeSpec::default(),
+            libvirt: SimLibvirtSpec::default(),
+            gce: SimGceSpec::default(),
         }
     }
 }
@@ -72,9 +80,9 @@ impl World {
         let dyn_clock: Arc<dyn ClockBackend> = clock.clone();
         let backends = Backends {
             clock: dyn_clock.clone(),
-            kube: Arc::new(SimKube::new(self.kube.clone(), dyn_clock)),
-            http: Arc::new(UnavailableHttp),
-            libvirt: Arc::new(UnavailableLibvirt),
+            kube: Arc::new(SimKube::new(self.kube.clone(), dyn_clock.clone())),
+            http: Arc::new(SimGce::new(self.gce.clone(), dyn_clock.clone())),
+            libvirt: Arc::new(SimLibvirt::new(self.libvirt.clone(), dyn_clock)),
         };
         Ok(SimWorld { clock, backends })
     }

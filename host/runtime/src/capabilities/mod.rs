@@ -3,9 +3,11 @@
 //! record mutating calls as plan steps, and call the backend.
 
 pub mod clock;
+pub mod gce_sim;
 pub mod http;
 pub mod kube;
 pub mod libvirt;
+pub mod libvirt_sim;
 pub mod log;
 
 use std::sync::Arc;

@@ -1,0 +1,263 @@
+//! Per-call cost of running provider logic in a fresh sandbox, against the same logic compiled
+//! natively; instantiation; cold compile against a cache load. Prints a markdown table.
+//!
+//!     cargo bench -p egress-runtime --bench calls
+//!
+//! Medians over many calls after a warm-up; p99 where it matters. The goal: a fresh-instance
+//! call costs at most 25 µs more than the native call (median).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use egress_core::config::ProvidersConfig;
+use egress_core::{CreateRequest, Placement};
+use egress_runtime::world::World;
+use egress_runtime::{LoadOptions, Providers, Runtime, RuntimeOptions};
+use guest_sdk::Provider as _;
+use std::time::{Duration, Instant};
+
+const WARMUP: usize = 500;
+const CALLS: usize = 10_000;
+
+fn stats(mut v: Vec<Duration>) -> (f64, f64) {
+    v.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    (us(v[v.len() / 2]), us(v[v.len() * 99 / 100]))
+}
+
+fn req() -> CreateRequest {
+    CreateRequest {
+        name: "proxy-3f2b9c1e7a44".into(),
+        namespace: "default".into(),
+        uid: "3f2b9c1e-7a44-4d0e-9a51-0c2e8f6b1d23".into(),
+        port: 3128,
+        placement: Placement::default(),
+        cloud_init: None,
+        installation: "bench".into(),
+        owner: None,
+    }
+}
+
+fn wit_req() -> guest_sdk::CreateRequest {
+    let r = req();
+    guest_sdk::CreateRequest {
+        name: r.name,
+        namespace: r.namespace,
+        uid: r.uid,
+        port: r.port,
+        placement: guest_sdk::Placement {
+            zone: None,
+            region: None,
+            machine_type: None,
+            image: None,
+        },
+        cloud_init: None,
+        installation: r.installation,
+        owner: None,
+    }
+}
+
+async fn providers(runtime: &Runtime, dir: &std::path::Path) -> Providers {
+    std::fs::write(dir.join("hostile.wasm"), egress_builtins::HOSTILE).unwrap();
+    let cfg = ProvidersConfig::from_yaml(
+        "installation: bench\nproviders:\n- {name: k8s, type: kubernetes}\n- {name: ok, type: hostile, module: hostile.wasm, config: {mode: ok}}\n",
+    )
+    .unwrap();
+    let world = World::default().build().unwrap();
+    Providers::load(
+        runtime,
+        &cfg,
+        LoadOptions {
+            base_dir: dir,
+            builtin: &egress_builtins::module_for_type,
+            backends: world.backends,
+            recorder: None,
+        },
+    )
+    .await
+    .unwrap()
+}
+
+fn native<T>(mut f: impl FnMut() -> T) -> Vec<Duration> {
+    for _ in 0..WARMUP {
+        std::hint::black_box(f());
+    }
+    (0..CALLS)
+        .map(|_| {
+            let t = Instant::now();
+            std::hint::black_box(f());
+            t.elapsed()
+        })
+        .collect()
+}
+
+async fn wasm<F: std::future::Future<Output = ()>>(mut f: impl FnMut() -> F) -> Vec<Duration> {
+    for _ in 0..WARMUP {
+        f().await;
+    }
+    let mut v = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let t = Instant::now();
+        f().await;
+        v.push(t.elapsed());
+    }
+    v
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rows: Vec<String> = Vec::new();
+
+    for pooling in [true, false] {
+        let runtime = Runtime::new(RuntimeOptions {
+            cache_dir: Some(dir.path().join("cache")),
+            pooling,
+            max_concurrent_calls: 128,
+        })
+        .unwrap();
+        let label = if runtime.pooling() {
+            "pooling"
+        } else {
+            "on-demand"
+        };
+        let ps = providers(&runtime, dir.path()).await;
+
+        // The hostile module's `ok` mode: create with no capability calls, so the difference
+        // to native is the sandbox alone.
+        let ok = ps.get("ok").unwrap().clone();
+        let r = req();
+        let fresh = wasm(|| {
+            let ok = ok.clone();
+            let r = r.clone();
+            async move {
+                ok.create("bench", &r).await.unwrap();
+            }
+        })
+        .await;
+        let host = guest_sdk::fakes::FakeHost::new();
+        let ctx = guest_sdk::CallContext {
+            provider: "ok".into(),
+            type_name: "hostile".into(),
+            config: r#"{"mode":"ok"}"#.into(),
+        };
+        let wr = wit_req();
+        let nat = native(|| provider_hostile::Hostile::create(&host, &ctx, &wr));
+        let (fm, fp) = stats(fresh);
+        let (nm, _) = stats(nat);
+        rows.push(format!(
+            "| {label} | create, no capability calls (hostile `ok`) | {fm:.1} µs (p99 {fp:.1}) | {nm:.2} µs | **{:.1} µs** |",
+            fm - nm
+        ));
+
+        // The kubernetes provider's get: one kube capability call (simulated backend) and JSON.
+        let k8s = ps.get("k8s").unwrap().clone();
+        let inst = k8s.create("bench", &r).await.unwrap();
+        let id = inst.provider_id.clone();
+        let get = wasm(|| {
+            let k8s = k8s.clone();
+            let id = id.clone();
+            async move {
+                k8s.get("bench", &id).await.unwrap();
+            }
+        })
+        .await;
+        let host = guest_sdk::fakes::FakeHost::new();
+        let kctx = guest_sdk::CallContext {
+            provider: "k8s".into(),
+            type_name: "kubernetes".into(),
+            config: provider_kubernetes::Kubernetes::validate_config("kubernetes", "k", "{}")
+                .unwrap(),
+        };
+        provider_kubernetes::Kubernetes::create(&host, &kctx, &wr).unwrap();
+        let nat = native(|| provider_kubernetes::Kubernetes::get(&host, &kctx, &id).unwrap());
+        let (gm, gp) = stats(get);
+        let (nm, _) = stats(nat);
+        rows.push(format!(
+            "| {label} | kubernetes get, one kube call (simulated) | {gm:.1} µs (p99 {gp:.1}) | {nm:.2} µs | {:.1} µs |",
+            gm - nm
+        ));
+
+        let module = ok.module.clone();
+        let describe = wasm(|| {
+            let runtime = runtime.clone();
+            let module = module.clone();
+            async move {
+                runtime.describe(&module).await.unwrap();
+            }
+        })
+        .await;
+        let (dm, dp) = stats(describe);
+        rows.push(format!(
+            "| {label} | instantiate + describe (the smallest call) | {dm:.1} µs (p99 {dp:.1}) | | |"
+        ));
+
+        // 1000 calls at once, each with one capability call.
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..1000 {
+            let k8s = k8s.clone();
+            let id = id.clone();
+            tasks.push(tokio::spawn(
+                async move { k8s.get("bench", &id).await.unwrap() },
+            ));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        rows.push(format!(
+            "| {label} | 1000 concurrent kubernetes gets, 2 workers | {:.1} ms total | | |",
+            started.elapsed().as_secs_f64() * 1e3
+        ));
+    }
+
+    // Compile: cold (no cache) against a load from the on-disk cache in a fresh engine.
+    let mut compile = Vec::new();
+    for (name, bytes) in [
+        ("kubernetes", egress_builtins::KUBERNETES),
+        ("hostile", egress_builtins::HOSTILE),
+    ] {
+        let cold_rt = Runtime::new(RuntimeOptions {
+            cache_dir: None,
+            ..Default::default()
+        })
+        .unwrap();
+        let t = Instant::now();
+        cold_rt.load_module(bytes).await.unwrap();
+        let cold = t.elapsed();
+        let cache = dir.path().join(format!("cache-{name}"));
+        let warm_rt = Runtime::new(RuntimeOptions {
+            cache_dir: Some(cache.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        warm_rt.load_module(bytes).await.unwrap();
+        // The cache writes in the background; give it a moment.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let fresh_rt = Runtime::new(RuntimeOptions {
+            cache_dir: Some(cache),
+            ..Default::default()
+        })
+        .unwrap();
+        let t = Instant::now();
+        fresh_rt.load_module(bytes).await.unwrap();
+        let cached = t.elapsed();
+        compile.push(format!(
+            "| {name} ({} KiB) | {:.1} ms | {:.2} ms |",
+            bytes.len() / 1024,
+            cold.as_secs_f64() * 1e3,
+            cached.as_secs_f64() * 1e3
+        ));
+    }
+
+    println!("| allocator | call | fresh instance, median | native, median | overhead |");
+    println!("|---|---|---|---|---|");
+    for r in rows {
+        println!("{r}");
+    }
+    println!();
+    println!("| module | cold compile + describe | cache load + describe (fresh engine) |");
+    println!("|---|---|---|");
+    for r in compile {
+        println!("{r}");
+    }
+}
