@@ -45,3 +45,41 @@ fn proxy_schema_is_fresh() {
         schemars::schema_for!(egress_core::Proxy),
     );
 }
+
+fn check_yaml(name: &str, value: &impl serde::Serialize) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../schemas/crds")
+        .join(name);
+    let fresh = format!(
+        "# Generated from host/operator/src/crd.rs; regenerate with\n# EGRESS_BLESS=1 cargo test -p egress-tests --test schemas\n{}",
+        serde_yaml::to_string(value).unwrap()
+    );
+    if std::env::var_os("EGRESS_BLESS").is_some() {
+        std::fs::write(&path, &fresh).unwrap();
+        return;
+    }
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        current == fresh,
+        "{} is stale; regenerate with EGRESS_BLESS=1 cargo test -p egress-tests --test schemas",
+        path.display()
+    );
+}
+
+#[test]
+fn proxy_crd_is_fresh() {
+    use kube::CustomResourceExt;
+    check_yaml(
+        "proxies.crawl.example.com.yaml",
+        &egress_operator::crd::Proxy::crd(),
+    );
+}
+
+#[test]
+fn provider_health_crd_is_fresh() {
+    use kube::CustomResourceExt;
+    check_yaml(
+        "providerhealths.crawl.example.com.yaml",
+        &egress_operator::crd::ProviderHealth::crd(),
+    );
+}

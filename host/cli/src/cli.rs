@@ -22,6 +22,35 @@ pub enum Command {
     Reconcile(ReconcileArgs),
     /// Run each provider's health check and print its targets.
     Check(CheckArgs),
+    /// Run the operator in a cluster: Proxy controller, GC sweeper, ProviderHealth monitor.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The providers config (a mounted ConfigMap); reloaded when it changes.
+    #[arg(long, default_value = "/etc/egress-proxies/providers.yaml")]
+    pub providers: PathBuf,
+    /// The operator's namespace, where its Lease lives.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "egress-proxies")]
+    pub namespace: String,
+    /// This replica's identity in the Lease.
+    #[arg(long, env = "POD_NAME", default_value = "egress-proxies")]
+    pub identity: String,
+    #[arg(long, default_value = "egress-proxies-leader")]
+    pub lease: String,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: std::net::SocketAddr,
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub gc_interval: std::time::Duration,
+    /// Instances younger than this are never swept: their Proxy's status may not be written.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub gc_grace: std::time::Duration,
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub health_interval: std::time::Duration,
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub reload_interval: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

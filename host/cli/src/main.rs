@@ -73,6 +73,26 @@ async fn main() -> ExitCode {
                 }
             }
         }
+        Command::Run(a) => {
+            let opts = egress_operator::Options {
+                providers: a.providers,
+                namespace: a.namespace,
+                lease_name: a.lease,
+                identity: a.identity,
+                listen: a.listen,
+                gc_interval: a.gc_interval,
+                gc_grace: a.gc_grace,
+                health_interval: a.health_interval,
+                reload_interval: a.reload_interval,
+            };
+            match egress_operator::run(opts).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Check(a) => {
             let all_embedded = a.providers.is_none();
             let world = match a.world {

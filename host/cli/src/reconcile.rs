@@ -5,9 +5,10 @@
 use crate::state::{StateFile, StoredProxy};
 use egress_core::config::ProvidersConfig;
 use egress_core::gc::{self, Verdict};
-use egress_core::reconcile::{self, Next, Observation, Outcome, ProviderLookup, Step};
-use egress_core::{CreateRequest, Proxy, ProxyStatus};
+use egress_core::reconcile;
+use egress_core::{Proxy, ProxyStatus};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
+use egress_runtime::reconciler::{InlineCloudInit, Wait, reconcile_proxy};
 use egress_runtime::{PlanRecorder, PlanStep, Providers};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -255,86 +256,36 @@ impl Driver<'_> {
 
     /// Runs the decisions for one Proxy until it waits.
     async fn step(&self, key: &str, t: &mut Tracked) {
-        let lookup = match self.providers.get(&t.proxy.spec.provider) {
-            Some(p) => ProviderLookup::Present {
-                revision: p.revision.clone(),
-            },
-            None => ProviderLookup::Missing,
-        };
-        // A follow-up (`Next::Now`) runs at once; a bound keeps a confused provider from
-        // spinning here.
-        for _ in 0..8 {
-            let now = self.time.now_rfc3339();
-            let obs = Observation {
-                proxy: &t.proxy,
-                status: &t.status,
-                deleting: t.deleting,
-                provider: &lookup,
-            };
-            let provider = self.providers.get(&t.proxy.spec.provider);
-            let outcome = match (reconcile::decide(obs, &now), provider) {
-                (Step::Release, _) => {
-                    t.released = true;
-                    t.steady = true;
-                    return;
-                }
-                (Step::Settle(o), _) => o,
-                (Step::Create, Some(p)) => {
-                    let req = CreateRequest::for_proxy(
-                        &t.proxy,
-                        &self.options.installation,
-                        t.proxy.spec.cloud_init.clone(),
-                    );
-                    let r = p.create(key, &req).await;
-                    reconcile::after_create(obs, r, &self.time.now_rfc3339())
-                }
-                (Step::Get { provider_id }, Some(p)) => {
-                    let r = p.get(key, &provider_id).await;
-                    reconcile::after_get(obs, r, &self.time.now_rfc3339())
-                }
-                (
-                    Step::Delete {
-                        provider_id,
-                        purpose,
-                    },
-                    Some(p),
-                ) => {
-                    let r = p.delete(key, &provider_id).await;
-                    reconcile::after_delete(obs, purpose, r, &self.time.now_rfc3339())
-                }
-                // decide() only names a call when the provider is present.
-                (Step::Create | Step::Get { .. } | Step::Delete { .. }, None) => return,
-            };
-            if self.apply(t, outcome) {
-                return;
-            }
-        }
-        // Still asking for follow-ups: look again soon instead of spinning.
-        t.next_at_ms = self.time.now_ms() + 1000;
-        t.steady = false;
-    }
-
-    /// Applies an outcome; true when the Proxy now waits.
-    fn apply(&self, t: &mut Tracked, o: Outcome) -> bool {
-        let now = self.time.now_ms();
-        t.steady = o.is_steady();
-        t.status = o.status;
-        match o.next {
-            Next::Now => return false,
-            Next::After(d) => {
+        let now = || self.time.now_rfc3339();
+        let r = reconcile_proxy(
+            self.providers,
+            &t.proxy,
+            t.status.clone(),
+            t.deleting,
+            &self.options.installation,
+            &InlineCloudInit,
+            &now,
+            key,
+        )
+        .await;
+        t.status = r.status;
+        t.steady = r.steady;
+        t.released = r.released;
+        let now_ms = self.time.now_ms();
+        match r.wait {
+            Wait::After(d) => {
                 t.attempts = 0;
-                t.next_at_ms = now + d.as_millis() as u64;
+                t.next_at_ms = now_ms + d.as_millis() as u64;
             }
-            Next::Backoff(class) => {
+            Wait::Backoff(class) => {
                 t.attempts += 1;
-                t.next_at_ms = now + reconcile::backoff(class, t.attempts).as_millis() as u64;
+                t.next_at_ms = now_ms + reconcile::backoff(class, t.attempts).as_millis() as u64;
             }
-            Next::AwaitChange => {
+            Wait::AwaitChange => {
                 t.attempts = 0;
                 t.next_at_ms = u64::MAX;
             }
         }
-        true
     }
 
     /// Lists each provider's instances of this installation and deletes those no Proxy in

@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     /// much as creating it, and nobody waits for it.
     pub(crate) reaper: std::sync::mpsc::Sender<Box<dyn Send>>,
     pub(crate) pooling: bool,
+    /// Told about every finished provider call (metrics).
+    pub(crate) observer: std::sync::OnceLock<Arc<dyn CallObserver>>,
     /// Compiled modules by digest, so identical bytes compile once per process.
     pub(crate) modules:
         std::sync::Mutex<std::collections::HashMap<String, Arc<crate::provider::LoadedModule>>>,
@@ -159,6 +161,7 @@ impl Runtime {
                 reaper,
                 pooling,
                 modules: Default::default(),
+                observer: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -171,6 +174,23 @@ impl Runtime {
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
     }
+
+    /// Sets the observer of every provider call; the first one set stays.
+    pub fn set_observer(&self, observer: Arc<dyn CallObserver>) {
+        let _ = self.inner.observer.set(observer);
+    }
+}
+
+/// Sees every finished provider call: which provider, which operation, how long, and the
+/// class of its failure if it failed.
+pub trait CallObserver: Send + Sync {
+    fn observe(
+        &self,
+        provider: &str,
+        operation: &str,
+        elapsed: Duration,
+        failure: Option<egress_core::ErrorClass>,
+    );
 }
 
 /// One ticker per Engine, on its own thread so a guest spinning on a single-threaded runtime

@@ -10,12 +10,13 @@ pub mod engine;
 pub mod grants;
 pub mod plan;
 pub mod provider;
+pub mod reconciler;
 pub mod redact;
 pub mod world;
 
 mod call;
 
 pub use capabilities::Backends;
-pub use engine::{Runtime, RuntimeOptions};
+pub use engine::{CallObserver, Runtime, RuntimeOptions};
 pub use plan::{PlanRecorder, PlanStep};
 pub use provider::{LoadError, LoadOptions, LoadedModule, Provider, Providers};

@@ -390,7 +390,34 @@ impl Provider {
         )
     }
 
+    fn observed<T>(
+        &self,
+        op: &str,
+        started: std::time::Instant,
+        r: Result<T, ProviderError>,
+    ) -> Result<T, ProviderError> {
+        if let Some(o) = self.runtime.inner.observer.get() {
+            o.observe(
+                &self.name,
+                op,
+                started.elapsed(),
+                r.as_ref().err().map(|e| e.class),
+            );
+        }
+        r
+    }
+
     pub async fn create(
+        &self,
+        subject: &str,
+        req: &CreateRequest,
+    ) -> Result<Instance, ProviderError> {
+        let started = std::time::Instant::now();
+        let r = self.create_inner(subject, req).await;
+        self.observed("create", started, r)
+    }
+
+    async fn create_inner(
         &self,
         subject: &str,
         req: &CreateRequest,
@@ -406,6 +433,12 @@ impl Provider {
     }
 
     pub async fn get(&self, subject: &str, provider_id: &str) -> Result<Instance, ProviderError> {
+        let started = std::time::Instant::now();
+        let r = self.get_inner(subject, provider_id).await;
+        self.observed("get", started, r)
+    }
+
+    async fn get_inner(&self, subject: &str, provider_id: &str) -> Result<Instance, ProviderError> {
         let r = Redactor::default();
         match self
             .call(Op::Get(self.ctx(), provider_id.into()), subject, r.clone())
@@ -419,6 +452,12 @@ impl Provider {
     }
 
     pub async fn delete(&self, subject: &str, provider_id: &str) -> Result<(), ProviderError> {
+        let started = std::time::Instant::now();
+        let r = self.delete_inner(subject, provider_id).await;
+        self.observed("delete", started, r)
+    }
+
+    async fn delete_inner(&self, subject: &str, provider_id: &str) -> Result<(), ProviderError> {
         let r = Redactor::default();
         match self
             .call(
@@ -434,6 +473,16 @@ impl Provider {
     }
 
     pub async fn list_by_tag(
+        &self,
+        subject: &str,
+        installation: &str,
+    ) -> Result<Vec<Instance>, ProviderError> {
+        let started = std::time::Instant::now();
+        let r = self.list_by_tag_inner(subject, installation).await;
+        self.observed("listByTag", started, r)
+    }
+
+    async fn list_by_tag_inner(
         &self,
         subject: &str,
         installation: &str,
@@ -456,6 +505,21 @@ impl Provider {
 
     /// The health of each backend target. A failed call is one target with the failure.
     pub async fn check(&self) -> Vec<TargetStatus> {
+        let started = std::time::Instant::now();
+        let out = self.check_inner().await;
+        let failed = out.iter().any(|t| t.reason != "Healthy");
+        if let Some(o) = self.runtime.inner.observer.get() {
+            o.observe(
+                &self.name,
+                "check",
+                started.elapsed(),
+                failed.then_some(ErrorClass::Transient),
+            );
+        }
+        out
+    }
+
+    async fn check_inner(&self) -> Vec<TargetStatus> {
         match self
             .call(Op::Check(self.ctx()), "check", Redactor::default())
             .await

@@ -1,0 +1,72 @@
+//! What the controller, the sweeper and the monitor share: the client, the providers as last
+//! loaded (swapped whole on reload), the installation identity, metrics and backoff counters.
+
+use crate::metrics::Metrics;
+use egress_core::ErrorClass;
+use egress_core::config::ProvidersConfig;
+use egress_runtime::Providers;
+use kube::runtime::events::Reporter;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// One loaded providers config.
+pub struct Loaded {
+    pub config: ProvidersConfig,
+    pub providers: Providers,
+}
+
+pub struct Context {
+    pub client: kube::Client,
+    pub installation: String,
+    pub metrics: Arc<Metrics>,
+    pub reporter: Reporter,
+    loaded: RwLock<Arc<Loaded>>,
+    attempts: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        installation: String,
+        loaded: Loaded,
+        metrics: Arc<Metrics>,
+        reporter: Reporter,
+    ) -> Self {
+        Self {
+            client,
+            installation,
+            metrics,
+            reporter,
+            loaded: RwLock::new(Arc::new(loaded)),
+            attempts: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The providers as loaded now. Calls already running keep the version they started with.
+    pub fn loaded(&self) -> Arc<Loaded> {
+        self.loaded
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn swap(&self, loaded: Loaded) {
+        *self.loaded.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(loaded);
+    }
+
+    /// The next backoff for a Proxy after a failure of `class`.
+    pub fn backoff(&self, key: &str, class: ErrorClass) -> Duration {
+        let mut attempts = self.attempts.lock().unwrap_or_else(|p| p.into_inner());
+        let n = attempts.entry(key.to_string()).or_insert(0);
+        *n += 1;
+        egress_core::reconcile::backoff(class, *n)
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}

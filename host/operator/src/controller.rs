@@ -1,0 +1,214 @@
+//! The Proxy controller: a finalizer, then the shared reconcile decisions; status through the
+//! status subresource with conditions and observedGeneration; an Event for every create,
+//! replacement, deletion and failure; requeue by what the decisions say.
+
+use crate::context::Context;
+use crate::crd::Proxy;
+use egress_runtime::reconciler::{CloudInitSource, Wait, reconcile_proxy};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const FINALIZER: &str = "crawl.example.com/egress-proxies";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kube API: {0}")]
+    Kube(#[source] kube::Error),
+    #[error("the Proxy has no namespace")]
+    NoNamespace,
+}
+
+impl Error {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::NoNamespace => "invalid",
+        }
+    }
+}
+
+/// Reads `cloudInitSecretRef` from the Proxy's namespace at create time. The content goes to
+/// the provider call and nowhere else.
+pub struct SecretCloudInit {
+    pub client: kube::Client,
+    pub namespace: String,
+}
+
+#[async_trait::async_trait]
+impl CloudInitSource for SecretCloudInit {
+    async fn resolve(&self, proxy: &egress_core::Proxy) -> Result<Option<String>, String> {
+        let Some(r) = &proxy.spec.cloud_init_secret_ref else {
+            return Ok(proxy.spec.cloud_init.clone());
+        };
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
+        let secret = api
+            .get(&r.name)
+            .await
+            .map_err(|e| format!("Secret {}/{}: {}", self.namespace, r.name, brief(&e)))?;
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&r.key))
+            .ok_or_else(|| {
+                format!(
+                    "Secret {}/{} has no key {:?}",
+                    self.namespace, r.name, r.key
+                )
+            })?;
+        String::from_utf8(bytes.0.clone()).map(Some).map_err(|_| {
+            format!(
+                "Secret {}/{} key {:?} is not UTF-8",
+                self.namespace, r.name, r.key
+            )
+        })
+    }
+}
+
+/// An API error without the response body, which could echo request content.
+fn brief(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} {}", s.code, s.reason),
+        other => other.to_string(),
+    }
+}
+
+/// The status as a merge patch that also clears the fields the new status no longer has.
+pub fn status_patch(status: &egress_core::ProxyStatus) -> Value {
+    let mut v = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
+    if let Some(map) = v.as_object_mut() {
+        for key in [
+            "providerID",
+            "instanceName",
+            "state",
+            "ip",
+            "observedGeneration",
+            "providerRevision",
+            "conditions",
+        ] {
+            map.entry(key).or_insert(Value::Null);
+        }
+    }
+    json!({ "status": v })
+}
+
+fn now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    egress_core::gc::format_rfc3339(secs)
+}
+
+pub async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = proxy.namespace().ok_or(Error::NoNamespace)?;
+    let name = proxy.name_any();
+    let key = format!("{namespace}/{name}");
+    let span = tracing::info_span!("reconcile", proxy = %key);
+    let _enter = span.enter();
+    let api: Api<Proxy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let deleting = proxy.metadata.deletion_timestamp.is_some();
+    let has_finalizer = proxy.finalizers().iter().any(|f| f == FINALIZER);
+
+    if !deleting && !has_finalizer {
+        let mut finalizers = proxy.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_string());
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": proxy.resource_version()}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::Kube)?;
+        // The patch is a change the controller sees; it continues from there.
+        return Ok(Action::await_change());
+    }
+    if deleting && !has_finalizer {
+        return Ok(Action::await_change());
+    }
+
+    let core = proxy.to_core();
+    let status = proxy.status.clone().unwrap_or_default();
+    let loaded = ctx.loaded();
+    let cloud_init = SecretCloudInit {
+        client: ctx.client.clone(),
+        namespace: namespace.clone(),
+    };
+    let result = reconcile_proxy(
+        &loaded.providers,
+        &core,
+        status.clone(),
+        deleting,
+        &ctx.installation,
+        &cloud_init,
+        &now,
+        &key,
+    )
+    .await;
+
+    if result.status != status {
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(status_patch(&result.status)),
+        )
+        .await
+        .map_err(Error::Kube)?;
+    }
+    if !result.events.is_empty() {
+        let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+        let reference = proxy.object_ref(&());
+        for e in &result.events {
+            let event = Event {
+                type_: if e.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: e.reason.clone(),
+                note: Some(e.message.chars().take(1000).collect()),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            // An event that cannot be written must not fail the reconcile.
+            if let Err(err) = recorder.publish(&event, &reference).await {
+                tracing::warn!("event not recorded: {}", brief(&err));
+            }
+        }
+    }
+    if result.released {
+        let finalizers: Vec<String> = proxy
+            .finalizers()
+            .iter()
+            .filter(|f| f.as_str() != FINALIZER)
+            .cloned()
+            .collect();
+        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": proxy.resource_version()}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::Kube)?;
+        ctx.forget(&key);
+        ctx.metrics.reconciled("ok");
+        return Ok(Action::await_change());
+    }
+    ctx.metrics.reconciled("ok");
+    Ok(match result.wait {
+        Wait::After(d) => {
+            ctx.forget(&key);
+            Action::requeue(d)
+        }
+        Wait::Backoff(class) => Action::requeue(ctx.backoff(&key, class)),
+        Wait::AwaitChange => {
+            ctx.forget(&key);
+            Action::await_change()
+        }
+    })
+}
+
+pub fn error_policy(_proxy: Arc<Proxy>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(label = error.metric_label(), "reconcile failed: {error}");
+    ctx.metrics.reconciled("error");
+    Action::requeue(Duration::from_secs(15))
+}

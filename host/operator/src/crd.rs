@@ -1,0 +1,123 @@
+//! The custom resources: Proxy (group crawl.example.com, version v1alpha1, so manifests of the
+//! seeds' operator keep working) and ProviderHealth. Generated into schemas/crds/ by a test
+//! that fails when the checked-in files are stale.
+
+use egress_core::{Placement, ProxyStatus};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub use egress_core::proxy::SecretKeyRef;
+
+/// A request for one egress proxy.
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "crawl.example.com",
+    version = "v1alpha1",
+    kind = "Proxy",
+    namespaced,
+    status = "ProxyStatus",
+    shortname = "px",
+    category = "egress",
+    printcolumn(name = "Provider", type_ = "string", json_path = ".spec.provider"),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
+    printcolumn(name = "IP", type_ = "string", json_path = ".status.ip"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxySpec {
+    /// The name of a provider entry in the providers config.
+    pub provider: String,
+    /// The port Squid listens on.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    #[serde(default)]
+    pub placement: Placement,
+    /// Inline cloud-init user data. Prefer cloudInitSecretRef: a Proxy's spec is readable by
+    /// anyone who can list Proxies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_init: Option<String>,
+    /// Cloud-init user data from a Secret in the Proxy's namespace, read at create time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cloud_init_secret_ref: Option<SecretKeyRef>,
+}
+
+fn default_port() -> u16 {
+    egress_core::proxy::DEFAULT_PORT
+}
+
+/// The health of one configured provider, refreshed by a periodic check.
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "crawl.example.com",
+    version = "v1alpha1",
+    kind = "ProviderHealth",
+    status = "ProviderHealthStatus",
+    category = "egress",
+    printcolumn(name = "Type", type_ = "string", json_path = ".status.type"),
+    printcolumn(name = "Healthy", type_ = "string", json_path = ".status.healthy"),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderHealthSpec {}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderHealthStatus {
+    /// The provider's type (kubernetes, gcp, kvm, kvm2, or a module's).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// sha256 of the module serving it.
+    pub module: String,
+    /// "True" when every target is Healthy.
+    pub healthy: String,
+    pub targets: Vec<TargetHealth>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetHealth {
+    pub target: String,
+    pub address: String,
+    /// `Healthy`, or why not: Unreachable, Unauthorized, Forbidden, Timeout, ...
+    pub reason: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub details: BTreeMap<String, String>,
+    /// RFC 3339.
+    pub last_checked: String,
+}
+
+impl Proxy {
+    /// The domain view the shared decisions work on.
+    pub fn to_core(&self) -> egress_core::Proxy {
+        egress_core::Proxy {
+            api_version: egress_core::proxy::API_VERSION.into(),
+            kind: egress_core::proxy::KIND.into(),
+            metadata: egress_core::proxy::ObjectMeta {
+                name: self.metadata.name.clone().unwrap_or_default(),
+                namespace: self.metadata.namespace.clone().unwrap_or_default(),
+                uid: self.metadata.uid.clone(),
+                generation: self.metadata.generation,
+                ..Default::default()
+            },
+            spec: egress_core::ProxySpec {
+                provider: self.spec.provider.clone(),
+                port: self.spec.port,
+                placement: self.spec.placement.clone(),
+                cloud_init: self.spec.cloud_init.clone(),
+                cloud_init_secret_ref: self.spec.cloud_init_secret_ref.clone(),
+            },
+            status: None,
+        }
+    }
+}

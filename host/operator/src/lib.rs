@@ -1,0 +1,219 @@
+//! Operator mode: `egress-proxies run` in a cluster. A Proxy controller on the shared
+//! reconcile decisions, a GC sweeper, a ProviderHealth monitor, leader election on a Lease,
+//! metrics and health endpoints, and reload of the providers config.
+
+pub mod context;
+pub mod controller;
+pub mod crd;
+pub mod health;
+pub mod leader;
+pub mod metrics;
+pub mod server;
+pub mod sweeper;
+
+use context::{Context, Loaded};
+use egress_core::config::ProvidersConfig;
+use egress_runtime::capabilities::kube::RealKube;
+use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
+use futures::StreamExt;
+use kube::runtime::controller::Controller;
+use kube::runtime::events::Reporter;
+use kube::runtime::watcher;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub providers: PathBuf,
+    /// Where the Lease lives (the operator's namespace).
+    pub namespace: String,
+    pub lease_name: String,
+    /// This replica's identity in the Lease (the Pod name).
+    pub identity: String,
+    pub listen: std::net::SocketAddr,
+    pub gc_interval: Duration,
+    pub gc_grace: Duration,
+    pub health_interval: Duration,
+    pub reload_interval: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kube: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("providers config {path}: {message}")]
+    Config { path: String, message: String },
+    #[error("runtime: {0}")]
+    Runtime(String),
+    #[error("listening on {addr}: {message}")]
+    Listen { addr: String, message: String },
+    #[error("lost the lease {0}")]
+    LostLease(String),
+}
+
+/// Loads the providers config at `path` against the cluster's real backends.
+pub async fn load(
+    runtime: &Runtime,
+    path: &std::path::Path,
+    backends: Backends,
+) -> Result<Loaded, Error> {
+    let err = |message: String| Error::Config {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let config = ProvidersConfig::from_yaml(&text).map_err(|e| err(e.to_string()))?;
+    let dir = path
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let providers = Providers::load(
+        runtime,
+        &config,
+        LoadOptions {
+            base_dir: &dir,
+            builtin: &egress_builtins::module_for_type,
+            backends,
+            recorder: None,
+        },
+    )
+    .await
+    .map_err(|e| err(e.to_string()))?;
+    Ok(Loaded { config, providers })
+}
+
+/// The installation identity: the config's, or the UID of the kube-system namespace, which
+/// identifies the cluster for as long as it lives.
+pub async fn installation(
+    client: &kube::Client,
+    config: &ProvidersConfig,
+) -> Result<String, Error> {
+    if let Some(i) = &config.installation {
+        return Ok(i.clone());
+    }
+    let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client.clone());
+    let uid = ns
+        .get("kube-system")
+        .await?
+        .metadata
+        .uid
+        .unwrap_or_default();
+    Ok(uid)
+}
+
+/// Runs the operator until a signal, a lost lease or a fatal error.
+pub async fn run(opts: Options) -> Result<(), Error> {
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| Error::Runtime(format!("Kubernetes config: {e}")))?;
+    let address = config.cluster_url.to_string();
+    let client = kube::Client::try_from(config)?;
+    let backends = Backends {
+        kube: Arc::new(RealKube::with_client(client.clone(), address)),
+        ..Backends::real()
+    };
+    let runtime =
+        Runtime::new(RuntimeOptions::default()).map_err(|e| Error::Runtime(e.to_string()))?;
+    let metrics = Arc::new(metrics::Metrics::new());
+    runtime.set_observer(metrics.clone());
+    let loaded = load(&runtime, &opts.providers, backends.clone()).await?;
+    let installation = installation(&client, &loaded.config).await?;
+    tracing::info!(installation = %installation, providers = loaded.config.providers.len(), "providers loaded");
+
+    let ready = Arc::new(server::Readiness::default());
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| Error::Listen {
+            addr: opts.listen.to_string(),
+            message: e.to_string(),
+        })?;
+    tokio::spawn(server::serve(listener, metrics.clone(), ready.clone()));
+    ready.set(true);
+
+    let lease = leader::LeaseLock::new(
+        client.clone(),
+        &opts.namespace,
+        &opts.lease_name,
+        &opts.identity,
+        Duration::from_secs(15),
+    );
+    lease.acquire().await;
+
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        installation,
+        loaded,
+        metrics.clone(),
+        Reporter {
+            controller: "egress-proxies".into(),
+            instance: Some(opts.identity.clone()),
+        },
+    ));
+
+    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let reload = reload_loop(
+        runtime,
+        backends,
+        opts.providers.clone(),
+        ctx.clone(),
+        opts.reload_interval,
+        reload_tx,
+    );
+    let proxies: kube::Api<crd::Proxy> = kube::Api::all(client.clone());
+    let controller = Controller::new(proxies, watcher::Config::default().any_semantic())
+        .reconcile_all_on(tokio_stream_from(reload_rx))
+        .shutdown_on_signal()
+        .run(controller::reconcile, controller::error_policy, ctx.clone())
+        .for_each(|_| async {});
+
+    tokio::select! {
+        _ = controller => Ok(()),
+        _ = sweeper::run(ctx.clone(), opts.gc_interval, opts.gc_grace) => Ok(()),
+        _ = health::run(ctx.clone(), opts.health_interval) => Ok(()),
+        _ = reload => Ok(()),
+        _ = lease.hold() => Err(Error::LostLease(opts.lease_name.clone())),
+    }
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<()>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Watches the providers config file; a change is loaded in the background and swapped in
+/// whole; a config that fails to load is refused and the old one keeps serving.
+async fn reload_loop(
+    runtime: Runtime,
+    backends: Backends,
+    path: PathBuf,
+    ctx: Arc<Context>,
+    interval: Duration,
+    trigger: tokio::sync::mpsc::Sender<()>,
+) {
+    let mut last = std::fs::read(&path).ok();
+    loop {
+        tokio::time::sleep(interval).await;
+        let now = std::fs::read(&path).ok();
+        if now == last {
+            continue;
+        }
+        last = now;
+        match load(&runtime, &path, backends.clone()).await {
+            Ok(loaded) => {
+                tracing::info!("providers config reloaded");
+                ctx.swap(loaded);
+                ctx.metrics.reload("ok");
+                // Every Proxy is looked at again: a held failure may now be released.
+                let _ = trigger.try_send(());
+            }
+            Err(e) => {
+                tracing::error!(
+                    "providers config change refused, the previous one keeps serving: {e}"
+                );
+                ctx.metrics.reload("rejected");
+            }
+        }
+    }
+}

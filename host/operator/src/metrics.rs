@@ -1,0 +1,144 @@
+//! Prometheus metrics: reconciles, errors by class, provider call durations by provider and
+//! operation, GC deletions, health per target, config reloads.
+
+use egress_core::ErrorClass;
+use egress_runtime::CallObserver;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+type Labels = Vec<(String, String)>;
+
+pub struct Metrics {
+    registry: Registry,
+    pub reconciles: Family<Labels, Counter>,
+    pub errors: Family<Labels, Counter>,
+    pub provider_calls: Family<Labels, Histogram>,
+    pub gc_deletions: Family<Labels, Counter>,
+    pub target_healthy: Family<Labels, Gauge>,
+    pub reloads: Family<Labels, Counter>,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("egress_proxies");
+        let reconciles = Family::<Labels, Counter>::default();
+        let errors = Family::<Labels, Counter>::default();
+        let provider_calls = Family::<Labels, Histogram>::new_with_constructor(|| {
+            // 1 ms to ~16 min: a get is milliseconds, a first create on a KVM host downloads an
+            // image.
+            Histogram::new(exponential_buckets(0.001, 4.0, 11))
+        });
+        let gc_deletions = Family::<Labels, Counter>::default();
+        let target_healthy = Family::<Labels, Gauge>::default();
+        let reloads = Family::<Labels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Proxy reconciles by result",
+            reconciles.clone(),
+        );
+        registry.register("errors", "Provider errors by class", errors.clone());
+        registry.register(
+            "provider_call_duration_seconds",
+            "Provider call durations by provider and operation",
+            provider_calls.clone(),
+        );
+        registry.register(
+            "gc_deletions",
+            "Orphans deleted by the sweeper",
+            gc_deletions.clone(),
+        );
+        registry.register(
+            "provider_target_healthy",
+            "1 when the provider's health target is Healthy",
+            target_healthy.clone(),
+        );
+        registry.register(
+            "config_reloads",
+            "Providers config reloads by result",
+            reloads.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            errors,
+            provider_calls,
+            gc_deletions,
+            target_healthy,
+            reloads,
+        }
+    }
+
+    pub fn reconciled(&self, result: &str) {
+        self.reconciles
+            .get_or_create(&labels(&[("result", result)]))
+            .inc();
+    }
+
+    pub fn error(&self, class: ErrorClass) {
+        self.errors
+            .get_or_create(&labels(&[("class", class.label())]))
+            .inc();
+    }
+
+    pub fn gc_deleted(&self, provider: &str) {
+        self.gc_deletions
+            .get_or_create(&labels(&[("provider", provider)]))
+            .inc();
+    }
+
+    pub fn target(&self, provider: &str, target: &str, healthy: bool) {
+        self.target_healthy
+            .get_or_create(&labels(&[("provider", provider), ("target", target)]))
+            .set(i64::from(healthy));
+    }
+
+    pub fn reload(&self, result: &str) {
+        self.reloads
+            .get_or_create(&labels(&[("result", result)]))
+            .inc();
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl CallObserver for Metrics {
+    fn observe(
+        &self,
+        provider: &str,
+        operation: &str,
+        elapsed: Duration,
+        failure: Option<ErrorClass>,
+    ) {
+        self.provider_calls
+            .get_or_create(&labels(&[("provider", provider), ("operation", operation)]))
+            .observe(elapsed.as_secs_f64());
+        if let Some(class) = failure {
+            self.error(class);
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! One reconcile of one Proxy against the configured providers: the pure decisions of
+//! `egress_core::reconcile` with the provider calls they name, run until the Proxy waits.
+//! Shared by the CLI's loop and the operator's controller.
+
+use crate::provider::Providers;
+use egress_core::reconcile::{self, DeletePurpose, Next, Observation, ProviderLookup, Step};
+use egress_core::{CreateRequest, ErrorClass, InstanceState, Proxy, ProxyStatus};
+use std::time::Duration;
+
+/// How long the Proxy waits before its next reconcile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    After(Duration),
+    /// Back off after a failure of this class (the caller counts attempts).
+    Backoff(ErrorClass),
+    /// Until the Proxy or the providers config changes.
+    AwaitChange,
+}
+
+/// Something worth an Event on the Proxy. Never carries cloud-init.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyEvent {
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    pub status: ProxyStatus,
+    pub wait: Wait,
+    /// Deleting and nothing is left: the finalizer may go.
+    pub released: bool,
+    /// Steady: serving, or held on a condition only a change can clear.
+    pub steady: bool,
+    pub events: Vec<ProxyEvent>,
+}
+
+/// Where a Proxy's cloud-init comes from when an instance is created: inline in the spec, or
+/// (in the operator) a Secret read at create time.
+#[async_trait::async_trait]
+pub trait CloudInitSource: Send + Sync {
+    /// The user data, None when the Proxy has none. An error names what is missing, never
+    /// the content.
+    async fn resolve(&self, proxy: &Proxy) -> Result<Option<String>, String>;
+}
+
+/// Only the spec's inline `cloudInit`.
+pub struct InlineCloudInit;
+
+#[async_trait::async_trait]
+impl CloudInitSource for InlineCloudInit {
+    async fn resolve(&self, proxy: &Proxy) -> Result<Option<String>, String> {
+        match (&proxy.spec.cloud_init, &proxy.spec.cloud_init_secret_ref) {
+            (_, Some(r)) => Err(format!(
+                "cloudInitSecretRef {}/{} needs a cluster (operator mode)",
+                r.name, r.key
+            )),
+            (inline, None) => Ok(inline.clone()),
+        }
+    }
+}
+
+fn event(warning: bool, reason: &str, message: String) -> ProxyEvent {
+    ProxyEvent {
+        warning,
+        reason: reason.to_string(),
+        message,
+    }
+}
+
+/// Reconciles one Proxy: decides, calls the provider, folds the answer, and repeats while a
+/// follow-up is due (a replacement is a delete then a create). `now` gives RFC 3339 time.
+#[allow(clippy::too_many_arguments)]
+pub async fn reconcile_proxy(
+    providers: &Providers,
+    proxy: &Proxy,
+    mut status: ProxyStatus,
+    deleting: bool,
+    installation: &str,
+    cloud_init: &dyn CloudInitSource,
+    now: &(dyn Fn() -> String + Send + Sync),
+    subject: &str,
+) -> StepResult {
+    let provider = providers.get(&proxy.spec.provider);
+    let lookup = match provider {
+        Some(p) => ProviderLookup::Present {
+            revision: p.revision.clone(),
+        },
+        None => ProviderLookup::Missing,
+    };
+    let mut events = Vec::new();
+    // A follow-up (`Next::Now`) runs at once; the bound keeps a confused provider from
+    // spinning here.
+    for _ in 0..8 {
+        let obs = Observation {
+            proxy,
+            status: &status,
+            deleting,
+            provider: &lookup,
+        };
+        let before = status.condition(reconcile::READY).map(|c| c.reason.clone());
+        let outcome = match (reconcile::decide(obs, &now()), provider) {
+            (Step::Release, _) => {
+                return StepResult {
+                    status,
+                    wait: Wait::AwaitChange,
+                    released: true,
+                    steady: true,
+                    events,
+                };
+            }
+            (Step::Settle(o), _) => {
+                let after = o.status.condition(reconcile::READY);
+                if let Some(c) = after.filter(|c| before.as_deref() != Some(c.reason.as_str())) {
+                    events.push(event(true, &c.reason, c.message.clone()));
+                }
+                o
+            }
+            (Step::Create, Some(p)) => {
+                let result = match cloud_init.resolve(proxy).await {
+                    Ok(ci) => {
+                        let req = CreateRequest::for_proxy(proxy, installation, ci);
+                        p.create(subject, &req).await
+                    }
+                    Err(m) => Err(egress_core::ProviderError::new(
+                        &p.name,
+                        "create",
+                        ErrorClass::Transient,
+                        "CloudInitUnavailable",
+                        m,
+                    )),
+                };
+                match &result {
+                    Ok(i) => events.push(event(
+                        false,
+                        "Created",
+                        format!("instance {} created by provider {}", i.provider_id, p.name),
+                    )),
+                    Err(e) => events.push(event(true, "CreateFailed", e.to_string())),
+                }
+                reconcile::after_create(obs, result, &now())
+            }
+            (Step::Get { provider_id }, Some(p)) => {
+                let result = p.get(subject, &provider_id).await;
+                match &result {
+                    Ok(i) if i.state.needs_replacement() => events.push(event(
+                        true,
+                        "InstanceStopped",
+                        format!("instance {provider_id} is {}; replacing it", i.state),
+                    )),
+                    Ok(i)
+                        if i.state == InstanceState::Running
+                            && status.state != Some(InstanceState::Running)
+                            && i.ip.is_some() =>
+                    {
+                        events.push(event(
+                            false,
+                            "Running",
+                            format!(
+                                "instance {provider_id} serves at {}",
+                                i.ip.as_deref().unwrap_or("")
+                            ),
+                        ))
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.class == ErrorClass::NotFound => events.push(event(
+                        true,
+                        "InstanceLost",
+                        format!("instance {provider_id} not found; creating a new one"),
+                    )),
+                    Err(e) => events.push(event(true, "GetFailed", e.to_string())),
+                }
+                reconcile::after_get(obs, result, &now())
+            }
+            (
+                Step::Delete {
+                    provider_id,
+                    purpose,
+                },
+                Some(p),
+            ) => {
+                let result = p.delete(subject, &provider_id).await;
+                match (&result, purpose) {
+                    (Ok(()), DeletePurpose::Replace) => events.push(event(
+                        false,
+                        "Replaced",
+                        format!("instance {provider_id} deleted for replacement"),
+                    )),
+                    (Ok(()), DeletePurpose::Finalize) => events.push(event(
+                        false,
+                        "Deleted",
+                        format!("instance {provider_id} deleted"),
+                    )),
+                    (Err(e), _) if e.class == ErrorClass::NotFound => {}
+                    (Err(e), _) => events.push(event(true, "DeletionFailed", e.to_string())),
+                }
+                reconcile::after_delete(obs, purpose, result, &now())
+            }
+            // decide() names a call only when the provider is present.
+            (Step::Create | Step::Get { .. } | Step::Delete { .. }, None) => {
+                return StepResult {
+                    status,
+                    wait: Wait::AwaitChange,
+                    released: false,
+                    steady: true,
+                    events,
+                };
+            }
+        };
+        let steady = outcome.is_steady();
+        status = outcome.status;
+        let wait = match outcome.next {
+            Next::Now => continue,
+            Next::After(d) => Wait::After(d),
+            Next::Backoff(c) => Wait::Backoff(c),
+            Next::AwaitChange => Wait::AwaitChange,
+        };
+        return StepResult {
+            status,
+            wait,
+            released: false,
+            steady,
+            events,
+        };
+    }
+    // Still asking for follow-ups: look again soon instead of spinning.
+    StepResult {
+        status,
+        wait: Wait::After(Duration::from_secs(1)),
+        released: false,
+        steady: false,
+        events,
+    }
+}
