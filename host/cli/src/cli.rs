@@ -24,6 +24,40 @@ pub enum Command {
     Check(CheckArgs),
     /// Run the operator in a cluster: Proxy controller, GC sweeper, ProviderHealth monitor.
     Run(RunArgs),
+    /// Diagnose a backend connection stage by stage.
+    #[command(subcommand)]
+    Doctor(Doctor),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Doctor {
+    /// Dial a libvirt host over SSH like the kvm providers do and report every stage.
+    Libvirt(DoctorLibvirtArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("hostkey").required(true).args(["known_hosts", "insecure_ignore_host_key"]))]
+pub struct DoctorLibvirtArgs {
+    /// The SSH server, HOST:PORT.
+    #[arg(long)]
+    pub address: String,
+    #[arg(long)]
+    pub user: String,
+    /// The private key file.
+    #[arg(long)]
+    pub key: PathBuf,
+    /// known_hosts file the host key must be in.
+    #[arg(long)]
+    pub known_hosts: Option<PathBuf>,
+    /// Accept any host key (prints a warning).
+    #[arg(long)]
+    pub insecure_ignore_host_key: bool,
+    /// libvirt's socket on the host.
+    #[arg(long)]
+    pub socket: Option<String>,
+    /// A storage pool to inspect.
+    #[arg(long)]
+    pub pool: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

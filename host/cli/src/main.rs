@@ -1,7 +1,7 @@
 //! The `egress-proxies` binary: argument parsing and wiring only.
 
 use clap::Parser;
-use egress_proxies::cli::{Cli, Command, Format, ReconcileArgs};
+use egress_proxies::cli::{Cli, Command, Doctor, Format, ReconcileArgs};
 use egress_proxies::{Source, examples, output};
 use egress_runtime::RuntimeOptions;
 use std::process::ExitCode;
@@ -91,6 +91,30 @@ async fn main() -> ExitCode {
                     eprintln!("error: {e}");
                     ExitCode::FAILURE
                 }
+            }
+        }
+        Command::Doctor(Doctor::Libvirt(a)) => {
+            if a.insecure_ignore_host_key {
+                eprintln!(
+                    "warning: host key checking is off; anyone on the path can impersonate the host"
+                );
+            }
+            let report = libvirt_rpc::doctor(libvirt_rpc::DoctorOptions {
+                address: a.address,
+                user: a.user,
+                key_file: a.key,
+                known_hosts: a.known_hosts,
+                socket_path: a.socket,
+                pool: a.pool,
+                timeout: None,
+            })
+            .await;
+            let text = report.to_string();
+            println!("{}", text.trim_end());
+            if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
             }
         }
         Command::Check(a) => {

@@ -134,3 +134,89 @@ fn a_dry_run_that_cannot_settle_exits_non_zero_naming_the_proxy() {
     );
     assert!(text(&out.stdout).contains("TransientFailure"));
 }
+
+/// The env file of tests/libvirt-ssh/setup.sh, or None (the test then skips, unless real
+/// backends are required).
+fn libvirt_env() -> Option<std::collections::HashMap<String, String>> {
+    let path =
+        std::env::var("LIBVIRT_SSH_ENV").unwrap_or_else(|_| "/tmp/egress-libvirt-ssh/env".into());
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        assert!(
+            std::env::var("EGRESS_REQUIRE_REAL_BACKENDS").as_deref() != Ok("1"),
+            "EGRESS_REQUIRE_REAL_BACKENDS=1 but {path} is missing: run tests/libvirt-ssh/setup.sh"
+        );
+        eprintln!("skipped: no real libvirtd ({path} missing; run tests/libvirt-ssh/setup.sh)");
+        return None;
+    };
+    Some(
+        text.lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .flat_map(|l| l.split(' '))
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
+            .collect(),
+    )
+}
+
+#[test]
+fn doctor_reports_every_stage_of_a_real_host() {
+    let Some(env) = libvirt_env() else { return };
+    let address = format!("{}:{}", env["LIBVIRT_SSH_HOST"], env["LIBVIRT_SSH_PORT"]);
+    let out = run(&[
+        "doctor",
+        "libvirt",
+        "--address",
+        &address,
+        "--user",
+        &env["LIBVIRT_SSH_USER"],
+        "--key",
+        &env["LIBVIRT_SSH_KEY"],
+        "--known-hosts",
+        &env["LIBVIRT_SSH_KNOWN_HOSTS"],
+        "--pool",
+        &env["LIBVIRT_POOL"],
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    for stage in [
+        "credentials",
+        "tcp",
+        "handshake",
+        "host-key",
+        "auth",
+        "channel",
+        "libvirt-open",
+        "lib-version",
+        "hostname",
+        "pool",
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with(stage) && l.contains(" ok ")),
+            "{stage}: {stdout}"
+        );
+    }
+    assert!(stdout.contains("running"), "{stdout}");
+
+    // A known_hosts without the host: refused at the host-key stage, non-zero exit.
+    let empty = tempfile::NamedTempFile::new().unwrap();
+    let out = run(&[
+        "doctor",
+        "libvirt",
+        "--address",
+        &address,
+        "--user",
+        &env["LIBVIRT_SSH_USER"],
+        "--key",
+        &env["LIBVIRT_SSH_KEY"],
+        "--known-hosts",
+        empty.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).contains("failed at stage host-key"),
+        "{}",
+        text(&out.stdout)
+    );
+}
