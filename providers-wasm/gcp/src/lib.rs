@@ -1,63 +1,119 @@
-//! The `gcp` provider (being built): every operation answers Permanent until it lands.
+//! The `gcp` provider: one Compute Engine instance per Proxy, through the host's `http`
+//! capability with the `google` credential the host attaches (tokens never enter the module).
+//!
+//! The seeds' behaviour with its gaps closed: an insert that fails after the API accepted it
+//! reaches the Proxy's status (Get reads the insert operation), adoption only when the uid
+//! label matches, the installation mark set and filtered on, unreachable zones logged by name,
+//! a creation time that does not parse said out loud, Delete not resubmitted while one runs,
+//! internal-IP mode, an optional managed firewall rule, and quota headroom in the check.
+
+pub mod api;
+pub mod check;
+pub mod config;
+pub mod create;
+pub mod delete;
+pub mod errors;
+pub mod firewall;
+pub mod get;
+pub mod id;
+pub mod insert;
+pub mod list;
+pub mod operation;
+pub mod state;
 
 use guest_sdk::{
     CallContext, Capability, CreateRequest, Description, Host, Instance, Profile, Provider,
     ProviderError, TargetStatus, permanent,
 };
 
-pub struct Stub;
+pub const TYPE_NAME: &str = "gcp";
 
-fn pending() -> ProviderError {
-    permanent("NotImplemented", "this provider is not built yet")
+pub struct Gcp;
+
+/// The call's normalized config. It was validated at load, so a failure here means the host
+/// handed over something else: permanent.
+fn config_of(ctx: &CallContext) -> Result<config::GcpConfig, ProviderError> {
+    config::validate(TYPE_NAME, &ctx.config)
 }
 
-impl Provider for Stub {
-    fn validate_config(_t: &str, _p: &str, _c: &str) -> Result<String, ProviderError> {
-        Err(pending())
+impl Provider for Gcp {
+    fn validate_config(type_name: &str, path: &str, config: &str) -> Result<String, ProviderError> {
+        if type_name != TYPE_NAME {
+            return Err(permanent(
+                "UnknownType",
+                format!("this module serves {TYPE_NAME:?}, not {type_name:?}"),
+            ));
+        }
+        let cfg = config::validate(path, config)?;
+        serde_json::to_string(&cfg).map_err(|e| permanent("InvalidConfig", e.to_string()))
     }
+
     fn describe() -> Description {
         Description {
-            type_name: "gcp".into(),
+            type_name: TYPE_NAME.into(),
             aliases: vec![],
             profile: Profile {
-                readiness: String::new(),
-                create_return: String::new(),
-                delete_return: String::new(),
-                ip_source: String::new(),
-                gc_mark: String::new(),
-                created_at: String::new(),
-                list_partial: String::new(),
-                quota: String::new(),
-                not_found: String::new(),
-                primary_key: String::new(),
+                readiness: "provisioning-window".into(),
+                create_return: "submit".into(),
+                delete_return: "returns-early".into(),
+                ip_source: "assigned-at-create".into(),
+                gc_mark: "native-labels".into(),
+                created_at: "backend-timestamp".into(),
+                list_partial: "omit-unreachable".into(),
+                quota:
+                    "detected: 429, 403 quotaExceeded/rateLimitExceeded, failed insert operations"
+                        .into(),
+                not_found: "status-404".into(),
+                primary_key: "name-is-key, with a UID guard on adoption".into(),
             },
-            capabilities: vec![Capability::Log],
+            capabilities: vec![Capability::Log, Capability::Clock, Capability::Http],
         }
     }
+
     fn create(
-        _h: &dyn Host,
-        _c: &CallContext,
-        _r: &CreateRequest,
+        host: &dyn Host,
+        ctx: &CallContext,
+        req: &CreateRequest,
     ) -> Result<Instance, ProviderError> {
-        Err(pending())
+        create::create(host, &ctx.provider, &config_of(ctx)?, req)
     }
-    fn get(_h: &dyn Host, _c: &CallContext, _id: &str) -> Result<Instance, ProviderError> {
-        Err(pending())
+
+    fn get(
+        host: &dyn Host,
+        ctx: &CallContext,
+        provider_id: &str,
+    ) -> Result<Instance, ProviderError> {
+        get::get(host, &config_of(ctx)?, provider_id)
     }
-    fn delete(_h: &dyn Host, _c: &CallContext, _id: &str) -> Result<(), ProviderError> {
-        Err(pending())
+
+    fn delete(host: &dyn Host, ctx: &CallContext, provider_id: &str) -> Result<(), ProviderError> {
+        delete::delete(host, &config_of(ctx)?, provider_id)
     }
+
     fn list_by_tag(
-        _h: &dyn Host,
-        _c: &CallContext,
-        _i: &str,
+        host: &dyn Host,
+        ctx: &CallContext,
+        installation: &str,
     ) -> Result<Vec<Instance>, ProviderError> {
-        Err(pending())
+        list::list(host, &config_of(ctx)?, installation)
     }
-    fn check(_h: &dyn Host, _c: &CallContext) -> Vec<TargetStatus> {
-        vec![]
+
+    fn check(host: &dyn Host, ctx: &CallContext) -> Vec<TargetStatus> {
+        match config_of(ctx) {
+            Ok(cfg) => vec![check::check(host, &cfg)],
+            Err(e) => vec![TargetStatus {
+                target: String::new(),
+                address: String::new(),
+                reason: "InvalidConfig".into(),
+                message: e.message,
+                details: vec![],
+            }],
+        }
     }
 }
 
 #[cfg(target_arch = "wasm32")]
-guest_sdk::export_provider!(Stub);
+guest_sdk::export_provider!(Gcp);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,279 @@
+//! The `google` credential: Google Application Default Credentials, attached by the host so a
+//! token never enters a guest, a plan or a log.
+//!
+//! Discovery follows ADC: the key file `GOOGLE_APPLICATION_CREDENTIALS` names, then gcloud's
+//! well-known `application_default_credentials.json`, then the metadata server. A file is
+//! dispatched on its `type`: a `service_account` key signs a JWT-bearer grant to the key's own
+//! `token_uri` (so a test points it at loopback), an `authorized_user` file exchanges its
+//! refresh token. The gcp_auth crate does the service-account signing, the metadata server
+//! and the token caching (a token is reused until 20 seconds before it expires); it reads an
+//! `authorized_user` file only from the well-known path and always at Google's endpoint, so that
+//! flow is the small [`AuthorizedUser`] below, on the same cache rule.
+
+use crate::capabilities::http_real::{HttpsClient, https_client};
+use bytes::Bytes;
+use gcp_auth::{CustomServiceAccount, MetadataServiceAccount, Token, TokenProvider};
+use http_body_util::{BodyExt, Full, Limited};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokio::sync::{OnceCell, RwLock};
+
+/// The scope every token is asked for: Compute Engine read and write.
+pub const COMPUTE_SCOPE: &str = "https://www.googleapis.com/auth/compute";
+/// Where an `authorized_user` refresh goes when the file does not say.
+pub const DEFAULT_TOKEN_URI: &str = "https://oauth2.googleapis.com/token";
+/// Token endpoint answers are small; anything larger is not one.
+const MAX_TOKEN_RESPONSE: usize = 64 * 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("cannot read credentials file {path}: {message}")]
+    File { path: String, message: String },
+    #[error("credentials file {path} has unsupported type {kind:?}")]
+    UnsupportedType { path: String, kind: String },
+    #[error(
+        "no Application Default Credentials: GOOGLE_APPLICATION_CREDENTIALS is unset, no gcloud \
+         application_default_credentials.json, and the metadata server did not answer ({0})"
+    )]
+    NotFound(String),
+    #[error("token request failed: {0}")]
+    Token(String),
+}
+
+/// Where the credential comes from.
+#[derive(Debug, Clone)]
+enum Source {
+    /// ADC discovery, on first use.
+    Discover,
+    /// This credentials file (service account or authorized user).
+    File(PathBuf),
+}
+
+/// One `google` credential: its source resolved on first use, then its tokens cached.
+pub struct GoogleAuth {
+    source: Source,
+    provider: OnceCell<Arc<dyn TokenProvider>>,
+}
+
+impl GoogleAuth {
+    /// ADC discovery, deferred until a request needs a token: building the backends touches
+    /// no file and no network.
+    pub fn discover() -> Self {
+        Self {
+            source: Source::Discover,
+            provider: OnceCell::new(),
+        }
+    }
+
+    /// A credentials file named explicitly.
+    pub fn from_file(path: impl Into<PathBuf>) -> Self {
+        Self {
+            source: Source::File(path.into()),
+            provider: OnceCell::new(),
+        }
+    }
+
+    /// A bearer token, from the cache while it is fresh.
+    pub async fn token(&self) -> Result<String, AuthError> {
+        let provider = self
+            .provider
+            .get_or_try_init(|| async {
+                match &self.source {
+                    Source::File(p) => from_file(p).await,
+                    Source::Discover => discover().await,
+                }
+            })
+            .await?;
+        let token = provider
+            .token(&[COMPUTE_SCOPE])
+            .await
+            .map_err(|e| AuthError::Token(error_chain(&e)))?;
+        Ok(token.as_str().to_string())
+    }
+}
+
+/// gcp_auth's error with its sources, which carry the useful part (file, status, parse).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+async fn discover() -> Result<Arc<dyn TokenProvider>, AuthError> {
+    if let Some(path) = std::env::var_os("GOOGLE_APPLICATION_CREDENTIALS")
+        && !path.is_empty()
+    {
+        return from_file(Path::new(&path)).await;
+    }
+    if let Some(path) = well_known_file()
+        && path.exists()
+    {
+        return from_file(&path).await;
+    }
+    match MetadataServiceAccount::new().await {
+        Ok(p) => {
+            tracing::info!("google credential: the metadata server's service account");
+            Ok(Arc::new(p))
+        }
+        Err(e) => Err(AuthError::NotFound(error_chain(&e))),
+    }
+}
+
+/// gcloud's ADC file: `$CLOUDSDK_CONFIG/application_default_credentials.json`, else under
+/// `~/.config/gcloud`.
+fn well_known_file() -> Option<PathBuf> {
+    let dir = match std::env::var_os("CLOUDSDK_CONFIG") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => std::env::home_dir()?.join(".config/gcloud"),
+    };
+    Some(dir.join("application_default_credentials.json"))
+}
+
+#[derive(Deserialize)]
+struct FileKind {
+    #[serde(rename = "type", default)]
+    kind: String,
+}
+
+async fn from_file(path: &Path) -> Result<Arc<dyn TokenProvider>, AuthError> {
+    let shown = path.display().to_string();
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|e| AuthError::File {
+            path: shown.clone(),
+            message: e.to_string(),
+        })?;
+    // Parse errors name the position only: the file holds a private key.
+    let kind: FileKind = serde_json::from_str(&text).map_err(|e| AuthError::File {
+        path: shown.clone(),
+        message: format!("not JSON (line {}, column {})", e.line(), e.column()),
+    })?;
+    match kind.kind.as_str() {
+        "service_account" => {
+            let sa = CustomServiceAccount::from_json(&text).map_err(|e| AuthError::File {
+                path: shown.clone(),
+                message: error_chain(&e),
+            })?;
+            tracing::info!(file = %shown, "google credential: service account key");
+            Ok(Arc::new(sa))
+        }
+        "authorized_user" => {
+            let user = AuthorizedUser::from_json(&text).map_err(|message| AuthError::File {
+                path: shown.clone(),
+                message,
+            })?;
+            tracing::info!(file = %shown, "google credential: authorized user");
+            Ok(Arc::new(user))
+        }
+        other => Err(AuthError::UnsupportedType {
+            path: shown,
+            kind: other.to_string(),
+        }),
+    }
+}
+
+#[derive(Deserialize)]
+struct AuthorizedUserFile {
+    client_id: String,
+    client_secret: String,
+    refresh_token: String,
+    #[serde(default)]
+    token_uri: Option<String>,
+    #[serde(default)]
+    quota_project_id: Option<String>,
+}
+
+/// An `authorized_user` file (what `gcloud auth application-default login` writes): the
+/// refresh-token grant to `token_uri`, cached like gcp_auth caches.
+pub struct AuthorizedUser {
+    file: AuthorizedUserFile,
+    client: HttpsClient,
+    token: RwLock<Option<Arc<Token>>>,
+}
+
+impl AuthorizedUser {
+    fn from_json(text: &str) -> Result<Self, String> {
+        let file: AuthorizedUserFile = serde_json::from_str(text)
+            .map_err(|e| format!("not an authorized_user file: missing or bad field ({e})"))?;
+        Ok(Self {
+            file,
+            client: https_client(),
+            token: RwLock::new(None),
+        })
+    }
+
+    async fn fetch(&self) -> Result<Arc<Token>, gcp_auth::Error> {
+        let uri = self.file.token_uri.as_deref().unwrap_or(DEFAULT_TOKEN_URI);
+        let body = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("grant_type", "refresh_token")
+            .append_pair("client_id", &self.file.client_id)
+            .append_pair("client_secret", &self.file.client_secret)
+            .append_pair("refresh_token", &self.file.refresh_token)
+            .finish();
+        let req = http::Request::post(uri)
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|_| gcp_auth::Error::Str("token_uri is not a valid URL"))?;
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| gcp_auth::Error::Other("token request failed", Box::new(e)))?;
+        let status = resp.status();
+        let bytes = Limited::new(resp.into_body(), MAX_TOKEN_RESPONSE)
+            .collect()
+            .await
+            .map_err(|_| gcp_auth::Error::Str("token response unreadable or too large"))?
+            .to_bytes();
+        if !status.is_success() {
+            // The body of a refused grant names the OAuth error (invalid_grant), not a secret.
+            tracing::warn!(%status, "authorized_user token request refused");
+            return Err(gcp_auth::Error::Str(
+                "token endpoint refused the refresh token",
+            ));
+        }
+        let token: Token = serde_json::from_slice(&bytes)
+            .map_err(|e| gcp_auth::Error::Json("token response is not a token", e))?;
+        Ok(Arc::new(token))
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenProvider for AuthorizedUser {
+    async fn token(&self, _scopes: &[&str]) -> Result<Arc<Token>, gcp_auth::Error> {
+        if let Some(t) = self.token.read().await.as_ref()
+            && !t.has_expired()
+        {
+            return Ok(t.clone());
+        }
+        let mut slot = self.token.write().await;
+        // Another caller may have refreshed while this one waited for the lock.
+        if let Some(t) = slot.as_ref()
+            && !t.has_expired()
+        {
+            return Ok(t.clone());
+        }
+        let fresh = self.fetch().await?;
+        *slot = Some(fresh.clone());
+        Ok(fresh)
+    }
+
+    async fn project_id(&self) -> Result<Arc<str>, gcp_auth::Error> {
+        self.file
+            .quota_project_id
+            .as_deref()
+            .map(Arc::from)
+            .ok_or(gcp_auth::Error::Str(
+                "no project in the authorized_user file",
+            ))
+    }
+}
