@@ -1,63 +1,167 @@
-//! The `kvm2` provider (being built): every operation answers Permanent until it lands.
+//! The `kvm` and `kvm2` providers: one module serving both types, each with its own metadata
+//! namespace for the GC mark, so neither adopts nor collects the other's domains.
+//!
+//! Behaviour follows the seeds' kvm2 with its gaps closed for both types: a paused domain is
+//! resumed, the reused overlay is checked against its backing image and size, host memory is
+//! prechecked with pool space, Content-Length is not required, and volumes a create left
+//! without a domain are visible to GC through a marker volume (see `list`).
 
+pub mod check;
+pub mod config;
+pub mod create;
+pub mod delete;
+pub mod errors;
+pub mod get;
+pub mod id;
+pub mod image;
+pub mod list;
+pub mod metadata;
+pub mod seed;
+pub mod state;
+pub mod time;
+pub mod volume;
+pub mod xml;
+
+use config::KvmConfig;
 use guest_sdk::{
-    CallContext, Capability, CreateRequest, Description, Host, Instance, Profile, Provider,
+    CallContext, Capability, CreateRequest, Description, Host, Instance, Level, Profile, Provider,
     ProviderError, TargetStatus, permanent,
 };
 
-pub struct Stub;
-
-fn pending() -> ProviderError {
-    permanent("NotImplemented", "this provider is not built yet")
+/// Which of the two types a call serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Kvm,
+    Kvm2,
 }
 
-impl Provider for Stub {
-    fn validate_config(_t: &str, _p: &str, _c: &str) -> Result<String, ProviderError> {
-        Err(pending())
+impl Flavor {
+    pub fn from_type(type_name: &str) -> Result<Self, ProviderError> {
+        match type_name {
+            "kvm" => Ok(Self::Kvm),
+            "kvm2" => Ok(Self::Kvm2),
+            other => Err(permanent(
+                "UnknownType",
+                format!("this module serves \"kvm\" and \"kvm2\", not {other:?}"),
+            )),
+        }
     }
+
+    pub fn type_name(self) -> &'static str {
+        match self {
+            Self::Kvm => "kvm",
+            Self::Kvm2 => "kvm2",
+        }
+    }
+
+    /// The namespace of the GC mark in the domain's `<metadata>`.
+    pub fn namespace(self) -> &'static str {
+        match self {
+            Self::Kvm => "https://egress-proxies.crawl.example.com/kvm/v1",
+            Self::Kvm2 => "https://egress-proxies.crawl.example.com/kvm2/v1",
+        }
+    }
+}
+
+/// What every operation works with: the capabilities, the type served and its config.
+pub struct Call<'a> {
+    pub host: &'a dyn Host,
+    pub flavor: Flavor,
+    pub cfg: KvmConfig,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(host: &'a dyn Host, ctx: &CallContext) -> Result<Self, ProviderError> {
+        let flavor = Flavor::from_type(&ctx.type_name)?;
+        let cfg = config::validate(flavor.type_name(), &ctx.config)?;
+        Ok(Self { host, flavor, cfg })
+    }
+
+    pub fn log(&self, level: Level, message: &str, fields: &[(&str, &str)]) {
+        let mut all = Vec::with_capacity(fields.len() + 1);
+        all.push(("type", self.flavor.type_name()));
+        all.extend_from_slice(fields);
+        self.host.log(level, message, &all);
+    }
+}
+
+pub struct LibvirtProvider;
+
+impl Provider for LibvirtProvider {
+    fn validate_config(type_name: &str, path: &str, config: &str) -> Result<String, ProviderError> {
+        Flavor::from_type(type_name)?;
+        let cfg = config::validate(path, config)?;
+        serde_json::to_string(&cfg).map_err(|e| permanent("InvalidConfig", e.to_string()))
+    }
+
     fn describe() -> Description {
         Description {
             type_name: "kvm2".into(),
-            aliases: vec![],
+            aliases: vec!["kvm".into()],
             profile: Profile {
-                readiness: String::new(),
-                create_return: String::new(),
-                delete_return: String::new(),
-                ip_source: String::new(),
-                gc_mark: String::new(),
-                created_at: String::new(),
-                list_partial: String::new(),
-                quota: String::new(),
-                not_found: String::new(),
-                primary_key: String::new(),
+                readiness: "provisioning-window".into(),
+                create_return:
+                    "blocking: through the image fetch, start and a bounded wait for running".into(),
+                delete_return: "waits".into(),
+                ip_source: "discovered: guest agent, then DHCP lease, then ARP".into(),
+                gc_mark:
+                    "written-metadata: an element in the type's own namespace, plus a marker volume"
+                        .into(),
+                created_at: "written-at-create".into(),
+                list_partial: "fail-whole per host, one unreadable domain skipped".into(),
+                quota: "detected: pool-space and host-memory prechecks".into(),
+                not_found: "error-code: VIR_ERR_NO_DOMAIN".into(),
+                primary_key:
+                    "name-is-key: hosts/<host>/domains/<name>, with a UID guard on adoption".into(),
             },
-            capabilities: vec![Capability::Log],
+            capabilities: vec![Capability::Log, Capability::Clock, Capability::Libvirt],
         }
     }
+
     fn create(
-        _h: &dyn Host,
-        _c: &CallContext,
-        _r: &CreateRequest,
+        host: &dyn Host,
+        ctx: &CallContext,
+        req: &CreateRequest,
     ) -> Result<Instance, ProviderError> {
-        Err(pending())
+        create::create(&Call::new(host, ctx)?, req)
     }
-    fn get(_h: &dyn Host, _c: &CallContext, _id: &str) -> Result<Instance, ProviderError> {
-        Err(pending())
+
+    fn get(
+        host: &dyn Host,
+        ctx: &CallContext,
+        provider_id: &str,
+    ) -> Result<Instance, ProviderError> {
+        get::get(&Call::new(host, ctx)?, provider_id)
     }
-    fn delete(_h: &dyn Host, _c: &CallContext, _id: &str) -> Result<(), ProviderError> {
-        Err(pending())
+
+    fn delete(host: &dyn Host, ctx: &CallContext, provider_id: &str) -> Result<(), ProviderError> {
+        delete::delete(&Call::new(host, ctx)?, provider_id)
     }
+
     fn list_by_tag(
-        _h: &dyn Host,
-        _c: &CallContext,
-        _i: &str,
+        host: &dyn Host,
+        ctx: &CallContext,
+        installation: &str,
     ) -> Result<Vec<Instance>, ProviderError> {
-        Err(pending())
+        list::list_by_tag(&Call::new(host, ctx)?, installation)
     }
-    fn check(_h: &dyn Host, _c: &CallContext) -> Vec<TargetStatus> {
-        vec![]
+
+    fn check(host: &dyn Host, ctx: &CallContext) -> Vec<TargetStatus> {
+        match Call::new(host, ctx) {
+            Ok(call) => check::check(&call),
+            Err(e) => vec![TargetStatus {
+                target: ctx.provider.clone(),
+                address: String::new(),
+                reason: "InvalidConfig".into(),
+                message: e.message,
+                details: vec![],
+            }],
+        }
     }
 }
 
 #[cfg(target_arch = "wasm32")]
-guest_sdk::export_provider!(Stub);
+guest_sdk::export_provider!(LibvirtProvider);
+
+#[cfg(test)]
+mod tests;
