@@ -83,3 +83,86 @@ fn provider_health_crd_is_fresh() {
         &egress_operator::crd::ProviderHealth::crd(),
     );
 }
+
+/// The deploy kustomization builds, carries the CRDs as generated, and keeps Pod permissions
+/// in their optional component.
+#[test]
+fn deploy_kustomization_builds() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for name in [
+        "proxies.crawl.example.com.yaml",
+        "providerhealths.crawl.example.com.yaml",
+    ] {
+        let generated = std::fs::read_to_string(root.join("schemas/crds").join(name)).unwrap();
+        let copied = std::fs::read_to_string(root.join("examples/deploy/crds").join(name))
+            .unwrap_or_default();
+        assert!(
+            generated == copied,
+            "examples/deploy/crds/{name} differs from schemas/crds/{name}; copy it over"
+        );
+    }
+    let out = match std::process::Command::new("kubectl")
+        .args(["kustomize"])
+        .arg(root.join("examples/deploy"))
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(
+                std::env::var("EGRESS_REQUIRE_REAL_BACKENDS").as_deref() != Ok("1"),
+                "kubectl is required to build the kustomization: {e}"
+            );
+            eprintln!("skipped: kubectl not found ({e})");
+            return;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut kinds: Vec<String> = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v: serde_yaml::Value = serde::Deserialize::deserialize(doc).unwrap();
+        kinds.push(format!(
+            "{} {}",
+            v["kind"].as_str().unwrap(),
+            v["metadata"]["name"].as_str().unwrap()
+        ));
+        if v["kind"] == "Deployment" {
+            let c = &v["spec"]["template"]["spec"]["containers"][0];
+            assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+            assert_eq!(
+                v["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
+                true
+            );
+            assert_eq!(v["metadata"]["namespace"], "egress-proxies");
+        }
+        if v["kind"] == "ClusterRole" && v["metadata"]["name"] == "egress-proxies" {
+            let rules = serde_yaml::to_string(&v["rules"]).unwrap();
+            assert!(
+                !rules.contains("pods"),
+                "the operator's own role must not grant Pods"
+            );
+        }
+    }
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        vec![
+            "ClusterRole egress-proxies",
+            "ClusterRole egress-proxies-pods",
+            "ClusterRoleBinding egress-proxies",
+            "ClusterRoleBinding egress-proxies-pods",
+            "ConfigMap egress-proxies-providers",
+            "CustomResourceDefinition providerhealths.crawl.example.com",
+            "CustomResourceDefinition proxies.crawl.example.com",
+            "Deployment egress-proxies",
+            "Namespace egress-proxies",
+            "Role egress-proxies-leader",
+            "RoleBinding egress-proxies-leader",
+            "ServiceAccount egress-proxies",
+        ]
+    );
+}

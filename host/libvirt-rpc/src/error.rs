@@ -105,7 +105,9 @@ pub mod codes {
     pub const NO_SUPPORT: i32 = 3;
     pub const AGENT_UNRESPONSIVE: i32 = 86;
     pub const STORAGE_VOL_EXIST: i32 = 90;
-    pub const DOM_EXIST: i32 = 9;
+    /// VIR_ERR_OPERATION_FAILED: among others, defining a name that exists with another UUID.
+    pub const OPERATION_FAILED: i32 = 9;
+    pub const DOM_EXIST: i32 = 28;
 }
 
 impl Error {

@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 pub use egress_core::proxy::SecretKeyRef;
 
 /// A request for one egress proxy.
+// kube's printcolumn(...) repeats `type_ = ...` per column, which clippy reads as a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "crawl.example.com",
@@ -52,6 +54,7 @@ fn default_port() -> u16 {
 }
 
 /// The health of one configured provider, refreshed by a periodic check.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
     group = "crawl.example.com",

@@ -272,6 +272,16 @@ impl Provider {
             Err(f) => return Err(ConfigError::new(path, format!("validate-config {f}"))),
         };
         let grants = effective(i, entry, &block_json, &d.capabilities)?;
+        if grants.libvirt.is_some() {
+            // The host dials the hypervisors; their details come from the normalized block.
+            let normalized: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
+            let hosts = crate::capabilities::libvirt::LibvirtHost::from_block(&normalized)
+                .map_err(|(field, m)| ConfigError::new(format!("{path}.{field}"), m))?;
+            opts.backends
+                .libvirt
+                .configure(&hosts)
+                .map_err(|m| ConfigError::new(format!("{path}.hosts"), m))?;
+        }
         Ok(Self {
             name: entry.name.clone(),
             type_name: entry.type_.clone(),

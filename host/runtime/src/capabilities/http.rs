@@ -157,7 +157,7 @@ impl wit::Host for CallState {
                 Ok(_) => None,
                 Err(e) => Some(e.to_string()),
             };
-            self.record("http", &method, format!("{method} {url}"), args, error);
+            self.record("http", &method, url.clone(), args, error);
         }
         out.map(|r| wit::Response {
             status: r.status,

@@ -396,7 +396,7 @@ impl SimKube {
             if let Some(ip) = &obj.simulated_pod
                 && obj.deleted_ms.is_none()
                 && now >= obj.created_ms.saturating_add(start)
-                && obj.value["status"]["phase"] != "Running"
+                && obj.value["status"]["phase"] == "Pending"
             {
                 obj.value["status"] = json!({"phase": "Running", "podIP": ip, "startTime": rfc3339_ms(obj.created_ms + start)});
             }

@@ -14,10 +14,76 @@ pub use wit::{
 
 pub type R<T> = Result<T, LibvirtError>;
 
+/// How the host reaches one configured hypervisor: from a provider entry's block (the seeds'
+/// KVMConfig: `hosts[].{name, address, user, socket}`, `sshKeyFile`, `knownHostsFile` or
+/// `insecureIgnoreHostKey`). Keys and known_hosts are read on every dial, never kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibvirtHost {
+    pub name: String,
+    /// `host:port`, or `host` for port 22.
+    pub address: String,
+    pub user: String,
+    /// libvirt's socket on the host; empty for the default.
+    pub socket: String,
+    pub ssh_key_file: String,
+    pub known_hosts_file: Option<String>,
+    pub insecure_ignore_host_key: bool,
+}
+
+impl LibvirtHost {
+    /// Reads the hosts of a normalized config block. Errors name the field.
+    pub fn from_block(block: &Value) -> Result<Vec<Self>, (String, String)> {
+        let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+        let key = text(&block["sshKeyFile"]);
+        let known = block["knownHostsFile"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        let insecure = block["insecureIgnoreHostKey"].as_bool().unwrap_or(false);
+        if known.is_none() && !insecure {
+            return Err((
+                "knownHostsFile".into(),
+                "required unless insecureIgnoreHostKey is true".into(),
+            ));
+        }
+        let Some(hosts) = block["hosts"].as_array() else {
+            return Err(("hosts".into(), "must list at least one host".into()));
+        };
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                let name = text(&h["name"]);
+                let address = text(&h["address"]);
+                if name.is_empty() || address.is_empty() {
+                    return Err((
+                        format!("hosts[{i}]"),
+                        "name and address are required".into(),
+                    ));
+                }
+                Ok(Self {
+                    name,
+                    address,
+                    user: h["user"].as_str().unwrap_or("root").to_string(),
+                    socket: text(&h["socket"]),
+                    ssh_key_file: key.clone(),
+                    known_hosts_file: known.clone(),
+                    insecure_ignore_host_key: insecure,
+                })
+            })
+            .collect()
+    }
+}
+
 /// The calls of the WIT interface, host-side. Implemented by the native RPC client over SSH
 /// and by the simulated hypervisor.
 #[async_trait::async_trait]
 pub trait LibvirtBackend: Send + Sync {
+    /// Registers the connection details of hosts named in the providers config. The
+    /// simulated hypervisor has its hosts from the world file and ignores this.
+    fn configure(&self, _hosts: &[LibvirtHost]) -> Result<(), String> {
+        Ok(())
+    }
     async fn lib_version(&self, host: &str) -> R<u64>;
     async fn hostname(&self, host: &str) -> R<String>;
     async fn node_get_info(&self, host: &str) -> R<NodeInfo>;

@@ -4,9 +4,12 @@
 
 pub mod clock;
 pub mod gce_sim;
+pub mod google_auth;
 pub mod http;
+pub mod http_real;
 pub mod kube;
 pub mod libvirt;
+pub mod libvirt_real;
 pub mod libvirt_sim;
 pub mod log;
 
@@ -23,13 +26,14 @@ pub struct Backends {
 
 impl Backends {
     /// The real backends: the system clock, the cluster from the kubeconfig or in-cluster
-    /// config (connected on first use), and the libvirt and http capabilities as built.
+    /// config (connected on first use), HTTP with Google Application Default Credentials
+    /// (discovered on first use), and the libvirt capability as built.
     pub fn real() -> Self {
         Self {
             clock: Arc::new(clock::SystemClock::new()),
             kube: Arc::new(kube::RealKube::new()),
-            http: Arc::new(http::UnavailableHttp),
-            libvirt: Arc::new(libvirt::UnavailableLibvirt),
+            http: Arc::new(http_real::RealHttp::new(google_auth::GoogleAuth::discover())),
+            libvirt: Arc::new(libvirt_real::RealLibvirt::default()),
         }
     }
 }
