@@ -124,6 +124,10 @@ pub struct ReconcileArgs {
     /// Instances younger than this are never swept.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub gc_grace: std::time::Duration,
+    /// Keep running: reconcile again when the proxies file, the providers config or a module
+    /// changes (needs -f and --providers).
+    #[arg(long)]
+    pub watch: bool,
 }
 
 #[derive(Debug, clap::Args)]

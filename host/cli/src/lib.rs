@@ -253,3 +253,98 @@ pub async fn run_check(
     }
     Ok(out)
 }
+
+/// `reconcile --watch`: reconciles, then again whenever the proxies file, the providers config
+/// or a module it names changes, until `stop` resolves. Each run's report goes to `report`; a
+/// refused provider version goes to `refused` and the old one keeps serving.
+pub async fn run_reconcile_watch(
+    req: ReconcileRequest,
+    interval: Duration,
+    mut report: impl FnMut(&Report),
+    mut refused: impl FnMut(&str),
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), CliError> {
+    let (Source::File(proxies_path), Source::File(providers_path)) = (&req.proxies, &req.providers)
+    else {
+        return Err(CliError::Input {
+            what: "--watch".into(),
+            message: "needs -f and --providers files to watch".into(),
+        });
+    };
+    let (backends, virtual_clock) = backends_for(req.dry_run, req.world.as_ref())?;
+    let recorder = Arc::new(PlanRecorder::new());
+    let runtime =
+        Runtime::new(req.runtime.clone()).map_err(|e| CliError::Runtime(e.to_string()))?;
+    let reloader = egress_runtime::Reloader::new(
+        runtime,
+        providers_path.clone(),
+        backends.clone(),
+        Some(recorder.clone()),
+        egress_builtins::module_for_type,
+    )
+    .await
+    .map_err(|source| CliError::Config {
+        what: providers_path.display().to_string(),
+        source,
+    })?;
+    let mut state = match &req.state {
+        Some(p) => state::StateFile::read(p)?,
+        None => state::StateFile::default(),
+    };
+    tokio::pin!(stop);
+    let mut last_proxies: Option<String> = None;
+    loop {
+        let text = std::fs::read_to_string(proxies_path).unwrap_or_default();
+        let changed_proxies = last_proxies.as_deref() != Some(text.as_str());
+        let mut swapped = false;
+        if let Some(out) = reloader.reload_if_changed().await {
+            if let Some(e) = &out.config_error {
+                refused(&format!("providers config refused: {e}"));
+            }
+            for r in &out.rejected {
+                refused(&format!("provider {} refused: {}", r.provider, r.error));
+            }
+            swapped = !out.swapped.is_empty() || !out.removed.is_empty();
+        }
+        if !changed_proxies && !swapped && last_proxies.is_some() {
+            tokio::select! {
+                _ = &mut stop => return Ok(()),
+                _ = tokio::time::sleep(interval) => {}
+            }
+            continue;
+        }
+        last_proxies = Some(text.clone());
+        match parse_proxies(&text, &proxies_path.display().to_string()) {
+            Ok(proxies) => {
+                let providers = reloader.current();
+                let cfg = reloader.config();
+                let time = match &virtual_clock {
+                    Some(c) => Time::Virtual(c.clone()),
+                    None => Time::Real(backends.clock.clone()),
+                };
+                let driver = Driver {
+                    providers: &providers,
+                    config: &cfg,
+                    recorder: recorder.clone(),
+                    time,
+                    options: DriverOptions {
+                        installation: cfg
+                            .installation
+                            .clone()
+                            .unwrap_or_else(|| "local".to_string()),
+                        max_rounds: req.max_rounds,
+                        timeout: req.timeout,
+                        gc_grace: req.gc_grace,
+                        state_path: if req.dry_run { None } else { req.state.clone() },
+                    },
+                };
+                let (r, next) = driver
+                    .run_with_state(proxies, std::mem::take(&mut state))
+                    .await?;
+                state = next;
+                report(&r);
+            }
+            Err(e) => refused(&format!("proxies refused: {e}")),
+        }
+    }
+}

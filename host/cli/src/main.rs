@@ -30,6 +30,7 @@ async fn main() -> ExitCode {
         timeout: std::time::Duration::from_secs(600),
         max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
         gc_grace: std::time::Duration::ZERO,
+        watch: false,
     }));
     match command {
         Command::Reconcile(a) => {
@@ -51,6 +52,26 @@ async fn main() -> ExitCode {
                 gc_grace: a.gc_grace,
                 runtime: RuntimeOptions::default(),
             };
+            if a.watch {
+                let format = a.output;
+                let watched = egress_proxies::run_reconcile_watch(
+                    req,
+                    std::time::Duration::from_millis(500),
+                    |report| print!("{}", output::reconcile(report, format, dry_run)),
+                    |why| eprintln!("{why}"),
+                    async {
+                        let _ = tokio::signal::ctrl_c().await;
+                    },
+                )
+                .await;
+                return match watched {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::FAILURE
+                    }
+                };
+            }
             match egress_proxies::run_reconcile(req).await {
                 Ok(report) => {
                     print!("{}", output::reconcile(&report, a.output, dry_run));

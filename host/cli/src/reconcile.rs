@@ -137,6 +137,15 @@ impl Driver<'_> {
         proxies: Vec<Proxy>,
         prior: StateFile,
     ) -> Result<Report, crate::CliError> {
+        self.run_with_state(proxies, prior).await.map(|(r, _)| r)
+    }
+
+    /// Like `run`, also handing back the statuses as they ended, for the next run.
+    pub async fn run_with_state(
+        &self,
+        proxies: Vec<Proxy>,
+        prior: StateFile,
+    ) -> Result<(Report, StateFile), crate::CliError> {
         let started_ms = self.time.now_ms();
         let mut tracked: BTreeMap<String, Tracked> = BTreeMap::new();
         for p in proxies {
@@ -242,7 +251,7 @@ impl Driver<'_> {
                 status: t.status,
             })
             .collect();
-        Ok(Report {
+        let report = Report {
             proxies,
             gc: GcReport {
                 changes: by_subject.remove("gc").unwrap_or_default(),
@@ -251,7 +260,8 @@ impl Driver<'_> {
             rounds: rounds.min(self.options.max_rounds),
             elapsed_seconds: (self.time.now_ms().saturating_sub(started_ms)) / 1000,
             steady,
-        })
+        };
+        Ok((report, state))
     }
 
     /// Runs the decisions for one Proxy until it waits.

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 /// One loaded providers config.
 pub struct Loaded {
-    pub config: ProvidersConfig,
-    pub providers: Providers,
+    pub config: Arc<ProvidersConfig>,
+    pub providers: Arc<Providers>,
 }
 
 pub struct Context {

@@ -70,3 +70,25 @@ pub async fn run(ctx: std::sync::Arc<Context>, interval: Duration) {
         }
     }
 }
+
+/// An Event on the provider's ProviderHealth: its new version was refused.
+pub async fn refused_event(ctx: &Context, provider: &str, message: &str) {
+    use kube::runtime::events::{Event, EventType, Recorder};
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("crawl.example.com/v1alpha1".into()),
+        kind: Some("ProviderHealth".into()),
+        name: Some(provider.to_string()),
+        ..Default::default()
+    };
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "ReloadRefused".into(),
+        note: Some(message.chars().take(1000).collect()),
+        action: "Reload".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &reference).await {
+        tracing::warn!("event not recorded: {e}");
+    }
+}

@@ -14,7 +14,7 @@ pub mod sweeper;
 use context::{Context, Loaded};
 use egress_core::config::ProvidersConfig;
 use egress_runtime::capabilities::kube::RealKube;
-use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
+use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
 use futures::StreamExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::events::Reporter;
@@ -52,37 +52,6 @@ pub enum Error {
     LostLease(String),
 }
 
-/// Loads the providers config at `path` against the cluster's real backends.
-pub async fn load(
-    runtime: &Runtime,
-    path: &std::path::Path,
-    backends: Backends,
-) -> Result<Loaded, Error> {
-    let err = |message: String| Error::Config {
-        path: path.display().to_string(),
-        message,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let config = ProvidersConfig::from_yaml(&text).map_err(|e| err(e.to_string()))?;
-    let dir = path
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .unwrap_or_default();
-    let providers = Providers::load(
-        runtime,
-        &config,
-        LoadOptions {
-            base_dir: &dir,
-            builtin: &egress_builtins::module_for_type,
-            backends,
-            recorder: None,
-        },
-    )
-    .await
-    .map_err(|e| err(e.to_string()))?;
-    Ok(Loaded { config, providers })
-}
-
 /// The installation identity: the config's, or the UID of the kube-system namespace, which
 /// identifies the cluster for as long as it lives.
 pub async fn installation(
@@ -117,7 +86,23 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         Runtime::new(RuntimeOptions::default()).map_err(|e| Error::Runtime(e.to_string()))?;
     let metrics = Arc::new(metrics::Metrics::new());
     runtime.set_observer(metrics.clone());
-    let loaded = load(&runtime, &opts.providers, backends.clone()).await?;
+    let reloader = Reloader::new(
+        runtime,
+        opts.providers.clone(),
+        backends,
+        None,
+        egress_builtins::module_for_type,
+    )
+    .await
+    .map_err(|e| Error::Config {
+        path: opts.providers.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let reloader = Arc::new(reloader);
+    let loaded = Loaded {
+        config: reloader.config(),
+        providers: reloader.current(),
+    };
     let installation = installation(&client, &loaded.config).await?;
     tracing::info!(installation = %installation, providers = loaded.config.providers.len(), "providers loaded");
 
@@ -152,14 +137,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     ));
 
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel::<()>(1);
-    let reload = reload_loop(
-        runtime,
-        backends,
-        opts.providers.clone(),
-        ctx.clone(),
-        opts.reload_interval,
-        reload_tx,
-    );
+    let reload = reload_loop(reloader, ctx.clone(), opts.reload_interval, reload_tx);
     let proxies: kube::Api<crd::Proxy> = kube::Api::all(client.clone());
     let controller = Controller::new(proxies, watcher::Config::default().any_semantic())
         .reconcile_all_on(tokio_stream_from(reload_rx))
@@ -182,38 +160,39 @@ fn tokio_stream_from(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// Watches the providers config file; a change is loaded in the background and swapped in
-/// whole; a config that fails to load is refused and the old one keeps serving.
+/// Watches the providers config and its module files; a change is loaded in the background
+/// and swapped in per provider; a version that does not load is refused with a log line and an
+/// Event on the provider's ProviderHealth, and the old version keeps serving.
 async fn reload_loop(
-    runtime: Runtime,
-    backends: Backends,
-    path: PathBuf,
+    reloader: Arc<Reloader>,
     ctx: Arc<Context>,
     interval: Duration,
     trigger: tokio::sync::mpsc::Sender<()>,
 ) {
-    let mut last = std::fs::read(&path).ok();
     loop {
         tokio::time::sleep(interval).await;
-        let now = std::fs::read(&path).ok();
-        if now == last {
+        let Some(out) = reloader.reload_if_changed().await else {
+            continue;
+        };
+        if let Some(e) = &out.config_error {
+            ctx.metrics.reload("", "rejected");
+            tracing::error!("providers config refused: {e}");
             continue;
         }
-        last = now;
-        match load(&runtime, &path, backends.clone()).await {
-            Ok(loaded) => {
-                tracing::info!("providers config reloaded");
-                ctx.swap(loaded);
-                ctx.metrics.reload("ok");
-                // Every Proxy is looked at again: a held failure may now be released.
-                let _ = trigger.try_send(());
-            }
-            Err(e) => {
-                tracing::error!(
-                    "providers config change refused, the previous one keeps serving: {e}"
-                );
-                ctx.metrics.reload("rejected");
-            }
+        for name in &out.swapped {
+            ctx.metrics.reload(name, "swapped");
+        }
+        for r in &out.rejected {
+            ctx.metrics.reload(&r.provider, "rejected");
+            health::refused_event(&ctx, &r.provider, &r.error.to_string()).await;
+        }
+        if !out.swapped.is_empty() || !out.removed.is_empty() {
+            ctx.swap(Loaded {
+                config: reloader.config(),
+                providers: reloader.current(),
+            });
+            // Every Proxy is looked at again: a held failure may now be released.
+            let _ = trigger.try_send(());
         }
     }
 }

@@ -71,8 +71,8 @@ impl Metrics {
             target_healthy.clone(),
         );
         registry.register(
-            "config_reloads",
-            "Providers config reloads by result",
+            "provider_reloads",
+            "Provider version reloads and rejections by provider",
             reloads.clone(),
         );
         Self {
@@ -110,9 +110,10 @@ impl Metrics {
             .set(i64::from(healthy));
     }
 
-    pub fn reload(&self, result: &str) {
+    /// A reload of one provider (`swapped` or `rejected`); an empty provider is the config.
+    pub fn reload(&self, provider: &str, result: &str) {
         self.reloads
-            .get_or_create(&labels(&[("result", result)]))
+            .get_or_create(&labels(&[("provider", provider), ("result", result)]))
             .inc();
     }
 

@@ -223,7 +223,10 @@ async fn env(providers_yaml: &str, world_yaml: &str) -> Env {
     let ctx = Arc::new(Context::new(
         api.client(),
         "test".into(),
-        Loaded { config, providers },
+        Loaded {
+            config: Arc::new(config),
+            providers: Arc::new(providers),
+        },
         Arc::new(Metrics::new()),
         Reporter {
             controller: "egress-proxies".into(),

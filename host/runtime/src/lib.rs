@@ -12,6 +12,7 @@ pub mod plan;
 pub mod provider;
 pub mod reconciler;
 pub mod redact;
+pub mod reload;
 pub mod world;
 
 mod call;
@@ -19,4 +20,5 @@ mod call;
 pub use capabilities::Backends;
 pub use engine::{CallObserver, Runtime, RuntimeOptions};
 pub use plan::{PlanRecorder, PlanStep};
-pub use provider::{LoadError, LoadOptions, LoadedModule, Provider, Providers};
+pub use provider::{LoadError, LoadOptions, LoadedModule, Provider, Providers, Rejection};
+pub use reload::{ReloadOutcome, Reloader};

@@ -55,6 +55,13 @@ pub struct Provider {
     recorder: Option<Arc<PlanRecorder>>,
 }
 
+/// A provider entry whose new version was refused; its previous version (if any) serves on.
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    pub provider: String,
+    pub error: LoadError,
+}
+
 /// The configured providers by name.
 pub struct Providers {
     pub by_name: BTreeMap<String, Arc<Provider>>,
@@ -177,6 +184,43 @@ impl Providers {
         self.by_name.get(name)
     }
 
+    /// Loads `cfg` entry by entry next to `previous`: an entry that loads replaces its old
+    /// version (or keeps the old object when nothing about it changed); an entry that does not
+    /// load is refused and its old version keeps serving. Calls already running hold their
+    /// `Arc<Provider>` and finish on the version they started with.
+    pub async fn reload(
+        runtime: &Runtime,
+        cfg: &ProvidersConfig,
+        opts: LoadOptions<'_>,
+        previous: &Providers,
+    ) -> (Self, Vec<Rejection>) {
+        let mut by_name = BTreeMap::new();
+        let mut rejected = Vec::new();
+        for (i, entry) in cfg.providers.iter().enumerate() {
+            let old = previous.by_name.get(&entry.name);
+            match Provider::load(runtime, i, entry, &opts).await {
+                Ok(new) => {
+                    let same = old.is_some_and(|o| o.revision == new.revision);
+                    let keep = match old {
+                        Some(o) if same => o.clone(),
+                        _ => Arc::new(new),
+                    };
+                    by_name.insert(entry.name.clone(), keep);
+                }
+                Err(error) => {
+                    if let Some(o) = old {
+                        by_name.insert(entry.name.clone(), o.clone());
+                    }
+                    rejected.push(Rejection {
+                        provider: entry.name.clone(),
+                        error,
+                    });
+                }
+            }
+        }
+        (Self { by_name }, rejected)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
         self.by_name.values()
     }
@@ -285,7 +329,8 @@ impl Provider {
         Ok(Self {
             name: entry.name.clone(),
             type_name: entry.type_.clone(),
-            revision: entry.revision(),
+            // A new module is a change too: it may fix what a held Proxy failed on.
+            revision: format!("{}-{}", entry.revision(), &module.digest[..12]),
             module,
             grants: Arc::new(grants),
             config,

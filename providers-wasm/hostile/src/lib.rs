@@ -1,5 +1,7 @@
 //! A deliberately misbehaving provider for the runtime's bounds tests. Its config block picks
-//! what `create` does: `{"mode": "loop" | "oom" | "ungranted" | "trap" | "ok"}`.
+//! what `create` does: `{"mode": "loop" | "oom" | "ungranted" | "trap" | "ok"}`. In `ok` mode,
+//! `version` (any string) is echoed in the provider-id and `sleepMs` makes the call take that
+//! long, so reload tests can tell which version served a call.
 
 use guest_sdk::{
     CallContext, Capability, CreateRequest, Description, Host, Instance, InstanceState, Level,
@@ -13,6 +15,13 @@ fn mode(ctx: &CallContext) -> String {
         .ok()
         .and_then(|v| v["mode"].as_str().map(str::to_string))
         .unwrap_or_else(|| "ok".to_string())
+}
+
+fn setting(ctx: &CallContext, key: &str) -> Option<serde_json::Value> {
+    serde_json::from_str::<serde_json::Value>(&ctx.config)
+        .ok()
+        .map(|v| v[key].clone())
+        .filter(|v| !v.is_null())
 }
 
 fn instance(req_name: &str) -> Instance {
@@ -56,7 +65,7 @@ impl Provider for Hostile {
                 not_found: "none".into(),
                 primary_key: "name-is-key".into(),
             },
-            capabilities: vec![Capability::Log],
+            capabilities: vec![Capability::Log, Capability::Clock],
         }
     }
 
@@ -88,7 +97,19 @@ impl Provider for Hostile {
                 host.log(Level::Info, "about to trap", &[]);
                 panic!("trap mid-create")
             }
-            _ => Ok(instance(&req.name)),
+            _ => {
+                if let Some(ms) = setting(ctx, "sleepMs").and_then(|v| v.as_u64()) {
+                    host.sleep_millis(ms);
+                }
+                let version = setting(ctx, "version")
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+                let mut i = instance(&req.name);
+                if !version.is_empty() {
+                    i.provider_id = format!("hostile/{version}/{}", req.name);
+                }
+                Ok(i)
+            }
         }
     }
 

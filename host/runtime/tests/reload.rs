@@ -1,0 +1,229 @@
+//! Hot reload under load: 1000 provider calls run while the module and its config are swapped
+//! ten times, one of them a broken module. No call fails, and every call's answer comes from
+//! the version it started on.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use egress_core::{CreateRequest, Placement};
+use egress_runtime::capabilities::clock::SystemClock;
+use egress_runtime::world::World;
+use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+fn runtime() -> Runtime {
+    Runtime::new(RuntimeOptions {
+        cache_dir: Some(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache"),
+        ),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// The same component with a custom section appended: a different digest, the same logic.
+fn variant(k: u8) -> Vec<u8> {
+    let mut bytes = egress_builtins::HOSTILE.to_vec();
+    let name = b"egress-version";
+    let payload_len = 1 + name.len() + 1;
+    bytes.extend_from_slice(&[0x00, payload_len as u8, name.len() as u8]);
+    bytes.extend_from_slice(name);
+    bytes.push(k);
+    bytes
+}
+
+fn config(version: &str) -> String {
+    format!(
+        "installation: test\nproviders:\n- name: p\n  type: hostile\n  module: m.wasm\n  config: {{mode: ok, version: {version}, sleepMs: 20}}\n"
+    )
+}
+
+fn request(i: usize) -> CreateRequest {
+    CreateRequest {
+        name: format!("proxy-{i:04}"),
+        namespace: "default".into(),
+        uid: format!("uid-{i}"),
+        port: 3128,
+        placement: Placement::default(),
+        cloud_init: None,
+        installation: "test".into(),
+        owner: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_survive_ten_swaps_including_a_bad_module() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("providers.yaml");
+    std::fs::write(dir.path().join("m.wasm"), variant(0)).unwrap();
+    std::fs::write(&path, config("v0")).unwrap();
+    let world = World::default().build().unwrap();
+    // Real time, so calls overlap the swaps.
+    let backends = Backends {
+        clock: Arc::new(SystemClock::new()),
+        ..world.backends
+    };
+    let reloader = Arc::new(
+        Reloader::new(
+            runtime(),
+            path.clone(),
+            backends,
+            None,
+            egress_builtins::module_for_type,
+        )
+        .await
+        .unwrap(),
+    );
+    assert!(!reloader.changed());
+
+    let failures = Arc::new(AtomicUsize::new(0));
+    let mismatches = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+    let mut calls = Vec::new();
+    let mut spawn_wave = |wave: usize| {
+        for j in 0..100 {
+            let i = wave * 100 + j;
+            let reloader = reloader.clone();
+            let failures = failures.clone();
+            let mismatches = mismatches.clone();
+            let seen = seen.clone();
+            calls.push(tokio::spawn(async move {
+                let providers = reloader.current();
+                let p = providers.get("p").unwrap().clone();
+                let config: serde_json::Value = serde_json::from_str(&p.config).unwrap();
+                let want = config["version"].as_str().unwrap().to_string();
+                match p.create("load", &request(i)).await {
+                    Ok(inst) => {
+                        let got = inst.provider_id.split('/').nth(1).unwrap_or("").to_string();
+                        if got != want {
+                            mismatches.fetch_add(1, Ordering::SeqCst);
+                        }
+                        seen.lock().unwrap().insert(got);
+                    }
+                    Err(e) => {
+                        eprintln!("call {i} failed: {e}");
+                        failures.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }));
+        }
+    };
+
+    let mut swapped = 0;
+    let mut refused = 0;
+    for k in 1..=10u8 {
+        // A wave of 100 calls in flight while version k is compiled and swapped in.
+        spawn_wave(usize::from(k) - 1);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if k == 5 {
+            // A broken module: refused, the old version serves on.
+            std::fs::write(dir.path().join("m.wasm"), b"\0asm but not really").unwrap();
+            let out = reloader.reload_if_changed().await.unwrap();
+            assert_eq!(out.rejected.len(), 1, "{out:?}");
+            assert_eq!(out.rejected[0].provider, "p");
+            assert_eq!(out.rejected[0].error.path, "providers[0].module");
+            assert!(out.swapped.is_empty());
+            refused += 1;
+            // Nothing changed since: no second attempt.
+            assert!(reloader.reload_if_changed().await.is_none());
+            continue;
+        }
+        std::fs::write(dir.path().join("m.wasm"), variant(k)).unwrap();
+        std::fs::write(&path, config(&format!("v{k}"))).unwrap();
+        let out = reloader.reload_if_changed().await.unwrap();
+        assert_eq!(out.swapped, vec!["p".to_string()], "{out:?}");
+        assert!(out.rejected.is_empty(), "{out:?}");
+        assert_eq!(reloader.current().get("p").unwrap().module.digest, {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(variant(k)))
+        });
+        swapped += 1;
+    }
+    for c in calls {
+        c.await.unwrap();
+    }
+    assert_eq!((swapped, refused), (9, 1));
+    assert_eq!(failures.load(Ordering::SeqCst), 0, "calls failed");
+    assert_eq!(
+        mismatches.load(Ordering::SeqCst),
+        0,
+        "a call answered from another version"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.len() >= 3,
+        "the calls did not overlap the swaps: versions seen {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_provider_keeps_its_object_and_a_bad_config_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("providers.yaml");
+    std::fs::write(dir.path().join("m.wasm"), variant(0)).unwrap();
+    std::fs::write(
+        &path,
+        "providers:\n- {name: a, type: hostile, module: m.wasm, config: {mode: ok}}\n- {name: k, type: kubernetes}\n",
+    )
+    .unwrap();
+    let world = World::default().build().unwrap();
+    let reloader = Reloader::new(
+        runtime(),
+        path.clone(),
+        world.backends,
+        None,
+        egress_builtins::module_for_type,
+    )
+    .await
+    .unwrap();
+    let before = reloader.current();
+
+    // Only the kubernetes entry changes.
+    std::fs::write(
+        &path,
+        "providers:\n- {name: a, type: hostile, module: m.wasm, config: {mode: ok}}\n- {name: k, type: kubernetes, kubernetes: {image: 'squid:7'}}\n",
+    )
+    .unwrap();
+    let out = reloader.reload_if_changed().await.unwrap();
+    assert_eq!(out.swapped, vec!["k".to_string()]);
+    let after = reloader.current();
+    assert!(Arc::ptr_eq(
+        before.get("a").unwrap(),
+        after.get("a").unwrap()
+    ));
+    assert!(!Arc::ptr_eq(
+        before.get("k").unwrap(),
+        after.get("k").unwrap()
+    ));
+    assert_ne!(
+        before.get("k").unwrap().revision,
+        after.get("k").unwrap().revision
+    );
+
+    // A config that does not parse: refused whole, everything serves on.
+    std::fs::write(&path, "providers: [{name: a, colour: red}]\n").unwrap();
+    let out = reloader.reload_if_changed().await.unwrap();
+    assert!(out.config_error.is_some());
+    assert!(Arc::ptr_eq(
+        reloader.current().get("k").unwrap(),
+        after.get("k").unwrap()
+    ));
+    assert!(
+        reloader.reload_if_changed().await.is_none(),
+        "the same bad file is refused once"
+    );
+
+    // An entry that asks for a capability its grant lacks: refused, the old one serves.
+    std::fs::write(
+        &path,
+        "providers:\n- {name: a, type: hostile, module: m.wasm, config: {mode: ok}}\n- {name: k, type: kubernetes, kubernetes: {image: 'squid:7'}, grants: {}}\n",
+    )
+    .unwrap();
+    let out = reloader.reload_if_changed().await.unwrap();
+    assert!(
+        out.rejected.is_empty(),
+        "an empty grants block keeps the built-in grant: {out:?}"
+    );
+}
