@@ -15,7 +15,8 @@
 #   SKIP_INSTALL=1                      never call apt-get
 #
 # Network: nothing here talks to anything but loopback once packages are present. libvirt's
-# default NAT network is never started; test domains are defined without a NIC.
+# default NAT network is never started; test domains have no NIC, or one on a bridge the test
+# creates without an address and with the NIC option ROM off, so no frame leaves the host.
 set -euo pipefail
 
 STATE_DIR=${STATE_DIR:-/tmp/egress-libvirt-ssh}
@@ -54,8 +55,10 @@ retry() {
 # bookworm's qemu-system 7.2, so libvirt and qemu come from backports through a private apt
 # configuration (the system's sources are left untouched).
 step packages
+# ovmf: UEFI domains (firmware='efi' autoselection reads its descriptors); genisoimage: isoinfo,
+# which the end-to-end test uses to read back the seed ISO's Joliet tree.
 PACKAGES="openssh-server openssh-client qemu-utils qemu-system-x86 libvirt-daemon
-  libvirt-daemon-driver-qemu libvirt-daemon-driver-storage libvirt-clients curl"
+  libvirt-daemon-driver-qemu libvirt-daemon-driver-storage libvirt-clients curl ovmf genisoimage"
 missing=0
 for p in $PACKAGES; do
   st=$(dpkg-query -W -f='${db:Status-Abbrev}${Version}' "$p" 2>/dev/null) || { missing=1; break; }

@@ -2,6 +2,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::libvirt_env;
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -133,29 +136,6 @@ fn a_dry_run_that_cannot_settle_exits_non_zero_naming_the_proxy() {
         "{err}"
     );
     assert!(text(&out.stdout).contains("TransientFailure"));
-}
-
-/// The env file of tests/libvirt-ssh/setup.sh, or None (the test then skips, unless real
-/// backends are required).
-fn libvirt_env() -> Option<std::collections::HashMap<String, String>> {
-    let path =
-        std::env::var("LIBVIRT_SSH_ENV").unwrap_or_else(|_| "/tmp/egress-libvirt-ssh/env".into());
-    let Ok(text) = std::fs::read_to_string(&path) else {
-        assert!(
-            std::env::var("EGRESS_REQUIRE_REAL_BACKENDS").as_deref() != Ok("1"),
-            "EGRESS_REQUIRE_REAL_BACKENDS=1 but {path} is missing: run tests/libvirt-ssh/setup.sh"
-        );
-        eprintln!("skipped: no real libvirtd ({path} missing; run tests/libvirt-ssh/setup.sh)");
-        return None;
-    };
-    Some(
-        text.lines()
-            .filter_map(|l| l.strip_prefix("export "))
-            .flat_map(|l| l.split(' '))
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
-            .collect(),
-    )
 }
 
 #[test]

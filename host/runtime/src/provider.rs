@@ -99,13 +99,22 @@ impl Runtime {
             Redactor::default(),
             64 << 20,
         );
+        // Loading takes a call slot like any call: the pool's instances are shared, and a
+        // reload under load must wait for one rather than fail.
+        let slot = self
+            .inner
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| "the runtime is shutting down".to_string())?;
         let description = match execute(
             &self.inner.engine,
             &pre,
             state,
             Op::Describe,
             Duration::from_secs(10),
-            None,
+            Some((&self.inner.reaper, slot)),
         )
         .await
         {
@@ -288,13 +297,20 @@ impl Provider {
             path: path.clone(),
             config: block_json.to_string(),
         };
+        let slot = runtime
+            .inner
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ConfigError::new(&path, "the runtime is shutting down"))?;
         let config = match execute(
             &runtime.inner.engine,
             &module.pre,
             state,
             op,
             entry.timeout("validateConfig"),
-            None,
+            Some((&runtime.inner.reaper, slot)),
         )
         .await
         {

@@ -760,6 +760,71 @@ fn domain_xml_metadata_round_trips() {
     assert_eq!(crate::metadata::parse_mark(&xml[start..end]).unwrap(), m);
 }
 
+/// DOMAIN_GET_METADATA as libvirt 11.3 answers it: the element without its prefix and
+/// namespace declaration, re-indented (captured from the real daemon).
+#[test]
+fn mark_parses_as_libvirt_returns_it() {
+    let answer = "<instance>\n  <uid>0f4eddf4-4206-5481-8ce4-972dd397df4c</uid>\n  <installation>e2e-e2143c</installation>\n  <createdAt>2026-11-30T12:35:54Z</createdAt>\n</instance>";
+    let m = crate::metadata::parse_mark(answer).unwrap();
+    assert_eq!(m.uid, "0f4eddf4-4206-5481-8ce4-972dd397df4c");
+    assert_eq!(m.installation, "e2e-e2143c");
+    assert_eq!(m.created_at, "2026-11-30T12:35:54Z");
+}
+
+/// An overlay's XML as libvirt 11.3 reports it for a directory pool (key, physical size,
+/// permissions and timestamps included): the reuse check must read the same facts from it.
+#[test]
+fn overlay_facts_from_libvirt_volume_xml() {
+    let answer = "<volume type='file'>
+  <name>probe-ov.qcow2</name>
+  <key>/tmp/egress-libvirt-ssh/pool/probe-ov.qcow2</key>
+  <capacity unit='bytes'>1073741824</capacity>
+  <allocation unit='bytes'>200704</allocation>
+  <physical unit='bytes'>196624</physical>
+  <target>
+    <path>/tmp/egress-libvirt-ssh/pool/probe-ov.qcow2</path>
+    <format type='qcow2'/>
+    <permissions>
+      <mode>0600</mode>
+      <owner>0</owner>
+      <group>0</group>
+    </permissions>
+    <timestamps>
+      <atime>1796042200.860881494</atime>
+      <mtime>1796042200.858709960</mtime>
+      <ctime>1796042200.860821664</ctime>
+      <btime>0</btime>
+    </timestamps>
+  </target>
+  <backingStore>
+    <path>/tmp/egress-libvirt-ssh/pool/probe-base.qcow2</path>
+    <format type='qcow2'/>
+    <permissions>
+      <mode>0600</mode>
+      <owner>0</owner>
+      <group>0</group>
+    </permissions>
+    <timestamps>
+      <atime>1796042200.846884407</atime>
+      <mtime>1796042200.843425037</mtime>
+      <ctime>1796042200.846827582</ctime>
+      <btime>0</btime>
+    </timestamps>
+  </backingStore>
+</volume>
+";
+    let facts = crate::volume::parse_volume_xml(answer).unwrap();
+    assert_eq!(
+        facts,
+        crate::volume::VolumeFacts {
+            capacity: Some(GIB),
+            format: Some("qcow2".into()),
+            backing_path: Some("/tmp/egress-libvirt-ssh/pool/probe-base.qcow2".into()),
+            backing_format: Some("qcow2".into()),
+        }
+    );
+}
+
 #[test]
 fn volume_xml_overlay_and_raw() {
     let overlay = volume_xml(&VolumeSpec {

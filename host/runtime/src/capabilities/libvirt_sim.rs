@@ -1,13 +1,19 @@
 //! The simulated hypervisor behind the `libvirt` capability, for dry-runs, plan snapshots and
 //! the conformance tests. It answers like libvirt on the contract: the same virErrorNumber
 //! codes for a missing domain, volume or pool; starting a running domain is
-//! VIR_ERR_OPERATION_INVALID; defining an existing name replaces its definition (a different
-//! UUID for the same name is refused, as libvirt does); creating an existing volume is
-//! VIR_ERR_STORAGE_VOL_EXIST. Pools account capacity, allocation and available space; volume
-//! paths are `<pool path>/<name>`; backing stores come from the volume XML; metadata is kept
-//! per namespace URI from the defined XML's `<metadata>`. A started domain runs at once and its
-//! interface gets an address `bootSeconds` of simulated time later. Image URLs come from a
-//! table (an unknown URL answers like an HTTP 404). Faults can be injected per call and hosts
+//! VIR_ERR_OPERATION_INVALID; defining an existing name replaces its definition only when the
+//! XML carries that domain's UUID (libvirt gives a UUID-less definition a fresh one, and then
+//! refuses the name); creating an existing volume is VIR_ERR_STORAGE_VOL_EXIST. Pools account
+//! capacity, allocation and available space; volume paths are `<pool path>/<name>`; backing
+//! stores come from the volume XML; an upload overwrites from the start without truncating,
+//! and a raw volume reads as zeros past what was written. Metadata is kept per namespace URI
+//! from the defined XML's `<metadata>` and returned as libvirt 11.3 returns it: without prefix
+//! or namespace declaration, re-indented. A started domain runs at once and its interface gets
+//! an address `bootSeconds` of simulated time later, from the guest agent or ARP (the
+//! DHCP-lease source only knows interfaces on a libvirt network; these domains sit on
+//! bridges). Behaviours were checked against libvirt 11.3 (tests/libvirt-ssh, and
+//! host/cli/tests/kvm_real.rs end to end). Image URLs come from a table (an unknown URL
+//! answers like an HTTP 404). Faults can be injected per call and hosts
 //! marked unreachable (dial stage tcp).
 
 use crate::bindings::egress::provider::libvirt::IpAddress;
@@ -249,10 +255,58 @@ fn default_host(name: &str) -> SimHostSpec {
     }
 }
 
+/// An element as libvirt 11.3's DOMAIN_GET_METADATA answers it: local names only, no namespace
+/// declarations, blank text dropped and two spaces of indentation per level.
+fn write_metadata_element(e: &Element, depth: usize, out: &mut String) {
+    let indent = "  ".repeat(depth);
+    out.push_str(&indent);
+    out.push('<');
+    out.push_str(e.local());
+    for (k, v) in &e.attrs {
+        if k == "xmlns" || k.starts_with("xmlns:") {
+            continue;
+        }
+        out.push_str(&format!(
+            " {}=\"{}\"",
+            k.rsplit(':').next().unwrap_or(k),
+            escape(v, true)
+        ));
+    }
+    if e.children.is_empty() {
+        if e.text.trim().is_empty() {
+            out.push_str("/>");
+        } else {
+            out.push('>');
+            out.push_str(&escape(&e.text, false));
+            out.push_str(&format!("</{}>", e.local()));
+        }
+        return;
+    }
+    out.push_str(">\n");
+    for c in &e.children {
+        write_metadata_element(c, depth + 1, out);
+        out.push('\n');
+    }
+    out.push_str(&format!("{indent}</{}>", e.local()));
+}
+
+fn escape(s: &str, attr: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' if attr => out.push_str("&quot;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 // ---------------------------------------------------------------------------------------------
 // A small XML reader: enough of XML for domain and volume documents (elements, attributes,
-// text, entities, comments, declarations), with each element's byte span kept so metadata is
-// returned as written.
+// text, entities, comments, declarations).
 
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Element {
@@ -260,7 +314,6 @@ pub(crate) struct Element {
     pub attrs: Vec<(String, String)>,
     pub children: Vec<Element>,
     pub text: String,
-    pub span: (usize, usize),
 }
 
 impl Element {
@@ -345,11 +398,10 @@ pub(crate) fn parse_xml(doc: &str) -> Result<Element, String> {
         } else if rest.starts_with("</") {
             let end = rest.find('>').ok_or("unterminated end tag")?;
             let name = rest[2..end].trim();
-            let mut el = stack.pop().ok_or("end tag without start")?;
+            let el = stack.pop().ok_or("end tag without start")?;
             if el.name != name {
                 return Err(format!("</{name}> closes <{}>", el.name));
             }
-            el.span.1 = i + end + 1;
             match stack.last_mut() {
                 Some(parent) => parent.children.push(el),
                 None => root = Some(el),
@@ -401,7 +453,6 @@ pub(crate) fn parse_xml(doc: &str) -> Result<Element, String> {
             let el = Element {
                 name,
                 attrs,
-                span: (i, i + j + 1),
                 ..Default::default()
             };
             if self_closing {
@@ -798,9 +849,9 @@ impl SimLibvirt {
         let fresh = format!("5e1f0000-0000-4000-8000-{:012x}", st.next_uuid);
         let h = Self::host(st, host);
         if let Some(existing) = h.domains.get_mut(&name) {
-            if let Some(u) = &given_uuid
-                && *u != existing.uuid
-            {
+            // Without a <uuid> libvirt generates one, which then differs from the existing
+            // domain's: a define by name alone never replaces a definition.
+            if given_uuid.as_deref() != Some(existing.uuid.as_str()) {
                 return Err(lv_error(
                     codes::OPERATION_FAILED,
                     from::DOMAIN,
@@ -869,7 +920,21 @@ impl SimLibvirt {
                 Some(p) => c.attr(&format!("xmlns:{p}")),
                 None => c.attr("xmlns"),
             };
-            (declared == Some(uri)).then(|| xml[c.span.0..c.span.1].to_string())
+            (declared == Some(uri)).then(|| {
+                let mut out = String::new();
+                write_metadata_element(c, 0, &mut out);
+                out
+            })
+        })
+    }
+
+    fn has_network_interface(xml: &str) -> bool {
+        parse_xml(xml).ok().is_some_and(|doc| {
+            doc.child("devices").is_some_and(|d| {
+                d.children
+                    .iter()
+                    .any(|c| c.local() == "interface" && c.attr("type") == Some("network"))
+            })
         })
     }
 
@@ -968,7 +1033,7 @@ impl LibvirtBackend for SimLibvirt {
                 if is_active(d.state) {
                     return Err(lv_error(
                         codes::OPERATION_INVALID,
-                        from::DOMAIN,
+                        from::QEMU,
                         "Requested operation is not valid: domain is already running",
                     ));
                 }
@@ -1019,7 +1084,11 @@ impl LibvirtBackend for SimLibvirt {
                     d.state = DomainState::Running;
                     Ok(())
                 }
-                DomainState::Running | DomainState::Blocked => Ok(()),
+                DomainState::Running | DomainState::Blocked => Err(lv_error(
+                    codes::OPERATION_INVALID,
+                    from::QEMU,
+                    "Requested operation is not valid: domain is already running",
+                )),
                 DomainState::PmSuspended => Err(lv_error(
                     codes::OPERATION_INVALID,
                     from::QEMU,
@@ -1027,7 +1096,7 @@ impl LibvirtBackend for SimLibvirt {
                 )),
                 _ => Err(lv_error(
                     codes::OPERATION_INVALID,
-                    from::QEMU,
+                    from::DOMAIN,
                     "Requested operation is not valid: domain is not running",
                 )),
             }
@@ -1041,7 +1110,7 @@ impl LibvirtBackend for SimLibvirt {
             if !is_active(d.state) {
                 return Err(lv_error(
                     codes::OPERATION_INVALID,
-                    from::QEMU,
+                    from::DOMAIN,
                     "Requested operation is not valid: domain is not running",
                 ));
             }
@@ -1103,9 +1172,13 @@ impl LibvirtBackend for SimLibvirt {
             if !is_active(d.state) {
                 return Err(lv_error(
                     codes::OPERATION_INVALID,
-                    from::QEMU,
+                    from::DOMAIN,
                     "Requested operation is not valid: domain is not running",
                 ));
+            }
+            // libvirt reads DHCP leases only for interfaces on one of its networks.
+            if source == AddressSource::Lease && !Self::has_network_interface(&d.xml) {
+                return Ok(vec![]);
             }
             let booted = now >= d.started_ms.saturating_add(boot);
             if source == AddressSource::Agent && (!booted || !Self::has_agent_channel(&d.xml)) {
@@ -1337,6 +1410,13 @@ impl LibvirtBackend for SimLibvirt {
             }
             v.allocation = v.allocation.max(len);
             v.capacity = v.capacity.max(len);
+            // libvirt writes the stream from offset 0 and never truncates: a shorter upload
+            // leaves the old bytes (zeros, in a fresh raw volume) after its own.
+            let mut data = data;
+            let old = std::mem::take(&mut v.data);
+            if old.len() > data.len() {
+                data.extend_from_slice(&old[data.len()..]);
+            }
             v.data = data;
             v.streamed = None;
             Ok(())
@@ -1355,8 +1435,16 @@ impl LibvirtBackend for SimLibvirt {
                 .volumes
                 .get(name)
                 .ok_or_else(|| no_vol(name))?;
-            let n = (max_bytes as usize).min(v.data.len());
-            Ok(v.data[..n].to_vec())
+            // A raw volume reads as zeros past what was written, up to its capacity.
+            let size = if v.format == "raw" && v.streamed.is_none() {
+                v.capacity.max(v.data.len() as u64)
+            } else {
+                v.data.len() as u64
+            };
+            let n = max_bytes.min(size) as usize;
+            let mut out = v.data[..n.min(v.data.len())].to_vec();
+            out.resize(n, 0);
+            Ok(out)
         })
     }
 
@@ -1538,10 +1626,13 @@ mod tests {
     async fn a_domain_lifecycle() {
         let (s, clock) = sim();
         s.domain_define_xml("h", DOMAIN).await.unwrap();
+        // What libvirt 11.3 answers: prefix and namespace declaration gone, re-indented.
         assert_eq!(
             s.domain_get_metadata("h", "d", "urn:x").await.unwrap(),
-            "<e:instance xmlns:e='urn:x'><e:uid>u</e:uid></e:instance>"
+            "<instance>\n  <uid>u</uid>\n</instance>"
         );
+        // A define by name alone gets a fresh UUID, so the existing name refuses it.
+        assert_eq!(s.domain_define_xml("h", DOMAIN).await.unwrap_err().code, 9);
         assert_eq!(
             s.domain_get_metadata("h", "d", "urn:y")
                 .await
@@ -1554,8 +1645,10 @@ mod tests {
         s.volume_create_xml("h", "default", &vol("o.qcow2", None))
             .await
             .unwrap();
+        assert_eq!(s.domain_resume("h", "d").await.unwrap_err().code, 55);
         s.domain_create("h", "d").await.unwrap();
         assert_eq!(s.domain_create("h", "d").await.unwrap_err().code, 55);
+        assert_eq!(s.domain_resume("h", "d").await.unwrap_err().code, 55);
         assert_eq!(
             s.domain_get_state("h", "d").await.unwrap(),
             DomainState::Running
@@ -1565,8 +1658,14 @@ mod tests {
             .await;
         assert_eq!(early.unwrap_err().code, 86);
         clock.advance(std::time::Duration::from_secs(21));
-        let ifaces = s
+        // No interface on a libvirt network: the lease source has nothing, ARP has the address.
+        let leases = s
             .domain_interface_addresses("h", "d", AddressSource::Lease)
+            .await
+            .unwrap();
+        assert!(leases.is_empty());
+        let ifaces = s
+            .domain_interface_addresses("h", "d", AddressSource::Arp)
             .await
             .unwrap();
         assert_eq!(ifaces[0].addrs[0].addr, "192.168.50.100");
@@ -1577,6 +1676,43 @@ mod tests {
         assert!(s.domain_lookup("h", "d").await.is_ok());
         s.domain_destroy("h", "d").await.unwrap();
         assert_eq!(s.domain_lookup("h", "d").await.unwrap_err().code, 42);
+    }
+
+    #[tokio::test]
+    async fn uploads_overwrite_without_truncating() {
+        let (s, _) = sim();
+        let raw = "<volume><name>m</name><capacity unit='bytes'>10</capacity><target><format type='raw'/></target></volume>";
+        s.volume_create_xml("h", "default", raw).await.unwrap();
+        // As observed on libvirt 11.3: a fresh raw volume reads as zeros, a short upload keeps
+        // the tail, a long one grows the volume.
+        assert_eq!(
+            s.volume_download("h", "default", "m", 100).await.unwrap(),
+            vec![0; 10]
+        );
+        s.volume_upload("h", "default", "m", b"hello".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(
+            s.volume_download("h", "default", "m", 100).await.unwrap(),
+            b"hello\0\0\0\0\0"
+        );
+        s.volume_upload("h", "default", "m", b"0123456789ab".to_vec())
+            .await
+            .unwrap();
+        s.volume_upload("h", "default", "m", b"xy".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(
+            s.volume_download("h", "default", "m", 100).await.unwrap(),
+            b"xy23456789ab"
+        );
+        assert_eq!(
+            s.volume_get_info("h", "default", "m")
+                .await
+                .unwrap()
+                .capacity,
+            12
+        );
     }
 
     #[tokio::test]

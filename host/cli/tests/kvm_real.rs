@@ -1,0 +1,905 @@
+//! End to end on the real libvirtd behind the real sshd of tests/libvirt-ssh/setup.sh: the
+//! `egress-proxies` binary reconciles two Proxies (one `kvm2`, one `kvm`) onto QEMU/TCG domains
+//! from a tiny qcow2 image served on loopback, the second reusing the cached image; `check`
+//! reports the host healthy; a second reconcile with the Proxies removed deletes everything
+//! but the base image, which the test then removes itself.
+//!
+//! Network: the HTTP server listens on 127.0.0.1; the domains' NICs sit on a bridge this test
+//! creates with no address (IPv4 or IPv6) and no other port, with the option ROM off, so no
+//! frame leaves the machine. Nothing boots inside the domains, so the address the providers
+//! discover comes from ARP entries the test writes for the domains' MACs.
+//!
+//! Needs root (bridge, neighbour table) and the env file of setup.sh; skips otherwise, unless
+//! EGRESS_REQUIRE_REAL_BACKENDS=1. Timings go to stderr (`--nocapture`);
+//! EGRESS_E2E_KEEP_LOGS=DIR keeps the binary's logs and first report there.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{libvirt_env, real_backends_required};
+use libvirt_rpc as rpc;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasher, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::Command as StdCommand;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+const HOST: &str = "local";
+const NS_KVM: &str = "https://egress-proxies.crawl.example.com/kvm/v1";
+const NS_KVM2: &str = "https://egress-proxies.crawl.example.com/kvm2/v1";
+/// virErrorNumber VIR_ERR_NO_DOMAIN_METADATA.
+const NO_DOMAIN_METADATA: i32 = 80;
+const LOCAL_URI: &str = "qemu:///system";
+
+fn random_hex(len: usize) -> String {
+    let mut out = String::new();
+    while out.len() < len {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos(),
+        );
+        out.push_str(&format!("{:016x}", h.finish()));
+    }
+    out.truncate(len);
+    out
+}
+
+fn run_quiet(program: &str, args: &[&str]) -> std::process::Output {
+    StdCommand::new(program).args(args).output().unwrap()
+}
+
+fn must(program: &str, args: &[&str]) -> String {
+    let out = run_quiet(program, args);
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// The test's bridge: no address of either family, deleted on drop even when an assertion
+/// failed first.
+struct Bridge(String);
+
+impl Bridge {
+    fn create(name: &str) -> Self {
+        must("ip", &["link", "add", name, "type", "bridge"]);
+        let bridge = Self(name.to_string());
+        // No IPv6 link-local either: the bridge must hold no address at all.
+        must("ip", &["link", "set", name, "addrgenmode", "none"]);
+        must("ip", &["link", "set", name, "up"]);
+        bridge
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        let _ = run_quiet("ip", &["link", "del", &self.0]);
+    }
+}
+
+/// Removes whatever the run left on the daemon (domains, their volumes, the base image),
+/// through the local socket, so a failed assertion does not leak a running QEMU. Every step
+/// tolerates "already gone": on success the test has removed all of it already.
+struct Leftovers {
+    pool: String,
+    domains: Vec<String>,
+    volumes: Vec<String>,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for d in &self.domains {
+            let _ = run_quiet("virsh", &["-q", "-c", LOCAL_URI, "destroy", d]);
+            let _ = run_quiet("virsh", &["-q", "-c", LOCAL_URI, "undefine", d, "--nvram"]);
+            for v in [
+                format!("{d}.qcow2"),
+                format!("{d}-cidata.iso"),
+                format!("{d}.mark"),
+            ] {
+                let _ = run_quiet(
+                    "virsh",
+                    &[
+                        "-q",
+                        "-c",
+                        LOCAL_URI,
+                        "vol-delete",
+                        "--pool",
+                        &self.pool,
+                        &v,
+                    ],
+                );
+            }
+        }
+        for v in &self.volumes {
+            let _ = run_quiet(
+                "virsh",
+                &["-q", "-c", LOCAL_URI, "vol-delete", "--pool", &self.pool, v],
+            );
+        }
+    }
+}
+
+/// GET and HEAD of one file over HTTP/1.1 on loopback, counting requests.
+struct ImageServer {
+    url: String,
+    gets: Arc<AtomicUsize>,
+    heads: Arc<AtomicUsize>,
+}
+
+async fn serve_image(path: &'static str, body: Vec<u8>) -> ImageServer {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let body = Arc::new(body);
+    let gets = Arc::new(AtomicUsize::new(0));
+    let heads = Arc::new(AtomicUsize::new(0));
+    let (g, h) = (gets.clone(), heads.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            let (body, gets, heads) = (body.clone(), g.clone(), h.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
+                    match stream.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).to_string();
+                let mut words = head.split_whitespace();
+                let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                let found = target == path;
+                let status = if found { "200 OK" } else { "404 Not Found" };
+                let length = if found { body.len() } else { 0 };
+                let header = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+                );
+                let _ = stream.write_all(header.as_bytes()).await;
+                match method {
+                    "GET" if found => {
+                        gets.fetch_add(1, Ordering::SeqCst);
+                        let _ = stream.write_all(&body).await;
+                    }
+                    "HEAD" if found => {
+                        heads.fetch_add(1, Ordering::SeqCst);
+                    }
+                    _ => {}
+                }
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    ImageServer {
+        url: format!("http://127.0.0.1:{port}{path}"),
+        gets,
+        heads,
+    }
+}
+
+/// The MAC of the domain's NIC on `bridge`, from the daemon's live definition.
+fn domain_mac(domain: &str, bridge: &str) -> Option<String> {
+    let out = run_quiet("virsh", &["-q", "-c", LOCAL_URI, "domiflist", domain]);
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cols| cols.len() == 5 && cols[2] == bridge)
+        .map(|cols| cols[4].to_string())
+}
+
+/// Feeds the neighbour table for each domain as soon as it is defined, and keeps the entries
+/// fresh (a `reachable` entry decays to stale within a minute), until told to stop. This is
+/// what a booted guest's first packets would do; libvirt's ARP address source reads it.
+fn feed_arp(
+    domains: Vec<(String, String)>,
+    bridge: String,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<BTreeMap<String, (String, Instant)>> {
+    tokio::task::spawn_blocking(move || {
+        let mut fed: BTreeMap<String, (String, Instant)> = BTreeMap::new();
+        while !stop.load(Ordering::SeqCst) {
+            for (domain, ip) in &domains {
+                let mac = match fed.get(domain) {
+                    Some((mac, _)) => Some(mac.clone()),
+                    None => domain_mac(domain, &bridge),
+                };
+                if let Some(mac) = mac {
+                    let out = run_quiet(
+                        "ip",
+                        &[
+                            "neigh",
+                            "replace",
+                            ip,
+                            "lladdr",
+                            &mac,
+                            "dev",
+                            &bridge,
+                            "nud",
+                            "reachable",
+                        ],
+                    );
+                    if out.status.success() {
+                        fed.entry(domain.clone())
+                            .or_insert_with(|| (mac, Instant::now()));
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        fed
+    })
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+async fn cli(args: &[&str]) -> Run {
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
+    let started = Instant::now();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_egress-proxies"))
+        .args(args)
+        .env("EGRESS_PROXIES_CACHE_DIR", cache)
+        // Provider calls with their durations, for the timings below.
+        .env("EGRESS_PROXIES_LOG", "info,egress_runtime::provider=debug")
+        .env("NO_COLOR", "1")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+        elapsed: started.elapsed(),
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// (operation, provider, milliseconds, ok) of each provider call the log shows.
+fn provider_calls(stderr: &str) -> Vec<(String, String, u64, bool)> {
+    let mut out = Vec::new();
+    for line in stderr.lines().map(strip_ansi) {
+        if !line.contains("provider call finished") {
+            continue;
+        }
+        let Some(start) = line.find("provider.") else {
+            continue;
+        };
+        let rest = &line[start + "provider.".len()..];
+        let Some((op, rest)) = rest.split_once('{') else {
+            continue;
+        };
+        let provider = rest
+            .split_once("provider=")
+            .map(|(_, r)| {
+                r.split([' ', '}'])
+                    .next()
+                    .unwrap_or("")
+                    .trim_matches('"')
+                    .to_string()
+            })
+            .unwrap_or_default();
+        let ms = line
+            .split_once("elapsed_ms=")
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        out.push((op.to_string(), provider, ms, line.contains("ok=true")));
+    }
+    out
+}
+
+fn kvm_block(env: &HashMap<String, String>, bridge: &str, image_url: &str, sha: &str) -> String {
+    format!(
+        r#"
+      sshKeyFile: {key}
+      knownHostsFile: {known}
+      domainType: qemu
+      diskSizeGb: 1
+      images:
+        tiny: {{url: "{image_url}", sha256: {sha}, format: qcow2, firmware: uefi}}
+      machineTypes:
+        small: {{vcpus: 1, memoryMiB: 128}}
+      hosts:
+        - {{name: {HOST}, address: "{addr}", user: {user}, socket: {socket}, pool: {pool}, bridge: {bridge}}}"#,
+        key = env["LIBVIRT_SSH_KEY"],
+        known = env["LIBVIRT_SSH_KNOWN_HOSTS"],
+        addr = format_args!("{}:{}", env["LIBVIRT_SSH_HOST"], env["LIBVIRT_SSH_PORT"]),
+        user = env["LIBVIRT_SSH_USER"],
+        socket = env["LIBVIRT_SOCKET"],
+        pool = env["LIBVIRT_POOL"],
+    )
+}
+
+struct TestProxy {
+    name: String,
+    provider: &'static str,
+    namespace_uri: &'static str,
+    uid: String,
+    domain: String,
+    ip: String,
+    cloud_init: String,
+}
+
+fn proxy_yaml(p: &TestProxy) -> String {
+    format!(
+        "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: {}, namespace: e2e, uid: {}}}\nspec:\n  provider: {}\n  port: 3128\n  placement: {{zone: {HOST}, machineType: small, image: tiny}}\n  cloudInit: {:?}\n",
+        p.name, p.uid, p.provider, p.cloud_init
+    )
+}
+
+fn volumes_of(domain: &str) -> [String; 3] {
+    [
+        format!("{domain}.qcow2"),
+        format!("{domain}-cidata.iso"),
+        format!("{domain}.mark"),
+    ]
+}
+
+/// Reads the seed ISO back the way a guest's blkid and mount would: the volume label and the
+/// Joliet names NoCloud looks for, and the user-data bytes.
+fn check_seed_iso(iso: &[u8], dir: &Path, p: &TestProxy) {
+    if StdCommand::new("isoinfo").arg("-version").output().is_err() {
+        assert!(
+            !real_backends_required(),
+            "isoinfo missing (genisoimage): run tests/libvirt-ssh/setup.sh"
+        );
+        eprintln!("isoinfo not installed: seed ISO structure not checked");
+        return;
+    }
+    let file = dir.join(format!("{}.iso", p.domain));
+    std::fs::write(&file, iso).unwrap();
+    let f = file.to_str().unwrap();
+    let descriptor = must("isoinfo", &["-d", "-i", f]);
+    assert!(
+        descriptor
+            .lines()
+            .any(|l| l.trim() == "Volume id: cidata" || l.trim() == "Volume id: CIDATA"),
+        "{descriptor}"
+    );
+    assert!(
+        descriptor.contains("Joliet with UCS level"),
+        "no Joliet tree: {descriptor}"
+    );
+    let listing = must("isoinfo", &["-J", "-l", "-i", f]);
+    for name in ["meta-data", "user-data", "vendor-data"] {
+        assert!(
+            listing
+                .lines()
+                .any(|l| l.trim_end().ends_with(&format!(" {name}"))),
+            "{name} missing from the Joliet tree:\n{listing}"
+        );
+    }
+    let user_data = must("isoinfo", &["-J", "-x", "/user-data", "-i", f]);
+    assert_eq!(user_data, p.cloud_init);
+    let meta_data = must("isoinfo", &["-J", "-x", "/meta-data", "-i", f]);
+    assert!(
+        meta_data.contains(&format!("instance-id: {}", p.domain)),
+        "{meta_data}"
+    );
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxies_become_domains_on_a_real_libvirtd_and_go_away_again() {
+    let Some(env) = libvirt_env() else { return };
+    // Bridge and neighbour table need root; setup.sh ran as root, the test may not.
+    if !must("id", &["-u"]).trim().eq("0") {
+        assert!(
+            !real_backends_required(),
+            "EGRESS_REQUIRE_REAL_BACKENDS=1 but the test is not root (it creates a bridge)"
+        );
+        eprintln!("skipped: not root (the test creates a bridge and ARP entries)");
+        return;
+    }
+    let pool_name = env["LIBVIRT_POOL"].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let suffix = random_hex(6);
+    let installation = format!("e2e-{suffix}");
+
+    // The inspector: our own RPC connection through the same sshd.
+    let inspector = rpc::Pool::new(
+        [rpc::HostConfig {
+            name: HOST.into(),
+            target: rpc::SshTarget::new(
+                format!("{}:{}", env["LIBVIRT_SSH_HOST"], env["LIBVIRT_SSH_PORT"]),
+                env["LIBVIRT_SSH_USER"].clone(),
+                env["LIBVIRT_SSH_KEY"].clone(),
+                rpc::HostKeyPolicy::KnownHosts(env["LIBVIRT_SSH_KNOWN_HOSTS"].clone().into()),
+            ),
+        }],
+        rpc::PoolOptions::default(),
+    );
+    let volumes_before: BTreeSet<String> = inspector
+        .pool_list_volumes(HOST, &pool_name)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+
+    // The image: an empty 32 MiB qcow2. Nothing boots from it; the domain still runs.
+    let image_path = dir.path().join("tiny.qcow2");
+    must(
+        "qemu-img",
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            image_path.to_str().unwrap(),
+            "32M",
+        ],
+    );
+    let image = std::fs::read(&image_path).unwrap();
+    let sha = hex::encode(Sha256::digest(&image));
+    let server = serve_image("/tiny.qcow2", image.clone()).await;
+    // The guest names the cached base after the URL and checksum (volume::base_name).
+    let base = {
+        let digest = hex::encode(Sha256::digest(format!("{}\n{sha}", server.url).as_bytes()));
+        format!("base-{}.qcow2", &digest[..16])
+    };
+    let base_marker = format!("{base}.sha256");
+
+    let bridge_name = format!("egt{}", &suffix[..6]);
+    let bridge = Bridge::create(&bridge_name);
+
+    let mk = |i: usize, provider: &'static str, namespace_uri: &'static str| {
+        let uid = format!(
+            "{}-{}-{}-{}-{}",
+            random_hex(8),
+            random_hex(4),
+            random_hex(4),
+            random_hex(4),
+            random_hex(12)
+        );
+        let domain = egress_core::name::instance_name(&uid);
+        TestProxy {
+            name: format!("{provider}-{suffix}"),
+            provider,
+            namespace_uri,
+            uid,
+            domain,
+            ip: format!("10.254.0.{}", 10 + i),
+            cloud_init: format!(
+                "#cloud-config\nhostname: {provider}-{suffix}\nwrite_files:\n  - path: /etc/egress-e2e\n    content: \"{i}\"\n"
+            ),
+        }
+    };
+    let proxies = [mk(0, "local-kvm2", NS_KVM2), mk(1, "local-kvm", NS_KVM)];
+    let leftovers = Leftovers {
+        pool: pool_name.clone(),
+        domains: proxies.iter().map(|p| p.domain.clone()).collect(),
+        volumes: vec![base.clone(), base_marker.clone()],
+    };
+
+    let providers_file = dir.path().join("providers.yaml");
+    let block = kvm_block(&env, &bridge_name, &server.url, &sha);
+    std::fs::write(
+        &providers_file,
+        format!(
+            "installation: {installation}\nproviders:\n  - name: local-kvm2\n    type: kvm2\n    kvm2:{block}\n  - name: local-kvm\n    type: kvm\n    kvm:{block}\n"
+        ),
+    )
+    .unwrap();
+    let proxies_file = dir.path().join("proxies.yaml");
+    std::fs::write(
+        &proxies_file,
+        proxies
+            .iter()
+            .map(proxy_yaml)
+            .collect::<Vec<_>>()
+            .join("---\n"),
+    )
+    .unwrap();
+    let state_file = dir.path().join("state.yaml");
+    let (pf, sf, st) = (
+        proxies_file.to_str().unwrap(),
+        providers_file.to_str().unwrap(),
+        state_file.to_str().unwrap(),
+    );
+
+    // -- run 1: both Proxies created; ARP fed from the side while reconcile waits.
+    let stop = Arc::new(AtomicBool::new(false));
+    let feeder = feed_arp(
+        proxies
+            .iter()
+            .map(|p| (p.domain.clone(), p.ip.clone()))
+            .collect(),
+        bridge_name.clone(),
+        stop.clone(),
+    );
+    let t0 = Instant::now();
+    let run1 = cli(&[
+        "reconcile",
+        "-f",
+        pf,
+        "--providers",
+        sf,
+        "--state",
+        st,
+        "--timeout",
+        "5m",
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(
+        run1.code,
+        Some(0),
+        "reconcile 1:\n{}\n{}",
+        run1.stdout,
+        run1.stderr
+    );
+    let report: serde_json::Value = serde_json::from_str(&run1.stdout).unwrap();
+    assert_eq!(report["steady"], true, "{report:#}");
+    for p in &proxies {
+        let r = report["proxies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == p.name.as_str())
+            .unwrap_or_else(|| panic!("{} not in the report: {report:#}", p.name));
+        assert_eq!(r["status"]["state"], "Running", "{r:#}");
+        assert_eq!(r["status"]["ip"], p.ip.as_str(), "{r:#}");
+        assert_eq!(
+            r["status"]["providerID"],
+            format!("hosts/{HOST}/domains/{}", p.domain).as_str(),
+            "{r:#}"
+        );
+    }
+    assert_eq!(
+        server.gets.load(Ordering::SeqCst),
+        1,
+        "the second Proxy must reuse the cached image"
+    );
+    // The sweep read the marks back through list-by-tag: each type found its own domain only.
+    let mut verdicts: Vec<(String, String, String)> = report["gc"]["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["provider"].as_str().unwrap().to_string(),
+                v["providerID"].as_str().unwrap().to_string(),
+                v["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    verdicts.sort();
+    let mut expected: Vec<(String, String, String)> = proxies
+        .iter()
+        .map(|p| {
+            (
+                p.provider.to_string(),
+                format!("hosts/{HOST}/domains/{}", p.domain),
+                "Live".to_string(),
+            )
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(verdicts, expected, "{report:#}");
+
+    // The state file holds both, Running with their addresses.
+    let state: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert_eq!(state["installation"], installation.as_str());
+    for p in &proxies {
+        let s = &state["proxies"][format!("e2e/{}", p.name).as_str()];
+        assert_eq!(s["uid"], p.uid.as_str(), "{state:?}");
+        assert_eq!(s["status"]["state"], "Running", "{state:?}");
+        assert_eq!(s["status"]["ip"], p.ip.as_str(), "{state:?}");
+    }
+
+    // The daemon's view: running domains with our mark in their own type's namespace only.
+    let domains = inspector.list_domains(HOST).await.unwrap();
+    let volumes: BTreeSet<String> = inspector
+        .pool_list_volumes(HOST, &pool_name)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert!(volumes.contains(&base), "{base} missing: {volumes:?}");
+    assert!(volumes.contains(&base_marker), "{volumes:?}");
+    let marker = inspector
+        .volume_download(HOST, &pool_name, &base_marker, 128)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&marker).trim_end_matches('\0'), sha);
+    let base_path = inspector
+        .volume_lookup(HOST, &pool_name, &base)
+        .await
+        .unwrap();
+    for p in &proxies {
+        assert!(domains.contains(&p.domain), "{} not defined", p.domain);
+        assert_eq!(
+            inspector.domain_get_state(HOST, &p.domain).await.unwrap(),
+            rpc::DomainState::Running
+        );
+        let meta = inspector
+            .domain_get_metadata(HOST, &p.domain, p.namespace_uri)
+            .await
+            .unwrap();
+        assert!(meta.contains(&format!(">{}<", p.uid)), "{meta}");
+        assert!(meta.contains(&format!(">{installation}<")), "{meta}");
+        let other = if p.namespace_uri == NS_KVM {
+            NS_KVM2
+        } else {
+            NS_KVM
+        };
+        let e = inspector
+            .domain_get_metadata(HOST, &p.domain, other)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), NO_DOMAIN_METADATA, "{e}");
+
+        for v in volumes_of(&p.domain) {
+            assert!(volumes.contains(&v), "{v} missing: {volumes:?}");
+        }
+        let overlay = inspector
+            .volume_xml(HOST, &pool_name, &format!("{}.qcow2", p.domain))
+            .await
+            .unwrap();
+        assert!(
+            overlay.contains(&format!("<path>{base_path}</path>")),
+            "overlay not on the base image: {overlay}"
+        );
+        let mark = inspector
+            .volume_download(HOST, &pool_name, &format!("{}.mark", p.domain), 4096)
+            .await
+            .unwrap();
+        let mark: serde_json::Value =
+            serde_json::from_slice(&mark[..mark.iter().rposition(|b| *b != 0).unwrap() + 1])
+                .unwrap();
+        assert_eq!(mark["uid"], p.uid.as_str());
+        assert_eq!(mark["installation"], installation.as_str());
+        assert_eq!(mark["type"], p.provider.trim_start_matches("local-"));
+
+        // The live definition: on our bridge, no option ROM, UEFI with its NVRAM.
+        let xml = must("virsh", &["-c", LOCAL_URI, "dumpxml", &p.domain]);
+        assert!(
+            xml.contains(&format!("<source bridge='{bridge_name}'/>")),
+            "{xml}"
+        );
+        assert!(xml.contains("<rom enabled='no'/>"), "{xml}");
+        assert!(xml.contains("<nvram"), "{xml}");
+        assert!(xml.contains("<domain type='qemu'"), "{xml}");
+
+        let iso = inspector
+            .volume_download(
+                HOST,
+                &pool_name,
+                &format!("{}-cidata.iso", p.domain),
+                1 << 20,
+            )
+            .await
+            .unwrap();
+        check_seed_iso(&iso, dir.path(), p);
+    }
+    let nvram: Vec<PathBuf> = proxies
+        .iter()
+        .map(|p| {
+            let xml = must("virsh", &["-c", LOCAL_URI, "dumpxml", &p.domain]);
+            let start = xml.find("<nvram").unwrap();
+            let text = &xml[start..];
+            let path = &text[text.find('>').unwrap() + 1..text.find("</nvram>").unwrap()];
+            PathBuf::from(path)
+        })
+        .collect();
+    for n in &nvram {
+        assert!(n.exists(), "{} missing", n.display());
+    }
+
+    // -- check: the same providers config, the host healthy with what it found.
+    let check = cli(&["check", "--providers", sf, "-o", "json"]).await;
+    assert_eq!(
+        check.code,
+        Some(0),
+        "check:\n{}\n{}",
+        check.stdout,
+        check.stderr
+    );
+    let reports: serde_json::Value = serde_json::from_str(&check.stdout).unwrap();
+    assert_eq!(reports.as_array().unwrap().len(), 2, "{reports:#}");
+    for r in reports.as_array().unwrap() {
+        let t = &r["targets"][0];
+        assert_eq!(t["target"], HOST, "{r:#}");
+        assert_eq!(t["reason"], "Healthy", "{r:#}");
+        for key in [
+            "libvirtVersion",
+            "hostname",
+            "poolState",
+            "poolCapacityGiB",
+            "poolAvailableGiB",
+        ] {
+            assert!(t["details"][key].is_string(), "{key} missing: {r:#}");
+        }
+        assert_eq!(t["details"]["poolState"], "running");
+    }
+
+    // -- run 2: the Proxies removed from the file; the state file says what to delete.
+    std::fs::write(&proxies_file, "").unwrap();
+    let run2 = cli(&[
+        "reconcile",
+        "-f",
+        pf,
+        "--providers",
+        sf,
+        "--state",
+        st,
+        "--timeout",
+        "2m",
+        "-o",
+        "json",
+    ])
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    let fed = feeder.await.unwrap();
+    assert_eq!(
+        run2.code,
+        Some(0),
+        "reconcile 2:\n{}\n{}",
+        run2.stdout,
+        run2.stderr
+    );
+    let report2: serde_json::Value = serde_json::from_str(&run2.stdout).unwrap();
+    for p in &proxies {
+        let r = report2["proxies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == p.name.as_str())
+            .unwrap_or_else(|| panic!("{} not in report 2: {report2:#}", p.name));
+        assert_eq!(r["deleted"], true, "{r:#}");
+    }
+    let state: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert!(
+        state["proxies"].as_mapping().is_none_or(|m| m.is_empty()),
+        "{state:?}"
+    );
+    let domains = inspector.list_domains(HOST).await.unwrap();
+    let volumes: BTreeSet<String> = inspector
+        .pool_list_volumes(HOST, &pool_name)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    for p in &proxies {
+        assert!(!domains.contains(&p.domain), "{} still defined", p.domain);
+        for v in volumes_of(&p.domain) {
+            assert!(!volumes.contains(&v), "{v} left behind");
+        }
+    }
+    for n in &nvram {
+        assert!(!n.exists(), "NVRAM {} left behind", n.display());
+    }
+    assert!(
+        volumes.contains(&base) && volumes.contains(&base_marker),
+        "{volumes:?}"
+    );
+    assert_eq!(server.gets.load(Ordering::SeqCst), 1);
+
+    // The base image is kept by design; this test leaves the pool as it found it.
+    inspector
+        .volume_delete(HOST, &pool_name, &base_marker)
+        .await
+        .unwrap();
+    inspector
+        .volume_delete(HOST, &pool_name, &base)
+        .await
+        .unwrap();
+    let volumes_after: BTreeSet<String> = inspector
+        .pool_list_volumes(HOST, &pool_name)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let ours = |v: &&String| v.contains(&base) || proxies.iter().any(|p| v.starts_with(&p.domain));
+    assert_eq!(
+        volumes_after.iter().filter(ours).count(),
+        0,
+        "{volumes_after:?} (before: {volumes_before:?})"
+    );
+
+    if let Ok(d) = std::env::var("EGRESS_E2E_KEEP_LOGS") {
+        std::fs::write(Path::new(&d).join("run1.log"), &run1.stderr).unwrap();
+        std::fs::write(Path::new(&d).join("run1.json"), &run1.stdout).unwrap();
+        std::fs::write(Path::new(&d).join("run2.log"), &run2.stderr).unwrap();
+    }
+    // -- timings
+    let calls1 = provider_calls(&run1.stderr);
+    let calls2 = provider_calls(&run2.stderr);
+    // Which create fetched the image: the Proxies run in key order, and the log says.
+    let fetched_by = run1
+        .stderr
+        .lines()
+        .map(strip_ansi)
+        .find(|l| l.contains("image cached"))
+        .and_then(|l| {
+            l.split_once("provider=").map(|(_, r)| {
+                r.split([' ', '}'])
+                    .next()
+                    .unwrap_or("")
+                    .trim_matches('"')
+                    .to_string()
+            })
+        })
+        .unwrap_or_default();
+    eprintln!(
+        "timings (QEMU/TCG behind sshd on loopback, image {} bytes):",
+        image.len()
+    );
+    eprintln!(
+        "  reconcile 1 (2 Proxies until Running): {}; HTTP GET {}, HEAD {}",
+        secs(run1.elapsed),
+        server.gets.load(Ordering::SeqCst),
+        server.heads.load(Ordering::SeqCst)
+    );
+    for (op, provider, ms, ok) in calls1.iter().filter(|c| c.0 == "create") {
+        let how = if *provider == fetched_by {
+            "image downloaded"
+        } else {
+            "cached image"
+        };
+        eprintln!(
+            "    {op} {provider} ({how}): {ms} ms{}",
+            if *ok { "" } else { " failed" }
+        );
+    }
+    for (domain, (mac, at)) in &fed {
+        eprintln!(
+            "    ARP entry for {domain} ({mac}) written {} into reconcile 1",
+            secs(at.saturating_duration_since(t0))
+        );
+    }
+    eprintln!("  check: {}", secs(check.elapsed));
+    eprintln!("  reconcile 2 (2 Proxies removed): {}", secs(run2.elapsed));
+    for (op, provider, ms, ok) in calls2.iter().filter(|c| c.0 == "delete") {
+        eprintln!(
+            "    {op} {provider}: {ms} ms{}",
+            if *ok { "" } else { " failed" }
+        );
+    }
+
+    drop(leftovers);
+    drop(bridge);
+}
