@@ -13,6 +13,8 @@ const GUESTS: &[(&str, &str)] = &[
     ("provider-libvirt", "provider_libvirt"),
     ("provider-gcp", "provider_gcp"),
     ("provider-hostile", "provider_hostile"),
+    // The provider template authors start from: built here so the conformance tests run it.
+    ("provider-examplecloud", "provider_examplecloud"),
 ];
 
 fn main() {
@@ -32,6 +34,7 @@ fn main() {
         "schemas/wit",
         "guest-sdk",
         "providers-wasm",
+        "examples/provider-template",
         "Cargo.lock",
         "Cargo.toml",
     ] {

@@ -27,6 +27,61 @@ pub enum Command {
     /// Diagnose a backend connection stage by stage.
     #[command(subcommand)]
     Doctor(Doctor),
+    /// Write and test provider modules.
+    #[command(subcommand)]
+    Provider(ProviderCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProviderCmd {
+    /// Run the contract's conformance suite against simulated backends; exits 1 when a case
+    /// fails.
+    Test(ProviderTestArgs),
+    /// Write a new provider crate from the template (it builds for wasm32-wasip2 and passes
+    /// the conformance suite as written).
+    New(ProviderNewArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("source").required(true).args(["type_name", "module"]))]
+pub struct ProviderTestArgs {
+    /// A built-in type: kubernetes, gcp, kvm, kvm2.
+    #[arg(long = "type")]
+    pub type_name: Option<String>,
+    /// A provider module (.wasm component).
+    #[arg(long)]
+    pub module: Option<PathBuf>,
+    /// The config block (YAML) the module runs with, plus an optional `conformance` key
+    /// (placement, grants, namespace, required fields).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The simulated backends' starting state (a world file).
+    #[arg(long)]
+    pub world: Option<PathBuf>,
+    /// How long a hung backend call holds a create before the runtime cancels it.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub create_timeout: std::time::Duration,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: TestFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TestFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ProviderNewArgs {
+    /// The provider's type name, e.g. `acme` (package provider-acme).
+    pub name: String,
+    /// Where to write the crate. Default: ./provider-NAME.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The guest-sdk crate, as the new Cargo.toml's path dependency. Default: this
+    /// repository's guest-sdk when run inside a checkout of it.
+    #[arg(long)]
+    pub sdk: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod examples;
 pub mod output;
+pub mod provider;
 pub mod reconcile;
 pub mod state;
 

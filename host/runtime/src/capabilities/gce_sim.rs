@@ -586,6 +586,38 @@ impl SimGce {
                 );
                 (200, self.op_json(project, &op, now))
             }
+            ("POST", ["zones", zone, "instances", name, "stop"]) => {
+                // The instance is TERMINATED at once (the real API passes through STOPPING):
+                // enough for a caller to see a stopped instance, as the conformance suite does.
+                let key = (zone.to_string(), name.to_string());
+                let target = format!("{purl}/zones/{zone}/instances/{name}");
+                let Some(inst) = st.instances.get_mut(&key) else {
+                    return api_error(
+                        404,
+                        "notFound",
+                        &format!(
+                            "The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found"
+                        ),
+                    );
+                };
+                inst.fixed_status = Some("TERMINATED".into());
+                let id = inst.id;
+                let op = Self::push_op(
+                    &mut st,
+                    Op {
+                        id: 0,
+                        name: String::new(),
+                        zone: Some(zone.to_string()),
+                        kind: "stop".into(),
+                        target,
+                        target_id: id,
+                        insert_ms: now,
+                        done_ms: now,
+                        error: None,
+                    },
+                );
+                (200, self.op_json(project, &op, now))
+            }
             ("GET", ["zones", zone, "operations"]) => {
                 let filter = query.get("filter").map(String::as_str).unwrap_or("");
                 let items: Vec<Value> = st

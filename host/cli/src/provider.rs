@@ -1,0 +1,117 @@
+//! `provider test` and `provider new`: the conformance suite and the provider template, wired
+//! to the command line.
+
+use crate::cli::{ProviderNewArgs, ProviderTestArgs, TestFormat};
+use egress_conformance::{BlockFile, ModuleSource, Suite, SuiteError, template};
+use egress_runtime::RuntimeOptions;
+use egress_runtime::world::World;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderCmdError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--type {0:?} has no built-in module; pass the module with --module")]
+    UnknownType(String),
+    #[error("{path}: {source}")]
+    Suite {
+        path: PathBuf,
+        #[source]
+        source: SuiteError,
+    },
+    #[error("world {path}: {source}")]
+    World {
+        path: PathBuf,
+        #[source]
+        source: egress_core::config::ConfigError,
+    },
+    #[error(transparent)]
+    Conformance(#[from] SuiteError),
+    #[error(transparent)]
+    Template(#[from] template::TemplateError),
+    #[error("no guest-sdk found above the current directory; name it with --sdk PATH")]
+    NoSdk,
+    #[error("current directory: {0}")]
+    Cwd(#[source] std::io::Error),
+}
+
+fn read(path: &PathBuf) -> Result<String, ProviderCmdError> {
+    std::fs::read_to_string(path).map_err(|source| ProviderCmdError::Read {
+        path: path.clone(),
+        source,
+    })
+}
+
+/// Runs the suite; the rendered report and whether a case failed.
+pub async fn test(a: ProviderTestArgs) -> Result<(String, bool), ProviderCmdError> {
+    let block =
+        BlockFile::from_yaml(&read(&a.config)?).map_err(|source| ProviderCmdError::Suite {
+            path: a.config.clone(),
+            source,
+        })?;
+    let module = match (&a.module, &a.type_name) {
+        (Some(path), _) => ModuleSource::File(path.clone()),
+        (None, Some(t)) => ModuleSource::Embedded(
+            egress_builtins::module_for_type(t)
+                .ok_or_else(|| ProviderCmdError::UnknownType(t.clone()))?,
+        ),
+        (None, None) => return Err(ProviderCmdError::UnknownType(String::new())),
+    };
+    let world = match &a.world {
+        Some(path) => {
+            Some(
+                World::from_yaml(&read(path)?).map_err(|source| ProviderCmdError::World {
+                    path: path.clone(),
+                    source,
+                })?,
+            )
+        }
+        None => None,
+    };
+    let mut suite = Suite::new(module, block);
+    suite.type_name = a.type_name.clone();
+    suite.world = world;
+    suite.create_timeout = a.create_timeout;
+    suite.runtime = RuntimeOptions {
+        max_concurrent_calls: 8,
+        ..RuntimeOptions::default()
+    };
+    let report = suite.run().await?;
+    let text = match a.output {
+        TestFormat::Text => report.to_text(),
+        TestFormat::Json => report.to_json(),
+    };
+    Ok((text, report.failed()))
+}
+
+/// Writes the crate; what was written and what to do next.
+pub fn new(a: ProviderNewArgs) -> Result<String, ProviderCmdError> {
+    let cwd = std::env::current_dir().map_err(ProviderCmdError::Cwd)?;
+    let dir = a
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("provider-{}", a.name)));
+    let dir = if dir.is_absolute() {
+        dir
+    } else {
+        cwd.join(dir)
+    };
+    let sdk = match a.sdk {
+        Some(p) if p.is_absolute() => p,
+        Some(p) => cwd.join(p),
+        None => template::find_sdk(&cwd).ok_or(ProviderCmdError::NoSdk)?,
+    };
+    let sdk = std::path::absolute(&sdk).unwrap_or(sdk);
+    let written = template::write(&dir, &a.name, &sdk.display().to_string())?;
+    let lib = format!("provider_{}", a.name.replace('-', "_"));
+    Ok(format!(
+        "wrote {} files to {}\n\nnext:\n  cd {}\n  cargo test\n  cargo build --target wasm32-wasip2 --release\n  egress-proxies provider test --module target/wasm32-wasip2/release/{lib}.wasm --config conformance.yaml\n",
+        written.len(),
+        dir.display(),
+        dir.display(),
+    ))
+}
