@@ -406,24 +406,7 @@ pub fn selector_matches(selector: &str, labels: &Value) -> bool {
 }
 
 fn rfc3339(secs: u64) -> String {
-    let days = secs / 86400;
-    let rem = secs % 86400;
-    // Civil-from-days (Howard Hinnant), for the fake's timestamps only.
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    crate::time::format_rfc3339(secs as i64)
 }
 
 /// Libvirt without a grant: every call is denied.

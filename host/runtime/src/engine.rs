@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     /// much as creating it, and nobody waits for it.
     pub(crate) reaper: std::sync::mpsc::Sender<Box<dyn Send>>,
     pub(crate) pooling: bool,
+    /// Backends for calls granted nothing (describe).
+    pub(crate) inert: crate::Backends,
     /// Told about every finished provider call (metrics).
     pub(crate) observer: std::sync::OnceLock<Arc<dyn CallObserver>>,
     /// Compiled modules by digest, so identical bytes compile once per process.
@@ -111,6 +113,8 @@ fn pooling_config(slots: u32) -> PoolingAllocationConfig {
         .max_memory_size(MAX_MEMORY_BYTES)
         .max_core_instances_per_component(20)
         .max_memories_per_component(4)
+        // keep_resident was measured (1 MiB and 128 KiB): no steady gain on this machine,
+        // so slots are returned whole (BENCHMARKS.md).
         .max_tables_per_component(8);
     p
 }
@@ -162,6 +166,7 @@ impl Runtime {
                 pooling,
                 modules: Default::default(),
                 observer: std::sync::OnceLock::new(),
+                inert: crate::Backends::inert(),
             }),
         })
     }

@@ -93,7 +93,7 @@ impl Runtime {
         let state = CallState::new(
             "describe",
             Arc::new(EffectiveGrants::default()),
-            Backends::real(),
+            self.inner.inert.clone(),
             None,
             "",
             Redactor::default(),
@@ -137,7 +137,7 @@ impl Runtime {
         let state = CallState::new(
             "describe",
             Arc::new(EffectiveGrants::default()),
-            Backends::real(),
+            self.inner.inert.clone(),
             None,
             "",
             Redactor::default(),

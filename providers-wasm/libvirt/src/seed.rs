@@ -121,8 +121,9 @@ impl Stamp {
         let rem = secs % 86_400;
         Self {
             y,
-            mo,
-            d,
+            // civil_from_days gives month 1..=12 and day 1..=31.
+            mo: mo as u32,
+            d: d as u32,
             h: rem / 3600,
             mi: (rem % 3600) / 60,
             s: rem % 60,
