@@ -134,6 +134,13 @@ async fn main() {
             }
         })
         .await;
+        if std::env::var_os("EGRESS_BENCH_PROFILE").is_some() {
+            // Only the fresh-instance create loop, long enough to profile (perf record).
+            for _ in 0..50_000 {
+                ok.create("bench", &r).await.unwrap();
+            }
+            return;
+        }
         let host = guest_sdk::fakes::FakeHost::new();
         let ctx = guest_sdk::CallContext {
             provider: "ok".into(),
