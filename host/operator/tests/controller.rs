@@ -709,3 +709,127 @@ fn against_a_real_cluster() {
         panic!("the Proxy never became Ready");
     });
 }
+
+/// A fake Lease endpoint: one Lease object with resourceVersion checks like the API server's.
+#[derive(Clone, Default)]
+struct FakeLeases {
+    lease: Arc<Mutex<Option<Value>>>,
+}
+
+impl FakeLeases {
+    fn client(&self) -> kube::Client {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let me = self.clone();
+        tokio::spawn(async move {
+            while let Some((req, send)) = handle.next_request().await {
+                let method = req.method().to_string();
+                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                let mut lease = me.lease.lock().unwrap();
+                let (status, answer) = match (method.as_str(), lease.as_mut()) {
+                    ("GET", None) => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+                    ),
+                    ("GET", Some(l)) => (200, l.clone()),
+                    ("POST", None) => {
+                        let mut b = body.clone();
+                        b["metadata"]["resourceVersion"] = json!("1");
+                        *lease = Some(b.clone());
+                        (201, b)
+                    }
+                    ("POST", Some(_)) => (
+                        409,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
+                    ),
+                    ("PATCH", Some(l)) => {
+                        if body["metadata"]["resourceVersion"] != l["metadata"]["resourceVersion"] {
+                            (
+                                409,
+                                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
+                            )
+                        } else {
+                            let rv: u64 = l["metadata"]["resourceVersion"]
+                                .as_str()
+                                .unwrap()
+                                .parse()
+                                .unwrap();
+                            egress_runtime::capabilities::kube::merge(
+                                l,
+                                &json!({"spec": body["spec"]}),
+                            );
+                            l["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+                            (200, l.clone())
+                        }
+                    }
+                    _ => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}),
+                    ),
+                };
+                send.send_response(
+                    Response::builder()
+                        .status(status)
+                        .header("content-type", "application/json")
+                        .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                        .unwrap(),
+                );
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    fn holder(&self) -> String {
+        self.lease.lock().unwrap().as_ref().unwrap()["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+}
+
+#[tokio::test]
+async fn two_replicas_share_one_lease() {
+    use egress_operator::leader::LeaseLock;
+    let api = FakeLeases::default();
+    let a = LeaseLock::new(
+        api.client(),
+        "egress",
+        "leader",
+        "replica-a",
+        Duration::from_secs(15),
+    );
+    let b = LeaseLock::new(
+        api.client(),
+        "egress",
+        "leader",
+        "replica-b",
+        Duration::from_secs(15),
+    );
+    assert!(
+        a.try_acquire_or_renew().await.unwrap(),
+        "a free lease is taken"
+    );
+    assert_eq!(api.holder(), "replica-a");
+    assert!(
+        !b.try_acquire_or_renew().await.unwrap(),
+        "a held, fresh lease is not taken"
+    );
+    assert!(a.try_acquire_or_renew().await.unwrap(), "the holder renews");
+    assert_eq!(api.holder(), "replica-a");
+
+    // The holder stops renewing: once the lease has expired the other replica takes it.
+    api.lease.lock().unwrap().as_mut().unwrap()["spec"]["renewTime"] =
+        json!("2020-01-01T00:00:00.000000Z");
+    assert!(
+        b.try_acquire_or_renew().await.unwrap(),
+        "an expired lease is taken over"
+    );
+    assert_eq!(api.holder(), "replica-b");
+    let transitions =
+        api.lease.lock().unwrap().as_ref().unwrap()["spec"]["leaseTransitions"].as_i64();
+    assert_eq!(transitions, Some(1));
+    assert!(
+        !a.try_acquire_or_renew().await.unwrap(),
+        "the old holder has lost it"
+    );
+}
