@@ -248,7 +248,12 @@ impl Driver<'_> {
                 deleted: t.released,
                 steady: t.released || t.steady,
                 changes: by_subject.remove(&key).unwrap_or_default(),
-                status: t.status,
+                // The revision is the hold's bookkeeping (it changes with every module build);
+                // the state file keeps it, the report leaves it out.
+                status: ProxyStatus {
+                    provider_revision: None,
+                    ..t.status
+                },
             })
             .collect();
         let report = Report {
