@@ -186,10 +186,7 @@ pub(crate) async fn execute(
     state: CallState,
     op: Op,
     timeout: Duration,
-    reaper: Option<(
-        &std::sync::mpsc::Sender<Box<dyn Send>>,
-        tokio::sync::OwnedSemaphorePermit,
-    )>,
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<OpOut, CallFailure> {
     let memory = state.limiter.max_bytes;
     let mut store = Store::new(engine, state);
@@ -241,10 +238,12 @@ pub(crate) async fn execute(
         Ok(r) => r,
         Err(_) => Err(CallFailure::Timeout(timeout)),
     };
-    if let Some((tx, permit)) = reaper {
-        // If the reaper is gone the runtime is shutting down; dropping here is fine then.
-        let _ = tx.send(Box::new((store, permit)));
-    }
+    // The Store is dropped here, on the caller's thread, before the slot is released: handing
+    // it to another thread was measured slower (its teardown then frees pages across cores,
+    // which costs TLB shootdowns and contends on the pool's free list; BENCHMARKS.md), and the
+    // slot must stay taken until the instance's memory is back in the pool.
+    drop(store);
+    drop(slot);
     result
 }
 

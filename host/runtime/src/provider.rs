@@ -114,7 +114,7 @@ impl Runtime {
             state,
             Op::Describe,
             Duration::from_secs(10),
-            Some((&self.inner.reaper, slot)),
+            Some(slot),
         )
         .await
         {
@@ -156,7 +156,7 @@ impl Runtime {
             state,
             Op::Describe,
             Duration::from_secs(10),
-            Some((&self.inner.reaper, slot)),
+            Some(slot),
         )
         .await
         {
@@ -310,7 +310,7 @@ impl Provider {
             state,
             op,
             entry.timeout("validateConfig"),
-            Some((&runtime.inner.reaper, slot)),
+            Some(slot),
         )
         .await
         {
@@ -417,7 +417,7 @@ impl Provider {
                 state,
                 op,
                 timeout,
-                Some((&self.runtime.inner.reaper, slot)),
+                Some(slot),
             )
             .await;
             tracing::debug!(
