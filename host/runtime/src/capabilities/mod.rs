@@ -8,6 +8,7 @@ pub mod google_auth;
 pub mod http;
 pub mod http_real;
 pub mod kube;
+pub mod kube_sim;
 pub mod libvirt;
 pub mod libvirt_real;
 pub mod libvirt_sim;
