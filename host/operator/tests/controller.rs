@@ -45,30 +45,15 @@ struct FakeApi {
 
 impl FakeApi {
     fn client(&self) -> kube::Client {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let me = self.clone();
-        tokio::spawn(async move {
-            while let Some((req, send)) = handle.next_request().await {
-                let method = req.method().to_string();
-                let path = req.uri().path().to_string();
-                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                me.seen.lock().unwrap().push(Seen {
-                    method: method.clone(),
-                    path: path.clone(),
-                    body: body.clone(),
-                });
-                let (status, answer) = me.answer(&method, &path, body);
-                send.send_response(
-                    Response::builder()
-                        .status(status)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&answer).unwrap()))
-                        .unwrap(),
-                );
-            }
-        });
-        kube::Client::new(service, "default")
+        mock_client(move |method, path, body| {
+            me.seen.lock().unwrap().push(Seen {
+                method: method.to_string(),
+                path: path.to_string(),
+                body: body.clone(),
+            });
+            me.answer(method, path, body)
+        })
     }
 
     fn answer(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
@@ -146,6 +131,30 @@ impl FakeApi {
             .map(|s| s.body["reason"].as_str().unwrap_or("").to_string())
             .collect()
     }
+}
+
+/// A client whose every request is answered by `answer(method, path, body)` as JSON.
+fn mock_client(
+    answer: impl Fn(&str, &str, Value) -> (u16, Value) + Send + 'static,
+) -> kube::Client {
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    tokio::spawn(async move {
+        while let Some((req, send)) = handle.next_request().await {
+            let method = req.method().to_string();
+            let path = req.uri().path().to_string();
+            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            let (status, reply) = answer(&method, &path, body);
+            send.send_response(
+                Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                    .unwrap(),
+            );
+        }
+    });
+    kube::Client::new(service, "default")
 }
 
 trait TapMerge {
@@ -718,65 +727,51 @@ struct FakeLeases {
 
 impl FakeLeases {
     fn client(&self) -> kube::Client {
-        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let me = self.clone();
-        tokio::spawn(async move {
-            while let Some((req, send)) = handle.next_request().await {
-                let method = req.method().to_string();
-                let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
-                let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-                let mut lease = me.lease.lock().unwrap();
-                let (status, answer) = match (method.as_str(), lease.as_mut()) {
-                    ("GET", None) => (
-                        404,
-                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
-                    ),
-                    ("GET", Some(l)) => (200, l.clone()),
-                    ("POST", None) => {
-                        let mut b = body.clone();
-                        b["metadata"]["resourceVersion"] = json!("1");
-                        *lease = Some(b.clone());
-                        (201, b)
+        mock_client(move |method, _path, body| {
+            let mut lease = me.lease.lock().unwrap();
+            match (method, lease.as_mut()) {
+                ("GET", None) => (
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
+                ),
+                ("GET", Some(l)) => (200, l.clone()),
+                ("POST", None) => {
+                    let mut b = body.clone();
+                    b["metadata"]["resourceVersion"] = json!("1");
+                    *lease = Some(b.clone());
+                    (201, b)
+                }
+                ("POST", Some(_)) => (
+                    409,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
+                ),
+                ("PATCH", Some(l)) => {
+                    if body["metadata"]["resourceVersion"] != l["metadata"]["resourceVersion"] {
+                        (
+                            409,
+                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
+                        )
+                    } else {
+                        let rv: u64 = l["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap()
+                            .parse()
+                            .unwrap();
+                        egress_runtime::capabilities::kube::merge(
+                            l,
+                            &json!({"spec": body["spec"]}),
+                        );
+                        l["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
+                        (200, l.clone())
                     }
-                    ("POST", Some(_)) => (
-                        409,
-                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
-                    ),
-                    ("PATCH", Some(l)) => {
-                        if body["metadata"]["resourceVersion"] != l["metadata"]["resourceVersion"] {
-                            (
-                                409,
-                                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
-                            )
-                        } else {
-                            let rv: u64 = l["metadata"]["resourceVersion"]
-                                .as_str()
-                                .unwrap()
-                                .parse()
-                                .unwrap();
-                            egress_runtime::capabilities::kube::merge(
-                                l,
-                                &json!({"spec": body["spec"]}),
-                            );
-                            l["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
-                            (200, l.clone())
-                        }
-                    }
-                    _ => (
-                        404,
-                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}),
-                    ),
-                };
-                send.send_response(
-                    Response::builder()
-                        .status(status)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&answer).unwrap()))
-                        .unwrap(),
-                );
+                }
+                _ => (
+                    404,
+                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}),
+                ),
             }
-        });
-        kube::Client::new(service, "default")
+        })
     }
 
     fn holder(&self) -> String {
