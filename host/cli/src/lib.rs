@@ -293,12 +293,14 @@ pub async fn run_reconcile_watch(
         None => state::StateFile::default(),
     };
     tokio::pin!(stop);
-    let mut last_proxies: Option<String> = None;
+    // A changed proxies file is acted on once two polls in a row read the same text.
+    let mut proxies_file = egress_core::settle::Settle::default();
     loop {
-        let text = std::fs::read_to_string(proxies_path).unwrap_or_default();
-        let changed_proxies = last_proxies.as_deref() != Some(text.as_str());
+        // An unreadable file (mid-rename, removed) is refused, never read as "no Proxies".
+        let read = std::fs::read_to_string(proxies_path).map_err(|e| e.to_string());
+        let changed_proxies = proxies_file.observe(read);
         let mut swapped = false;
-        if let Some(out) = reloader.reload_if_changed().await {
+        if let Some(out) = reloader.poll().await {
             if let Some(e) = &out.config_error {
                 refused(&format!("providers config refused: {e}"));
             }
@@ -307,14 +309,24 @@ pub async fn run_reconcile_watch(
             }
             swapped = !out.swapped.is_empty() || !out.removed.is_empty();
         }
-        if !changed_proxies && !swapped && last_proxies.is_some() {
-            tokio::select! {
-                _ = &mut stop => return Ok(()),
-                _ = tokio::time::sleep(interval) => {}
-            }
-            continue;
-        }
-        last_proxies = Some(text.clone());
+        let text =
+            match changed_proxies.or_else(|| swapped.then(|| proxies_file.current().cloned())?) {
+                Some(Ok(text)) => text,
+                Some(Err(why)) => {
+                    refused(&format!(
+                        "proxies refused: cannot read {}: {why}",
+                        proxies_path.display()
+                    ));
+                    continue;
+                }
+                None => {
+                    tokio::select! {
+                        _ = &mut stop => return Ok(()),
+                        _ = tokio::time::sleep(interval) => {}
+                    }
+                    continue;
+                }
+            };
         match parse_proxies(&text, &proxies_path.display().to_string()) {
             Ok(proxies) => {
                 let providers = reloader.current();

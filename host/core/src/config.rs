@@ -216,6 +216,18 @@ impl ProvidersConfig {
     /// Parses YAML, rejecting unknown keys, and checks the structure that does not depend on
     /// the modules: names, types, blocks, grants and limits.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
+        // An empty document is far likelier a file caught mid-write or a ConfigMap key gone
+        // blank than a wish to drop every provider; that wish is spelt `providers: []`.
+        let blank = text
+            .lines()
+            .map(str::trim)
+            .all(|l| l.is_empty() || l.starts_with('#') || l == "---");
+        if blank {
+            return Err(ConfigError::new(
+                "",
+                "the providers config is empty (write `providers: []` for no providers)",
+            ));
+        }
         let de = serde_yaml::Deserializer::from_str(text);
         let cfg: ProvidersConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
@@ -393,6 +405,20 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.path, "providers[0].colour");
         assert!(err.message.contains("colour"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_document_is_refused_and_no_providers_is_spelt_out() {
+        for blank in ["", "\n", "# nothing yet\n---\n"] {
+            let err = ProvidersConfig::from_yaml(blank).unwrap_err();
+            assert!(err.message.contains("empty"), "{blank:?}: {err}");
+        }
+        assert!(
+            ProvidersConfig::from_yaml("providers: []\n")
+                .unwrap()
+                .providers
+                .is_empty()
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod instance;
 pub mod name;
 pub mod proxy;
 pub mod reconcile;
+pub mod settle;
 
 pub use instance::{
     CreateRequest, ErrorClass, Instance, InstanceState, OwnerReference, ProviderError, TargetStatus,

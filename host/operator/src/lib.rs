@@ -172,7 +172,7 @@ async fn reload_loop(
 ) {
     loop {
         tokio::time::sleep(interval).await;
-        let Some(out) = reloader.reload_if_changed().await else {
+        let Some(out) = reloader.poll().await else {
             continue;
         };
         if let Some(e) = &out.config_error {

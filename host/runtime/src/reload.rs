@@ -32,27 +32,53 @@ pub struct Reloader {
     current: RwLock<Arc<Providers>>,
     config: RwLock<Arc<ProvidersConfig>>,
     fingerprint: RwLock<String>,
+    /// The fingerprint a `poll` saw differ last time, waiting to be seen again unchanged.
+    pending: std::sync::Mutex<Option<String>>,
 }
 
-/// A digest of the config file and of every module file it names, so an edit of either is
-/// seen. Unreadable files count as their error, so their return is a change too.
-fn fingerprint(path: &Path, cfg: Option<&ProvidersConfig>) -> String {
-    let mut h = Sha256::new();
-    match std::fs::read(path) {
-        Ok(b) => h.update(&b),
-        Err(e) => h.update(e.to_string().as_bytes()),
-    }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    for entry in cfg.map(|c| c.providers.as_slice()).unwrap_or_default() {
-        if let Some(m) = &entry.module {
-            h.update(m.as_bytes());
-            match std::fs::read(dir.join(m)) {
-                Ok(b) => h.update(&b),
-                Err(e) => h.update(e.to_string().as_bytes()),
+/// The config file's text and the fingerprint of it and of every module file it names, read
+/// once, so the decision taken on a change and the fingerprint stored after it describe the
+/// same content: a file caught mid-write and completed after is seen as a change again.
+struct Snapshot {
+    text: Result<String, String>,
+    fingerprint: String,
+}
+
+impl Snapshot {
+    /// Module paths come from the file as read when it parses (an edit may add one), else from
+    /// the config now serving.
+    fn take(path: &Path, serving: &ProvidersConfig) -> Self {
+        let mut h = Sha256::new();
+        let text = match std::fs::read(path) {
+            Ok(b) => {
+                h.update(&b);
+                String::from_utf8(b).map_err(|e| format!("{} is not UTF-8: {e}", path.display()))
+            }
+            Err(e) => {
+                let why = format!("cannot read {}: {e}", path.display());
+                h.update(why.as_bytes());
+                Err(why)
+            }
+        };
+        let probe = text
+            .as_deref()
+            .ok()
+            .and_then(|t| ProvidersConfig::from_yaml(t).ok());
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for entry in &probe.as_ref().unwrap_or(serving).providers {
+            if let Some(m) = &entry.module {
+                h.update(m.as_bytes());
+                match std::fs::read(dir.join(m)) {
+                    Ok(b) => h.update(&b),
+                    Err(e) => h.update(e.to_string().as_bytes()),
+                }
             }
         }
+        Self {
+            text,
+            fingerprint: hex::encode(h.finalize()),
+        }
     }
-    hex::encode(h.finalize())
 }
 
 fn read_config(path: &Path) -> Result<ProvidersConfig, ConfigError> {
@@ -83,7 +109,7 @@ impl Reloader {
             },
         )
         .await?;
-        let fp = fingerprint(&path, Some(&cfg));
+        let fp = Snapshot::take(&path, &cfg).fingerprint;
         Ok(Self {
             runtime,
             path,
@@ -93,6 +119,7 @@ impl Reloader {
             current: RwLock::new(Arc::new(providers)),
             config: RwLock::new(Arc::new(cfg)),
             fingerprint: RwLock::new(fp),
+            pending: std::sync::Mutex::new(None),
         })
     }
 
@@ -111,34 +138,73 @@ impl Reloader {
             .clone()
     }
 
+    fn snapshot(&self) -> Snapshot {
+        Snapshot::take(&self.path, &self.config())
+    }
+
+    fn serving_fingerprint(&self) -> String {
+        self.fingerprint
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Whether the config file or a module file changed since the last (re)load.
     pub fn changed(&self) -> bool {
-        let cfg = self.config();
-        // A module path may be added by an edit of the config: fingerprint the new config's.
-        let probe = read_config(&self.path).ok();
-        let fp = fingerprint(&self.path, probe.as_ref().or(Some(&cfg)));
-        *self.fingerprint.read().unwrap_or_else(|p| p.into_inner()) != fp
+        self.snapshot().fingerprint != self.serving_fingerprint()
     }
 
     /// Reloads when something changed; None when nothing did.
     pub async fn reload_if_changed(&self) -> Option<ReloadOutcome> {
-        if !self.changed() {
+        let snap = self.snapshot();
+        if snap.fingerprint == self.serving_fingerprint() {
             return None;
         }
-        Some(self.reload().await)
+        Some(self.reload_from(snap).await)
+    }
+
+    /// For a loop that polls files other programs write: a change is loaded only once two
+    /// polls in a row see the same content, so a file caught mid-write (truncated, half a
+    /// module) is never loaded, refused, or taken for an empty config.
+    pub async fn poll(&self) -> Option<ReloadOutcome> {
+        let snap = self.snapshot();
+        let settled = {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if snap.fingerprint == self.serving_fingerprint() {
+                *pending = None;
+                false
+            } else if pending.as_deref() == Some(snap.fingerprint.as_str()) {
+                *pending = None;
+                true
+            } else {
+                *pending = Some(snap.fingerprint.clone());
+                false
+            }
+        };
+        if !settled {
+            return None;
+        }
+        Some(self.reload_from(snap).await)
     }
 
     /// Loads the current files next to the serving version and swaps in what loaded.
     pub async fn reload(&self) -> ReloadOutcome {
+        let snap = self.snapshot();
+        self.reload_from(snap).await
+    }
+
+    async fn reload_from(&self, snap: Snapshot) -> ReloadOutcome {
         let mut out = ReloadOutcome::default();
-        let cfg = match read_config(&self.path) {
+        let parsed = snap
+            .text
+            .map_err(|why| ConfigError::new("", why))
+            .and_then(|t| ProvidersConfig::from_yaml(&t));
+        let cfg = match parsed {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(path = %self.path.display(), "providers config refused, the previous one keeps serving: {e}");
-                // Fingerprint it the way `changed` will, so the same bad file is refused once.
-                let old = self.config();
-                *self.fingerprint.write().unwrap_or_else(|p| p.into_inner()) =
-                    fingerprint(&self.path, Some(&old));
+                // The same bad content is refused once, not on every poll.
+                *self.fingerprint.write().unwrap_or_else(|p| p.into_inner()) = snap.fingerprint;
                 out.config_error = Some(e);
                 return out;
             }
@@ -177,8 +243,9 @@ impl Reloader {
             tracing::error!(provider = %r.provider, "new version refused, the previous one keeps serving: {}", r.error);
         }
         out.rejected = rejected;
-        *self.fingerprint.write().unwrap_or_else(|p| p.into_inner()) =
-            fingerprint(&self.path, Some(&cfg));
+        // The fingerprint of what was read, not of the files now: a module rewritten while
+        // this load ran is seen as a change on the next poll.
+        *self.fingerprint.write().unwrap_or_else(|p| p.into_inner()) = snap.fingerprint;
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cfg);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
         out

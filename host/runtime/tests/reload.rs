@@ -23,6 +23,18 @@ fn runtime() -> Runtime {
     .unwrap()
 }
 
+async fn reloader(path: &Path, backends: Backends) -> Reloader {
+    Reloader::new(
+        runtime(),
+        path.to_path_buf(),
+        backends,
+        None,
+        egress_builtins::module_for_type,
+    )
+    .await
+    .unwrap()
+}
+
 /// The same component with a custom section appended: a different digest, the same logic.
 fn variant(k: u8) -> Vec<u8> {
     let mut bytes = egress_builtins::HOSTILE.to_vec();
@@ -65,17 +77,7 @@ async fn calls_survive_ten_swaps_including_a_bad_module() {
         clock: Arc::new(SystemClock::new()),
         ..world.backends
     };
-    let reloader = Arc::new(
-        Reloader::new(
-            runtime(),
-            path.clone(),
-            backends,
-            None,
-            egress_builtins::module_for_type,
-        )
-        .await
-        .unwrap(),
-    );
+    let reloader = Arc::new(reloader(&path, backends).await);
     assert!(!reloader.changed());
 
     let failures = Arc::new(AtomicUsize::new(0));
@@ -169,15 +171,7 @@ async fn an_unchanged_provider_keeps_its_object_and_a_bad_config_file_is_refused
     )
     .unwrap();
     let world = World::default().build().unwrap();
-    let reloader = Reloader::new(
-        runtime(),
-        path.clone(),
-        world.backends,
-        None,
-        egress_builtins::module_for_type,
-    )
-    .await
-    .unwrap();
+    let reloader = reloader(&path, world.backends).await;
     let before = reloader.current();
 
     // Only the kubernetes entry changes.
@@ -226,4 +220,37 @@ async fn an_unchanged_provider_keeps_its_object_and_a_bad_config_file_is_refused
         out.rejected.is_empty(),
         "an empty grants block keeps the built-in grant: {out:?}"
     );
+}
+
+#[tokio::test]
+async fn a_poll_loads_a_change_only_once_it_has_settled() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("providers.yaml");
+    std::fs::write(&path, "providers:\n- {name: k, type: kubernetes}\n").unwrap();
+    let world = World::default().build().unwrap();
+    let reloader = reloader(&path, world.backends).await;
+    assert!(reloader.poll().await.is_none(), "nothing changed");
+
+    // A writer caught between truncate and write: the empty file is never loaded.
+    std::fs::write(&path, "").unwrap();
+    assert!(reloader.poll().await.is_none(), "first sight of a change");
+    let two = "providers:\n- {name: k, type: kubernetes}\n- {name: j, type: kubernetes}\n";
+    std::fs::write(&path, two).unwrap();
+    assert!(
+        reloader.poll().await.is_none(),
+        "the content moved since the last poll: wait again"
+    );
+    let out = reloader.poll().await.expect("settled: loaded");
+    assert!(out.config_error.is_none(), "{:?}", out.config_error);
+    assert_eq!(out.swapped, vec!["j".to_string()]);
+    assert!(reloader.current().get("k").is_some());
+    assert!(reloader.poll().await.is_none(), "loaded once");
+
+    // An empty file that stays empty is refused, and the providers serve on.
+    std::fs::write(&path, "").unwrap();
+    assert!(reloader.poll().await.is_none());
+    let out = reloader.poll().await.expect("settled: refused");
+    let err = out.config_error.expect("an empty config is refused");
+    assert!(err.message.contains("empty"), "{err}");
+    assert_eq!(reloader.current().by_name.len(), 2);
 }
