@@ -449,7 +449,12 @@ impl Provider {
             b::ErrorClass::NotFound => ErrorClass::NotFound,
             b::ErrorClass::QuotaExceeded => ErrorClass::QuotaExceeded,
         };
-        self.fail(op, class, &e.reason, redactor.text(&e.message))
+        self.fail(
+            op,
+            class,
+            &redactor.text(&e.reason),
+            redactor.text(&e.message),
+        )
     }
 
     fn wrong_shape(&self, op: &str) -> ProviderError {
@@ -493,7 +498,7 @@ impl Provider {
         subject: &str,
         req: &CreateRequest,
     ) -> Result<Instance, ProviderError> {
-        let redactor = Redactor::new(req.cloud_init.clone());
+        let redactor = Redactor::for_cloud_init(req.cloud_init.as_deref());
         let op = Op::Create(self.ctx(), Box::new(to_wit_request(req)));
         match self.call(op, subject, redactor.clone()).await? {
             OpOut::Create(r) => r

@@ -18,7 +18,18 @@ impl Redactor {
         let mut secrets: Vec<String> = secrets.into_iter().filter(|s| s.len() >= 8).collect();
         // Longest first, so a secret containing another is replaced whole.
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
         Self { secrets }
+    }
+
+    /// The secrets of a create: the cloud-init whole, and each of its lines, so a module that
+    /// logs or echoes one line (a password in a config line, a key) is redacted as well.
+    pub fn for_cloud_init(cloud_init: Option<&str>) -> Self {
+        let Some(text) = cloud_init else {
+            return Self::default();
+        };
+        let lines = text.lines().map(str::trim).map(str::to_string);
+        Self::new(std::iter::once(text.to_string()).chain(lines))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -62,5 +73,19 @@ mod tests {
         let mut v = json!({"items": [{"value": "#cloud-config SECRET"}], "n": 1});
         r.value(&mut v);
         assert_eq!(v, json!({"items": [{"value": "<redacted>"}], "n": 1}));
+    }
+
+    #[test]
+    fn a_single_line_of_a_cloud_init_is_redacted_too() {
+        let ci = "#cloud-config\nwrite_files:\n  - content: 'auth_param basic s3cr3t-pw'\nruncmd:\n  - true\n";
+        let r = Redactor::for_cloud_init(Some(ci));
+        assert_eq!(r.text(ci), "<redacted>", "whole first");
+        assert_eq!(
+            r.text("writing - content: 'auth_param basic s3cr3t-pw' now"),
+            "writing <redacted> now"
+        );
+        // Lines shorter than the floor stay: redacting every "runcmd" would say nothing.
+        assert_eq!(r.text("runcmd: - true"), "runcmd: - true");
+        assert!(Redactor::for_cloud_init(None).is_empty());
     }
 }

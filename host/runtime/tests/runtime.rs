@@ -234,6 +234,7 @@ const HOSTILE: &str = "providers:\n\
 - {name: bomb, type: hostile, module: hostile.wasm, config: {mode: oom}, limits: {memoryMiB: 16}}\n\
 - {name: nosy, type: hostile, module: hostile.wasm, config: {mode: ungranted}}\n\
 - {name: trapper, type: hostile, module: hostile.wasm, config: {mode: trap}}\n\
+- {name: leaky, type: hostile, module: hostile.wasm, config: {mode: leak}}\n\
 - {name: good, type: hostile, module: hostile.wasm, config: {mode: ok}}\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -326,4 +327,51 @@ async fn a_trap_mid_create_is_classified_and_the_next_call_works() {
         .create("y", &request("default", UID))
         .await
         .unwrap();
+}
+
+/// Everything the subscriber writes, for searching.
+#[derive(Clone, Default)]
+struct Written(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Written {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_module_that_echoes_its_cloud_init_is_redacted_everywhere() {
+    let s = setup(HOSTILE).await;
+    let written = Written::default();
+    let sink = written.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::FULL)
+        .with_writer(move || sink.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut req = request("default", UID);
+    req.cloud_init = Some(
+        "#cloud-config\nwrite_files:\n  - content: 'auth_param basic SENTINEL-one'\nchpasswd: {list: 'root:SENTINEL-two'}\n"
+            .into(),
+    );
+    let e = s
+        .providers
+        .get("leaky")
+        .unwrap()
+        .create("default/leaky", &req)
+        .await
+        .unwrap_err();
+    let out = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+    // The module did echo it, line by line: every echo reached the log redacted.
+    assert!(out.matches("line: <redacted>").count() >= 3, "{out}");
+    assert!(!out.contains("SENTINEL"), "{out}");
+    assert!(!e.message.contains("SENTINEL"), "{}", e.message);
+    assert!(!e.reason.contains("SENTINEL"), "{}", e.reason);
+    assert!(e.reason.contains("<redacted>"), "{}", e.reason);
 }

@@ -1,5 +1,8 @@
 //! A deliberately misbehaving provider for the runtime's bounds tests. Its config block picks
-//! what `create` does: `{"mode": "loop" | "oom" | "ungranted" | "trap" | "ok"}`. In `ok` mode,
+//! what `create` does: `{"mode": "loop" | "oom" | "ungranted" | "trap" | "leak" | "ok"}`
+//! (`leak` logs its cloud-init whole and line by line, then fails with a line of it in the
+//! error's reason and message, for the host's redaction to catch; `echo` returns an instance
+//! whose provider-id carries its cloud-init, for the conformance suite to catch). In `ok` mode,
 //! `version` (any string) is echoed in the provider-id and `sleepMs` makes the call take that
 //! long, so reload tests can tell which version served a call.
 
@@ -93,6 +96,21 @@ impl Provider for Hostile {
                 Err(e) if e.denied => Err(permanent("Denied", e.message)),
                 Err(e) => Err(permanent("Unexpected", e.message)),
             },
+            "leak" => {
+                let cloud_init = req.cloud_init.clone().unwrap_or_default();
+                host.log(Level::Info, &cloud_init, &[]);
+                for line in cloud_init.lines() {
+                    host.log(Level::Warn, &format!("line: {line}"), &[("line", line)]);
+                }
+                let last = cloud_init.lines().last().unwrap_or_default().trim();
+                Err(permanent(last, format!("refused {last}")))
+            }
+            "echo" => {
+                let cloud_init = req.cloud_init.clone().unwrap_or_default();
+                let mut i = instance(&req.name);
+                i.provider_id = format!("hostile/{}", cloud_init.replace('\n', " "));
+                Ok(i)
+            }
             "trap" => {
                 host.log(Level::Info, "about to trap", &[]);
                 panic!("trap mid-create")
