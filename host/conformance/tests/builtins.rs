@@ -118,3 +118,26 @@ async fn a_module_that_never_adopts_correctly_fails() {
         );
     }
 }
+
+fn case<'r>(r: &'r Report, name: &str) -> &'r egress_conformance::CaseResult {
+    r.cases
+        .iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no case {name}:\n{}", r.to_text()))
+}
+
+#[tokio::test]
+async fn a_module_that_returns_its_cloud_init_in_the_instance_fails_the_secrets_case() {
+    let r = run_file(egress_builtins::HOSTILE, "mode: echo\n").await;
+    let c = case(&r, "secrets/cloud-init-not-leaked");
+    assert_eq!(c.outcome, Outcome::Fail, "{}", r.to_text());
+    assert!(c.message.contains("appeared in"), "{}", c.message);
+}
+
+#[tokio::test]
+async fn a_module_that_logs_its_cloud_init_is_redacted_by_the_host() {
+    // The host redacts every log line and error of a create, so the leak never lands.
+    let r = run_file(egress_builtins::HOSTILE, "mode: leak\n").await;
+    let c = case(&r, "secrets/cloud-init-not-leaked");
+    assert_eq!(c.outcome, Outcome::Pass, "{}", r.to_text());
+}

@@ -77,17 +77,18 @@ fn the_sdk_is_found_from_inside_the_repository() {
 }
 
 /// A generated crate built on its own (its own workspace and lock file, the registry cache
-/// offline) for wasm32-wasip2, then run through the suite. About a minute of compiling, so
-/// not in the default run: `cargo test -p egress-conformance -- --ignored`.
+/// offline) for wasm32-wasip2, its own native tests run (the request snapshot included), then
+/// the module run through the suite. The build goes to a directory under
+/// the workspace's target, so a second run compiles only the crate itself.
 #[tokio::test]
-#[ignore = "builds a standalone crate for wasm32-wasip2 (about a minute)"]
 async fn a_generated_crate_builds_standalone_and_passes_the_suite() {
     let dir = tempfile::tempdir().unwrap();
     let krate = dir.path().join("provider-acme");
     let sdk = template::find_sdk(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap();
     template::write(&krate, "acme", &sdk.display().to_string()).unwrap();
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/generated-provider");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = std::process::Command::new(cargo)
+    let status = std::process::Command::new(&cargo)
         .current_dir(&krate)
         .args([
             "build",
@@ -96,13 +97,24 @@ async fn a_generated_crate_builds_standalone_and_passes_the_suite() {
             "--release",
             "--offline",
         ])
-        .env_remove("CARGO_TARGET_DIR")
+        .env("CARGO_TARGET_DIR", &target)
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .status()
         .unwrap();
     assert!(status.success());
-    let wasm = krate.join("target/wasm32-wasip2/release/provider_acme.wasm");
+    // Its own tests, natively, with the snapshot it ships: passing as generated.
+    let tested = std::process::Command::new(&cargo)
+        .current_dir(&krate)
+        .args(["test", "--offline"])
+        .env("CARGO_TARGET_DIR", &target)
+        .env("INSTA_UPDATE", "no")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .status()
+        .unwrap();
+    assert!(tested.success(), "the generated crate's own tests fail");
+    let wasm = target.join("wasm32-wasip2/release/provider_acme.wasm");
     let block = std::fs::read_to_string(krate.join("conformance.yaml")).unwrap();
     let report = Suite::new(
         ModuleSource::File(wasm),
