@@ -157,6 +157,7 @@ async fn run_captured(suite: Suite, captured: Captured) -> Result<Report, SuiteE
                 http: wants(Capability::Http).then(|| HttpGrant {
                     hosts,
                     credentials: vec![],
+                    google_credentials_file: None,
                 }),
                 libvirt: wants(Capability::Libvirt).then(|| LibvirtGrant {
                     hosts: sim::libvirt_hosts(&suite.block.block),

@@ -131,6 +131,7 @@ fn grant_for(url: &str) -> HttpGrant {
     HttpGrant {
         hosts,
         credentials: vec!["google".into()],
+        google_credentials_file: None,
     }
 }
 

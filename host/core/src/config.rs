@@ -114,6 +114,11 @@ pub struct HttpGrant {
     /// Named credentials the host may attach to this provider's requests.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub credentials: Vec<String>,
+    /// The file the `google` credential is read from for this entry (a service-account key or
+    /// an authorized-user file). Default: Application Default Credentials. For the built-in
+    /// gcp type, the block's `credentialsFile`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub google_credentials_file: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -36,8 +36,9 @@ fn allowed(entry: &ProviderEntry, block: &Value) -> EffectiveGrants {
                 .unwrap_or_default(),
         })
     });
-    let http = explicit.http.or_else(|| {
-        (builtin && entry.type_ == "gcp").then(|| {
+    let gcp = builtin && entry.type_ == "gcp";
+    let mut http = explicit.http.or_else(|| {
+        gcp.then(|| {
             let mut hosts = vec![
                 "compute.googleapis.com".to_string(),
                 "oauth2.googleapis.com".to_string(),
@@ -54,9 +55,18 @@ fn allowed(entry: &ProviderEntry, block: &Value) -> EffectiveGrants {
             HttpGrant {
                 hosts,
                 credentials: vec!["google".into()],
+                google_credentials_file: None,
             }
         })
     });
+    // The block names the gcp provider's credentials file; an explicit grant may too, and
+    // the grant's word is the more specific one.
+    if gcp
+        && let Some(g) = http.as_mut()
+        && g.google_credentials_file.is_none()
+    {
+        g.google_credentials_file = block["credentialsFile"].as_str().map(str::to_string);
+    }
     EffectiveGrants {
         kube,
         http,
@@ -175,5 +185,44 @@ mod tests {
         )
         .unwrap();
         assert!(g.kube.is_none());
+    }
+
+    #[test]
+    fn gcp_reaches_google_and_its_endpoint_with_the_blocks_credentials_file() {
+        let block =
+            json!({"endpoint": "http://127.0.0.1:9000", "credentialsFile": "/etc/gcp/sa.json"});
+        let g = effective(0, &entry("gcp", None), &block, &[Capability::Http]).unwrap();
+        let http = g.http.unwrap();
+        assert_eq!(
+            http.hosts,
+            vec![
+                "compute.googleapis.com",
+                "oauth2.googleapis.com",
+                "127.0.0.1:9000"
+            ]
+        );
+        assert_eq!(http.credentials, vec!["google"]);
+        assert_eq!(
+            http.google_credentials_file.as_deref(),
+            Some("/etc/gcp/sa.json")
+        );
+
+        // An explicit grant naming its own file keeps it; one naming none gets the block's.
+        let mut e = entry("gcp", None);
+        e.grants = Some(egress_core::config::Grants {
+            http: Some(HttpGrant {
+                hosts: vec!["compute.googleapis.com".into()],
+                credentials: vec!["google".into()],
+                google_credentials_file: Some("/run/other.json".into()),
+            }),
+            ..Default::default()
+        });
+        let g = effective(0, &e, &block, &[Capability::Http]).unwrap();
+        assert_eq!(
+            g.http.unwrap().google_credentials_file.as_deref(),
+            Some("/run/other.json")
+        );
+        let g = effective(0, &entry("gcp", None), &json!({}), &[Capability::Http]).unwrap();
+        assert_eq!(g.http.unwrap().google_credentials_file, None);
     }
 }

@@ -331,7 +331,16 @@ impl Provider {
             }
             Err(f) => return Err(ConfigError::new(path, format!("validate-config {f}"))),
         };
-        let grants = effective(i, entry, &block_json, &d.capabilities)?;
+        let mut grants = effective(i, entry, &block_json, &d.capabilities)?;
+        // A relative credentials file is found beside the config, as a module file is.
+        if let Some(file) = grants
+            .http
+            .as_mut()
+            .and_then(|g| g.google_credentials_file.as_mut())
+            .filter(|f| Path::new(f.as_str()).is_relative())
+        {
+            *file = opts.base_dir.join(file.as_str()).display().to_string();
+        }
         if grants.libvirt.is_some() {
             // The host dials the hypervisors; their details come from the normalized block.
             let normalized: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();

@@ -288,7 +288,19 @@ fn grant(addr: &str) -> HttpGrant {
     HttpGrant {
         hosts: vec![addr.to_string()],
         credentials: vec!["google".into()],
+        google_credentials_file: None,
     }
+}
+
+/// What `gcloud auth application-default login` writes, its token endpoint on the double.
+fn authorized_user_file(path: &Path, addr: &str) {
+    std::fs::write(
+        path,
+        json!({"type": "authorized_user", "client_id": "test-client", "client_secret": "s3cret",
+            "refresh_token": "test-refresh-token", "token_uri": format!("http://{addr}/token")})
+        .to_string(),
+    )
+    .unwrap();
 }
 
 fn get(addr: &str, path: &str) -> HttpRequest {
@@ -515,13 +527,7 @@ async fn an_authorized_user_file_uses_the_refresh_grant() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("adc.json");
-    std::fs::write(
-        &path,
-        json!({"type": "authorized_user", "client_id": "test-client", "client_secret": "s3cret",
-            "refresh_token": "test-refresh-token", "token_uri": format!("http://{}/token", double.addr)})
-        .to_string(),
-    )
-    .unwrap();
+    authorized_user_file(&path, &double.addr);
     let http = RealHttp::new(GoogleAuth::from_file(&path));
     let r = http
         .send(
@@ -624,4 +630,76 @@ async fn redirects_are_checked_and_bodies_and_time_bounded() {
         .await
         .unwrap_err();
     assert!(matches!(err, HttpError::Denied(_)));
+}
+
+const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+
+#[tokio::test]
+async fn each_entry_uses_its_own_credentials_file_and_a_rotated_file_is_read_again() {
+    let double = start(DoubleConfig {
+        sim: SimGce::new(SimGceSpec::default(), clock()),
+        expires_in: 3600,
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    // The process's credential: a service-account key. One entry names another file,
+    // relative to the config, which the host finds beside it.
+    let key = key_file(dir.path(), &double.addr);
+    let user = dir.path().join("user.json");
+    authorized_user_file(&user, &double.addr);
+    let backends = Backends {
+        clock: clock(),
+        kube: Arc::new(SimKube::new(SimKubeSpec::default(), clock())),
+        http: Arc::new(RealHttp::new(GoogleAuth::from_file(&key))),
+        libvirt: Arc::new(UnavailableLibvirt),
+    };
+    let cfg = ProvidersConfig::from_yaml(&format!(
+        "installation: test\nproviders:\n\
+         - {{name: by-adc, type: gcp, gcp: {{project: acme-proxies, endpoint: 'http://{a}'}}}}\n\
+         - {{name: by-file, type: gcp, gcp: {{project: acme-proxies, endpoint: 'http://{a}', credentialsFile: user.json}}}}\n",
+        a = double.addr
+    ))
+    .unwrap();
+    let providers = Providers::load(
+        &runtime(),
+        &cfg,
+        LoadOptions {
+            base_dir: dir.path(),
+            builtin: &|t| egress_builtins::module_for_type(t),
+            backends,
+            recorder: None,
+        },
+    )
+    .await
+    .unwrap();
+    let list = |name: &'static str| {
+        let p = providers.get(name).unwrap().clone();
+        async move { p.list_by_tag("gc", "test").await.unwrap() }
+    };
+
+    list("by-adc").await;
+    list("by-file").await;
+    list("by-file").await;
+    assert_eq!(
+        double.seen.grants.lock().unwrap().as_slice(),
+        [JWT_BEARER, "refresh_token"],
+        "one token per credential, each from its own file, then cached"
+    );
+    let auths = double.seen.authorizations.lock().unwrap().clone();
+    assert_eq!(auths[0].as_deref(), Some("Bearer ya29.test-token-1"));
+    assert_eq!(auths[1].as_deref(), Some("Bearer ya29.test-token-2"));
+    assert_eq!(auths[2].as_deref(), Some("Bearer ya29.test-token-2"));
+
+    // The entry's file is rotated in place (a service-account key now): the next call reads
+    // it again, without a restart, and the other entry keeps its token.
+    std::fs::copy(&key, &user).unwrap();
+    list("by-file").await;
+    list("by-adc").await;
+    assert_eq!(
+        double.seen.grants.lock().unwrap().as_slice(),
+        [JWT_BEARER, "refresh_token", JWT_BEARER]
+    );
+    let auths = double.seen.authorizations.lock().unwrap().clone();
+    assert_eq!(auths[3].as_deref(), Some("Bearer ya29.test-token-3"));
+    assert_eq!(auths[4].as_deref(), Some("Bearer ya29.test-token-1"));
 }

@@ -41,6 +41,11 @@ pub struct GcpConfig {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub allowed_source_cidrs: Vec<String>,
+    /// The Google credentials file this provider's calls use (a service-account key or an
+    /// authorized-user file), read by the host, which attaches the token: the module never
+    /// sees it. Default: Application Default Credentials. Its `token_uri` is honoured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_file: Option<String>,
     /// The region whose quota headroom the health check reports. Default: the region of a
     /// managed instance, when the check sees one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,6 +168,11 @@ pub fn validate(path: &str, text: &str) -> Result<GcpConfig, ProviderError> {
         if cidr.ends_with("/0") {
             return Err(config_error(&field, "a /0 range makes an open proxy"));
         }
+    }
+    if let Some(file) = &cfg.credentials_file
+        && (file.trim().is_empty() || file.contains('\0'))
+    {
+        return Err(config_error(&at("credentialsFile"), "must be a file path"));
     }
     if let Some(region) = &cfg.region
         && !is_resource_name(region)

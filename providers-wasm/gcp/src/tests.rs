@@ -196,6 +196,20 @@ fn validate_config_fills_defaults_and_names_fields() {
             .starts_with("providers[2].gcp.internalIP:")
     );
     assert!(err(json!({"project": "Acme"})).starts_with("providers[2].gcp.project:"));
+    assert!(
+        err(json!({"project": "acme-proxies", "credentialsFile": " "}))
+            .starts_with("providers[2].gcp.credentialsFile:")
+    );
+    let with_file: Value = serde_json::from_str(
+        &Gcp::validate_config(
+            TYPE_NAME,
+            "p",
+            r#"{"project": "acme-proxies", "credentialsFile": "/etc/gcp/sa.json"}"#,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(with_file["credentialsFile"], "/etc/gcp/sa.json");
 }
 
 #[test]

@@ -17,7 +17,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tokio::sync::{OnceCell, RwLock};
+use std::time::SystemTime;
+use tokio::sync::{Mutex, RwLock};
 
 /// The scope every token is asked for: Compute Engine read and write.
 pub const COMPUTE_SCOPE: &str = "https://www.googleapis.com/auth/compute";
@@ -50,10 +51,30 @@ enum Source {
     File(PathBuf),
 }
 
-/// One `google` credential: its source resolved on first use, then its tokens cached.
+/// One `google` credential: its source resolved on first use, then its tokens cached. A file
+/// is looked at again on every token request (one stat): when it changed (a rotated key, a
+/// Secret volume updated in place) it is read anew, so rotation needs no restart.
 pub struct GoogleAuth {
     source: Source,
-    provider: OnceCell<Arc<dyn TokenProvider>>,
+    loaded: Mutex<Option<Loaded>>,
+}
+
+/// The file's modification time and length when it was read; None for ADC discovery, which
+/// is resolved once.
+type Stamp = Option<(Option<SystemTime>, u64)>;
+
+struct Loaded {
+    stamp: Stamp,
+    provider: Arc<dyn TokenProvider>,
+}
+
+fn stamp(source: &Source) -> Stamp {
+    match source {
+        Source::Discover => None,
+        Source::File(p) => std::fs::metadata(p)
+            .ok()
+            .map(|m| (m.modified().ok(), m.len())),
+    }
 }
 
 impl GoogleAuth {
@@ -62,7 +83,7 @@ impl GoogleAuth {
     pub fn discover() -> Self {
         Self {
             source: Source::Discover,
-            provider: OnceCell::new(),
+            loaded: Mutex::new(None),
         }
     }
 
@@ -70,22 +91,39 @@ impl GoogleAuth {
     pub fn from_file(path: impl Into<PathBuf>) -> Self {
         Self {
             source: Source::File(path.into()),
-            provider: OnceCell::new(),
+            loaded: Mutex::new(None),
         }
+    }
+
+    async fn provider(&self) -> Result<Arc<dyn TokenProvider>, AuthError> {
+        let mut loaded = self.loaded.lock().await;
+        let now = stamp(&self.source);
+        if let Some(l) = loaded.as_ref()
+            && l.stamp == now
+        {
+            return Ok(l.provider.clone());
+        }
+        let provider = match &self.source {
+            Source::File(p) => {
+                if loaded.is_some() {
+                    tracing::info!(file = %p.display(), "google credential: the file changed, read again");
+                }
+                from_file(p).await?
+            }
+            Source::Discover => discover().await?,
+        };
+        *loaded = Some(Loaded {
+            stamp: now,
+            provider: provider.clone(),
+        });
+        Ok(provider)
     }
 
     /// A bearer token, from the cache while it is fresh.
     pub async fn token(&self) -> Result<String, AuthError> {
-        let provider = self
-            .provider
-            .get_or_try_init(|| async {
-                match &self.source {
-                    Source::File(p) => from_file(p).await,
-                    Source::Discover => discover().await,
-                }
-            })
-            .await?;
-        let token = provider
+        let token = self
+            .provider()
+            .await?
             .token(&[COMPUTE_SCOPE])
             .await
             .map_err(|e| AuthError::Token(error_chain(&e)))?;

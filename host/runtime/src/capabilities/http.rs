@@ -178,6 +178,7 @@ mod tests {
         let g = HttpGrant {
             hosts: vec!["compute.googleapis.com".into(), "127.0.0.1:8080".into()],
             credentials: vec![],
+            google_credentials_file: None,
         };
         assert!(allowed(
             &g,

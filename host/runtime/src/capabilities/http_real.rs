@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +65,10 @@ fn empty_config() -> rustls::ClientConfig {
 /// The real backend with its credentials and bounds.
 pub struct RealHttp {
     client: HttpsClient,
+    /// The process's `google` credential (Application Default Credentials).
     google: Arc<GoogleAuth>,
+    /// Credentials files named by providers' grants, each with its own token cache.
+    google_files: std::sync::Mutex<HashMap<String, Arc<GoogleAuth>>>,
     timeout: Duration,
     max_body: u64,
 }
@@ -74,6 +78,7 @@ impl RealHttp {
         Self {
             client: https_client(),
             google: Arc::new(google),
+            google_files: std::sync::Mutex::default(),
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
         }
@@ -86,13 +91,23 @@ impl RealHttp {
         self
     }
 
-    async fn credential(&self, name: &str) -> Result<String, HttpError> {
+    async fn credential(&self, name: &str, grant: &HttpGrant) -> Result<String, HttpError> {
         match name {
-            GOOGLE => self
-                .google
-                .token()
-                .await
-                .map_err(|e| HttpError::Credential(e.to_string())),
+            GOOGLE => {
+                let auth = match &grant.google_credentials_file {
+                    Some(file) => self
+                        .google_files
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(file.clone())
+                        .or_insert_with(|| Arc::new(GoogleAuth::from_file(file)))
+                        .clone(),
+                    None => self.google.clone(),
+                };
+                auth.token()
+                    .await
+                    .map_err(|e| HttpError::Credential(e.to_string()))
+            }
             other => Err(HttpError::Denied(format!("unknown credential {other:?}"))),
         }
     }
@@ -104,7 +119,7 @@ impl RealHttp {
     ) -> Result<HttpResponse, HttpError> {
         let origin = url_host(&req.url);
         let token = match &req.credential {
-            Some(name) => Some(self.credential(name).await?),
+            Some(name) => Some(self.credential(name, grant).await?),
             None => None,
         };
         let mut url = req.url.clone();
