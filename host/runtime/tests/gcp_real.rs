@@ -90,6 +90,15 @@ async fn start(cfg: DoubleConfig) -> Double {
     }
 }
 
+/// A double over an empty project, issuing hour-long tokens.
+async fn plain_double() -> Double {
+    start(DoubleConfig {
+        sim: SimGce::new(SimGceSpec::default(), clock()),
+        expires_in: 3600,
+    })
+    .await
+}
+
 fn json_response(status: u16, v: &Value) -> Response<Full<Bytes>> {
     Response::builder()
         .status(status)
@@ -520,11 +529,7 @@ async fn a_token_is_cached_until_near_expiry_then_refreshed() {
 
 #[tokio::test]
 async fn an_authorized_user_file_uses_the_refresh_grant() {
-    let double = start(DoubleConfig {
-        sim: SimGce::new(SimGceSpec::default(), clock()),
-        expires_in: 3600,
-    })
-    .await;
+    let double = plain_double().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("adc.json");
     authorized_user_file(&path, &double.addr);
@@ -548,11 +553,7 @@ async fn an_authorized_user_file_uses_the_refresh_grant() {
 
 #[tokio::test]
 async fn credential_failures_are_credential_errors_without_secrets() {
-    let double = start(DoubleConfig {
-        sim: SimGce::new(SimGceSpec::default(), clock()),
-        expires_in: 3600,
-    })
-    .await;
+    let double = plain_double().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("adc.json");
     std::fs::write(
@@ -589,11 +590,7 @@ async fn credential_failures_are_credential_errors_without_secrets() {
 
 #[tokio::test]
 async fn redirects_are_checked_and_bodies_and_time_bounded() {
-    let double = start(DoubleConfig {
-        sim: SimGce::new(SimGceSpec::default(), clock()),
-        expires_in: 3600,
-    })
-    .await;
+    let double = plain_double().await;
     let dir = tempfile::tempdir().unwrap();
     let key = key_file(dir.path(), &double.addr);
     let g = grant(&double.addr);
@@ -636,11 +633,7 @@ const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 
 #[tokio::test]
 async fn each_entry_uses_its_own_credentials_file_and_a_rotated_file_is_read_again() {
-    let double = start(DoubleConfig {
-        sim: SimGce::new(SimGceSpec::default(), clock()),
-        expires_in: 3600,
-    })
-    .await;
+    let double = plain_double().await;
     let dir = tempfile::tempdir().unwrap();
     // The process's credential: a service-account key. One entry names another file,
     // relative to the config, which the host finds beside it.
