@@ -90,38 +90,7 @@ impl Runtime {
             .map_err(|e| format!("imports something the host does not provide: {e:#}"))?;
         let pre = ProviderModulePre::new(pre)
             .map_err(|e| format!("does not export the provider interface: {e:#}"))?;
-        let state = CallState::new(
-            "describe",
-            Arc::new(EffectiveGrants::default()),
-            self.inner.inert.clone(),
-            None,
-            "",
-            Redactor::default(),
-            64 << 20,
-        );
-        // Loading takes a call slot like any call: the pool's instances are shared, and a
-        // reload under load must wait for one rather than fail.
-        let slot = self
-            .inner
-            .slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| "the runtime is shutting down".to_string())?;
-        let description = match execute(
-            &self.inner.engine,
-            &pre,
-            state,
-            Op::Describe,
-            Duration::from_secs(10),
-            Some(slot),
-        )
-        .await
-        {
-            Ok(OpOut::Describe(d)) => d,
-            Ok(_) => return Err("describe answered with the wrong shape".into()),
-            Err(e) => return Err(format!("describe {e}")),
-        };
+        let description = self.describe_pre(&pre).await?;
         let module = Arc::new(LoadedModule {
             digest: digest.clone(),
             pre,
@@ -134,6 +103,13 @@ impl Runtime {
     /// Runs `describe` on a fresh instance of `module`: the cheapest complete call, used to
     /// measure the per-call overhead of a fresh store.
     pub async fn describe(&self, module: &LoadedModule) -> Result<b::Description, String> {
+        self.describe_pre(&module.pre).await
+    }
+
+    async fn describe_pre(
+        &self,
+        pre: &ProviderModulePre<CallState>,
+    ) -> Result<b::Description, String> {
         let state = CallState::new(
             "describe",
             Arc::new(EffectiveGrants::default()),
@@ -143,6 +119,8 @@ impl Runtime {
             Redactor::default(),
             64 << 20,
         );
+        // Describing takes a call slot like any call: the pool's instances are shared, and a
+        // reload under load must wait for one rather than fail.
         let slot = self
             .inner
             .slots
@@ -152,7 +130,7 @@ impl Runtime {
             .map_err(|_| "the runtime is shutting down".to_string())?;
         match execute(
             &self.inner.engine,
-            &module.pre,
+            pre,
             state,
             Op::Describe,
             Duration::from_secs(10),
