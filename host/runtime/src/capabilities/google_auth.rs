@@ -10,7 +10,7 @@
 //! `authorized_user` file only from the well-known path and always at Google's endpoint, so that
 //! flow is the small [`AuthorizedUser`] below, on the same cache rule.
 
-use crate::capabilities::http_real::{HttpsClient, https_client};
+use crate::capabilities::http_real::{HttpsClient, error_chain, https_client};
 use bytes::Bytes;
 use gcp_auth::{CustomServiceAccount, MetadataServiceAccount, Token, TokenProvider};
 use http_body_util::{BodyExt, Full, Limited};
@@ -129,18 +129,6 @@ impl GoogleAuth {
             .map_err(|e| AuthError::Token(error_chain(&e)))?;
         Ok(token.as_str().to_string())
     }
-}
-
-/// gcp_auth's error with its sources, which carry the useful part (file, status, parse).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 async fn discover() -> Result<Arc<dyn TokenProvider>, AuthError> {

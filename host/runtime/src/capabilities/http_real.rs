@@ -157,7 +157,7 @@ impl RealHttp {
                 .client
                 .request(request)
                 .await
-                .map_err(|e| HttpError::Transport(transport_message(&e)))?;
+                .map_err(|e| HttpError::Transport(error_chain(&e)))?;
             let status = resp.status().as_u16();
             if matches!(status, 301 | 302 | 303 | 307 | 308) {
                 let Some(location) = resp
@@ -208,8 +208,9 @@ fn is_loopback(host: Option<&(String, Option<u16>)>) -> bool {
     })
 }
 
-/// hyper's error with its sources: the top level alone says only "client error (Connect)".
-fn transport_message(e: &dyn std::error::Error) -> String {
+/// An error with its sources: the top level alone often says too little (hyper's "client
+/// error (Connect)", gcp_auth's "token request failed") while a source names file or status.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -223,7 +224,7 @@ fn transport_message(e: &dyn std::error::Error) -> String {
 async fn read_capped(mut body: hyper::body::Incoming, max: u64) -> Result<Vec<u8>, HttpError> {
     let mut out = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| HttpError::Transport(transport_message(&e)))?;
+        let frame = frame.map_err(|e| HttpError::Transport(error_chain(&e)))?;
         if let Ok(data) = frame.into_data() {
             if out.len() as u64 + data.len() as u64 > max {
                 return Err(HttpError::TooLarge(max));
