@@ -264,6 +264,17 @@ async fn pod(e: &Env) -> Result<Value, egress_runtime::capabilities::kube::KubeE
         .await
 }
 
+/// The Ready condition of a written status.
+fn ready_condition(status: &Value) -> Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone()
+}
+
 #[tokio::test]
 async fn the_finalizer_comes_first() {
     let e = env(PROVIDERS, "{}").await;
@@ -327,12 +338,7 @@ async fn create_then_poll_until_running() {
     let status = e.api.status_patches().pop().unwrap();
     assert_eq!(status["state"], "Running");
     assert_eq!(status["ip"], "10.244.0.3");
-    let ready = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap();
+    let ready = ready_condition(&status);
     assert_eq!(
         (
             ready["status"].as_str(),
@@ -467,13 +473,7 @@ async fn a_permanent_failure_holds_until_the_spec_changes() {
         .unwrap();
     assert_eq!(action, Action::await_change());
     let status = e.api.status_patches().pop().unwrap();
-    let ready = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap()
-        .clone();
+    let ready = ready_condition(&status);
     assert_eq!(ready["reason"], "PermanentFailure");
     assert!(ready["message"].as_str().unwrap().contains("not granted"));
     assert_eq!(e.api.event_reasons(), vec!["CreateFailed"]);
@@ -511,13 +511,7 @@ async fn a_quota_refusal_requeues_with_backoff() {
         .unwrap();
     assert_eq!(a1, Action::requeue(Duration::from_secs(60)));
     let status = e.api.status_patches().pop().unwrap();
-    let ready = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap()
-        .clone();
+    let ready = ready_condition(&status);
     assert_eq!(ready["reason"], "QuotaExceeded");
     let a2 = reconcile(
         proxy(proxy_json(1, &[FINALIZER], Some(status))),
@@ -556,13 +550,7 @@ async fn cloud_init_is_read_from_the_secret_and_never_echoed() {
     let action = reconcile(proxy(p), e.ctx.clone()).await.unwrap();
     assert_eq!(action, Action::requeue(Duration::from_secs(5)));
     let status = e.api.status_patches().pop().unwrap();
-    let ready = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap()
-        .clone();
+    let ready = ready_condition(&status);
     assert_eq!(ready["reason"], "TransientFailure");
     assert!(
         ready["message"]

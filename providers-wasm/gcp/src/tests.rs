@@ -134,6 +134,25 @@ fn instance(status: &str, nat: Option<&str>, uid: &str) -> Value {
     })
 }
 
+/// The instance GET answers 404 and the zone's operations list holds `items`: an insert not
+/// yet (or never) turned into an instance.
+fn instance_absent_with_operations(items: Value) -> Double {
+    let d = Double::default();
+    d.on(
+        "GET",
+        "zones/europe-west1-b/instances/",
+        404,
+        api_error(404, "notFound", "gone"),
+    )
+    .on(
+        "GET",
+        "zones/europe-west1-b/operations",
+        200,
+        json!({ "items": items }),
+    );
+    d
+}
+
 fn op(kind: &str, status: &str, error: Option<&str>, end: &str) -> Value {
     let mut o = json!({
         "kind": "compute#operation", "name": format!("operation-{kind}-1"),
@@ -557,19 +576,7 @@ fn get_reports_a_failed_insert_then_lets_it_be_retried() {
     ];
     for (code, end, want) in cases {
         let h = FakeHost::new();
-        let d = Double::default();
-        d.on(
-            "GET",
-            "zones/europe-west1-b/instances/",
-            404,
-            api_error(404, "notFound", "gone"),
-        )
-        .on(
-            "GET",
-            "zones/europe-west1-b/operations",
-            200,
-            json!({"items": [op("insert", "DONE", Some(code), end)]}),
-        );
+        let d = instance_absent_with_operations(json!([op("insert", "DONE", Some(code), end)]));
         d.install(&h);
         let e = Gcp::get(&h, &ctx(), &id).unwrap_err();
         assert_eq!(Some(e.class), want, "{code} {end}");
@@ -589,19 +596,7 @@ fn get_reports_a_failed_insert_then_lets_it_be_retried() {
 fn get_of_a_pending_insert_is_provisioning_and_without_one_not_found() {
     let id = format!("zones/europe-west1-b/instances/{NAME}");
     let h = FakeHost::new();
-    let d = Double::default();
-    d.on(
-        "GET",
-        "zones/europe-west1-b/instances/",
-        404,
-        api_error(404, "notFound", "gone"),
-    )
-    .on(
-        "GET",
-        "zones/europe-west1-b/operations",
-        200,
-        json!({"items": [op("insert", "PENDING", None, "")]}),
-    );
+    let d = instance_absent_with_operations(json!([op("insert", "PENDING", None, "")]));
     d.install(&h);
     assert_eq!(
         Gcp::get(&h, &ctx(), &id).unwrap().state,
@@ -611,19 +606,7 @@ fn get_of_a_pending_insert_is_provisioning_and_without_one_not_found() {
         json!([]),
         json!([op("insert", "DONE", None, "2025-12-31T23:59:55Z")]),
     ] {
-        let d = Double::default();
-        d.on(
-            "GET",
-            "zones/europe-west1-b/instances/",
-            404,
-            api_error(404, "notFound", "gone"),
-        )
-        .on(
-            "GET",
-            "zones/europe-west1-b/operations",
-            200,
-            json!({"items": items}),
-        );
+        let d = instance_absent_with_operations(items);
         d.install(&h);
         assert_eq!(
             Gcp::get(&h, &ctx(), &id).unwrap_err().class,
