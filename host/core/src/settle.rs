@@ -20,6 +20,14 @@ impl<T> Default for Settle<T> {
 }
 
 impl<T: PartialEq + Clone> Settle<T> {
+    /// Starts from content already acted on: only a change of it is acted on, once settled.
+    pub fn acting_on(content: T) -> Self {
+        Self {
+            acted: Some(content),
+            pending: None,
+        }
+    }
+
     /// Feeds one poll's read. Returns the content to act on: the first read ever (there is
     /// nothing older to keep serving), or a changed content read twice in a row.
     pub fn observe(&mut self, read: T) -> Option<T> {
@@ -35,6 +43,13 @@ impl<T: PartialEq + Clone> Settle<T> {
         }
         self.pending = Some(read);
         None
+    }
+
+    /// Records content acted on without waiting (a first load, a reload asked for directly);
+    /// a change pending until then is dropped.
+    pub fn acted_on(&mut self, content: T) {
+        self.pending = None;
+        self.acted = Some(content);
     }
 
     /// The content last acted on.
@@ -80,5 +95,14 @@ mod tests {
         assert_eq!(s.observe(""), None);
         assert_eq!(s.observe("a"), None, "back to what is served");
         assert_eq!(s.observe(""), None, "first sight again, not settled");
+    }
+
+    #[test]
+    fn content_acted_on_elsewhere_is_the_new_reference() {
+        let mut s = Settle::acting_on("a");
+        assert_eq!(s.observe("b"), None, "first sight");
+        s.acted_on("b");
+        assert_eq!(s.observe("b"), None, "already acted on");
+        assert_eq!(s.current(), Some(&"b"));
     }
 }

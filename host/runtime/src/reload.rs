@@ -7,9 +7,10 @@ use crate::plan::PlanRecorder;
 use crate::provider::{LoadOptions, Providers, Rejection};
 use crate::{Backends, Runtime};
 use egress_core::config::{ConfigError, ProvidersConfig};
+use egress_core::settle::Settle;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// What a reload did.
 #[derive(Debug, Default)]
@@ -31,9 +32,8 @@ pub struct Reloader {
     builtin: fn(&str) -> Option<&'static [u8]>,
     current: RwLock<Arc<Providers>>,
     config: RwLock<Arc<ProvidersConfig>>,
-    fingerprint: RwLock<String>,
-    /// The fingerprint a `poll` saw differ last time, waiting to be seen again unchanged.
-    pending: std::sync::Mutex<Option<String>>,
+    /// The fingerprint of the files serving now, and a change waiting to settle.
+    files: Mutex<Settle<String>>,
 }
 
 /// The config file's text and the fingerprint of it and of every module file it names, read
@@ -118,8 +118,7 @@ impl Reloader {
             builtin,
             current: RwLock::new(Arc::new(providers)),
             config: RwLock::new(Arc::new(cfg)),
-            fingerprint: RwLock::new(fp),
-            pending: std::sync::Mutex::new(None),
+            files: Mutex::new(Settle::acting_on(fp)),
         })
     }
 
@@ -142,11 +141,12 @@ impl Reloader {
         Snapshot::take(&self.path, &self.config())
     }
 
+    fn files(&self) -> std::sync::MutexGuard<'_, Settle<String>> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn serving_fingerprint(&self) -> String {
-        self.fingerprint
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.files().current().cloned().unwrap_or_default()
     }
 
     /// Whether the config file or a module file changed since the last (re)load.
@@ -168,19 +168,7 @@ impl Reloader {
     /// module) is never loaded, refused, or taken for an empty config.
     pub async fn poll(&self) -> Option<ReloadOutcome> {
         let snap = self.snapshot();
-        let settled = {
-            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            if snap.fingerprint == self.serving_fingerprint() {
-                *pending = None;
-                false
-            } else if pending.as_deref() == Some(snap.fingerprint.as_str()) {
-                *pending = None;
-                true
-            } else {
-                *pending = Some(snap.fingerprint.clone());
-                false
-            }
-        };
+        let settled = self.files().observe(snap.fingerprint.clone()).is_some();
         if !settled {
             return None;
         }
@@ -204,7 +192,7 @@ impl Reloader {
             Err(e) => {
                 tracing::error!(path = %self.path.display(), "providers config refused, the previous one keeps serving: {e}");
                 // The same bad content is refused once, not on every poll.
-                *self.fingerprint.write().unwrap_or_else(|p| p.into_inner()) = snap.fingerprint;
+                self.files().acted_on(snap.fingerprint);
                 out.config_error = Some(e);
                 return out;
             }
@@ -245,7 +233,7 @@ impl Reloader {
         out.rejected = rejected;
         // The fingerprint of what was read, not of the files now: a module rewritten while
         // this load ran is seen as a change on the next poll.
-        *self.fingerprint.write().unwrap_or_else(|p| p.into_inner()) = snap.fingerprint;
+        self.files().acted_on(snap.fingerprint);
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(cfg);
         *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(next);
         out
