@@ -95,13 +95,16 @@ impl RealHttp {
         match name {
             GOOGLE => {
                 let auth = match &grant.google_credentials_file {
-                    Some(file) => self
-                        .google_files
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .entry(file.clone())
-                        .or_insert_with(|| Arc::new(GoogleAuth::from_file(file)))
-                        .clone(),
+                    Some(file) => {
+                        let mut files = self.google_files.lock().unwrap_or_else(|p| p.into_inner());
+                        match files.get(file) {
+                            Some(auth) => auth.clone(),
+                            None => files
+                                .entry(file.clone())
+                                .or_insert_with(|| Arc::new(GoogleAuth::from_file(file)))
+                                .clone(),
+                        }
+                    }
                     None => self.google.clone(),
                 };
                 auth.token()
