@@ -200,3 +200,28 @@ fn doctor_reports_every_stage_of_a_real_host() {
         text(&out.stdout)
     );
 }
+
+/// The product embeds the providers a user can configure and nothing else: the hostile
+/// module and the provider template are built for the tests only.
+#[test]
+fn the_binary_embeds_no_test_module() {
+    let bin = std::fs::read(env!("CARGO_BIN_EXE_egress-proxies")).unwrap();
+    let contains = |module: &[u8]| {
+        // A window from the middle of the module: its code, not a header all modules share.
+        let mid = module.len() / 2;
+        let needle = &module[mid..mid + 256];
+        bin.windows(needle.len()).any(|w| w == needle)
+    };
+    assert!(
+        contains(egress_builtins::KUBERNETES),
+        "the check must find a module that is embedded"
+    );
+    assert!(
+        !contains(egress_test_modules::HOSTILE),
+        "hostile module embedded"
+    );
+    assert!(
+        !contains(egress_test_modules::EXAMPLE_TEMPLATE),
+        "provider template embedded"
+    );
+}

@@ -46,7 +46,7 @@ fn provider_test_passes_a_builtin_and_prints_json() {
 fn provider_test_exits_1_when_a_case_fails() {
     let dir = tempfile::tempdir().unwrap();
     let module = dir.path().join("hostile.wasm");
-    std::fs::write(&module, egress_builtins::HOSTILE).unwrap();
+    std::fs::write(&module, egress_test_modules::HOSTILE).unwrap();
     let block = dir.path().join("block.yaml");
     std::fs::write(&block, "mode: ok\n").unwrap();
     let out = bin()

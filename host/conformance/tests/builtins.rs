@@ -87,7 +87,7 @@ async fn gcp_passes() {
 #[tokio::test]
 async fn the_template_passes() {
     let r = run_file(
-        egress_builtins::EXAMPLE_TEMPLATE,
+        egress_test_modules::EXAMPLE_TEMPLATE,
         include_str!("../../../examples/provider-template/conformance.yaml"),
     )
     .await;
@@ -97,7 +97,7 @@ async fn the_template_passes() {
 
 #[tokio::test]
 async fn a_module_that_never_adopts_correctly_fails() {
-    let r = run_file(egress_builtins::HOSTILE, "mode: ok\n").await;
+    let r = run_file(egress_test_modules::HOSTILE, "mode: ok\n").await;
     assert!(r.failed(), "{}", r.to_text());
     let failed: Vec<&str> = r
         .cases
@@ -128,7 +128,7 @@ fn case<'r>(r: &'r Report, name: &str) -> &'r egress_conformance::CaseResult {
 
 #[tokio::test]
 async fn a_module_that_returns_its_cloud_init_in_the_instance_fails_the_secrets_case() {
-    let r = run_file(egress_builtins::HOSTILE, "mode: echo\n").await;
+    let r = run_file(egress_test_modules::HOSTILE, "mode: echo\n").await;
     let c = case(&r, "secrets/cloud-init-not-leaked");
     assert_eq!(c.outcome, Outcome::Fail, "{}", r.to_text());
     assert!(c.message.contains("appeared in"), "{}", c.message);
@@ -137,7 +137,7 @@ async fn a_module_that_returns_its_cloud_init_in_the_instance_fails_the_secrets_
 #[tokio::test]
 async fn a_module_that_logs_its_cloud_init_is_redacted_by_the_host() {
     // The host redacts every log line and error of a create, so the leak never lands.
-    let r = run_file(egress_builtins::HOSTILE, "mode: leak\n").await;
+    let r = run_file(egress_test_modules::HOSTILE, "mode: leak\n").await;
     let c = case(&r, "secrets/cloud-init-not-leaked");
     assert_eq!(c.outcome, Outcome::Pass, "{}", r.to_text());
 }

@@ -57,7 +57,7 @@ fn wit_req() -> guest_sdk::CreateRequest {
 }
 
 async fn providers(runtime: &Runtime, dir: &std::path::Path) -> Providers {
-    std::fs::write(dir.join("hostile.wasm"), egress_builtins::HOSTILE).unwrap();
+    std::fs::write(dir.join("hostile.wasm"), egress_test_modules::HOSTILE).unwrap();
     let cfg = ProvidersConfig::from_yaml(
         "installation: bench\nproviders:\n- {name: k8s, type: kubernetes}\n- {name: ok, type: hostile, module: hostile.wasm, config: {mode: ok}}\n",
     )
@@ -226,7 +226,7 @@ async fn main() {
     let mut compile = Vec::new();
     for (name, bytes) in [
         ("kubernetes", egress_builtins::KUBERNETES),
-        ("hostile", egress_builtins::HOSTILE),
+        ("hostile", egress_test_modules::HOSTILE),
     ] {
         let cold_rt = Runtime::new(RuntimeOptions {
             cache_dir: None,

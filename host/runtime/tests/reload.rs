@@ -37,7 +37,7 @@ async fn reloader(path: &Path, backends: Backends) -> Reloader {
 
 /// The same component with a custom section appended: a different digest, the same logic.
 fn variant(k: u8) -> Vec<u8> {
-    let mut bytes = egress_builtins::HOSTILE.to_vec();
+    let mut bytes = egress_test_modules::HOSTILE.to_vec();
     let name = b"egress-version";
     let payload_len = 1 + name.len() + 1;
     bytes.extend_from_slice(&[0x00, payload_len as u8, name.len() as u8]);

@@ -42,7 +42,11 @@ struct Setup {
 
 async fn setup(providers_yaml: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("hostile.wasm"), egress_builtins::HOSTILE).unwrap();
+    std::fs::write(
+        dir.path().join("hostile.wasm"),
+        egress_test_modules::HOSTILE,
+    )
+    .unwrap();
     let cfg = ProvidersConfig::from_yaml(providers_yaml).unwrap();
     let world = World::default().build().unwrap();
     let recorder = Arc::new(PlanRecorder::new());
@@ -158,7 +162,11 @@ async fn validate_config_errors_name_the_field() {
 #[tokio::test]
 async fn a_module_whose_type_differs_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("hostile.wasm"), egress_builtins::HOSTILE).unwrap();
+    std::fs::write(
+        dir.path().join("hostile.wasm"),
+        egress_test_modules::HOSTILE,
+    )
+    .unwrap();
     let cfg =
         ProvidersConfig::from_yaml("providers:\n- {name: x, type: acme, module: hostile.wasm}\n")
             .unwrap();
