@@ -204,8 +204,15 @@ macro_rules! libvirt_layer {
      write { $($w:ident($($wa:ident: $wt:ty),*) -> $wr:ty;)* }) => {
         #[async_trait::async_trait]
         impl LibvirtBackend for FaultyLibvirt {
-            fn configure(&self, hosts: &[LibvirtHost]) -> Result<(), String> {
-                self.inner.configure(hosts)
+            fn for_entry(
+                self: Arc<Self>,
+                entry: &str,
+                hosts: &[LibvirtHost],
+            ) -> Result<Arc<dyn LibvirtBackend>, String> {
+                Ok(Arc::new(FaultyLibvirt {
+                    inner: self.inner.clone().for_entry(entry, hosts)?,
+                    plan: self.plan.clone(),
+                }))
             }
             $(async fn $r(&self, $($ra: $rt),*) -> $rr {
                 self.inner.$r($($ra),*).await

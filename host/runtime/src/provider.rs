@@ -319,14 +319,18 @@ impl Provider {
         {
             *file = opts.base_dir.join(file.as_str()).display().to_string();
         }
+        let mut backends = opts.backends.clone();
         if grants.libvirt.is_some() {
-            // The host dials the hypervisors; their details come from the normalized block.
+            // The host dials the hypervisors; their details come from the normalized block,
+            // and this entry's calls go through its own view of them.
             let normalized: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
             let hosts = crate::capabilities::libvirt::LibvirtHost::from_block(&normalized)
                 .map_err(|(field, m)| ConfigError::new(format!("{path}.{field}"), m))?;
-            opts.backends
+            backends.libvirt = opts
+                .backends
                 .libvirt
-                .configure(&hosts)
+                .clone()
+                .for_entry(&entry.name, &hosts)
                 .map_err(|m| ConfigError::new(format!("{path}.hosts"), m))?;
         }
         Ok(Self {
@@ -339,7 +343,7 @@ impl Provider {
             config,
             entry: entry.clone(),
             runtime: runtime.clone(),
-            backends: opts.backends.clone(),
+            backends,
             recorder: opts.recorder.clone(),
         })
     }

@@ -17,7 +17,7 @@ pub type R<T> = Result<T, LibvirtError>;
 /// How the host reaches one configured hypervisor: from a provider entry's block (the seeds'
 /// KVMConfig: `hosts[].{name, address, user, socket}`, `sshKeyFile`, `knownHostsFile` or
 /// `insecureIgnoreHostKey`). Keys and known_hosts are read on every dial, never kept.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LibvirtHost {
     pub name: String,
     /// `host:port`, or `host` for port 22.
@@ -79,11 +79,15 @@ impl LibvirtHost {
 /// and by the simulated hypervisor.
 #[async_trait::async_trait]
 pub trait LibvirtBackend: Send + Sync {
-    /// Registers the connection details of hosts named in the providers config. The
-    /// simulated hypervisor has its hosts from the world file and ignores this.
-    fn configure(&self, _hosts: &[LibvirtHost]) -> Result<(), String> {
-        Ok(())
-    }
+    /// The backend one provider entry calls through: its hosts, dialled with its own
+    /// connection details only. Two entries may give the same host name to different
+    /// hypervisors, or the same hypervisor different host-key policies; each entry's calls
+    /// reach exactly the hosts it configured, so neither can use the other's settings.
+    fn for_entry(
+        self: std::sync::Arc<Self>,
+        entry: &str,
+        hosts: &[LibvirtHost],
+    ) -> Result<std::sync::Arc<dyn LibvirtBackend>, String>;
     async fn lib_version(&self, host: &str) -> R<u64>;
     async fn hostname(&self, host: &str) -> R<String>;
     async fn node_get_info(&self, host: &str) -> R<NodeInfo>;
@@ -157,6 +161,13 @@ macro_rules! unavailable {
     ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
         #[async_trait::async_trait]
         impl LibvirtBackend for UnavailableLibvirt {
+            fn for_entry(
+                self: std::sync::Arc<Self>,
+                _entry: &str,
+                _hosts: &[LibvirtHost],
+            ) -> Result<std::sync::Arc<dyn LibvirtBackend>, String> {
+                Ok(self)
+            }
             $(async fn $name(&self, $($arg: $ty),*) -> $ret {
                 let _ = ($($arg,)*);
                 Err(error("the libvirt capability has no backend in this build"))

@@ -1,7 +1,8 @@
 //! The real libvirt backend: libvirt's RPC protocol over SSH (libvirt-rpc), one pooled
-//! connection per configured host, dialled lazily. Hosts are registered by name from the
-//! providers config when a provider entry with the libvirt capability loads; a host whose
-//! connection details change gets a fresh pool, so a reload needs no restart.
+//! connection per configured host, dialled lazily. Each provider entry with the libvirt
+//! capability gets its own view when it loads: its host names mapped to pools built from its
+//! own connection details, so an entry never dials with another's settings; a host whose
+//! details change gets a fresh pool, so a reload needs no restart.
 
 use crate::bindings::egress::provider::libvirt as wit;
 use crate::capabilities::libvirt::{
@@ -10,11 +11,24 @@ use crate::capabilities::libvirt::{
 };
 use libvirt_rpc as rpc;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, Weak};
 
+/// The real libvirt backend as one provider entry sees it: the hosts that entry configured,
+/// each behind a connection pool dialled with that entry's details. The root (no entry) knows
+/// no host. Pools are shared between entries only when every connection detail is the same
+/// (name, address, user, socket, key, known_hosts, host-key policy), and kept across a reload
+/// that changes nothing, so a reload needs no redial.
 pub struct RealLibvirt {
-    hosts: RwLock<HashMap<String, (LibvirtHost, Arc<rpc::Pool>)>>,
+    shared: Arc<Shared>,
+    entry: String,
+    hosts: HashMap<String, Arc<rpc::Pool>>,
+}
+
+struct Shared {
     options: rpc::PoolOptions,
+    /// Pools by their full connection details; an entry of a pool no provider entry holds any
+    /// more is dropped at the next registration.
+    pools: Mutex<HashMap<LibvirtHost, Weak<rpc::Pool>>>,
 }
 
 impl Default for RealLibvirt {
@@ -26,25 +40,46 @@ impl Default for RealLibvirt {
 impl RealLibvirt {
     pub fn new(options: rpc::PoolOptions) -> Self {
         Self {
-            hosts: RwLock::new(HashMap::new()),
-            options,
+            shared: Arc::new(Shared {
+                options,
+                pools: Mutex::new(HashMap::new()),
+            }),
+            entry: String::new(),
+            hosts: HashMap::new(),
         }
     }
 
     fn pool(&self, host: &str) -> R<Arc<rpc::Pool>> {
-        self.hosts
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(host)
-            .map(|(_, p)| p.clone())
-            .ok_or_else(|| LibvirtError {
-                code: 0,
-                domain: 0,
-                message: format!("libvirt host {host:?} is not configured"),
-                stage: None,
-                timeout: false,
-                denied: true,
-            })
+        self.hosts.get(host).cloned().ok_or_else(|| LibvirtError {
+            code: 0,
+            domain: 0,
+            message: format!(
+                "libvirt host {host:?} is not configured in provider entry {:?}",
+                self.entry
+            ),
+            stage: None,
+            timeout: false,
+            denied: true,
+        })
+    }
+}
+
+impl Shared {
+    fn pool_for(&self, h: &LibvirtHost) -> Arc<rpc::Pool> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        pools.retain(|_, w| w.strong_count() > 0);
+        if let Some(p) = pools.get(h).and_then(Weak::upgrade) {
+            return p;
+        }
+        let pool = Arc::new(rpc::Pool::new(
+            [rpc::HostConfig {
+                name: h.name.clone(),
+                target: target(h),
+            }],
+            self.options.clone(),
+        ));
+        pools.insert(h.clone(), Arc::downgrade(&pool));
+        pool
     }
 }
 
@@ -113,25 +148,25 @@ fn domain_state(s: rpc::DomainState) -> DomainState {
 
 #[async_trait::async_trait]
 impl LibvirtBackend for RealLibvirt {
-    fn configure(&self, hosts: &[LibvirtHost]) -> Result<(), String> {
-        let mut table = self.hosts.write().unwrap_or_else(|p| p.into_inner());
+    fn for_entry(
+        self: Arc<Self>,
+        entry: &str,
+        hosts: &[LibvirtHost],
+    ) -> Result<Arc<dyn LibvirtBackend>, String> {
+        let mut table = HashMap::new();
         for h in hosts {
-            if let Some((existing, _)) = table.get(&h.name) {
-                if existing == h {
-                    continue;
-                }
-                tracing::info!(host = %h.name, "libvirt host connection details changed; redialling");
+            if table
+                .insert(h.name.clone(), self.shared.pool_for(h))
+                .is_some()
+            {
+                return Err(format!("host {:?} is configured twice", h.name));
             }
-            let pool = rpc::Pool::new(
-                [rpc::HostConfig {
-                    name: h.name.clone(),
-                    target: target(h),
-                }],
-                self.options.clone(),
-            );
-            table.insert(h.name.clone(), (h.clone(), Arc::new(pool)));
         }
-        Ok(())
+        Ok(Arc::new(RealLibvirt {
+            shared: self.shared.clone(),
+            entry: entry.to_string(),
+            hosts: table,
+        }))
     }
 
     async fn lib_version(&self, host: &str) -> R<u64> {

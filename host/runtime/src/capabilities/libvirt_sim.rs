@@ -963,6 +963,13 @@ macro_rules! with_state {
 
 #[async_trait::async_trait]
 impl LibvirtBackend for SimLibvirt {
+    fn for_entry(
+        self: Arc<Self>,
+        _entry: &str,
+        _hosts: &[LibvirtHost],
+    ) -> Result<Arc<dyn LibvirtBackend>, String> {
+        Ok(self)
+    }
     async fn lib_version(&self, host: &str) -> R<u64> {
         with_state!(self, "lib-version", Some(host), |st| Ok(Self::host(
             st, host
