@@ -2,7 +2,7 @@
 //! fake client: objects keep uid, resourceVersion, labels and timestamps; faults can be queued
 //! per call; every log line is captured so a test can assert what was (not) logged.
 
-use crate::host::{Clock, Host, Http, Kube, Libvirt, Log};
+use crate::host::{Clock, Held, Host, Http, Kube, Libvirt, Locks, Log};
 use crate::libvirt::{
     AddressSource, DomainState, InterfaceAddresses, LibvirtError, NodeInfo, PoolInfo, ProbeResult,
     ProbeTarget, Transfer, VolumeInfo,
@@ -44,6 +44,56 @@ pub struct FakeHost {
     logs: RefCell<Vec<LogLine>>,
     clock_ms: Cell<u64>,
     rng: Cell<u64>,
+    pub locks: FakeLocks,
+    /// When the fake call ends; None: ten minutes after whatever time it is now, as if every
+    /// capability call started a fresh call.
+    call_deadline_ms: Cell<Option<u64>>,
+}
+
+/// Locks as one call sees them: a key held twice fails at once (a native test has no other
+/// call to wait for), every acquisition is recorded.
+#[derive(Default, Clone)]
+pub struct FakeLocks {
+    held: std::rc::Rc<RefCell<std::collections::BTreeSet<String>>>,
+    taken: std::rc::Rc<RefCell<Vec<String>>>,
+}
+
+impl FakeLocks {
+    /// Keys held now.
+    pub fn held(&self) -> Vec<String> {
+        self.held.borrow().iter().cloned().collect()
+    }
+    /// Every key acquired so far, in order.
+    pub fn taken(&self) -> Vec<String> {
+        self.taken.borrow().clone()
+    }
+}
+
+struct FakeGuard {
+    key: String,
+    held: std::rc::Rc<RefCell<std::collections::BTreeSet<String>>>,
+}
+
+impl Drop for FakeGuard {
+    fn drop(&mut self) {
+        self.held.borrow_mut().remove(&self.key);
+    }
+}
+
+impl Locks for FakeLocks {
+    fn acquire(&self, key: &str, _wait_ms: u64) -> Result<Held, String> {
+        if !self.held.borrow_mut().insert(key.to_string()) {
+            return Err(format!("lock {key:?} is already held by this call"));
+        }
+        self.taken.borrow_mut().push(key.to_string());
+        Ok(Held::new(FakeGuard {
+            key: key.to_string(),
+            held: self.held.clone(),
+        }))
+    }
+    fn holder_id(&self) -> String {
+        "fake-host".to_string()
+    }
 }
 
 impl Default for FakeHost {
@@ -62,6 +112,8 @@ impl FakeHost {
             // 2026-01-01T00:00:00Z: fixed, so snapshots are stable.
             clock_ms: Cell::new(1_767_225_600_000),
             rng: Cell::new(0x9e37_79b9_7f4a_7c15),
+            locks: FakeLocks::default(),
+            call_deadline_ms: Cell::new(None),
         }
     }
 
@@ -71,6 +123,11 @@ impl FakeHost {
             libvirt,
             ..Self::new()
         }
+    }
+
+    /// The call ends `ms` after the current (fake) time.
+    pub fn set_call_budget_ms(&self, ms: u64) {
+        self.call_deadline_ms.set(Some(self.clock_ms.get() + ms));
     }
 
     pub fn set_http(&self, handler: HttpHandler) {
@@ -124,6 +181,11 @@ impl Clock for FakeHost {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
+    fn call_deadline_millis(&self) -> u64 {
+        self.call_deadline_ms
+            .get()
+            .unwrap_or(self.clock_ms.get() + 600_000)
+    }
 }
 
 impl Host for FakeHost {
@@ -136,6 +198,9 @@ impl Host for FakeHost {
     }
     fn libvirt(&self) -> &dyn Libvirt {
         self.libvirt.as_ref()
+    }
+    fn locks(&self) -> &dyn Locks {
+        &self.locks
     }
 }
 

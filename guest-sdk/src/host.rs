@@ -16,6 +16,28 @@ pub trait Clock {
     fn now_millis(&self) -> u64;
     fn sleep_millis(&self, ms: u64);
     fn random_u64(&self) -> u64;
+    /// Unix ms at which the host ends the current call: size waits and claims from it.
+    fn call_deadline_millis(&self) -> u64;
+}
+
+/// A key held through [`Locks::acquire`]; dropping it releases the key (so does the end of
+/// the call).
+pub struct Held(#[allow(dead_code)] Box<dyn std::any::Any>);
+
+impl Held {
+    pub fn new(guard: impl std::any::Any) -> Self {
+        Self(Box::new(guard))
+    }
+}
+
+/// Keys held by one call at a time within the host process, scoped to the module (see the
+/// `lock` interface in the WIT).
+pub trait Locks {
+    /// Holds `key`, waiting at most `wait_ms` (never past the call's deadline). The error
+    /// says the key stayed busy.
+    fn acquire(&self, key: &str, wait_ms: u64) -> Result<Held, String>;
+    /// This host process's identity, for marks that outlive a call.
+    fn holder_id(&self) -> String;
 }
 
 pub trait Kube {
@@ -105,6 +127,7 @@ pub trait Host: Log + Clock {
     fn kube(&self) -> &dyn Kube;
     fn http(&self) -> &dyn Http;
     fn libvirt(&self) -> &dyn Libvirt;
+    fn locks(&self) -> &dyn Locks;
 }
 
 /// The capabilities as the component's imports.
@@ -129,6 +152,18 @@ impl Clock for WasmHost {
     }
     fn random_u64(&self) -> u64 {
         wit::clock::random_u64()
+    }
+    fn call_deadline_millis(&self) -> u64 {
+        wit::clock::call_deadline_millis()
+    }
+}
+
+impl Locks for WasmHost {
+    fn acquire(&self, key: &str, wait_ms: u64) -> Result<Held, String> {
+        wit::lock::acquire(key, wait_ms).map(Held::new)
+    }
+    fn holder_id(&self) -> String {
+        wit::lock::holder_id()
     }
 }
 
@@ -287,6 +322,9 @@ impl Host for WasmHost {
         self
     }
     fn libvirt(&self) -> &dyn Libvirt {
+        self
+    }
+    fn locks(&self) -> &dyn Locks {
         self
     }
 }

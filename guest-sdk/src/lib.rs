@@ -34,7 +34,7 @@ pub use bindings::egress::provider::types::{
     OwnerReference, Placement, Profile, ProviderError, TargetStatus,
 };
 pub use errors::{not_found, permanent, quota_exceeded, transient};
-pub use host::{Clock, Host, Http, Kube, Libvirt, Log, WasmHost};
+pub use host::{Clock, Held, Host, Http, Kube, Libvirt, Locks, Log, WasmHost};
 
 /// A provider's logic. Every method gets the host's capabilities as `host`, so the same code
 /// runs in the component and in native tests.

@@ -95,6 +95,19 @@ async fn the_template_passes() {
     assert_eq!(r.count(Outcome::Skip), 0, "{}", r.to_text());
 }
 
+/// A module built against the first released contract still loads and passes: 0.1.1 only
+/// added to 0.1.0 (see tests/fixtures/README.md).
+#[tokio::test]
+async fn a_module_built_against_contract_0_1_0_still_passes() {
+    let r = run_file(
+        include_bytes!("fixtures/examplecloud-contract-0.1.0.wasm"),
+        include_str!("../../../examples/provider-template/conformance.yaml"),
+    )
+    .await;
+    assert_passes(&r);
+    assert_eq!(r.count(Outcome::Skip), 0, "{}", r.to_text());
+}
+
 #[tokio::test]
 async fn a_module_that_never_adopts_correctly_fails() {
     let r = run_file(egress_test_modules::HOSTILE, "mode: ok\n").await;

@@ -5,6 +5,9 @@ wasmtime::component::bindgen!({
     path: "../../schemas/wit",
     imports: { default: async },
     exports: { default: async },
+    with: {
+        "egress:provider/lock.guard": crate::capabilities::lock::LockGuard,
+    },
 });
 
 pub use egress::provider::types::{

@@ -20,7 +20,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 /// The Store's data: everything one call may touch, and nothing else.
 pub(crate) struct CallState {
     wasi: WasiCtx,
-    table: ResourceTable,
+    pub(crate) table: ResourceTable,
     limiter: MemoryLimiter,
     pub(crate) provider: String,
     pub(crate) grants: Arc<EffectiveGrants>,
@@ -28,6 +28,11 @@ pub(crate) struct CallState {
     pub(crate) recorder: Option<Arc<PlanRecorder>>,
     pub(crate) subject: String,
     pub(crate) redactor: Redactor,
+    /// The locks this call may take; None where a call has no business locking (describe,
+    /// validate-config).
+    pub(crate) locks: Option<crate::capabilities::lock::LockScope>,
+    /// Unix ms at which the host ends this call.
+    pub(crate) deadline_ms: u64,
 }
 
 impl WasiView for CallState {
@@ -68,7 +73,20 @@ impl CallState {
             recorder,
             subject: subject.to_string(),
             redactor,
+            locks: None,
+            deadline_ms: 0,
         }
+    }
+
+    /// The call's bounds as the guest sees them: when it ends, and what it may lock.
+    pub(crate) fn bounded(
+        mut self,
+        deadline_ms: u64,
+        locks: Option<crate::capabilities::lock::LockScope>,
+    ) -> Self {
+        self.deadline_ms = deadline_ms;
+        self.locks = locks;
+        self
     }
 
     /// Records a mutating call as a plan step, secrets redacted, with the backend's refusal

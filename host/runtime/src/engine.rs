@@ -64,6 +64,8 @@ pub(crate) struct Inner {
     pub(crate) inert: crate::Backends,
     /// Told about every finished provider call (metrics).
     pub(crate) observer: std::sync::OnceLock<Arc<dyn CallObserver>>,
+    /// The `lock` capability's keys, shared by every call of this process.
+    pub(crate) locks: Arc<crate::capabilities::lock::Locks>,
     /// Compiled modules by digest, so identical bytes compile once per process.
     pub(crate) modules:
         std::sync::Mutex<std::collections::HashMap<String, Arc<crate::provider::LoadedModule>>>,
@@ -164,6 +166,7 @@ impl Runtime {
                 modules: Default::default(),
                 observer: std::sync::OnceLock::new(),
                 inert: crate::Backends::inert(),
+                locks: Arc::default(),
             }),
         })
     }

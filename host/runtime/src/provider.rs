@@ -19,6 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
+/// The wall-time bound of `describe`, which every module answers from constants.
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A compiled module with its InstancePre and its self-description.
 pub struct LoadedModule {
     /// Hex sha256 of the module bytes.
@@ -119,6 +122,14 @@ impl Runtime {
             Redactor::default(),
             64 << 20,
         );
+        let state = state.bounded(
+            self.inner
+                .inert
+                .clock
+                .now_millis()
+                .saturating_add(DESCRIBE_TIMEOUT.as_millis() as u64),
+            None,
+        );
         // Describing takes a call slot like any call: the pool's instances are shared, and a
         // reload under load must wait for one rather than fail.
         let slot = self
@@ -133,7 +144,7 @@ impl Runtime {
             pre,
             state,
             Op::Describe,
-            Duration::from_secs(10),
+            DESCRIBE_TIMEOUT,
             Some(slot),
         )
         .await
@@ -270,6 +281,14 @@ impl Provider {
             Redactor::default(),
             entry.memory_bytes(),
         );
+        let validate_timeout = entry.timeout("validateConfig");
+        let state = state.bounded(
+            opts.backends
+                .clock
+                .now_millis()
+                .saturating_add(validate_timeout.as_millis() as u64),
+            None,
+        );
         let op = Op::Validate {
             type_name: entry.type_.clone(),
             path: path.clone(),
@@ -392,6 +411,15 @@ impl Provider {
                         "the runtime is shutting down".into(),
                     )
                 })?;
+            let deadline_ms = self
+                .backends
+                .clock
+                .now_millis()
+                .saturating_add(timeout.as_millis() as u64);
+            let locks = crate::capabilities::lock::LockScope {
+                locks: self.runtime.inner.locks.clone(),
+                scope: self.module.digest.clone(),
+            };
             let state = CallState::new(
                 &self.name,
                 self.grants.clone(),
@@ -400,7 +428,8 @@ impl Provider {
                 subject,
                 redactor.clone(),
                 self.entry.memory_bytes(),
-            );
+            )
+            .bounded(deadline_ms, Some(locks));
             let started = std::time::Instant::now();
             let out = execute(
                 &self.runtime.inner.engine,

@@ -383,3 +383,96 @@ async fn a_module_that_echoes_its_cloud_init_is_redacted_everywhere() {
     assert!(!e.reason.contains("SENTINEL"), "{}", e.reason);
     assert!(e.reason.contains("<redacted>"), "{}", e.reason);
 }
+
+const LOCKERS: &str = "providers:\n\
+- {name: trap-holding, type: hostile, module: hostile.wasm, config: {mode: trap, lockKey: k-trap}}\n\
+- {name: trap-after, type: hostile, module: hostile.wasm, config: {mode: ok, lockKey: k-trap}}\n\
+- {name: spin-holding, type: hostile, module: hostile.wasm, config: {mode: loop, lockKey: k-spin}, limits: {timeouts: {create: 500ms}}}\n\
+- {name: spin-after, type: hostile, module: hostile.wasm, config: {mode: ok, lockKey: k-spin}}\n";
+
+#[tokio::test]
+async fn a_lock_is_released_when_its_call_traps() {
+    let s = setup(LOCKERS).await;
+    let e = s
+        .providers
+        .get("trap-holding")
+        .unwrap()
+        .create("x", &request("default", UID))
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason, "Trap");
+    // Same module, same key, no wait: free again.
+    s.providers
+        .get("trap-after")
+        .unwrap()
+        .create("y", &request("default", UID))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_is_held_while_its_call_runs_and_released_when_it_times_out() {
+    let s = setup(LOCKERS).await;
+    let spinner = s.providers.get("spin-holding").unwrap().clone();
+    let spinning = tokio::spawn(async move { spinner.create("x", &request("default", UID)).await });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let after = s.providers.get("spin-after").unwrap();
+    let busy = after
+        .create("y", &request("default", UID))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (busy.class, busy.reason.as_str()),
+        (ErrorClass::Transient, "Busy"),
+        "{busy}"
+    );
+    let e = spinning.await.unwrap().unwrap_err();
+    assert_eq!(e.reason, "Timeout");
+    after.create("z", &request("default", UID)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_call_gets_the_lock_when_the_holder_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hostile.wasm"),
+        egress_test_modules::HOSTILE,
+    )
+    .unwrap();
+    // Real time: the holder sleeps 300 ms on the system clock while it holds the key.
+    let yaml = "providers:\n\
+- {name: slow-holding, type: hostile, module: hostile.wasm, config: {mode: ok, lockKey: k-wait, sleepMs: 300}}\n\
+- {name: slow-waiting, type: hostile, module: hostile.wasm, config: {mode: ok, lockKey: k-wait, lockWaitMs: 5000}}\n";
+    let cfg = ProvidersConfig::from_yaml(yaml).unwrap();
+    let providers = Providers::load(
+        &runtime(),
+        &cfg,
+        LoadOptions {
+            base_dir: dir.path(),
+            builtin: &builtin,
+            backends: egress_runtime::Backends {
+                clock: Arc::new(egress_runtime::capabilities::clock::SystemClock::new()),
+                ..World::default().build().unwrap().backends
+            },
+            recorder: None,
+        },
+    )
+    .await
+    .unwrap();
+    let holder = providers.get("slow-holding").unwrap().clone();
+    let started = Instant::now();
+    let holding = tokio::spawn(async move { holder.create("x", &request("default", UID)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    providers
+        .get("slow-waiting")
+        .unwrap()
+        .create("y", &request("default", UID))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    holding.await.unwrap().unwrap();
+    assert!(
+        waited >= Duration::from_millis(300),
+        "got the key before it was released: {waited:?}"
+    );
+}

@@ -4,11 +4,13 @@
 //! error's reason and message, for the host's redaction to catch; `echo` returns an instance
 //! whose provider-id carries its cloud-init, for the conformance suite to catch). In `ok` mode,
 //! `version` (any string) is echoed in the provider-id and `sleepMs` makes the call take that
-//! long, so reload tests can tell which version served a call.
+//! long, so reload tests can tell which version served a call. In every mode, `lockKey` makes
+//! `create` first hold that key (waiting `lockWaitMs`, default 0), so the runtime tests can show
+//! a key is released however the call ends.
 
 use guest_sdk::{
     CallContext, Capability, CreateRequest, Description, Host, Instance, InstanceState, Level,
-    Profile, Provider, ProviderError, TargetStatus, permanent,
+    Profile, Provider, ProviderError, TargetStatus, permanent, transient,
 };
 
 pub struct Hostile;
@@ -77,6 +79,19 @@ impl Provider for Hostile {
         ctx: &CallContext,
         req: &CreateRequest,
     ) -> Result<Instance, ProviderError> {
+        let _held = match setting(ctx, "lockKey").and_then(|v| v.as_str().map(str::to_string)) {
+            Some(key) => {
+                let wait = setting(ctx, "lockWaitMs")
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0);
+                Some(
+                    host.locks()
+                        .acquire(&key, wait)
+                        .map_err(|m| transient("Busy", m))?,
+                )
+            }
+            None => None,
+        };
         match mode(ctx).as_str() {
             "loop" => {
                 let mut n: u64 = 0;

@@ -1,7 +1,8 @@
-//! Create (the host serializes calls per name): adopt our own domain or build one. Every step
-//! is idempotent, so a create cut off anywhere resumes on the next call: prechecks, the owner
-//! marker, the image cache, the overlay (reused only when it matches), the seed (always
-//! rebuilt), define, start and a bounded wait for running.
+//! Create, holding the instance name's lock (so a create and a delete of one name never
+//! interleave in this process): adopt our own domain or build one. Every step is idempotent,
+//! so a create cut off anywhere resumes on the next call: prechecks, the owner marker, the
+//! image cache (under the image's lock and claim), the overlay (reused only when it matches),
+//! the seed (always rebuilt), define, start and a bounded wait for running.
 
 use crate::config::{ImageFormat, Resolved, is_domain_name};
 use crate::errors::{Op, classify, code, is_code};
@@ -33,6 +34,11 @@ pub const RUNNING_POLL_MS: u64 = 500;
 /// Marker volumes are tiny; reading more than this means the volume is not a marker.
 pub const MARK_MAX_BYTES: u64 = 4096;
 
+/// The in-process lock key of one instance name on a host, taken by create and delete.
+pub fn instance_lock_key(host: &str, name: &str) -> String {
+    format!("instance/{host}/{name}")
+}
+
 pub fn create(call: &Call<'_>, req: &CreateRequest) -> Result<Instance, ProviderError> {
     if !is_domain_name(&req.name) {
         return Err(permanent(
@@ -55,6 +61,7 @@ pub fn create(call: &Call<'_>, req: &CreateRequest) -> Result<Instance, Provider
             ("cloudInitBytes", &cloud_init_bytes),
         ],
     );
+    let _instance = call.hold(&instance_lock_key(host, name))?;
     match call.host.libvirt().domain_lookup(host, name) {
         Ok(_) => return adopt(call, req, host, name),
         Err(e) if is_code(&e, code::NO_DOMAIN) => {}
@@ -123,8 +130,10 @@ fn build(
         ));
     }
 
-    // Prechecks before anything is written, so a full pool or host fails clean.
+    // Prechecks before anything is written, so a full pool or host fails clean. The image's
+    // lock is held from the look at the cache to the end of the fetch.
     let base = base_name(&r.image);
+    let image_lock = call.hold(&image::lock_key(host, pool, &base))?;
     let cached = image::cached(call, host, pool, &base, &r.image)?;
     let image_size = match cached {
         Some(_) => None,
@@ -161,8 +170,9 @@ fn build(
             .available
             .saturating_sub(disk_bytes + SMALL_VOLUMES_BYTES + POOL_MARGIN_BYTES)
             .max(1);
-        image::fetch(call, host, pool, &base, &r.image, image_size, max_bytes)?;
+        image::ensure(call, host, pool, &base, &r.image, image_size, max_bytes)?;
     }
+    drop(image_lock);
     let base_path = lv
         .volume_lookup(host, pool, &base)
         .map_err(|e| classify(Op::Create, &format!("path of base image {base}"), &e))?;

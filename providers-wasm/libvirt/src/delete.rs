@@ -18,6 +18,7 @@ pub fn delete(call: &Call<'_>, provider_id: &str) -> Result<(), ProviderError> {
         );
         return Ok(());
     };
+    let _instance = call.hold(&crate::create::instance_lock_key(host, name))?;
     remove_domain(call, host, name)?;
     // The marker goes last: while any volume is left, GC can still find them.
     for volume in [overlay_name(name), seed_name(name), mark_name(name)] {

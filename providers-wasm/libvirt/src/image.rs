@@ -1,13 +1,30 @@
 //! The base-image cache per host and pool: the base volume plus a marker volume holding the
 //! sha256 of the bytes, written last. A base without a valid marker is debris of an
-//! interrupted fetch and is discarded. Bytes move through the host's streamed
-//! url -> volume transfer and never enter the module.
+//! interrupted fetch and is discarded, by the writer holding the image's claim only (see
+//! `claim`): in one process the image lock serializes fetches, across processes the claim
+//! does. Bytes move through the host's streamed url -> volume transfer and never enter the
+//! module.
 
 use crate::Call;
+use crate::claim::{self, Claim, Taken, Watch};
 use crate::config::{ImageFormat, ResolvedImage};
 use crate::errors::{Op, classify, classify_transfer, code, is_code};
 use crate::volume::{VolumeSpec, base_marker_name, volume_xml};
-use guest_sdk::{Level, ProviderError};
+use guest_sdk::{Level, ProviderError, transient};
+
+/// How long another writer's claim may stand over a base that does not grow before it is
+/// taken for the claim of a writer that is gone. A live transfer writes continuously; the
+/// host's own transfer budget ends one that stalls.
+pub const CLAIM_STALL_MS: u64 = 60_000;
+/// How often a writer waiting on another's claim looks again.
+pub const CLAIM_POLL_MS: u64 = 1_000;
+/// Left of the call's time when a waiting writer gives up, so it returns its own error.
+const WAIT_MARGIN_MS: u64 = 5_000;
+
+/// The in-process lock key of a cached image.
+pub fn lock_key(host: &str, pool: &str, base: &str) -> String {
+    format!("image/{host}/{pool}/{base}")
+}
 
 /// Capacity given to a base volume whose size the server does not announce: the upload
 /// replaces the contents and the refresh that follows records the real size.
@@ -89,9 +106,10 @@ fn delete_if_present(
     crate::delete::remove_volume(call, Op::Create, host, pool, name)
 }
 
-/// Fetches the image into `base`: debris first discarded, the base created and filled by the
-/// host's streamed transfer, the pool refreshed, the marker written last.
-pub fn fetch(
+/// Makes the image cached in `base`, fetching it unless another writer does. Called with the
+/// image's in-process lock held (see [`lock_key`]): a claim of this very process found then
+/// is debris of a call that ended.
+pub fn ensure(
     call: &Call<'_>,
     host: &str,
     pool: &str,
@@ -99,6 +117,68 @@ pub fn fetch(
     image: &ResolvedImage,
     size: Option<u64>,
     max_bytes: u64,
+) -> Result<(), ProviderError> {
+    let mut watch: Option<Watch> = None;
+    loop {
+        match claim::take(call, host, pool, base)? {
+            Taken::Mine(mine) => {
+                // Another writer may have finished between our look and our claim.
+                let fetched = match cached(call, host, pool, base, image)? {
+                    Some(_) => Ok(()),
+                    None => fetch(call, host, pool, base, image, size, max_bytes, &mine),
+                };
+                let released = claim::remove_if(call, host, pool, base, &Some(mine));
+                return fetched.and(released);
+            }
+            Taken::Theirs(seen) => {
+                if cached(call, host, pool, base, image)?.is_some() {
+                    return Ok(());
+                }
+                let now = call.host.now_millis();
+                let ours = seen
+                    .as_ref()
+                    .is_some_and(|c| c.holder == call.host.locks().holder_id());
+                let allocation = claim::base_allocation(call, host, pool, base)?;
+                let w = watch.get_or_insert_with(|| Watch::new(seen.clone(), allocation, now));
+                if ours || w.stalled(&seen, allocation, now, CLAIM_STALL_MS) {
+                    let why = if ours {
+                        "its writer, a call of this process, has ended"
+                    } else {
+                        "the base did not grow while the claim stood"
+                    };
+                    claim::log_broken(call, host, base, why);
+                    claim::remove_if(call, host, pool, base, &seen)?;
+                    watch = None;
+                    continue;
+                }
+                if now + CLAIM_POLL_MS + WAIT_MARGIN_MS > call.host.call_deadline_millis() {
+                    return Err(transient(
+                        "ImageBeingFetched",
+                        format!(
+                            "image {:?} is being fetched into {host}/{pool} by another writer",
+                            image.key
+                        ),
+                    ));
+                }
+                call.host.sleep_millis(CLAIM_POLL_MS);
+            }
+        }
+    }
+}
+
+/// Fetches the image into `base` under this call's claim: debris first discarded, the base
+/// created and filled by the host's streamed transfer, the pool refreshed, the marker written
+/// last and only while the claim is still ours.
+#[allow(clippy::too_many_arguments)]
+fn fetch(
+    call: &Call<'_>,
+    host: &str,
+    pool: &str,
+    base: &str,
+    image: &ResolvedImage,
+    size: Option<u64>,
+    max_bytes: u64,
+    mine: &Claim,
 ) -> Result<(), ProviderError> {
     let lv = call.host.libvirt();
     let marker = base_marker_name(base);
@@ -128,8 +208,11 @@ pub fn fetch(
     ) {
         Ok(t) => t,
         Err(e) => {
-            // The half-written base must not be mistaken for a cached image.
-            let _ = lv.volume_delete(host, pool, base);
+            // The half-written base must not be mistaken for a cached image; it is ours to
+            // remove only while the claim is.
+            if claim::still_mine(call, host, pool, base, mine).unwrap_or(false) {
+                let _ = lv.volume_delete(host, pool, base);
+            }
             return Err(classify_transfer(
                 &format!("fetch image {:?}", image.key),
                 &e,
@@ -138,6 +221,16 @@ pub fn fetch(
     };
     lv.pool_refresh(host, pool)
         .map_err(|e| classify(Op::Create, &format!("refresh pool {pool}"), &e))?;
+    if !claim::still_mine(call, host, pool, base, mine)? {
+        // Another writer took the image over (ours looked stalled): its bytes, its marker.
+        return Err(transient(
+            "ImageClaimLost",
+            format!(
+                "another writer took over fetching image {:?} into {host}/{pool}",
+                image.key
+            ),
+        ));
+    }
     let digest = transfer.sha256.to_lowercase();
     let marker_xml = volume_xml(&VolumeSpec {
         name: &marker,

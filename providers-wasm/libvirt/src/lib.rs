@@ -7,6 +7,7 @@
 //! without a domain are visible to GC through a marker volume (see `list`).
 
 pub mod check;
+pub mod claim;
 pub mod config;
 pub mod create;
 pub mod delete;
@@ -24,9 +25,13 @@ pub mod xml;
 
 use config::KvmConfig;
 use guest_sdk::{
-    CallContext, Capability, CreateRequest, Description, Host, Instance, Level, Profile, Provider,
-    ProviderError, TargetStatus, permanent,
+    CallContext, Capability, CreateRequest, Description, Held, Host, Instance, Level, Profile,
+    Provider, ProviderError, TargetStatus, permanent, transient,
 };
+
+/// Time kept back from the call's deadline when waiting for a lock, so a call that waited in
+/// vain still returns its own error instead of being cut off.
+pub const LOCK_MARGIN_MS: u64 = 5_000;
 
 /// Which of the two types a call serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +80,20 @@ impl<'a> Call<'a> {
         let flavor = Flavor::from_type(&ctx.type_name)?;
         let cfg = config::validate(flavor.type_name(), &ctx.config)?;
         Ok(Self { host, flavor, cfg })
+    }
+
+    /// Holds `key` in this process (see the `lock` interface) until the guard drops, waiting
+    /// for another call holding it until shortly before this call's deadline.
+    pub fn hold(&self, key: &str) -> Result<Held, ProviderError> {
+        let wait = self
+            .host
+            .call_deadline_millis()
+            .saturating_sub(self.host.now_millis())
+            .saturating_sub(LOCK_MARGIN_MS);
+        self.host
+            .locks()
+            .acquire(key, wait)
+            .map_err(|m| transient("Busy", m))
     }
 
     pub fn log(&self, level: Level, message: &str, fields: &[(&str, &str)]) {

@@ -959,3 +959,154 @@ fn seed_iso_plain_tree_and_isoinfo() {
         assert!(text.contains(name), "{text}");
     }
 }
+
+/// The base image and claim names of the test image on rack1's default pool.
+fn base_and_claim() -> (String, String) {
+    let cfg = crate::config::validate("kvm2", &ctx("kvm2").config).unwrap();
+    let resolved = cfg.resolve(&request(UID).placement).unwrap();
+    let base = crate::volume::base_name(&resolved.image);
+    let claim = crate::claim::claim_name(&base);
+    (base, claim)
+}
+
+/// Another writer's claim (and, when `base_bytes` is given, its half-written base) on rack1.
+fn foreign_claim(lv: &FakeLibvirt, holder: &str, base_bytes: Option<u64>) {
+    use guest_sdk::Libvirt;
+    let (base, claim) = base_and_claim();
+    let xml = |name: &str, capacity: u64| {
+        volume_xml(&VolumeSpec {
+            name,
+            format: ImageFormat::Raw,
+            capacity,
+            allocation: Some(capacity),
+            backing: None,
+        })
+    };
+    lv.volume_create_xml("rack1", "default", &xml(&claim, 512))
+        .unwrap();
+    let content = crate::claim::Claim {
+        holder: holder.into(),
+        writer: "0123abcd".into(),
+    };
+    lv.volume_upload("rack1", "default", &claim, &content.to_bytes())
+        .unwrap();
+    if let Some(bytes) = base_bytes {
+        lv.volume_create_xml("rack1", "default", &xml(&base, bytes))
+            .unwrap();
+    }
+    lv.clear_calls();
+}
+
+fn transfers(lv: &FakeLibvirt) -> usize {
+    lv.calls()
+        .iter()
+        .filter(|c| c.starts_with("volume-upload-from-url "))
+        .count()
+}
+
+#[test]
+fn create_and_delete_hold_the_instance_lock_and_create_the_image_lock() {
+    let (_lv, host) = setup();
+    create(&host, "kvm2").unwrap();
+    let (base, _) = base_and_claim();
+    assert_eq!(
+        host.locks.taken(),
+        vec![
+            "instance/rack1/proxy-45b9c519690a".to_string(),
+            format!("image/rack1/default/{base}"),
+        ]
+    );
+    assert!(host.locks.held().is_empty(), "released when the call ends");
+    LibvirtProvider::delete(&host, &ctx("kvm2"), ID).unwrap();
+    assert_eq!(
+        host.locks.taken().last().map(String::as_str),
+        Some("instance/rack1/proxy-45b9c519690a")
+    );
+    assert!(host.locks.held().is_empty());
+}
+
+#[test]
+fn a_fetch_claims_the_image_and_releases_the_claim() {
+    let (lv, host) = setup();
+    create(&host, "kvm2").unwrap();
+    let (base, claim) = base_and_claim();
+    let calls = lv.calls();
+    let pos = |prefix: String| {
+        calls
+            .iter()
+            .position(|c| *c == prefix)
+            .unwrap_or_else(|| panic!("{prefix} not in {calls:#?}"))
+    };
+    let created = pos(format!("volume-create-xml rack1/{claim}"));
+    let fetched = pos(format!("volume-upload-from-url rack1/{base}"));
+    let released = pos(format!("volume-delete rack1/{claim}"));
+    assert!(created < fetched && fetched < released, "{calls:#?}");
+    assert_eq!(transfers(&lv), 1);
+    let volumes = lv.host("rack1").pools["default"].volumes.clone();
+    assert!(!volumes.contains_key(&claim), "the claim is gone");
+    assert!(
+        volumes.contains_key(&format!("{base}.sha256")),
+        "marker written"
+    );
+}
+
+#[test]
+fn a_live_claim_of_another_writer_is_waited_on_not_deleted() {
+    let (lv, host) = setup();
+    // Another process fills the base; its claim stands. This call may wait 20 s only.
+    foreign_claim(&lv, "0therprocess", Some(1 << 20));
+    host.set_call_budget_ms(20_000);
+    let e = create(&host, "kvm2").unwrap_err();
+    assert_eq!(e.class, ErrorClass::Transient, "{e:?}");
+    assert_eq!(e.reason, "ImageBeingFetched", "{e:?}");
+    let (base, claim) = base_and_claim();
+    let volumes = lv.host("rack1").pools["default"].volumes.clone();
+    assert!(
+        volumes.contains_key(&claim),
+        "the other writer's claim stands"
+    );
+    assert!(volumes.contains_key(&base), "its base is not deleted");
+    assert_eq!(transfers(&lv), 0, "{:#?}", lv.calls());
+    assert!(
+        !lv.calls().iter().any(|c| c.starts_with("volume-delete ")),
+        "nothing deleted: {:#?}",
+        lv.calls()
+    );
+}
+
+#[test]
+fn a_claim_over_a_base_that_stopped_growing_is_broken_after_the_stall_timeout() {
+    let (lv, host) = setup();
+    foreign_claim(&lv, "0therprocess", Some(1 << 20));
+    let started = guest_sdk::Clock::now_millis(&host);
+    create(&host, "kvm2").unwrap();
+    let waited = guest_sdk::Clock::now_millis(&host) - started;
+    assert!(
+        waited >= crate::image::CLAIM_STALL_MS,
+        "broken only after the stall timeout, waited {waited} ms"
+    );
+    assert_eq!(transfers(&lv), 1, "fetched once, by this call");
+    let (base, claim) = base_and_claim();
+    let volumes = lv.host("rack1").pools["default"].volumes.clone();
+    assert!(!volumes.contains_key(&claim));
+    assert!(volumes.contains_key(&format!("{base}.sha256")));
+}
+
+#[test]
+fn a_claim_of_this_process_found_under_the_image_lock_is_broken_at_once() {
+    let (lv, host) = setup();
+    // Left by a call of this process that ended mid-fetch (its holder id is this host's).
+    foreign_claim(
+        &lv,
+        &guest_sdk::Locks::holder_id(&host.locks),
+        Some(1 << 20),
+    );
+    let started = guest_sdk::Clock::now_millis(&host);
+    create(&host, "kvm2").unwrap();
+    let waited = guest_sdk::Clock::now_millis(&host) - started;
+    assert!(
+        waited < crate::image::CLAIM_POLL_MS,
+        "no wait for a writer known gone ({waited} ms)"
+    );
+    assert_eq!(transfers(&lv), 1);
+}

@@ -12,17 +12,26 @@ pub trait ClockBackend: Send + Sync {
     fn now_millis(&self) -> u64;
     async fn sleep_millis(&self, ms: u64);
     fn random_u64(&self) -> u64;
+    /// This process's identity for marks that outlive a call: drawn once, seeded in
+    /// simulated runs like every other draw.
+    fn process_id(&self) -> u64;
 }
 
 /// The system clock and the OS's randomness (through the std hasher's random keys).
 pub struct SystemClock {
     counter: AtomicU64,
+    process_id: u64,
 }
 
 impl SystemClock {
     pub fn new() -> Self {
-        Self {
+        let clock = Self {
             counter: AtomicU64::new(0),
+            process_id: 0,
+        };
+        Self {
+            process_id: clock.random_u64(),
+            ..clock
         }
     }
 }
@@ -52,12 +61,16 @@ impl ClockBackend for SystemClock {
         h.write_u64(self.now_millis());
         h.finish()
     }
+    fn process_id(&self) -> u64 {
+        self.process_id
+    }
 }
 
 /// Virtual time, advanced by sleeps and by the simulation driver.
 pub struct VirtualClock {
     now_ms: AtomicU64,
     rng: Mutex<u64>,
+    process_id: u64,
 }
 
 impl VirtualClock {
@@ -65,6 +78,8 @@ impl VirtualClock {
         Self {
             now_ms: AtomicU64::new(start_ms),
             rng: Mutex::new(seed),
+            // Derived from the seed, not drawn: the draws providers make stay as they were.
+            process_id: seed.rotate_left(17) ^ 0x05ee_d0f9_c0ce_0055,
         }
     }
 
@@ -96,6 +111,9 @@ impl ClockBackend for VirtualClock {
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
     }
+    fn process_id(&self) -> u64 {
+        self.process_id
+    }
 }
 
 impl wit::Host for CallState {
@@ -108,5 +126,8 @@ impl wit::Host for CallState {
     }
     async fn random_u64(&mut self) -> u64 {
         self.backends.clock.random_u64()
+    }
+    async fn call_deadline_millis(&mut self) -> u64 {
+        self.deadline_ms
     }
 }

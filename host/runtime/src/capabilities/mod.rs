@@ -12,6 +12,7 @@ pub mod kube_sim;
 pub mod libvirt;
 pub mod libvirt_real;
 pub mod libvirt_sim;
+pub mod lock;
 pub mod log;
 
 use std::sync::Arc;
