@@ -408,9 +408,14 @@ fn failure(obs: Observation<'_>, err: ProviderError, now: &str, kind: FailureKin
             Next::Backoff(ErrorClass::Transient),
         ),
     };
-    if next == Next::AwaitChange {
-        status.provider_revision = revision;
-    }
+    // The revision belongs to this failure's hold only: a failure that backs off must not leave
+    // an older hold's revision behind, or a later failure of the same reason would read as
+    // held until a config change that may never come.
+    status.provider_revision = if next == Next::AwaitChange {
+        revision
+    } else {
+        None
+    };
     if kind == FailureKind::Create {
         status.set_condition(
             cond(

@@ -422,3 +422,53 @@ fn backoff_grows_and_caps() {
         Duration::from_secs(900)
     );
 }
+
+/// A permanent Get failure records the revision it holds on; a transient Delete failure after
+/// it must back off and retry, not read as held on that old revision.
+#[test]
+fn a_transient_delete_failure_after_a_permanent_hold_is_retried() {
+    let p = proxy(1);
+    let rev = present("r1");
+    let running = with_id(Some(InstanceState::Running));
+    let held = after_get(
+        obs(&p, &running, &rev),
+        Err(ProviderError::new(
+            "k8s",
+            "get",
+            ErrorClass::Permanent,
+            "Forbidden",
+            "no",
+        )),
+        NOW,
+    );
+    assert_eq!(held.next, Next::AwaitChange);
+    // The Proxy is deleted; the delete fails transiently.
+    let deleting = Observation {
+        deleting: true,
+        ..obs(&p, &held.status, &rev)
+    };
+    let Step::Delete { purpose, .. } = decide(deleting, NOW) else {
+        panic!("expected a delete")
+    };
+    let failed = after_delete(
+        deleting,
+        purpose,
+        Err(ProviderError::new(
+            "k8s",
+            "delete",
+            ErrorClass::Transient,
+            "Timeout",
+            "slow",
+        )),
+        NOW,
+    );
+    assert_eq!(failed.next, Next::Backoff(ErrorClass::Transient));
+    let again = Observation {
+        deleting: true,
+        ..obs(&p, &failed.status, &rev)
+    };
+    assert!(
+        matches!(decide(again, NOW), Step::Delete { .. }),
+        "the delete is retried after its backoff"
+    );
+}
