@@ -30,13 +30,17 @@ struct Env {
 }
 
 async fn env(world_yaml: &str) -> Env {
+    env_with(PROVIDERS, world_yaml).await
+}
+
+async fn env_with(providers_yaml: &str, world_yaml: &str) -> Env {
     let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache");
     let runtime = Runtime::new(RuntimeOptions {
         cache_dir: Some(cache),
         ..Default::default()
     })
     .unwrap();
-    let cfg = ProvidersConfig::from_yaml(PROVIDERS).unwrap();
+    let cfg = ProvidersConfig::from_yaml(providers_yaml).unwrap();
     let world = World::from_yaml(world_yaml).unwrap().build().unwrap();
     let recorder = Arc::new(PlanRecorder::new());
     let providers = Providers::load(
@@ -172,4 +176,52 @@ async fn an_interrupted_create_is_adopted_and_an_orphan_swept() {
         1,
         "another installation's Pod is never touched"
     );
+}
+
+/// An insert that the Compute API accepted and then failed (an image that does not exist)
+/// holds the Proxy; the user fixes the image at once, and that one change is enough: the new
+/// generation is created, not judged by the old insert's failure that Get still reports.
+#[tokio::test]
+async fn a_fixed_spec_is_created_at_once_after_an_asynchronous_insert_failure() {
+    const GCP: &str =
+        "installation: test\nproviders:\n- {name: gce, type: gcp, gcp: {project: test-proxies}}\n";
+    const GOOD: &str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64";
+    let world = format!(
+        "gce: {{startSeconds: 20, operationSeconds: 2, zones: [europe-west1-b], images: [{GOOD}]}}\n"
+    );
+    let e = env_with(GCP, &world).await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.yaml");
+    let proxy = |generation: u32, image: &str| {
+        format!(
+            "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: g, namespace: ns, generation: {generation}}}\nspec: {{provider: gce, placement: {{zone: europe-west1-b, machineType: e2-small, image: {image}}}}}\n"
+        )
+    };
+    let first = run(
+        &e,
+        &proxy(1, "projects/nowhere/global/images/missing"),
+        &state,
+    )
+    .await;
+    let ready = |r: &Report| {
+        r.proxies[0]
+            .status
+            .condition("Ready")
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    assert_eq!(
+        ready(&first),
+        Some(("False".into(), "PermanentFailure".into())),
+        "{:#?}",
+        first.proxies[0].status
+    );
+    // Within the window in which Get still reports the failed insert.
+    let second = run(&e, &proxy(2, GOOD), &state).await;
+    assert_eq!(
+        ready(&second),
+        Some(("True".into(), "Running".into())),
+        "{:#?}",
+        second.proxies[0].status
+    );
+    assert!(second.elapsed_seconds < 60, "{}", second.elapsed_seconds);
 }

@@ -191,10 +191,24 @@ pub fn decide(obs: Observation<'_>, now: &str) -> Step {
             provider_id: id.clone(),
             purpose: DeletePurpose::Replace,
         },
+        // A hold released by a change: an instance that never served is asked for again with
+        // the changed spec (create adopts what exists), so the new generation is judged by its
+        // own request, not by a Get that still reports the old one's failure (an accepted
+        // insert that failed later reads as failed for a while).
+        Some(_) if released_hold(status) && status.state != Some(InstanceState::Running) => {
+            Step::Create
+        }
         Some(id) => Step::Get {
             provider_id: id.clone(),
         },
     }
+}
+
+/// The status still shows a permanent failure that [`held`] no longer holds on.
+fn released_hold(status: &ProxyStatus) -> bool {
+    status
+        .condition(READY)
+        .is_some_and(|c| c.reason == reason::PERMANENT_FAILURE)
 }
 
 /// A permanent failure holds while neither the Proxy's generation nor the provider entry's

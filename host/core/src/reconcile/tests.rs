@@ -472,3 +472,43 @@ fn a_transient_delete_failure_after_a_permanent_hold_is_retried() {
         "the delete is retried after its backoff"
     );
 }
+
+/// An instance held on a permanent failure at generation 1 (an insert the backend accepted
+/// and then failed) is asked for again with the generation 2 spec, not looked at with a Get
+/// that would report generation 1's failure.
+#[test]
+fn a_new_generation_is_never_judged_by_the_previous_ones_failure() {
+    let p1 = proxy(1);
+    let rev = present("r1");
+    let provisioning = with_id(Some(InstanceState::Provisioning));
+    let held = after_get(
+        obs(&p1, &provisioning, &rev),
+        Err(ProviderError::new(
+            "gce",
+            "get",
+            ErrorClass::Permanent,
+            "RESOURCE_NOT_FOUND",
+            "insert failed: image not found",
+        )),
+        NOW,
+    );
+    assert_eq!(held.next, Next::AwaitChange);
+    assert!(matches!(
+        decide(obs(&p1, &held.status, &rev), NOW),
+        Step::Settle(_)
+    ));
+    let p2 = proxy(2);
+    assert_eq!(decide(obs(&p2, &held.status, &rev), NOW), Step::Create);
+    // A provider change releases it the same way.
+    assert_eq!(
+        decide(obs(&p1, &held.status, &present("r2")), NOW),
+        Step::Create
+    );
+    // An instance that served is looked at, not re-created.
+    let mut served = held.status.clone();
+    served.state = Some(InstanceState::Running);
+    assert!(matches!(
+        decide(obs(&p2, &served, &rev), NOW),
+        Step::Get { .. }
+    ));
+}
