@@ -65,6 +65,7 @@ async fn plan(
         timeout: Duration::from_secs(600),
         max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
         gc_grace: Duration::ZERO,
+        concurrency: 1,
         runtime: runtime(),
     })
     .await
@@ -118,6 +119,7 @@ async fn the_embedded_default_is_the_examples() {
         timeout: Duration::from_secs(600),
         max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
         gc_grace: Duration::ZERO,
+        concurrency: 1,
         runtime: runtime(),
     })
     .await

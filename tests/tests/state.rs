@@ -74,6 +74,7 @@ async fn run(e: &Env, proxies: &str, state: &Path) -> Report {
             max_rounds: 100,
             timeout: Duration::from_secs(600),
             gc_grace: Duration::ZERO,
+            concurrency: 1,
             state_path: Some(state.to_path_buf()),
         },
     };

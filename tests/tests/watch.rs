@@ -41,6 +41,7 @@ async fn watch_reconciles_again_on_change() {
         timeout: Duration::from_secs(600),
         max_rounds: 100,
         gc_grace: Duration::ZERO,
+        concurrency: 1,
         runtime: RuntimeOptions {
             cache_dir: Some(
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache"),

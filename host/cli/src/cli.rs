@@ -176,9 +176,14 @@ pub struct ReconcileArgs {
     /// Rounds of reconciling before a dry-run gives up.
     #[arg(long, default_value_t = crate::DEFAULT_MAX_ROUNDS)]
     pub max_rounds: u32,
-    /// Instances younger than this are never swept.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    /// Instances younger than this are never swept (the operator's default: a Proxy's status
+    /// may not be written yet).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub gc_grace: std::time::Duration,
+    /// Proxies reconciled at once (real mode; a dry-run steps one at a time so its plan is
+    /// the same on every run).
+    #[arg(long, default_value_t = crate::reconcile::DEFAULT_CONCURRENCY, value_parser = parse_concurrency)]
+    pub concurrency: usize,
     /// Keep running: reconcile again when the proxies file, the providers config or a module
     /// changes (needs -f and --providers).
     #[arg(long)]
@@ -197,6 +202,13 @@ pub struct CheckArgs {
     pub world: Option<PathBuf>,
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: Format,
+}
+
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=4096).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a number of Proxies from 1 to 4096")),
+    }
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {

@@ -108,6 +108,8 @@ pub struct ReconcileRequest {
     pub timeout: Duration,
     pub max_rounds: u32,
     pub gc_grace: Duration,
+    /// Proxies reconciled at once (real mode).
+    pub concurrency: usize,
     pub runtime: RuntimeOptions,
 }
 
@@ -177,11 +179,26 @@ async fn load_providers(
     })
 }
 
+/// The installation identity a run writes on instances and sweeps by. A dry-run may go
+/// without one (`local`); a real run must name it, or two users against one project or
+/// hypervisor would collect each other's instances.
+fn installation_of(cfg: &ProvidersConfig, what: &str, dry_run: bool) -> Result<String, CliError> {
+    match (&cfg.installation, dry_run) {
+        (Some(i), _) => Ok(i.clone()),
+        (None, true) => Ok("local".to_string()),
+        (None, false) => Err(CliError::Input {
+            what: what.to_string(),
+            message: "installation: required without --dry-run: name this installation (for example `installation: my-laptop`), which is written on every instance it creates and is the only one whose orphans it deletes".to_string(),
+        }),
+    }
+}
+
 /// Runs `reconcile`: returns the report; the caller renders it and picks the exit code.
 pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
     let (proxies_text, proxies_what) = req.proxies.read()?;
     let proxies = parse_proxies(&proxies_text, &proxies_what)?;
     let (cfg, cfg_what) = load_config(&req.providers)?;
+    let installation = installation_of(&cfg, &cfg_what, req.dry_run)?;
     let (backends, virtual_clock) = backends_for(req.dry_run, req.world.as_ref())?;
     let recorder = Arc::new(PlanRecorder::new());
     let providers = load_providers(
@@ -193,10 +210,6 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
         req.runtime.clone(),
     )
     .await?;
-    let installation = cfg
-        .installation
-        .clone()
-        .unwrap_or_else(|| "local".to_string());
     let prior = match &req.state {
         Some(p) => state::StateFile::read(p)?,
         None => state::StateFile::default(),
@@ -217,6 +230,7 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
             gc_grace: req.gc_grace,
             // A dry-run changes nothing, the state file included.
             state_path: if req.dry_run { None } else { req.state.clone() },
+            concurrency: req.concurrency,
         },
     };
     driver.run(proxies, prior).await
@@ -331,6 +345,19 @@ pub async fn run_reconcile_watch(
             Ok(proxies) => {
                 let providers = reloader.current();
                 let cfg = reloader.config();
+                let installation =
+                    match installation_of(&cfg, &providers_path.display().to_string(), req.dry_run)
+                    {
+                        Ok(i) => i,
+                        Err(e) => {
+                            refused(&format!("providers config refused: {e}"));
+                            tokio::select! {
+                                _ = &mut stop => return Ok(()),
+                                _ = tokio::time::sleep(interval) => {}
+                            }
+                            continue;
+                        }
+                    };
                 let time = match &virtual_clock {
                     Some(c) => Time::Virtual(c.clone()),
                     None => Time::Real(backends.clock.clone()),
@@ -341,14 +368,12 @@ pub async fn run_reconcile_watch(
                     recorder: recorder.clone(),
                     time,
                     options: DriverOptions {
-                        installation: cfg
-                            .installation
-                            .clone()
-                            .unwrap_or_else(|| "local".to_string()),
+                        installation,
                         max_rounds: req.max_rounds,
                         timeout: req.timeout,
                         gc_grace: req.gc_grace,
                         state_path: if req.dry_run { None } else { req.state.clone() },
+                        concurrency: req.concurrency,
                     },
                 };
                 let (r, next) = driver

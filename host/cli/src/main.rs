@@ -53,7 +53,8 @@ async fn main() -> ExitCode {
         state: None,
         timeout: std::time::Duration::from_secs(600),
         max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
-        gc_grace: std::time::Duration::ZERO,
+        gc_grace: std::time::Duration::from_secs(300),
+        concurrency: egress_proxies::reconcile::DEFAULT_CONCURRENCY,
         watch: false,
     }));
     match command {
@@ -74,6 +75,7 @@ async fn main() -> ExitCode {
                 timeout: a.timeout,
                 max_rounds: a.max_rounds,
                 gc_grace: a.gc_grace,
+                concurrency: a.concurrency,
                 runtime: RuntimeOptions::default(),
             };
             if a.watch {

@@ -64,13 +64,14 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
         r.proxies.iter().map(|p| p.changes.len()).sum::<usize>() + r.gc.changes.len();
     let _ = writeln!(
         out,
-        "{}: {total} proxies, {steady} steady, {changes} changes; {} rounds over {}s{}",
+        "{}: {total} proxies, {steady} steady, {changes} changes; {} {} over {}s{}",
         if dry_run {
             "Plan (dry-run, simulated backends)"
         } else {
             "Reconciled"
         },
         r.rounds,
+        if dry_run { "rounds" } else { "steps" },
         r.elapsed_seconds,
         if dry_run { " of simulated time" } else { "" },
     );

@@ -2,14 +2,16 @@
 //! a proxies file, until every Proxy is steady or the time (or round) budget runs out, then a
 //! sweep of this installation's orphans.
 
-use crate::state::{StateFile, StoredProxy};
+use crate::state::{StateFile, StateWriter, StoredProxy};
 use egress_core::config::ProvidersConfig;
 use egress_core::gc::{self, Verdict};
 use egress_core::reconcile;
 use egress_core::{Proxy, ProxyStatus};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::reconciler::{InlineCloudInit, Wait, reconcile_proxy};
+use egress_runtime::reconciler::{InlineCloudInit, ReconcileEnv, Wait, reconcile_proxy};
 use egress_runtime::{PlanRecorder, PlanStep, Providers};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -37,14 +39,22 @@ impl Time {
 
 pub struct DriverOptions {
     pub installation: String,
-    /// Rounds of "run every due Proxy" before giving up (dry-run guard).
+    /// Rounds of "run every due Proxy" before a dry-run gives up (real mode is bounded by
+    /// `timeout`).
     pub max_rounds: u32,
     /// Wall-time budget in real mode.
     pub timeout: Duration,
     pub gc_grace: Duration,
     /// Where status is written after every change (real mode).
     pub state_path: Option<PathBuf>,
+    /// Proxies reconciled at once in real mode. A dry-run steps one at a time on virtual
+    /// time, so its plan is the same on every run.
+    pub concurrency: usize,
 }
+
+/// The default for `--concurrency`: enough that a fleet of VMs boots together, few enough that
+/// one host is not flooded with image fetches and defines at once.
+pub const DEFAULT_CONCURRENCY: usize = 16;
 
 struct Tracked {
     proxy: Proxy,
@@ -62,6 +72,7 @@ struct Tracked {
 pub struct Report {
     pub proxies: Vec<ProxyReport>,
     pub gc: GcReport,
+    /// Dry-run: rounds of stepping every due Proxy. Real mode: Proxy steps run.
     pub rounds: u32,
     /// Simulated (dry-run) or real seconds the run covered.
     pub elapsed_seconds: u64,
@@ -167,69 +178,26 @@ impl Driver<'_> {
                 );
             }
         }
-        let mut state = StateFile {
+        let state = StateFile {
             installation: self.options.installation.clone(),
             proxies: prior.proxies,
         };
+        let mut sink = match &self.options.state_path {
+            Some(path) => Sink::File(StateWriter::open(path, state)?),
+            None => Sink::Memory(state),
+        };
 
         let deadline_ms = started_ms.saturating_add(self.options.timeout.as_millis() as u64);
-        let mut rounds = 0;
-        loop {
-            let now = self.time.now_ms();
-            let due: Vec<String> = tracked
-                .iter()
-                .filter(|(_, t)| !t.released && t.next_at_ms <= now)
-                .map(|(k, _)| k.clone())
-                .collect();
-            if due.is_empty() {
-                if tracked.values().all(|t| t.released || t.steady) {
-                    break;
-                }
-                let next = tracked
-                    .values()
-                    .filter(|t| !t.released)
-                    .map(|t| t.next_at_ms)
-                    .min()
-                    .unwrap_or(u64::MAX);
-                match &self.time {
-                    Time::Virtual(c) => {
-                        if next == u64::MAX {
-                            break;
-                        }
-                        c.advance_to(next);
-                    }
-                    Time::Real(_) => {
-                        if now >= deadline_ms {
-                            break;
-                        }
-                        let wait = next.min(deadline_ms).saturating_sub(now);
-                        tokio::time::sleep(Duration::from_millis(wait.max(1))).await;
-                    }
-                }
-                continue;
+        let rounds = match &self.time {
+            Time::Virtual(clock) => self.run_rounds(clock, &mut tracked, &mut sink).await?,
+            Time::Real(_) => {
+                self.run_concurrent(&mut tracked, &mut sink, deadline_ms)
+                    .await?
             }
-            rounds += 1;
-            if rounds > self.options.max_rounds {
-                break;
-            }
-            for key in due {
-                if let Some(t) = tracked.get_mut(&key) {
-                    self.step(&key, t).await;
-                    state.record(&key, t.released, &t.proxy, &t.status);
-                    if let Some(path) = &self.options.state_path {
-                        state.write(path)?;
-                    }
-                }
-            }
-            if matches!(self.time, Time::Real(_)) && self.time.now_ms() >= deadline_ms {
-                break;
-            }
-        }
+        };
 
         let gc = self.sweep(&tracked).await;
-        if let Some(path) = &self.options.state_path {
-            state.write(path)?;
-        }
+        let state = sink.finish()?;
 
         let mut by_subject: BTreeMap<String, Vec<Change>> = BTreeMap::new();
         for step in self.recorder.take() {
@@ -262,27 +230,134 @@ impl Driver<'_> {
                 changes: by_subject.remove("gc").unwrap_or_default(),
                 verdicts: gc,
             },
-            rounds: rounds.min(self.options.max_rounds),
+            rounds,
             elapsed_seconds: (self.time.now_ms().saturating_sub(started_ms)) / 1000,
             steady,
         };
         Ok((report, state))
     }
 
+    /// A dry-run: rounds of "step every due Proxy in key order", virtual time jumping to the
+    /// next due Proxy in between, so the plan is the same on every run.
+    async fn run_rounds(
+        &self,
+        clock: &VirtualClock,
+        tracked: &mut BTreeMap<String, Tracked>,
+        sink: &mut Sink,
+    ) -> Result<u32, crate::CliError> {
+        let mut rounds = 0;
+        loop {
+            let now = clock.now_millis();
+            let due: Vec<String> = tracked
+                .iter()
+                .filter(|(_, t)| !t.released && t.next_at_ms <= now)
+                .map(|(k, _)| k.clone())
+                .collect();
+            if due.is_empty() {
+                if tracked.values().all(|t| t.released || t.steady) {
+                    break;
+                }
+                let next = tracked
+                    .values()
+                    .filter(|t| !t.released)
+                    .map(|t| t.next_at_ms)
+                    .min()
+                    .unwrap_or(u64::MAX);
+                if next == u64::MAX {
+                    break;
+                }
+                clock.advance_to(next);
+                continue;
+            }
+            rounds += 1;
+            if rounds > self.options.max_rounds {
+                break;
+            }
+            for key in due {
+                if let Some(t) = tracked.get_mut(&key) {
+                    self.step(&key, t).await;
+                    sink.record(&key, t)?;
+                }
+            }
+        }
+        Ok(rounds.min(self.options.max_rounds))
+    }
+
+    /// Real mode: up to `concurrency` Proxies stepped at once, each started as soon as it is
+    /// due and a slot is free, its change recorded durably before it is stepped again. Past
+    /// the deadline nothing new starts; steps under way finish (their calls are bounded).
+    /// Returns the number of steps run.
+    async fn run_concurrent(
+        &self,
+        tracked: &mut BTreeMap<String, Tracked>,
+        sink: &mut Sink,
+        deadline_ms: u64,
+    ) -> Result<u32, crate::CliError> {
+        let limit = self.options.concurrency.max(1);
+        let mut in_flight = FuturesUnordered::new();
+        let mut steps: u32 = 0;
+        loop {
+            let now = self.time.now_ms();
+            if now < deadline_ms {
+                let due: Vec<String> = tracked
+                    .iter()
+                    .filter(|(_, t)| !t.released && t.next_at_ms <= now)
+                    .map(|(k, _)| k.clone())
+                    .take(limit.saturating_sub(in_flight.len()))
+                    .collect();
+                for key in due {
+                    // Out of the map while it runs: it is neither due nor counted as idle.
+                    if let Some(mut t) = tracked.remove(&key) {
+                        steps += 1;
+                        in_flight.push(async move {
+                            self.step(&key, &mut t).await;
+                            (key, t)
+                        });
+                    }
+                }
+            }
+            let idle_next = tracked
+                .values()
+                .filter(|t| !t.released)
+                .map(|t| t.next_at_ms)
+                .min();
+            if in_flight.is_empty() {
+                let settled = tracked.values().all(|t| t.released || t.steady);
+                let Some(next) = idle_next.filter(|_| !settled && now < deadline_ms) else {
+                    break;
+                };
+                let wait = next.min(deadline_ms).saturating_sub(now);
+                tokio::time::sleep(Duration::from_millis(wait.max(1))).await;
+                continue;
+            }
+            // A slot is free: wake for the next due Proxy too, not only for a finished step.
+            let wake = idle_next
+                .filter(|_| in_flight.len() < limit && now < deadline_ms)
+                .map(|next| {
+                    Duration::from_millis(next.min(deadline_ms).saturating_sub(now).max(1))
+                });
+            tokio::select! {
+                Some((key, t)) = in_flight.next() => {
+                    sink.record(&key, &t)?;
+                    tracked.insert(key, t);
+                }
+                () = sleep_or_never(wake) => {}
+            }
+        }
+        Ok(steps)
+    }
+
     /// Runs the decisions for one Proxy until it waits.
     async fn step(&self, key: &str, t: &mut Tracked) {
         let now = || self.time.now_rfc3339();
-        let r = reconcile_proxy(
-            self.providers,
-            &t.proxy,
-            t.status.clone(),
-            t.deleting,
-            &self.options.installation,
-            &InlineCloudInit,
-            &now,
-            key,
-        )
-        .await;
+        let env = ReconcileEnv {
+            providers: self.providers,
+            installation: &self.options.installation,
+            cloud_init: &InlineCloudInit,
+            owner_references: false,
+            now: &now,
+        };
+        let r = reconcile_proxy(&env, &t.proxy, t.status.clone(), t.deleting, key).await;
         t.status = r.status;
         t.steady = r.steady;
         t.released = r.released;
@@ -353,6 +428,42 @@ impl Driver<'_> {
             }
         }
         verdicts
+    }
+}
+
+async fn sleep_or_never(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Where a run's statuses go: a state file (real mode with `--state`), or memory only.
+enum Sink {
+    File(StateWriter),
+    Memory(StateFile),
+}
+
+impl Sink {
+    fn record(&mut self, key: &str, t: &Tracked) -> Result<(), crate::CliError> {
+        let stored = StateFile::record_of(t.released, &t.proxy, &t.status);
+        match self {
+            Sink::File(w) => w.record(key, stored),
+            Sink::Memory(s) => {
+                s.set(key, stored);
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(self) -> Result<StateFile, crate::CliError> {
+        match self {
+            Sink::File(mut w) => {
+                w.compact()?;
+                Ok(w.into_state())
+            }
+            Sink::Memory(s) => Ok(s),
+        }
     }
 }
 

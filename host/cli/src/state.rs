@@ -1,13 +1,23 @@
-//! The CLI's state file: each Proxy's status, written after every change (to a temporary file
-//! renamed into place) so an interrupted run loses nothing, and read back so a Proxy removed
-//! from the proxies file is deleted on the next run.
+//! The CLI's state file: each Proxy's status, kept so an interrupted run loses nothing and a
+//! Proxy removed from the proxies file is deleted on the next run.
+//!
+//! A run appends each change to a journal beside the file (`STATE.journal`, one JSON line per
+//! change, synced before the next provider call of that Proxy) instead of rewriting the whole
+//! file after every step, which grew quadratically with the Proxies; the file itself is
+//! rewritten (a synced temporary file renamed into place) when the journal grows past the
+//! number of Proxies it describes and at the end of a run. Reading replays the journal over
+//! the file, ignoring a last line cut off by a crash.
+//!
+//! Written here rather than taken from a crate: an embedded database would hold the state in a
+//! format users cannot read; the file stays plain YAML, the journal plain JSON lines.
 
 use egress_core::{Proxy, ProxyStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StateFile {
     pub installation: String,
@@ -15,7 +25,7 @@ pub struct StateFile {
     pub proxies: BTreeMap<String, StoredProxy>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StoredProxy {
     /// `namespace/name`.
@@ -25,45 +35,286 @@ pub struct StoredProxy {
     pub status: ProxyStatus,
 }
 
+/// One journal line: the Proxy's record as it is now, or its removal.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Entry {
+    key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stored: Option<StoredProxy>,
+}
+
+fn journal_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".journal");
+    path.with_file_name(name)
+}
+
+fn input_error(path: &Path, message: impl std::fmt::Display) -> crate::CliError {
+    crate::CliError::Input {
+        what: format!("state file {}", path.display()),
+        message: message.to_string(),
+    }
+}
+
+fn output_error(path: &Path, message: impl std::fmt::Display) -> crate::CliError {
+    crate::CliError::Output {
+        what: format!("state file {}", path.display()),
+        message: message.to_string(),
+    }
+}
+
 impl StateFile {
+    /// The file with its journal replayed; empty when neither exists.
     pub fn read(path: &Path) -> Result<Self, crate::CliError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => serde_yaml::from_str(&text).map_err(|e| crate::CliError::Input {
-                what: format!("state file {}", path.display()),
-                message: e.to_string(),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(e) => Err(crate::CliError::Input {
-                what: format!("state file {}", path.display()),
-                message: e.to_string(),
-            }),
-        }
-    }
-
-    pub fn record(&mut self, key: &str, released: bool, proxy: &Proxy, status: &ProxyStatus) {
-        if released {
-            self.proxies.remove(key);
-        } else {
-            self.proxies.insert(
-                key.to_string(),
-                StoredProxy {
-                    key: key.to_string(),
-                    uid: proxy.uid(),
-                    provider: proxy.spec.provider.clone(),
-                    status: status.clone(),
-                },
-            );
-        }
-    }
-
-    pub fn write(&self, path: &Path) -> Result<(), crate::CliError> {
-        let err = |e: String| crate::CliError::Output {
-            what: format!("state file {}", path.display()),
-            message: e,
+        let mut state = match std::fs::read_to_string(path) {
+            Ok(text) => serde_yaml::from_str(&text).map_err(|e| input_error(path, e))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
+            Err(e) => return Err(input_error(path, e)),
         };
-        let text = serde_yaml::to_string(self).map_err(|e| err(e.to_string()))?;
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text).map_err(|e| err(e.to_string()))?;
-        std::fs::rename(&tmp, path).map_err(|e| err(e.to_string()))
+        let journal = journal_path(path);
+        match std::fs::read_to_string(&journal) {
+            Ok(text) => {
+                let complete = text.ends_with('\n');
+                let lines: Vec<&str> = text.lines().collect();
+                for (i, line) in lines.iter().enumerate() {
+                    match serde_json::from_str::<Entry>(line) {
+                        Ok(entry) => state.apply(entry),
+                        // A crash mid-append leaves the last line cut short: it never happened.
+                        Err(_) if i + 1 == lines.len() && !complete => {}
+                        Err(e) => {
+                            return Err(input_error(&journal, format!("line {}: {e}", i + 1)));
+                        }
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(input_error(&journal, e)),
+        }
+        Ok(state)
+    }
+
+    fn apply(&mut self, entry: Entry) {
+        match entry.stored {
+            Some(stored) => {
+                self.proxies.insert(entry.key, stored);
+            }
+            None => {
+                self.proxies.remove(&entry.key);
+            }
+        }
+    }
+
+    /// What the state holds for a Proxy now: its record, or None once released.
+    pub fn record_of(released: bool, proxy: &Proxy, status: &ProxyStatus) -> Option<StoredProxy> {
+        (!released).then(|| StoredProxy {
+            key: proxy.key(),
+            uid: proxy.uid(),
+            provider: proxy.spec.provider.clone(),
+            status: status.clone(),
+        })
+    }
+
+    /// Sets a Proxy's record in memory; true when it changed.
+    pub fn set(&mut self, key: &str, stored: Option<StoredProxy>) -> bool {
+        match stored {
+            Some(s) if self.proxies.get(key) == Some(&s) => false,
+            Some(s) => {
+                self.proxies.insert(key.to_string(), s);
+                true
+            }
+            None => self.proxies.remove(key).is_some(),
+        }
+    }
+
+    /// Writes the whole file through a synced temporary file renamed into place, so a reader
+    /// never sees half of it.
+    pub fn write(&self, path: &Path) -> Result<(), crate::CliError> {
+        let text = serde_yaml::to_string(self).map_err(|e| output_error(path, e))?;
+        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(".tmp");
+        let tmp = path.with_file_name(tmp_name);
+        let mut f = std::fs::File::create(&tmp).map_err(|e| output_error(path, e))?;
+        f.write_all(text.as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(|e| output_error(path, e))?;
+        std::fs::rename(&tmp, path).map_err(|e| output_error(path, e))
+    }
+}
+
+/// The state of a run being written: changes go to the journal, synced one by one; the file
+/// is rewritten when the journal outgrows it and when the run ends.
+pub struct StateWriter {
+    path: PathBuf,
+    state: StateFile,
+    journal: Option<std::fs::File>,
+    journal_lines: usize,
+}
+
+impl StateWriter {
+    /// Starts from `state` (what [`StateFile::read`] gave, or a fresh one), rewriting the file
+    /// at once so the journal starts empty.
+    pub fn open(path: &Path, state: StateFile) -> Result<Self, crate::CliError> {
+        let mut w = Self {
+            path: path.to_path_buf(),
+            state,
+            journal: None,
+            journal_lines: 0,
+        };
+        w.compact()?;
+        Ok(w)
+    }
+
+    pub fn state(&self) -> &StateFile {
+        &self.state
+    }
+
+    pub fn into_state(self) -> StateFile {
+        self.state
+    }
+
+    /// Records one Proxy's change durably (journal appended and synced) before returning.
+    pub fn record(
+        &mut self,
+        key: &str,
+        stored: Option<StoredProxy>,
+    ) -> Result<(), crate::CliError> {
+        if !self.state.set(key, stored.clone()) {
+            return Ok(());
+        }
+        let mut line = serde_json::to_string(&Entry {
+            key: key.to_string(),
+            stored,
+        })
+        .map_err(|e| output_error(&self.path, e))?;
+        line.push('\n');
+        let journal = match &mut self.journal {
+            Some(f) => f,
+            None => {
+                let f = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(journal_path(&self.path))
+                    .map_err(|e| output_error(&self.path, e))?;
+                self.journal.insert(f)
+            }
+        };
+        journal
+            .write_all(line.as_bytes())
+            .and_then(|()| journal.sync_data())
+            .map_err(|e| output_error(&self.path, e))?;
+        self.journal_lines += 1;
+        if self.journal_lines > self.state.proxies.len().max(64) {
+            self.compact()?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the file with everything recorded, then empties the journal. A crash between
+    /// the two leaves journal lines the file already holds: replaying them changes nothing.
+    pub fn compact(&mut self) -> Result<(), crate::CliError> {
+        self.state.write(&self.path)?;
+        self.journal = None;
+        match std::fs::remove_file(journal_path(&self.path)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(output_error(&self.path, e)),
+        }
+        self.journal_lines = 0;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn stored(key: &str, ip: &str) -> StoredProxy {
+        StoredProxy {
+            key: key.into(),
+            uid: format!("uid-{key}"),
+            provider: "p".into(),
+            status: ProxyStatus {
+                ip: Some(ip.into()),
+                ..Default::default()
+            },
+        }
+    }
+
+    #[test]
+    fn changes_are_journaled_and_read_back_before_any_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        let mut w = StateWriter::open(&path, StateFile::default()).unwrap();
+        w.record("ns/a", Some(stored("ns/a", "10.0.0.1"))).unwrap();
+        w.record("ns/b", Some(stored("ns/b", "10.0.0.2"))).unwrap();
+        w.record("ns/a", Some(stored("ns/a", "10.0.0.3"))).unwrap();
+        w.record("ns/b", None).unwrap();
+        // The run dies here: the file is as it started, the journal holds the rest.
+        let journal = std::fs::read_to_string(journal_path(&path)).unwrap();
+        assert_eq!(journal.lines().count(), 4);
+        let read = StateFile::read(&path).unwrap();
+        assert_eq!(read.proxies.len(), 1);
+        assert_eq!(read.proxies["ns/a"].status.ip.as_deref(), Some("10.0.0.3"));
+        // Compacted: the same state from the file alone.
+        w.compact().unwrap();
+        assert!(!journal_path(&path).exists());
+        assert_eq!(StateFile::read(&path).unwrap(), read);
+    }
+
+    #[test]
+    fn an_unchanged_record_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        let mut w = StateWriter::open(&path, StateFile::default()).unwrap();
+        w.record("ns/a", Some(stored("ns/a", "10.0.0.1"))).unwrap();
+        w.record("ns/a", Some(stored("ns/a", "10.0.0.1"))).unwrap();
+        w.record("ns/z", None).unwrap();
+        let journal = std::fs::read_to_string(journal_path(&path)).unwrap();
+        assert_eq!(journal.lines().count(), 1);
+    }
+
+    #[test]
+    fn a_line_cut_off_by_a_crash_is_ignored_and_a_bad_line_elsewhere_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        let mut w = StateWriter::open(&path, StateFile::default()).unwrap();
+        w.record("ns/a", Some(stored("ns/a", "10.0.0.1"))).unwrap();
+        drop(w);
+        let j = journal_path(&path);
+        let mut text = std::fs::read_to_string(&j).unwrap();
+        text.push_str("{\"key\":\"ns/b\",\"sto");
+        std::fs::write(&j, &text).unwrap();
+        let read = StateFile::read(&path).unwrap();
+        assert_eq!(read.proxies.keys().collect::<Vec<_>>(), vec!["ns/a"]);
+        std::fs::write(&j, format!("garbage\n{text}\n")).unwrap();
+        let err = StateFile::read(&path).unwrap_err().to_string();
+        assert!(err.contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn the_journal_is_folded_into_the_file_once_it_outgrows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        let mut w = StateWriter::open(&path, StateFile::default()).unwrap();
+        for i in 0..200 {
+            w.record(
+                "ns/a",
+                Some(stored("ns/a", &format!("10.0.{}.{}", i / 256, i % 256))),
+            )
+            .unwrap();
+        }
+        let lines = std::fs::read_to_string(journal_path(&path))
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        assert!(lines <= 65, "{lines} journal lines for one Proxy");
+        assert_eq!(
+            StateFile::read(&path).unwrap().proxies["ns/a"]
+                .status
+                .ip
+                .as_deref(),
+            Some("10.0.0.199")
+        );
     }
 }

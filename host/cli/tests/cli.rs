@@ -225,3 +225,47 @@ fn the_binary_embeds_no_test_module() {
         "provider template embedded"
     );
 }
+
+/// Without --dry-run a run writes its installation on every instance and deletes the orphans
+/// of that installation only: it must be named, or two users against one backend would
+/// collect each other's instances. Refused before any backend is reached.
+#[test]
+fn a_real_run_without_an_installation_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let providers = dir.path().join("providers.yaml");
+    std::fs::write(
+        &providers,
+        "providers:\n- {name: cluster, type: kubernetes}\n",
+    )
+    .unwrap();
+    let proxies = dir.path().join("proxies.yaml");
+    std::fs::write(
+        &proxies,
+        "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: a, namespace: ns}\nspec: {provider: cluster}\n",
+    )
+    .unwrap();
+    let state = dir.path().join("state.yaml");
+    let out = run(&[
+        "reconcile",
+        "-f",
+        proxies.to_str().unwrap(),
+        "--providers",
+        providers.to_str().unwrap(),
+        "--state",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("installation: required"), "{err}");
+    assert!(!state.exists(), "nothing was written");
+    // The same files plan fine as a dry-run.
+    let plan = run(&[
+        "reconcile",
+        "--dry-run",
+        "-f",
+        proxies.to_str().unwrap(),
+        "--providers",
+        providers.to_str().unwrap(),
+    ]);
+    assert!(plan.status.success(), "{}", text(&plan.stderr));
+}

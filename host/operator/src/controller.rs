@@ -4,7 +4,7 @@
 
 use crate::context::Context;
 use crate::crd::Proxy;
-use egress_runtime::reconciler::{CloudInitSource, Wait, reconcile_proxy};
+use egress_runtime::reconciler::{CloudInitSource, ReconcileEnv, Wait, reconcile_proxy};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -136,17 +136,14 @@ pub async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Action, E
         client: ctx.client.clone(),
         namespace: namespace.clone(),
     };
-    let result = reconcile_proxy(
-        &loaded.providers,
-        &core,
-        status.clone(),
-        deleting,
-        &ctx.installation,
-        &cloud_init,
-        &now,
-        &key,
-    )
-    .await;
+    let env = ReconcileEnv {
+        providers: &loaded.providers,
+        installation: &ctx.installation,
+        cloud_init: &cloud_init,
+        owner_references: true,
+        now: &now,
+    };
+    let result = reconcile_proxy(&env, &core, status.clone(), deleting, &key).await;
 
     if result.status != status {
         api.patch_status(

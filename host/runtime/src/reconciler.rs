@@ -69,19 +69,37 @@ fn event(warning: bool, reason: &str, message: String) -> ProxyEvent {
     }
 }
 
+/// What every reconcile of a run shares.
+pub struct ReconcileEnv<'a> {
+    pub providers: &'a Providers,
+    /// Written on every instance.
+    pub installation: &'a str,
+    pub cloud_init: &'a dyn CloudInitSource,
+    /// Instances carry an OwnerReference to their Proxy, so a backend that understands it
+    /// (Kubernetes) collects them with it: in operator mode only. The CLI's Proxies exist in no
+    /// cluster, and a reference to a UID no object has would let Kubernetes' garbage collector
+    /// delete the instance wherever the Proxy CRD is installed.
+    pub owner_references: bool,
+    /// RFC 3339 time.
+    pub now: &'a (dyn Fn() -> String + Send + Sync),
+}
+
 /// Reconciles one Proxy: decides, calls the provider, folds the answer, and repeats while a
-/// follow-up is due (a replacement is a delete then a create). `now` gives RFC 3339 time.
-#[allow(clippy::too_many_arguments)]
+/// follow-up is due (a replacement is a delete then a create).
 pub async fn reconcile_proxy(
-    providers: &Providers,
+    env: &ReconcileEnv<'_>,
     proxy: &Proxy,
     mut status: ProxyStatus,
     deleting: bool,
-    installation: &str,
-    cloud_init: &dyn CloudInitSource,
-    now: &(dyn Fn() -> String + Send + Sync),
     subject: &str,
 ) -> StepResult {
+    let ReconcileEnv {
+        providers,
+        installation,
+        cloud_init,
+        owner_references,
+        now,
+    } = *env;
     let provider = providers.get(&proxy.spec.provider);
     let lookup = match provider {
         Some(p) => ProviderLookup::Present {
@@ -120,7 +138,10 @@ pub async fn reconcile_proxy(
             (Step::Create, Some(p)) => {
                 let result = match cloud_init.resolve(proxy).await {
                     Ok(ci) => {
-                        let req = CreateRequest::for_proxy(proxy, installation, ci);
+                        let mut req = CreateRequest::for_proxy(proxy, installation, ci);
+                        if !owner_references {
+                            req.owner = None;
+                        }
                         p.create(subject, &req).await
                     }
                     Err(m) => Err(egress_core::ProviderError::new(
