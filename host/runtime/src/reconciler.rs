@@ -71,7 +71,16 @@ fn event(warning: bool, reason: &str, message: String) -> ProxyEvent {
 
 /// Reconciles one Proxy: decides, calls the provider, folds the answer, and repeats while a
 /// follow-up is due (a replacement is a delete then a create). `now` gives RFC 3339 time.
+///
+/// The `reconcile` span is opened here, where the CLI and the operator meet, so one reconcile
+/// is one trace of the same shape in both: `reconcile` → `provider.<op>` → `<capability>.<call>`.
+/// Its attributes name the Proxy and its provider; the spec (cloud-init) stays out.
 #[allow(clippy::too_many_arguments)]
+#[tracing::instrument(
+    name = "reconcile",
+    skip_all,
+    fields(proxy = %proxy.key(), provider = %proxy.spec.provider, deleting = deleting)
+)]
 pub async fn reconcile_proxy(
     providers: &Providers,
     proxy: &Proxy,
