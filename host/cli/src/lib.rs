@@ -7,6 +7,7 @@ pub mod output;
 pub mod provider;
 pub mod reconcile;
 pub mod state;
+pub mod telemetry;
 
 use egress_core::Proxy;
 use egress_core::config::{ConfigError, ProvidersConfig};

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use egress_proxies::cli::{Cli, Command, Doctor, Format, ProviderCmd, ReconcileArgs};
-use egress_proxies::{Source, examples, output};
+use egress_proxies::{Source, examples, output, telemetry};
 use egress_runtime::RuntimeOptions;
 use std::process::ExitCode;
 
@@ -10,40 +10,16 @@ fn source(path: Option<std::path::PathBuf>, embedded: fn() -> Source) -> Source 
     path.map(Source::File).unwrap_or_else(embedded)
 }
 
-/// Logs to stderr, filtered by EGRESS_PROXIES_LOG (default warn). With
-/// OTEL_EXPORTER_OTLP_ENDPOINT set, spans (the provider operations and every capability call
-/// under them) are also exported there over OTLP/HTTP.
-fn init_tracing() {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::{EnvFilter, Layer};
-    let logs = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_filter(
-            EnvFilter::try_from_env("EGRESS_PROXIES_LOG")
-                .unwrap_or_else(|_| EnvFilter::new("warn")),
-        );
-    let otlp = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty())
-        .map(|endpoint| {
-            let buffer = egress_operator::otlp::Buffer::default();
-            tokio::spawn(egress_operator::otlp::export(
-                endpoint,
-                buffer.clone(),
-                std::time::Duration::from_secs(2),
-            ));
-            egress_operator::otlp::OtlpLayer::new(buffer).with_filter(EnvFilter::new(
-                "egress_runtime=debug,egress_operator=debug,egress_proxies=debug,info",
-            ))
-        });
-    tracing_subscriber::registry().with(logs).with(otlp).init();
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
-    init_tracing();
-    let cli = Cli::parse();
+    let telemetry = telemetry::init();
+    let code = run(Cli::parse()).await;
+    // Every command ends here, so the spans of a run reach the collector before it exits.
+    telemetry.shutdown().await;
+    code
+}
+
+async fn run(cli: Cli) -> ExitCode {
     let command = cli.command.unwrap_or(Command::Reconcile(ReconcileArgs {
         file: None,
         providers: None,

@@ -379,7 +379,9 @@ impl Driver<'_> {
     }
 
     /// Lists each provider's instances of this installation and deletes those no Proxy in
-    /// the file claims. A provider that cannot list is skipped; the others still sweep.
+    /// the file claims. A provider that cannot list is skipped; the others still sweep. One
+    /// sweep is one trace, as in the operator.
+    #[tracing::instrument(name = "gc", skip_all, fields(installation = %self.options.installation))]
     async fn sweep(&self, tracked: &BTreeMap<String, Tracked>) -> Vec<GcVerdict> {
         let live: BTreeSet<String> = tracked
             .values()

@@ -8,7 +8,6 @@ pub mod crd;
 pub mod health;
 pub mod leader;
 pub mod metrics;
-pub mod otlp;
 pub mod server;
 pub mod sweeper;
 

@@ -18,7 +18,8 @@ pub struct Judged {
 }
 
 /// One sweep. Fails only when the live Proxies cannot be listed: without them every instance
-/// would look orphaned.
+/// would look orphaned. One sweep is one trace: `gc` → `provider.<op>` → `<capability>.<call>`.
+#[tracing::instrument(name = "gc", skip_all, fields(installation = %ctx.installation))]
 pub async fn sweep_once(ctx: &Context, grace: Duration) -> Result<Vec<Judged>, kube::Error> {
     let proxies: Api<Proxy> = Api::all(ctx.client.clone());
     let live: BTreeSet<String> = proxies

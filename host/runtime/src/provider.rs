@@ -379,21 +379,16 @@ impl Provider {
         ProviderError::new(&self.name, op, class, reason, message)
     }
 
+    /// Runs `op` inside `span`, the operation's `provider.<op>` span: the capability calls the
+    /// guest makes open their spans under it.
     async fn call(
         &self,
         op: Op,
+        span: tracing::Span,
         subject: &str,
         redactor: Redactor,
     ) -> Result<OpOut, ProviderError> {
         let name = op.name();
-        let span = match name {
-            "create" => tracing::info_span!("provider.create", provider = %self.name, subject),
-            "get" => tracing::info_span!("provider.get", provider = %self.name, subject),
-            "delete" => tracing::info_span!("provider.delete", provider = %self.name, subject),
-            "listByTag" => tracing::info_span!("provider.list-by-tag", provider = %self.name),
-            "check" => tracing::info_span!("provider.check", provider = %self.name),
-            _ => tracing::info_span!("provider.call", provider = %self.name, op = name),
-        };
         let timeout = self.entry.timeout(name);
         async {
             let slot = self
@@ -519,13 +514,28 @@ impl Provider {
         req: &CreateRequest,
     ) -> Result<Instance, ProviderError> {
         let redactor = Redactor::for_cloud_init(req.cloud_init.as_deref());
+        // The instance name and zone find the instance in the backend; the request's
+        // cloud-init never becomes an attribute.
+        let span = tracing::info_span!(
+            "provider.create",
+            provider = %self.name,
+            subject,
+            instance = %req.name,
+            zone = req.placement.zone.as_deref(),
+            error.type = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
         let op = Op::Create(self.ctx(), Box::new(to_wit_request(req)));
-        match self.call(op, subject, redactor.clone()).await? {
-            OpOut::Create(r) => r
-                .map(from_wit_instance)
-                .map_err(|e| self.guest_error("create", e, &redactor)),
-            _ => Err(self.wrong_shape("create")),
-        }
+        let out = self
+            .call(op, span.clone(), subject, redactor.clone())
+            .await
+            .and_then(|o| match o {
+                OpOut::Create(r) => r
+                    .map(from_wit_instance)
+                    .map_err(|e| self.guest_error("create", e, &redactor)),
+                _ => Err(self.wrong_shape("create")),
+            });
+        failed_in(&span, out)
     }
 
     pub async fn get(&self, subject: &str, provider_id: &str) -> Result<Instance, ProviderError> {
@@ -536,15 +546,25 @@ impl Provider {
 
     async fn get_inner(&self, subject: &str, provider_id: &str) -> Result<Instance, ProviderError> {
         let r = Redactor::default();
-        match self
-            .call(Op::Get(self.ctx(), provider_id.into()), subject, r.clone())
-            .await?
-        {
-            OpOut::Get(r2) => r2
-                .map(from_wit_instance)
-                .map_err(|e| self.guest_error("get", e, &r)),
-            _ => Err(self.wrong_shape("get")),
-        }
+        let span = tracing::info_span!(
+            "provider.get",
+            provider = %self.name,
+            subject,
+            provider_id,
+            error.type = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
+        let op = Op::Get(self.ctx(), provider_id.into());
+        let out = self
+            .call(op, span.clone(), subject, r.clone())
+            .await
+            .and_then(|o| match o {
+                OpOut::Get(r2) => r2
+                    .map(from_wit_instance)
+                    .map_err(|e| self.guest_error("get", e, &r)),
+                _ => Err(self.wrong_shape("get")),
+            });
+        failed_in(&span, out)
     }
 
     pub async fn delete(&self, subject: &str, provider_id: &str) -> Result<(), ProviderError> {
@@ -555,17 +575,23 @@ impl Provider {
 
     async fn delete_inner(&self, subject: &str, provider_id: &str) -> Result<(), ProviderError> {
         let r = Redactor::default();
-        match self
-            .call(
-                Op::Delete(self.ctx(), provider_id.into()),
-                subject,
-                r.clone(),
-            )
-            .await?
-        {
-            OpOut::Delete(r2) => r2.map_err(|e| self.guest_error("delete", e, &r)),
-            _ => Err(self.wrong_shape("delete")),
-        }
+        let span = tracing::info_span!(
+            "provider.delete",
+            provider = %self.name,
+            subject,
+            provider_id,
+            error.type = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
+        let op = Op::Delete(self.ctx(), provider_id.into());
+        let out = self
+            .call(op, span.clone(), subject, r.clone())
+            .await
+            .and_then(|o| match o {
+                OpOut::Delete(r2) => r2.map_err(|e| self.guest_error("delete", e, &r)),
+                _ => Err(self.wrong_shape("delete")),
+            });
+        failed_in(&span, out)
     }
 
     pub async fn list_by_tag(
@@ -584,19 +610,24 @@ impl Provider {
         installation: &str,
     ) -> Result<Vec<Instance>, ProviderError> {
         let r = Redactor::default();
-        match self
-            .call(
-                Op::List(self.ctx(), installation.into()),
-                subject,
-                r.clone(),
-            )
-            .await?
-        {
-            OpOut::List(r2) => r2
-                .map(|v| v.into_iter().map(from_wit_instance).collect())
-                .map_err(|e| self.guest_error("listByTag", e, &r)),
-            _ => Err(self.wrong_shape("listByTag")),
-        }
+        let span = tracing::info_span!(
+            "provider.list-by-tag",
+            provider = %self.name,
+            subject,
+            error.type = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
+        let op = Op::List(self.ctx(), installation.into());
+        let out = self
+            .call(op, span.clone(), subject, r.clone())
+            .await
+            .and_then(|o| match o {
+                OpOut::List(r2) => r2
+                    .map(|v| v.into_iter().map(from_wit_instance).collect())
+                    .map_err(|e| self.guest_error("listByTag", e, &r)),
+                _ => Err(self.wrong_shape("listByTag")),
+            });
+        failed_in(&span, out)
     }
 
     /// The health of each backend target. A failed call is one target with the failure.
@@ -616,8 +647,9 @@ impl Provider {
     }
 
     async fn check_inner(&self) -> Vec<TargetStatus> {
+        let span = tracing::info_span!("provider.check", provider = %self.name);
         match self
-            .call(Op::Check(self.ctx()), "check", Redactor::default())
+            .call(Op::Check(self.ctx()), span, "check", Redactor::default())
             .await
         {
             Ok(OpOut::Check(targets)) => targets
@@ -640,6 +672,16 @@ impl Provider {
             }],
         }
     }
+}
+
+/// Marks a failed operation on its span: an error status with the (redacted) message, and the
+/// reason as `error.type`, so a trace shows which call failed and why.
+fn failed_in<T>(span: &tracing::Span, r: Result<T, ProviderError>) -> Result<T, ProviderError> {
+    if let Err(e) = &r {
+        span.record("error.type", e.reason.as_str());
+        span.record("otel.status_description", e.message.as_str());
+    }
+    r
 }
 
 fn to_wit_request(r: &CreateRequest) -> b::CreateRequest {

@@ -86,6 +86,15 @@ pub struct ReconcileEnv<'a> {
 
 /// Reconciles one Proxy: decides, calls the provider, folds the answer, and repeats while a
 /// follow-up is due (a replacement is a delete then a create).
+///
+/// The `reconcile` span is opened here, where the CLI and the operator meet, so one reconcile
+/// is one trace of the same shape in both: `reconcile` → `provider.<op>` → `<capability>.<call>`.
+/// Its attributes name the Proxy and its provider; the spec (cloud-init) stays out.
+#[tracing::instrument(
+    name = "reconcile",
+    skip_all,
+    fields(proxy = %proxy.key(), provider = %proxy.spec.provider, deleting = deleting)
+)]
 pub async fn reconcile_proxy(
     env: &ReconcileEnv<'_>,
     proxy: &Proxy,
