@@ -32,3 +32,5 @@ pub fn libvirt_env() -> Option<HashMap<String, String>> {
             .collect(),
     )
 }
+
+pub mod kvm;
