@@ -241,10 +241,17 @@ impl Run {
             grants: self.grants.clone(),
             limits: Some(Limits {
                 memory_mib: None,
-                timeouts: [(
-                    "create".to_string(),
-                    format!("{}ms", self.create_timeout.as_millis()),
-                )]
+                timeouts: [
+                    (
+                        "create".to_string(),
+                        format!("{}ms", self.create_timeout.as_millis()),
+                    ),
+                    // A libvirt create must outlast its image transfer budget.
+                    (
+                        egress_core::config::IMAGE_TRANSFER.to_string(),
+                        format!("{}ms", (self.create_timeout.as_millis() / 2).max(1)),
+                    ),
+                ]
                 .into(),
             }),
             ..Default::default()

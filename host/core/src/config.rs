@@ -137,10 +137,17 @@ pub struct Limits {
     #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u32>,
     /// Wall time per operation, e.g. `{create: 10m, get: 30s}`. Keys: validateConfig, describe,
-    /// create, get, delete, listByTag, check.
+    /// create, get, delete, listByTag, check; and imageTransfer, the budget of one streamed
+    /// url-to-volume transfer of the libvirt capability (default 60m), which a create of an
+    /// entry granted libvirt must outlast (its create defaults to imageTransfer + 5m).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub timeouts: BTreeMap<String, String>,
 }
+
+/// The `limits.timeouts` key of the image transfer budget.
+pub const IMAGE_TRANSFER: &str = "imageTransfer";
+/// The image transfer budget when the entry does not set one.
+pub const DEFAULT_IMAGE_TRANSFER: Duration = Duration::from_secs(3600);
 
 pub const OPERATIONS: &[&str] = &[
     "validateConfig",
@@ -195,6 +202,20 @@ impl ProviderEntry {
             .and_then(|l| l.timeouts.get(operation))
             .and_then(|s| parse_duration(s).ok())
             .unwrap_or_else(|| default_timeout(operation))
+    }
+
+    /// The bound the entry sets itself for `key` (an operation or imageTransfer), if any.
+    pub fn explicit_timeout(&self, key: &str) -> Option<Duration> {
+        self.limits
+            .as_ref()
+            .and_then(|l| l.timeouts.get(key))
+            .and_then(|s| parse_duration(s).ok())
+    }
+
+    /// The budget of one url-to-volume image transfer.
+    pub fn image_transfer_timeout(&self) -> Duration {
+        self.explicit_timeout(IMAGE_TRANSFER)
+            .unwrap_or(DEFAULT_IMAGE_TRANSFER)
     }
 
     pub fn memory_bytes(&self) -> usize {
@@ -255,11 +276,13 @@ impl ProvidersConfig {
 
     pub fn check(&self) -> Result<(), ConfigError> {
         if let Some(inst) = &self.installation
-            && !is_label_value(inst)
+            && !is_installation(inst)
         {
             return Err(ConfigError::new(
                 "installation",
-                "must be 1-63 characters of [a-z0-9-_.], starting and ending alphanumeric",
+                format!(
+                    "{inst:?} must be 1-63 characters of [a-z0-9-_], starting and ending alphanumeric (it is written as a label value on Pods and Compute Engine instances, which allow no other)"
+                ),
             ));
         }
         let mut names = BTreeSet::new();
@@ -316,10 +339,13 @@ impl ProvidersConfig {
                     ));
                 }
                 for (op, d) in &limits.timeouts {
-                    if !OPERATIONS.contains(&op.as_str()) {
+                    if !OPERATIONS.contains(&op.as_str()) && op != IMAGE_TRANSFER {
                         return Err(ConfigError::new(
                             format!("{at}.limits.timeouts.{op}"),
-                            format!("unknown operation; known: {}", OPERATIONS.join(", ")),
+                            format!(
+                                "unknown key; known: {}, {IMAGE_TRANSFER}",
+                                OPERATIONS.join(", ")
+                            ),
                         ));
                     }
                     parse_duration(d)
@@ -375,7 +401,13 @@ pub fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-/// A Kubernetes label value (non-empty), also a GCE label value once lowercased.
+/// A value every backend can carry as its installation mark: a Kubernetes label value that is
+/// also a Compute Engine label value (which has no `.`).
+pub fn is_installation(s: &str) -> bool {
+    is_label_value(s) && !s.contains('.')
+}
+
+/// A Kubernetes label value (non-empty).
 pub fn is_label_value(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
@@ -424,6 +456,26 @@ mod tests {
                 .providers
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn an_installation_every_backend_can_carry() {
+        for ok in [
+            "my-cluster",
+            "a",
+            "laptop_1",
+            "0b2e9a1c-6f11-4c43-9a34-0e5f1d2b3c4d",
+        ] {
+            assert!(
+                ProvidersConfig::from_yaml(&format!("installation: {ok}\nproviders: []\n")).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in ["my.cluster", "My", "-a", "a-", "\"\""] {
+            let err = ProvidersConfig::from_yaml(&format!("installation: {bad}\nproviders: []\n"))
+                .unwrap_err();
+            assert_eq!(err.path, "installation", "{bad}: {err}");
+        }
     }
 
     #[test]

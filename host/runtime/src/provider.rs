@@ -52,6 +52,8 @@ pub struct Provider {
     pub grants: Arc<EffectiveGrants>,
     /// The normalized config block (JSON), as the module's validate-config returned it.
     pub config: String,
+    /// The create bound, which for a libvirt entry covers a first image transfer.
+    create_timeout: Duration,
     entry: ProviderEntry,
     runtime: Runtime,
     backends: Backends,
@@ -338,13 +340,17 @@ impl Provider {
         {
             *file = opts.base_dir.join(file.as_str()).display().to_string();
         }
+        let create_timeout = create_timeout(&at, entry, grants.libvirt.is_some())?;
         let mut backends = opts.backends.clone();
         if grants.libvirt.is_some() {
             // The host dials the hypervisors; their details come from the normalized block,
             // and this entry's calls go through its own view of them.
             let normalized: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
-            let hosts = crate::capabilities::libvirt::LibvirtHost::from_block(&normalized)
+            let mut hosts = crate::capabilities::libvirt::LibvirtHost::from_block(&normalized)
                 .map_err(|(field, m)| ConfigError::new(format!("{path}.{field}"), m))?;
+            for h in &mut hosts {
+                h.transfer_timeout = entry.image_transfer_timeout();
+            }
             backends.libvirt = opts
                 .backends
                 .libvirt
@@ -360,6 +366,7 @@ impl Provider {
             module,
             grants: Arc::new(grants),
             config,
+            create_timeout,
             entry: entry.clone(),
             runtime: runtime.clone(),
             backends,
@@ -389,7 +396,10 @@ impl Provider {
         redactor: Redactor,
     ) -> Result<OpOut, ProviderError> {
         let name = op.name();
-        let timeout = self.entry.timeout(name);
+        let timeout = match name {
+            "create" => self.create_timeout,
+            _ => self.entry.timeout(name),
+        };
         async {
             let slot = self
                 .runtime
@@ -682,6 +692,44 @@ fn failed_in<T>(span: &tracing::Span, r: Result<T, ProviderError>) -> Result<T, 
         span.record("otel.status_description", e.message.as_str());
     }
     r
+}
+
+/// What a libvirt create may spend beyond its image transfer: the other RPCs, the start and
+/// the wait for running.
+const CREATE_BEYOND_TRANSFER: Duration = Duration::from_secs(300);
+
+/// The create bound. A libvirt create streams a first image within it, under the entry's
+/// transfer budget (`limits.timeouts.imageTransfer`): a create bound no longer than that would
+/// cut every slow first download off and start it again from nothing at the next try, forever.
+/// So for an entry granted libvirt the default covers the budget, and a bound that does not is
+/// refused, naming both.
+fn create_timeout(at: &str, entry: &ProviderEntry, libvirt: bool) -> Result<Duration, LoadError> {
+    if !libvirt {
+        return Ok(entry.timeout("create"));
+    }
+    let transfer = entry.image_transfer_timeout();
+    match entry.explicit_timeout("create") {
+        Some(t) if t <= transfer => Err(ConfigError::new(
+            format!("{at}.limits.timeouts.create"),
+            format!(
+                "{} is not longer than the image transfer budget ({} = {}): a first image download could never finish; raise it or lower {at}.limits.timeouts.{}",
+                human(t),
+                egress_core::config::IMAGE_TRANSFER,
+                human(transfer),
+                egress_core::config::IMAGE_TRANSFER,
+            ),
+        )),
+        Some(t) => Ok(t),
+        None => Ok(transfer + CREATE_BEYOND_TRANSFER),
+    }
+}
+
+fn human(d: Duration) -> String {
+    match d.as_millis() {
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
+    }
 }
 
 fn to_wit_request(r: &CreateRequest) -> b::CreateRequest {

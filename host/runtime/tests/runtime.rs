@@ -476,3 +476,50 @@ async fn a_waiting_call_gets_the_lock_when_the_holder_returns() {
         "got the key before it was released: {waited:?}"
     );
 }
+
+const KVM2_BLOCK: &str = "kvm2: {insecureIgnoreHostKey: true, machineTypes: {small: {vcpus: 1, memoryMiB: 512}}, hosts: [{name: rack1, address: 127.0.0.1, user: root}]}";
+
+async fn load_one(yaml: &str) -> Result<Providers, egress_core::config::ConfigError> {
+    let cfg = ProvidersConfig::from_yaml(yaml)?;
+    let world = World::default().build().unwrap();
+    Providers::load(
+        &runtime(),
+        &cfg,
+        LoadOptions {
+            base_dir: Path::new("."),
+            builtin: &builtin,
+            backends: world.backends,
+            recorder: None,
+        },
+    )
+    .await
+}
+
+/// A create bound no longer than the entry's image transfer budget would cut every slow
+/// first download off and restart it from nothing: refused at load, naming the field.
+#[tokio::test]
+async fn a_libvirt_create_bound_must_outlast_its_image_transfer_budget() {
+    let e = load_one(&format!(
+        "providers:\n- {{name: lab, type: kvm2, {KVM2_BLOCK}, limits: {{timeouts: {{create: 10m}}}}}}\n"
+    ))
+    .await
+    .err()
+    .expect("a 10m create under the 60m default transfer budget is refused");
+    assert_eq!(e.path, "providers[0].limits.timeouts.create", "{e}");
+    assert!(e.message.contains("imageTransfer = 60m"), "{e}");
+    // Consistent bounds load: a shorter transfer budget, or the default create.
+    load_one(&format!(
+        "providers:\n- {{name: lab, type: kvm2, {KVM2_BLOCK}, limits: {{timeouts: {{create: 10m, imageTransfer: 8m}}}}}}\n"
+    ))
+    .await
+    .unwrap();
+    load_one(&format!(
+        "providers:\n- {{name: lab, type: kvm2, {KVM2_BLOCK}}}\n"
+    ))
+    .await
+    .unwrap();
+    // A provider without libvirt keeps its own short create.
+    load_one("providers:\n- {name: k, type: kubernetes, limits: {timeouts: {create: 1m}}}\n")
+        .await
+        .unwrap();
+}

@@ -28,6 +28,9 @@ pub struct LibvirtHost {
     pub ssh_key_file: String,
     pub known_hosts_file: Option<String>,
     pub insecure_ignore_host_key: bool,
+    /// The budget of one url-to-volume transfer to this host (the entry's
+    /// `limits.timeouts.imageTransfer`).
+    pub transfer_timeout: std::time::Duration,
 }
 
 impl LibvirtHost {
@@ -69,6 +72,7 @@ impl LibvirtHost {
                     ssh_key_file: key.clone(),
                     known_hosts_file: known.clone(),
                     insecure_ignore_host_key: insecure,
+                    transfer_timeout: egress_core::config::DEFAULT_IMAGE_TRANSFER,
                 })
             })
             .collect()

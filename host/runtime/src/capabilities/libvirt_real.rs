@@ -76,7 +76,10 @@ impl Shared {
                 name: h.name.clone(),
                 target: target(h),
             }],
-            self.options.clone(),
+            rpc::PoolOptions {
+                transfer_timeout: h.transfer_timeout,
+                ..self.options.clone()
+            },
         ));
         pools.insert(h.clone(), Arc::downgrade(&pool));
         pool
