@@ -15,7 +15,25 @@ pub const VOLUME_LABEL: &str = "cidata";
 
 /// The script that installs and starts the QEMU guest agent, so Get can ask it for the
 /// address; it runs even when the agent is present, to make sure it is enabled.
-pub const GUEST_AGENT_CLOUD_CONFIG: &str = "#cloud-config\npackages:\n  - qemu-guest-agent\nruncmd:\n  - [systemctl, enable, --now, qemu-guest-agent]\n";
+///
+/// A script, not cloud-config: cloud-init lets user-data win over vendor-data key by key, so
+/// a user-data with its own `packages` or `runcmd` (the generated Squid install has both)
+/// would silently drop a cloud-config's agent. Vendor scripts run whatever the user-data sets.
+pub const GUEST_AGENT_SCRIPT: &str = r#"#!/bin/sh
+# Installs and starts the QEMU guest agent, through which the hypervisor reads this VM's address.
+if ! command -v qemu-ga >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-guest-agent
+  elif command -v dnf >/dev/null 2>&1; then
+    dnf install -y qemu-guest-agent
+  elif command -v yum >/dev/null 2>&1; then
+    yum install -y qemu-guest-agent
+  elif command -v zypper >/dev/null 2>&1; then
+    zypper --non-interactive install qemu-guest-agent
+  fi
+fi
+systemctl enable --now qemu-guest-agent
+"#;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedFile {
@@ -67,7 +85,7 @@ pub fn seed_files(
 pub fn vendor_data_text(configured: Option<&str>, install_guest_agent: bool) -> String {
     match (configured, install_guest_agent) {
         (None, false) => "#cloud-config\n{}\n".to_string(),
-        (None, true) => GUEST_AGENT_CLOUD_CONFIG.to_string(),
+        (None, true) => GUEST_AGENT_SCRIPT.to_string(),
         (Some(v), false) => v.to_string(),
         (Some(v), true) => {
             let digest = hex::encode(Sha256::digest(v.as_bytes()));
@@ -86,7 +104,7 @@ pub fn vendor_data_text(configured: Option<&str>, install_guest_agent: bool) -> 
             };
             format!(
                 "Content-Type: multipart/mixed; boundary=\"{boundary}\"\nMIME-Version: 1.0\n\n{}{}--{boundary}--\n",
-                part(GUEST_AGENT_CLOUD_CONFIG),
+                part(GUEST_AGENT_SCRIPT),
                 part(v)
             )
         }
