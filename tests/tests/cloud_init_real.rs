@@ -1,7 +1,9 @@
-//! cloud-init itself (Debian's `cloud-init` package) reads what the libvirt seed carries: its
-//! own part handlers and config merger consume the user-data and the vendor-data exactly as a
-//! booting VM's cloud-init does, and the test looks at what it would run. The vendor-data's
-//! QEMU guest agent survives a user-data with its own `packages` and `runcmd`.
+//! cloud-init itself (Debian's `cloud-init` package) reads what the providers generate:
+//! - the default cloud-init of a kvm/kvm2 Proxy without cloudInit passes `cloud-init schema`;
+//! - its own part handlers and config merger consume a seed's user-data and vendor-data as a
+//!   booting VM's cloud-init does, and the test looks at what it would run: the vendor-data's
+//!   QEMU guest agent survives a user-data with its own `packages` and `runcmd`, the generated
+//!   one included, which still installs Squid and writes its config.
 //!
 //! Nothing is booted and nothing leaves the machine. Skips, saying why, when cloud-init is not
 //! installed; with EGRESS_REQUIRE_REAL_BACKENDS=1 (set by .ci/run) that is a failure.
@@ -118,6 +120,66 @@ fn installs_the_agent(consumed: &Value) -> bool {
     as_package || as_script
 }
 
+fn request(cloud_init: Option<&str>) -> guest_sdk::CreateRequest {
+    guest_sdk::CreateRequest {
+        name: "proxy-5a3c0e1f9b7d".into(),
+        namespace: "crawlers".into(),
+        uid: "5a3c0e1f-9b7d-4c2a-8e6f-0d1b2c3a4f5e".into(),
+        port: 3128,
+        placement: guest_sdk::Placement {
+            zone: None,
+            region: None,
+            machine_type: None,
+            image: None,
+        },
+        cloud_init: cloud_init.map(String::from),
+        installation: "cloud-init-real".into(),
+        owner: None,
+    }
+}
+
+/// The user-data a kvm2 Proxy without cloudInit boots with, through the provider's own config
+/// validation.
+fn kvm_default_user_data() -> String {
+    use guest_sdk::Provider;
+    let block = serde_json::json!({
+        "machineTypes": {"small": {"vcpus": 1, "memoryMiB": 1024}},
+        "hosts": [{"name": "rack1", "address": "192.0.2.10:22", "user": "egress"}],
+        "allowedSourceCIDRs": ["10.20.0.0/16", "2001:db8::/32"],
+    })
+    .to_string();
+    let normalized =
+        provider_libvirt::LibvirtProvider::validate_config("kvm2", "p", &block).unwrap();
+    let cfg = provider_libvirt::config::validate("p", &normalized).unwrap();
+    provider_libvirt::seed::user_data(&cfg, &request(None)).into_owned()
+}
+
+/// `cloud-init schema` validates a file against the schema of the installed version.
+fn assert_valid_cloud_config(program: &Path, name: &str, text: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(name);
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(program)
+        .args(["schema", "--config-file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("Valid cloud-config"),
+        "{name} is not valid cloud-config:\n{stdout}{}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_kvm_default_cloud_init_passes_cloud_init_schema() {
+    let Some((program, _)) = cloud_init() else {
+        return;
+    };
+    assert_valid_cloud_config(&program, "kvm-user-data", &kvm_default_user_data());
+}
+
 /// A user-data with its own packages and runcmd replaces a vendor cloud-config's: the agent's
 /// install must not be one.
 #[test]
@@ -125,9 +187,11 @@ fn the_guest_agent_survives_a_user_data_with_its_own_packages_and_runcmd() {
     let Some((_, python)) = cloud_init() else {
         return;
     };
+    let generated = kvm_default_user_data();
     let users = [
         "#cloud-config\npackages: [squid]\nruncmd:\n  - [systemctl, restart, squid]\n",
         "#cloud-config\nhostname: plain\n",
+        generated.as_str(),
     ];
     let vendors = [
         provider_libvirt::seed::vendor_data_text(None, true),
@@ -145,6 +209,24 @@ fn the_guest_agent_survives_a_user_data_with_its_own_packages_and_runcmd() {
                     consumed["config"]["packages"],
                     serde_json::json!(["squid"]),
                     "the user-data's own packages stay"
+                );
+            }
+            if user == generated {
+                let files = &consumed["config"]["write_files"];
+                assert_eq!(files[0]["path"], "/etc/squid/squid.conf", "{consumed:#}");
+                assert!(
+                    files[0]["content"]
+                        .as_str()
+                        .unwrap()
+                        .contains("acl egress_clients src 2001:db8::/32\n"),
+                    "{consumed:#}"
+                );
+                assert_eq!(
+                    consumed["config"]["runcmd"],
+                    serde_json::json!([
+                        ["systemctl", "enable", "squid"],
+                        ["systemctl", "restart", "squid"]
+                    ])
                 );
             }
             if vendor.contains("timezone") {

@@ -1,5 +1,6 @@
 //! A real Squid (Debian's `squid` package) runs exactly the config a provider generates for a
-//! Proxy: the kubernetes Pod's `SQUID_CONF`. The test rewrites only what this machine forces
+//! Proxy: the kubernetes Pod's `SQUID_CONF`, and the squid.conf the default cloud-init of a
+//! kvm/kvm2 Proxy (its seed's user-data) writes. The test rewrites only what this machine forces
 //! (the listen address, the pid file and the log paths) and proves through it that
 //! - a site (a loopback echo) sees no Via, no X-Forwarded-For, no Cache-Control Squid made up,
 //!   and the client's address nowhere in the request, while a client's own Cache-Control passes;
@@ -509,6 +510,45 @@ fn kubernetes_squid_conf() -> String {
         .and_then(|e| e["value"].as_str())
         .expect("the Pod passes SQUID_CONF")
         .to_string()
+}
+
+/// The squid.conf a generated cloud-init writes (its one write_files entry for Squid's path).
+fn written_squid_conf(cloud_init: &str) -> String {
+    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_init).unwrap();
+    let files: Vec<&serde_yaml::Value> = doc["write_files"]
+        .as_sequence()
+        .expect("the cloud-init writes files")
+        .iter()
+        .filter(|f| f["path"] == "/etc/squid/squid.conf")
+        .collect();
+    assert_eq!(files.len(), 1, "{cloud_init}");
+    files[0]["content"].as_str().unwrap().to_string()
+}
+
+/// The user-data of a kvm2 Proxy without cloudInit, as the seed carries it.
+fn kvm_user_data() -> String {
+    use guest_sdk::Provider;
+    let block = serde_json::json!({
+        "machineTypes": {"small": {"vcpus": 1, "memoryMiB": 1024}},
+        "hosts": [{"name": "rack1", "address": "192.0.2.10:22", "user": "egress"}],
+        "allowedSourceCIDRs": ALLOWED,
+    })
+    .to_string();
+    let path = "providers[0].kvm2";
+    let normalized =
+        provider_libvirt::LibvirtProvider::validate_config("kvm2", path, &block).unwrap();
+    let cfg = provider_libvirt::config::validate(path, &normalized).unwrap();
+    provider_libvirt::seed::user_data(&cfg, &request(PROXY_PORT, None)).into_owned()
+}
+
+#[tokio::test]
+async fn the_kvm_default_cloud_inits_squid_is_anonymous_and_closed() {
+    proves_an_anonymous_closed_proxy(
+        "kvm",
+        &written_squid_conf(&kvm_user_data()),
+        Ipv4Addr::new(127, 0, 0, 22),
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -1,14 +1,18 @@
-//! The NoCloud seed: `user-data` (the Proxy's cloud-init), `meta-data` and `vendor-data` (the
-//! guest-agent script, plus the configured vendor-data) on an ISO 9660 image labelled
-//! `cidata`, built here in pure Rust.
+//! The NoCloud seed: `user-data` (the Proxy's cloud-init, or the generated Squid install when
+//! it has none), `meta-data` and `vendor-data` (the guest-agent script, plus the configured
+//! vendor-data) on an ISO 9660 image labelled `cidata`, built here in pure Rust.
 //!
 //! Plain ISO 9660 names are 8.3 upper case (`USER_DAT.;1`), which NoCloud cannot find, so the
 //! image also carries a Joliet tree with the real names; Linux mounts Joliet in preference to
 //! the plain tree when there is no Rock Ridge. The seed holds cloud-init, a secret: it is only
 //! ever uploaded, never logged.
 
+use crate::config::KvmConfig;
 use crate::time::civil_from_days;
+use guest_sdk::CreateRequest;
+use guest_sdk::squid;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 
 pub const SECTOR: usize = 2048;
 pub const VOLUME_LABEL: &str = "cidata";
@@ -44,19 +48,24 @@ pub struct SeedFile {
     pub data: Vec<u8>,
 }
 
-/// The three NoCloud files. An absent cloud-init becomes an empty cloud-config, so the guest
-/// still gets its hostname and the agent.
+/// The user-data of a Proxy's seed: its own cloud-init when it brings one (it wins, whatever
+/// it holds), else the SDK's Squid install for its port and the block's `allowedSourceCIDRs`.
+pub fn user_data<'a>(cfg: &KvmConfig, req: &'a CreateRequest) -> Cow<'a, str> {
+    match &req.cloud_init {
+        Some(own) => Cow::Borrowed(own),
+        None => Cow::Owned(squid::cloud_init(req.port, &cfg.allowed_source_cidrs)),
+    }
+}
+
+/// The three NoCloud files.
 pub fn seed_files(
     instance_id: &str,
     hostname: &str,
-    cloud_init: Option<&str>,
+    user_data: &str,
     vendor_data: Option<&str>,
     install_guest_agent: bool,
 ) -> Vec<SeedFile> {
-    let user_data = cloud_init
-        .unwrap_or("#cloud-config\n{}\n")
-        .as_bytes()
-        .to_vec();
+    let user_data = user_data.as_bytes().to_vec();
     let meta_data =
         format!("instance-id: {instance_id}\nlocal-hostname: {hostname}\n").into_bytes();
     let vendor = vendor_data_text(vendor_data, install_guest_agent).into_bytes();
