@@ -1,5 +1,6 @@
 //! cloud-init itself (Debian's `cloud-init` package) reads what the providers generate:
-//! - the default cloud-init of a kvm/kvm2 Proxy without cloudInit passes `cloud-init schema`;
+//! - the default cloud-init of a kvm/kvm2 or gcp Proxy without cloudInit passes
+//!   `cloud-init schema`;
 //! - its own part handlers and config merger consume a seed's user-data and vendor-data as a
 //!   booting VM's cloud-init does, and the test looks at what it would run: the vendor-data's
 //!   QEMU guest agent survives a user-data with its own `packages` and `runcmd`, the generated
@@ -172,12 +173,35 @@ fn assert_valid_cloud_config(program: &Path, name: &str, text: &str) {
     );
 }
 
+/// The `user-data` metadata a gcp Proxy without cloudInit is inserted with.
+fn gcp_default_user_data() -> String {
+    use guest_sdk::Provider;
+    let block = serde_json::json!({"project": "cloud-init-real"}).to_string();
+    let normalized =
+        provider_gcp::Gcp::validate_config(provider_gcp::TYPE_NAME, "p", &block).unwrap();
+    let cfg = provider_gcp::config::validate("p", &normalized).unwrap();
+    let mut req = request(None);
+    req.placement = guest_sdk::Placement {
+        zone: Some("europe-west1-b".into()),
+        region: None,
+        machine_type: Some("e2-small".into()),
+        image: Some("projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into()),
+    };
+    let at = provider_gcp::insert::resolve(&req).unwrap();
+    let body = provider_gcp::insert::build_insert_request("gce", &cfg, &req, &at);
+    body["metadata"]["items"][0]["value"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 #[test]
-fn the_kvm_default_cloud_init_passes_cloud_init_schema() {
+fn the_default_cloud_inits_pass_cloud_init_schema() {
     let Some((program, _)) = cloud_init() else {
         return;
     };
     assert_valid_cloud_config(&program, "kvm-user-data", &kvm_default_user_data());
+    assert_valid_cloud_config(&program, "gcp-user-data", &gcp_default_user_data());
 }
 
 /// A user-data with its own packages and runcmd replaces a vendor cloud-config's: the agent's

@@ -1,6 +1,7 @@
 //! A real Squid (Debian's `squid` package) runs exactly the config a provider generates for a
 //! Proxy: the kubernetes Pod's `SQUID_CONF`, and the squid.conf the default cloud-init of a
-//! kvm/kvm2 Proxy (its seed's user-data) writes. The test rewrites only what this machine forces
+//! kvm/kvm2 Proxy (its seed's user-data) and of a gcp Proxy (its `user-data` metadata) writes.
+//! The test rewrites only what this machine forces
 //! (the listen address, the pid file and the log paths) and proves through it that
 //! - a site (a loopback echo) sees no Via, no X-Forwarded-For, no Cache-Control Squid made up,
 //!   and the client's address nowhere in the request, while a client's own Cache-Control passes;
@@ -539,6 +540,43 @@ fn kvm_user_data() -> String {
         provider_libvirt::LibvirtProvider::validate_config("kvm2", path, &block).unwrap();
     let cfg = provider_libvirt::config::validate(path, &normalized).unwrap();
     provider_libvirt::seed::user_data(&cfg, &request(PROXY_PORT, None)).into_owned()
+}
+
+/// The `user-data` metadata of a gcp Proxy without cloudInit, from its insert request.
+fn gcp_user_data() -> String {
+    use guest_sdk::Provider;
+    let block =
+        serde_json::json!({ "project": "squid-real", "allowedSourceCIDRs": ALLOWED }).to_string();
+    let path = "providers[0].gcp";
+    let normalized =
+        provider_gcp::Gcp::validate_config(provider_gcp::TYPE_NAME, path, &block).unwrap();
+    let cfg = provider_gcp::config::validate(path, &normalized).unwrap();
+    let mut req = request(PROXY_PORT, None);
+    req.placement = guest_sdk::Placement {
+        zone: Some("europe-west1-b".into()),
+        region: None,
+        machine_type: Some("e2-small".into()),
+        image: Some("projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into()),
+    };
+    let at = provider_gcp::insert::resolve(&req).unwrap();
+    let body = provider_gcp::insert::build_insert_request("gce", &cfg, &req, &at);
+    let items = body["metadata"]["items"].as_array().unwrap();
+    items
+        .iter()
+        .find(|i| i["key"] == "user-data")
+        .and_then(|i| i["value"].as_str())
+        .expect("the insert carries user-data")
+        .to_string()
+}
+
+#[tokio::test]
+async fn the_gcp_default_cloud_inits_squid_is_anonymous_and_closed() {
+    proves_an_anonymous_closed_proxy(
+        "gcp",
+        &written_squid_conf(&gcp_user_data()),
+        Ipv4Addr::new(127, 0, 0, 23),
+    )
+    .await;
 }
 
 #[tokio::test]
