@@ -200,11 +200,12 @@ pub fn squid_conf(port: u16, allowed: &[SourceRange], layout: Layout) -> String 
          acl egress_client_cache_control req_header Cache-Control .\n\
          http_access deny !Safe_ports\n\
          http_access deny CONNECT !SSL_ports\n\
-         http_access deny manager\n\
-         http_access deny egress_link_local\n",
+         http_access deny manager\n",
     );
     if !allowed.is_empty() {
-        s.push_str("http_access allow egress_clients\n");
+        // The source first: a client outside the ranges is refused without the destination
+        // lookup `dst` may need.
+        s.push_str("http_access allow egress_clients !egress_link_local\n");
     }
     s.push_str(
         "http_access deny all\n\
@@ -426,8 +427,7 @@ mod tests {
                 "http_access deny !Safe_ports",
                 "http_access deny CONNECT !SSL_ports",
                 "http_access deny manager",
-                "http_access deny egress_link_local",
-                "http_access allow egress_clients",
+                "http_access allow egress_clients !egress_link_local",
                 "http_access deny all",
             ],
             "the refusals come before the only allow, and everything else is denied"

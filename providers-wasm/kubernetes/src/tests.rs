@@ -162,7 +162,7 @@ fn the_pod_runs_the_sdk_squid_conf_for_its_port_and_ranges() {
         "acl egress_clients src fd00::/8",
         "via off",
         "forwarded_for delete",
-        "http_access allow egress_clients",
+        "http_access allow egress_clients !egress_link_local",
         "http_access deny all",
     ] {
         assert!(conf.lines().any(|l| l == line), "{line:?} missing:\n{conf}");
