@@ -21,6 +21,7 @@ pub mod fake_libvirt;
 pub mod fakes;
 pub mod host;
 pub mod json;
+pub mod squid;
 pub mod time;
 
 pub use bindings::egress::provider::http::{

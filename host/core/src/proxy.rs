@@ -52,7 +52,9 @@ pub struct ProxySpec {
     pub port: u16,
     #[serde(default)]
     pub placement: Placement,
-    /// Inline cloud-init user data. Secret: never logged.
+    /// Inline cloud-init user data. Secret: never logged. With neither this nor
+    /// `cloudInitSecretRef`, kvm, kvm2 and gcp instances get a generated cloud-init that
+    /// installs Squid on `port` for the provider's allowedSourceCIDRs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_init: Option<String>,
     /// Cloud-init user data read from a Secret in the Proxy's namespace at create time.

@@ -41,7 +41,8 @@ pub struct ProxySpec {
     #[serde(default)]
     pub placement: Placement,
     /// Inline cloud-init user data. Prefer cloudInitSecretRef: a Proxy's spec is readable by
-    /// anyone who can list Proxies.
+    /// anyone who can list Proxies. With neither, kvm, kvm2 and gcp instances get a generated
+    /// cloud-init that installs Squid on `port` for the provider's allowedSourceCIDRs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_init: Option<String>,
     /// Cloud-init user data from a Secret in the Proxy's namespace, read at create time.

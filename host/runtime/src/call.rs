@@ -101,6 +101,7 @@ impl CallState {
     ) {
         if let Some(rec) = &self.recorder {
             self.redactor.value(&mut args);
+            crate::redact::user_data_items(&mut args);
             rec.push(PlanStep {
                 subject: self.subject.clone(),
                 provider: self.provider.clone(),

@@ -61,6 +61,25 @@ impl Redactor {
     }
 }
 
+/// Redacts the value of every `{"key": "user-data", "value": ...}` item (Compute Engine
+/// metadata) in `v`. Such an item is cloud-init: the Proxy's own, which [`Redactor`] knows, or
+/// one a module generated because the Proxy had none, which the host never saw. Neither is a
+/// plan's business, just as a seed ISO appears there by size and digest only.
+pub fn user_data_items(v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if map.get("key").and_then(Value::as_str) == Some("user-data")
+                && let Some(value @ Value::String(_)) = map.get_mut("value")
+            {
+                *value = Value::String(REDACTED.to_string());
+            }
+            map.values_mut().for_each(user_data_items);
+        }
+        Value::Array(items) => items.iter_mut().for_each(user_data_items),
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +92,30 @@ mod tests {
         let mut v = json!({"items": [{"value": "#cloud-config SECRET"}], "n": 1});
         r.value(&mut v);
         assert_eq!(v, json!({"items": [{"value": "<redacted>"}], "n": 1}));
+    }
+
+    #[test]
+    fn user_data_items_are_redacted_whoever_wrote_them() {
+        let mut v = json!({
+            "name": "proxy-1",
+            "metadata": {"items": [
+                {"key": "user-data", "value": "#cloud-config\npackages: [squid]\n"},
+                {"key": "startup-script", "value": "echo hi"},
+            ]},
+            "labels": {"key": "user-data"},
+        });
+        user_data_items(&mut v);
+        assert_eq!(
+            v,
+            json!({
+                "name": "proxy-1",
+                "metadata": {"items": [
+                    {"key": "user-data", "value": "<redacted>"},
+                    {"key": "startup-script", "value": "echo hi"},
+                ]},
+                "labels": {"key": "user-data"},
+            })
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use guest_sdk::ProviderError;
 use guest_sdk::json::{config_error, parse_config};
+use guest_sdk::squid::{SourceRange, check_allowed_ranges, private_ranges};
 use serde::{Deserialize, Serialize};
 
 /// The Compute API's root when no `endpoint` is configured.
@@ -33,14 +34,13 @@ pub struct GcpConfig {
     /// Ensure one firewall rule per provider that opens the proxy port to the tagged instances.
     #[serde(default)]
     pub manage_firewall: bool,
-    /// Source ranges the managed firewall rule admits. Required with `manageFirewall`; never
-    /// 0.0.0.0/0, which would make an open proxy.
-    #[serde(
-        default,
-        rename = "allowedSourceCIDRs",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub allowed_source_cidrs: Vec<String>,
+    /// Source ranges the proxy admits: the generated Squid (a Proxy without cloudInit) accepts
+    /// clients from them, and the managed firewall rule opens the port to them. Default: the
+    /// private ranges, so a VM with an external address is never an open proxy; clients that
+    /// reach that address arrive from their public addresses, which must be listed. Never
+    /// empty, never a /0 (an empty `sourceRanges` would make GCE open the rule to 0.0.0.0/0).
+    #[serde(default = "private_ranges", rename = "allowedSourceCIDRs")]
+    pub allowed_source_cidrs: Vec<SourceRange>,
     /// The Google credentials file this provider's calls use (a service-account key or an
     /// authorized-user file), read by the host, which attaches the token: the module never
     /// sees it. Default: Application Default Credentials. Its `token_uri` is honoured.
@@ -151,24 +151,7 @@ pub fn validate(path: &str, text: &str) -> Result<GcpConfig, ProviderError> {
     if let Some(endpoint) = &cfg.endpoint {
         check_endpoint(endpoint).map_err(|m| config_error(&at("endpoint"), &m))?;
     }
-    if cfg.manage_firewall && cfg.allowed_source_cidrs.is_empty() {
-        return Err(config_error(
-            &at("allowedSourceCIDRs"),
-            "must list at least one range when manageFirewall is on",
-        ));
-    }
-    for (i, cidr) in cfg.allowed_source_cidrs.iter().enumerate() {
-        let field = at(&format!("allowedSourceCIDRs[{i}]"));
-        if !is_cidr(cidr) {
-            return Err(config_error(
-                &field,
-                &format!("{cidr:?} is not an IPv4 or IPv6 CIDR"),
-            ));
-        }
-        if cidr.ends_with("/0") {
-            return Err(config_error(&field, "a /0 range makes an open proxy"));
-        }
-    }
+    check_allowed_ranges(&at("allowedSourceCIDRs"), &cfg.allowed_source_cidrs)?;
     if let Some(file) = &cfg.credentials_file
         && (file.trim().is_empty() || file.contains('\0'))
     {
@@ -209,18 +192,4 @@ fn check_endpoint(endpoint: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-fn is_cidr(s: &str) -> bool {
-    let Some((addr, bits)) = s.split_once('/') else {
-        return false;
-    };
-    let Ok(bits) = bits.parse::<u8>() else {
-        return false;
-    };
-    match addr.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(_)) => bits <= 32,
-        Ok(std::net::IpAddr::V6(_)) => bits <= 128,
-        Err(_) => false,
-    }
 }

@@ -1,10 +1,11 @@
 //! The instances.insert request (pure): one NIC with an ephemeral external IP unless the config
 //! asks for internal addresses, a boot disk deleted with the instance, the marks as labels,
-//! cloud-init as `user-data` metadata.
+//! cloud-init as `user-data` metadata: the Proxy's own, or the generated Squid install.
 
 use crate::config::{GcpConfig, is_resource_name};
-use guest_sdk::{CreateRequest, ProviderError, permanent};
+use guest_sdk::{CreateRequest, ProviderError, permanent, squid};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 
 // GCE label keys allow only [a-z0-9_-], so the SDK's Kubernetes-style keys cannot be used.
 pub const LABEL_MANAGED: &str = "egress-proxies-managed";
@@ -136,10 +137,17 @@ pub fn build_insert_request(
         }],
         "networkInterfaces": [nic],
     });
-    if let Some(ci) = &req.cloud_init {
-        body["metadata"] = json!({ "items": [{ "key": "user-data", "value": ci }] });
-    }
+    body["metadata"] = json!({ "items": [{ "key": "user-data", "value": user_data(cfg, req) }] });
     body
+}
+
+/// The instance's user-data: the Proxy's own cloud-init when it brings one (it wins, whatever
+/// it holds), else the SDK's Squid install for its port and the block's `allowedSourceCIDRs`.
+pub fn user_data<'a>(cfg: &GcpConfig, req: &'a CreateRequest) -> Cow<'a, str> {
+    match &req.cloud_init {
+        Some(own) => Cow::Borrowed(own),
+        None => Cow::Owned(squid::cloud_init(req.port, &cfg.allowed_source_cidrs)),
+    }
 }
 
 /// What may be logged of the request: everything but the user-data.

@@ -179,6 +179,11 @@ fn validate_config_fills_defaults_and_names_fields() {
     assert_eq!(out["networkTag"], "egress-proxy");
     assert_eq!(out["diskSizeGb"], 10);
     assert_eq!(out["internalIP"], false);
+    assert_eq!(
+        out["allowedSourceCIDRs"],
+        json!(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]),
+        "private by default: an instance with an external address is no open proxy"
+    );
     let err = |block: Value| {
         Gcp::validate_config(TYPE_NAME, "providers[2].gcp", &block.to_string())
             .unwrap_err()
@@ -202,12 +207,16 @@ fn validate_config_fills_defaults_and_names_fields() {
         )
         .is_ok()
     );
-    assert!(
-        err(json!({"project": "acme-proxies", "manageFirewall": true}))
-            .starts_with("providers[2].gcp.allowedSourceCIDRs:")
+    assert_eq!(
+        err(json!({"project": "acme-proxies", "manageFirewall": true, "allowedSourceCIDRs": []})),
+        "providers[2].gcp.allowedSourceCIDRs: must list at least one range; an open proxy is not allowed"
     );
     assert!(
         err(json!({"project": "acme-proxies", "allowedSourceCIDRs": ["0.0.0.0/0"]}))
+            .starts_with("providers[2].gcp.allowedSourceCIDRs[0]:")
+    );
+    assert!(
+        err(json!({"project": "acme-proxies", "allowedSourceCIDRs": ["10.0.0.0/8 all"]}))
             .starts_with("providers[2].gcp.allowedSourceCIDRs[0]:")
     );
     assert!(
@@ -252,6 +261,39 @@ fn insert_request_internal() {
     let body = insert::build_insert_request("gce", &cfg, &r, &at);
     assert!(body["networkInterfaces"][0].get("accessConfigs").is_none());
     insta::assert_json_snapshot!(body);
+}
+
+/// A Proxy without cloudInit gets the SDK's Squid install for its port and the block's
+/// ranges as user-data; one with its own gets exactly its own.
+#[test]
+fn user_data_is_the_generated_squid_unless_the_proxy_brings_cloud_init() {
+    let cfg = config::validate(
+        "p",
+        r#"{"project": "acme-proxies", "allowedSourceCIDRs": ["198.51.100.0/24", "2001:db8::/32"]}"#,
+    )
+    .unwrap();
+    let mut r = req();
+    r.cloud_init = None;
+    r.port = 8080;
+    let at = insert::resolve(&r).unwrap();
+    let body = insert::build_insert_request("gce", &cfg, &r, &at);
+    assert_eq!(body["metadata"]["items"][0]["key"], "user-data");
+    assert_eq!(
+        body["metadata"]["items"][0]["value"],
+        guest_sdk::squid::cloud_init(8080, &cfg.allowed_source_cidrs)
+    );
+    assert_eq!(
+        insert::curated(&body)["metadata"]["items"][0]["value"],
+        format!("<{} bytes>", insert::user_data(&cfg, &r).len()),
+        "logged by size only, like a Proxy's own"
+    );
+
+    let own = req();
+    let body = insert::build_insert_request("gce", &cfg, &own, &at);
+    assert_eq!(
+        body["metadata"]["items"][0]["value"], SECRET,
+        "the Proxy's own wins"
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use guest_sdk::ProviderError;
 use guest_sdk::json::{config_error, parse_config};
+use guest_sdk::squid::{SourceRange, check_allowed_ranges, private_ranges};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -15,9 +16,9 @@ pub struct KubernetesConfig {
     #[serde(default)]
     pub resources: Resources,
     /// Source ranges Squid accepts clients from (`http_access`). Default: the private ranges
-    /// Pod networks use; never "allow all".
-    #[serde(default = "default_cidrs", rename = "allowedSourceCIDRs")]
-    pub allowed_source_cidrs: Vec<String>,
+    /// Pod networks use; never "allow all" (a /0 does not parse).
+    #[serde(default = "private_ranges", rename = "allowedSourceCIDRs")]
+    pub allowed_source_cidrs: Vec<SourceRange>,
     /// The user the container runs as (the image's `proxy` user by default).
     #[serde(default = "default_uid")]
     pub run_as_user: i64,
@@ -44,11 +45,6 @@ impl Default for Resources {
 fn default_image() -> String {
     DEFAULT_IMAGE.to_string()
 }
-fn default_cidrs() -> Vec<String> {
-    ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]
-        .map(String::from)
-        .to_vec()
-}
 fn default_uid() -> i64 {
     13
 }
@@ -72,26 +68,10 @@ pub fn validate(path: &str, text: &str) -> Result<KubernetesConfig, ProviderErro
             "must be a non-empty image reference without spaces",
         ));
     }
-    if cfg.allowed_source_cidrs.is_empty() {
-        return Err(config_error(
-            &format!("{path}.allowedSourceCIDRs"),
-            "must list at least one range; an open proxy is not allowed",
-        ));
-    }
-    for (i, cidr) in cfg.allowed_source_cidrs.iter().enumerate() {
-        if !is_cidr(cidr) {
-            return Err(config_error(
-                &format!("{path}.allowedSourceCIDRs[{i}]"),
-                &format!("{cidr:?} is not an IPv4 or IPv6 CIDR"),
-            ));
-        }
-        if cidr.ends_with("/0") {
-            return Err(config_error(
-                &format!("{path}.allowedSourceCIDRs[{i}]"),
-                "a /0 range makes an open proxy",
-            ));
-        }
-    }
+    check_allowed_ranges(
+        &format!("{path}.allowedSourceCIDRs"),
+        &cfg.allowed_source_cidrs,
+    )?;
     if cfg.run_as_user <= 0 {
         return Err(config_error(
             &format!("{path}.runAsUser"),
@@ -118,18 +98,4 @@ pub fn validate(path: &str, text: &str) -> Result<KubernetesConfig, ProviderErro
         }
     }
     Ok(cfg)
-}
-
-fn is_cidr(s: &str) -> bool {
-    let Some((addr, bits)) = s.split_once('/') else {
-        return false;
-    };
-    let Ok(bits) = bits.parse::<u8>() else {
-        return false;
-    };
-    match addr.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V4(_)) => bits <= 32,
-        Ok(std::net::IpAddr::V6(_)) => bits <= 128,
-        Err(_) => false,
-    }
 }

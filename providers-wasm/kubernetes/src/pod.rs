@@ -1,38 +1,15 @@
-//! The Pod for one proxy: Squid configured from the port and the allowed source ranges,
-//! passed as SQUID_CONF so there is exactly one object per proxy.
+//! The Pod for one proxy: Squid configured from the port and the allowed source ranges (the
+//! SDK's generator, the same the VM providers install), passed as SQUID_CONF so there is
+//! exactly one object per proxy.
 
 use crate::config::KubernetesConfig;
+use guest_sdk::squid::{Layout, squid_conf};
 use guest_sdk::{CreateRequest, LABEL_INSTALLATION, LABEL_MANAGED, LABEL_PROVIDER, LABEL_UID};
 use serde_json::{Value, json};
 
 /// Where the generated config is written inside the container; an emptyDir, so the root
 /// filesystem stays read-only.
 const CONF_DIR: &str = "/etc/squid-egress";
-
-/// The Squid configuration: listen on `port`, accept only the configured ranges, tunnel only
-/// to TLS ports, cache nothing, log to the container's streams.
-pub fn squid_conf(port: u16, allowed: &[String]) -> String {
-    let mut s = String::new();
-    s.push_str(&format!("http_port {port}\n"));
-    for cidr in allowed {
-        s.push_str(&format!("acl egress_clients src {cidr}\n"));
-    }
-    s.push_str(
-        "acl SSL_ports port 443\n\
-         acl Safe_ports port 80 443\n\
-         acl CONNECT method CONNECT\n\
-         http_access deny !Safe_ports\n\
-         http_access deny CONNECT !SSL_ports\n\
-         http_access allow egress_clients\n\
-         http_access deny all\n\
-         cache deny all\n\
-         pid_filename none\n\
-         access_log stdio:/dev/stdout\n\
-         cache_log stdio:/dev/stderr\n\
-         coredump_dir /var/spool/squid\n",
-    );
-    s
-}
 
 /// Builds the Pod manifest. Pure: the same request and config give the same bytes.
 pub fn build_pod(provider: &str, cfg: &KubernetesConfig, req: &CreateRequest) -> Value {
@@ -96,7 +73,7 @@ pub fn build_pod(provider: &str, cfg: &KubernetesConfig, req: &CreateRequest) ->
             "name": "squid",
             "image": image,
             "command": ["/bin/sh", "-c", command],
-            "env": [{"name": "SQUID_CONF", "value": squid_conf(req.port, &cfg.allowed_source_cidrs)}],
+            "env": [{"name": "SQUID_CONF", "value": squid_conf(req.port, &cfg.allowed_source_cidrs, Layout::Container)}],
             "ports": [{"name": "proxy", "containerPort": req.port, "protocol": "TCP"}],
             "readinessProbe": {"tcpSocket": {"port": req.port}, "periodSeconds": 5},
             "livenessProbe": {"tcpSocket": {"port": req.port}, "periodSeconds": 20, "failureThreshold": 3},

@@ -2,6 +2,7 @@
 
 use super::*;
 use guest_sdk::fakes::{FakeHost, kube_error};
+use guest_sdk::squid;
 use guest_sdk::{ErrorClass, InstanceState, OwnerReference, Placement};
 use serde_json::json;
 
@@ -136,14 +137,67 @@ fn pod_manifest_with_placement_and_resources() {
     insta::assert_json_snapshot!(pod::build_pod("edge", &cfg, &r));
 }
 
+/// The Pod runs exactly the SDK's Squid config for its port and the block's ranges: the one
+/// that forwards without Via or X-Forwarded-For.
 #[test]
-fn squid_conf_never_allows_all() {
-    let conf = pod::squid_conf(3128, &["10.0.0.0/8".into()]);
-    assert!(conf.contains("http_port 3128\n"));
-    assert!(conf.contains("http_access allow egress_clients\n"));
-    assert!(conf.ends_with("coredump_dir /var/spool/squid\n"));
-    assert!(!conf.contains("http_access allow all"));
-    assert!(conf.contains("http_access deny all"));
+fn the_pod_runs_the_sdk_squid_conf_for_its_port_and_ranges() {
+    let cfg = config::validate(
+        "k",
+        r#"{"allowedSourceCIDRs": ["10.42.0.0/16", "fd00::/8"]}"#,
+    )
+    .unwrap();
+    let mut r = req();
+    r.port = 8080;
+    let pod = pod::build_pod("k8s", &cfg, &r);
+    let env = &pod["spec"]["containers"][0]["env"][0];
+    assert_eq!(env["name"], "SQUID_CONF");
+    let conf = env["value"].as_str().unwrap();
+    assert_eq!(
+        conf,
+        squid::squid_conf(8080, &cfg.allowed_source_cidrs, squid::Layout::Container)
+    );
+    for line in [
+        "http_port 8080",
+        "acl egress_clients src 10.42.0.0/16",
+        "acl egress_clients src fd00::/8",
+        "via off",
+        "forwarded_for delete",
+        "http_access allow egress_clients !egress_link_local",
+        "http_access deny all",
+    ] {
+        assert!(conf.lines().any(|l| l == line), "{line:?} missing:\n{conf}");
+    }
+    assert!(!conf.contains("allow all"));
+}
+
+#[test]
+fn allowed_ranges_are_ranges_and_never_empty() {
+    let err = |block: &str| {
+        Kubernetes::validate_config(TYPE_NAME, "providers[1].kubernetes", block)
+            .unwrap_err()
+            .message
+    };
+    assert_eq!(
+        err(r#"{"allowedSourceCIDRs": []}"#),
+        "providers[1].kubernetes.allowedSourceCIDRs: must list at least one range; an open proxy is not allowed"
+    );
+    let host_bits = err(r#"{"allowedSourceCIDRs": ["10.0.0.0/8", "10.1.0.0/8"]}"#);
+    assert!(
+        host_bits.starts_with("providers[1].kubernetes.allowedSourceCIDRs[1]:")
+            && host_bits.contains("10.0.0.0/8"),
+        "{host_bits}"
+    );
+    let injected = err(r#"{"allowedSourceCIDRs": ["10.0.0.0/8\nhttp_access allow all"]}"#);
+    assert!(
+        injected.starts_with("providers[1].kubernetes.allowedSourceCIDRs[0]:"),
+        "{injected}"
+    );
+    let out: Value = serde_json::from_str(
+        &Kubernetes::validate_config(TYPE_NAME, "p", r#"{"allowedSourceCIDRs": ["FD00::/8"]}"#)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(out["allowedSourceCIDRs"], json!(["fd00::/8"]), "normalized");
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! volume names or provider-ID segments are restricted, so nothing later has to escape them.
 
 use guest_sdk::json::{config_error, parse_config};
+use guest_sdk::squid::{SourceRange, check_allowed_ranges, private_ranges};
 use guest_sdk::{Placement, ProviderError, permanent};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -32,6 +33,11 @@ pub struct KvmConfig {
     pub vendor_data: Option<String>,
     #[serde(default = "yes")]
     pub install_guest_agent: bool,
+    /// Source ranges the generated Squid (a Proxy without cloudInit) accepts clients from.
+    /// Default: the private ranges, where a hypervisor's LAN puts its crawlers; a VM bridged
+    /// onto a public network is then still no open proxy (a /0 does not parse).
+    #[serde(default = "private_ranges", rename = "allowedSourceCIDRs")]
+    pub allowed_source_cidrs: Vec<SourceRange>,
     /// `kvm` on real hypervisors; `qemu` (TCG) only where /dev/kvm is not usable, e.g. tests.
     #[serde(default)]
     pub domain_type: DomainType,
@@ -197,6 +203,7 @@ pub fn validate(path: &str, text: &str) -> Result<KvmConfig, ProviderError> {
             "must be between 1 and 16384",
         ));
     }
+    check_allowed_ranges(&at("allowedSourceCIDRs"), &cfg.allowed_source_cidrs)?;
     for (key, image) in &cfg.images {
         let here = format!("{path}.images.{key}");
         if !is_identifier(key) {

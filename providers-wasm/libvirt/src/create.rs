@@ -375,7 +375,7 @@ fn write_seed(
     let files = seed::seed_files(
         &req.name,
         &req.name,
-        req.cloud_init.as_deref(),
+        &seed::user_data(&call.cfg, req),
         call.cfg.vendor_data.as_deref(),
         call.cfg.install_guest_agent,
     );

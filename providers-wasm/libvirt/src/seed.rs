@@ -1,21 +1,43 @@
-//! The NoCloud seed: `user-data` (the Proxy's cloud-init), `meta-data` and `vendor-data` (the
-//! guest-agent script, plus the configured vendor-data) on an ISO 9660 image labelled
-//! `cidata`, built here in pure Rust.
+//! The NoCloud seed: `user-data` (the Proxy's cloud-init, or the generated Squid install when
+//! it has none), `meta-data` and `vendor-data` (the guest-agent script, plus the configured
+//! vendor-data) on an ISO 9660 image labelled `cidata`, built here in pure Rust.
 //!
 //! Plain ISO 9660 names are 8.3 upper case (`USER_DAT.;1`), which NoCloud cannot find, so the
 //! image also carries a Joliet tree with the real names; Linux mounts Joliet in preference to
 //! the plain tree when there is no Rock Ridge. The seed holds cloud-init, a secret: it is only
 //! ever uploaded, never logged.
 
+use crate::config::KvmConfig;
 use crate::time::civil_from_days;
+use guest_sdk::CreateRequest;
+use guest_sdk::squid;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 
 pub const SECTOR: usize = 2048;
 pub const VOLUME_LABEL: &str = "cidata";
 
 /// The script that installs and starts the QEMU guest agent, so Get can ask it for the
 /// address; it runs even when the agent is present, to make sure it is enabled.
-pub const GUEST_AGENT_CLOUD_CONFIG: &str = "#cloud-config\npackages:\n  - qemu-guest-agent\nruncmd:\n  - [systemctl, enable, --now, qemu-guest-agent]\n";
+///
+/// A script, not cloud-config: cloud-init lets user-data win over vendor-data key by key, so
+/// a user-data with its own `packages` or `runcmd` (the generated Squid install has both)
+/// would silently drop a cloud-config's agent. Vendor scripts run whatever the user-data sets.
+pub const GUEST_AGENT_SCRIPT: &str = r#"#!/bin/sh
+# Installs and starts the QEMU guest agent, through which the hypervisor reads this VM's address.
+if ! command -v qemu-ga >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q qemu-guest-agent
+  elif command -v dnf >/dev/null 2>&1; then
+    dnf install -y qemu-guest-agent
+  elif command -v yum >/dev/null 2>&1; then
+    yum install -y qemu-guest-agent
+  elif command -v zypper >/dev/null 2>&1; then
+    zypper --non-interactive install qemu-guest-agent
+  fi
+fi
+systemctl enable --now qemu-guest-agent
+"#;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeedFile {
@@ -26,19 +48,24 @@ pub struct SeedFile {
     pub data: Vec<u8>,
 }
 
-/// The three NoCloud files. An absent cloud-init becomes an empty cloud-config, so the guest
-/// still gets its hostname and the agent.
+/// The user-data of a Proxy's seed: its own cloud-init when it brings one (it wins, whatever
+/// it holds), else the SDK's Squid install for its port and the block's `allowedSourceCIDRs`.
+pub fn user_data<'a>(cfg: &KvmConfig, req: &'a CreateRequest) -> Cow<'a, str> {
+    match &req.cloud_init {
+        Some(own) => Cow::Borrowed(own),
+        None => Cow::Owned(squid::cloud_init(req.port, &cfg.allowed_source_cidrs)),
+    }
+}
+
+/// The three NoCloud files.
 pub fn seed_files(
     instance_id: &str,
     hostname: &str,
-    cloud_init: Option<&str>,
+    user_data: &str,
     vendor_data: Option<&str>,
     install_guest_agent: bool,
 ) -> Vec<SeedFile> {
-    let user_data = cloud_init
-        .unwrap_or("#cloud-config\n{}\n")
-        .as_bytes()
-        .to_vec();
+    let user_data = user_data.as_bytes().to_vec();
     let meta_data =
         format!("instance-id: {instance_id}\nlocal-hostname: {hostname}\n").into_bytes();
     let vendor = vendor_data_text(vendor_data, install_guest_agent).into_bytes();
@@ -67,7 +94,7 @@ pub fn seed_files(
 pub fn vendor_data_text(configured: Option<&str>, install_guest_agent: bool) -> String {
     match (configured, install_guest_agent) {
         (None, false) => "#cloud-config\n{}\n".to_string(),
-        (None, true) => GUEST_AGENT_CLOUD_CONFIG.to_string(),
+        (None, true) => GUEST_AGENT_SCRIPT.to_string(),
         (Some(v), false) => v.to_string(),
         (Some(v), true) => {
             let digest = hex::encode(Sha256::digest(v.as_bytes()));
@@ -86,7 +113,7 @@ pub fn vendor_data_text(configured: Option<&str>, install_guest_agent: bool) -> 
             };
             format!(
                 "Content-Type: multipart/mixed; boundary=\"{boundary}\"\nMIME-Version: 1.0\n\n{}{}--{boundary}--\n",
-                part(GUEST_AGENT_CLOUD_CONFIG),
+                part(GUEST_AGENT_SCRIPT),
                 part(v)
             )
         }

@@ -9,6 +9,7 @@ use crate::{LibvirtProvider, seed};
 use guest_sdk::fake_libvirt::{FakeLibvirt, GIB, codes, dial_error, lv_error};
 use guest_sdk::fakes::FakeHost;
 use guest_sdk::libvirt::{DialStage, DomainState, LibvirtError};
+use guest_sdk::squid::{self, SourceRange};
 use guest_sdk::{
     CallContext, CreateRequest, ErrorClass, Instance, InstanceState, Placement, Provider,
 };
@@ -553,6 +554,80 @@ fn cloud_init_is_never_logged_nor_in_errors_or_xml() {
     assert!(String::from_utf8_lossy(user).contains(SENTINEL));
 }
 
+fn seed_user_data(lv: &FakeLibvirt) -> String {
+    let h = lv.host("rack1");
+    let iso = &h.pools["default"].volumes["proxy-45b9c519690a-cidata.iso"].data;
+    let files = read_iso(iso);
+    let user = &files.iter().find(|(n, _)| n == "user-data").unwrap().1;
+    String::from_utf8(user.clone()).unwrap()
+}
+
+/// A Proxy without cloudInit boots the SDK's Squid install, for its port and the block's
+/// ranges; one with its own gets exactly its own.
+#[test]
+fn the_seed_carries_the_generated_squid_unless_the_proxy_brings_cloud_init() {
+    let mut block: serde_json::Value = serde_json::from_str(&config()).unwrap();
+    block["allowedSourceCIDRs"] = json!(["192.168.10.0/24", "fd00::/8"]);
+    let normalized = LibvirtProvider::validate_config("kvm2", "p", &block.to_string()).unwrap();
+    let ctx = CallContext {
+        provider: "lab".into(),
+        type_name: "kvm2".into(),
+        config: normalized,
+    };
+    let mut req = request(UID);
+    req.cloud_init = None;
+    req.port = 8080;
+
+    let (lv, host) = setup();
+    LibvirtProvider::create(&host, &ctx, &req).unwrap();
+    let ranges: Vec<SourceRange> = ["192.168.10.0/24", "fd00::/8"]
+        .iter()
+        .map(|r| r.parse().unwrap())
+        .collect();
+    assert_eq!(seed_user_data(&lv), squid::cloud_init(8080, &ranges));
+
+    let (lv, host) = setup();
+    let own = request(UID);
+    LibvirtProvider::create(&host, &ctx, &own).unwrap();
+    assert_eq!(
+        Some(seed_user_data(&lv)),
+        own.cloud_init,
+        "the Proxy's own wins"
+    );
+}
+
+#[test]
+fn allowed_source_ranges_default_private_and_are_checked() {
+    let cfg: serde_json::Value =
+        serde_json::from_str(&LibvirtProvider::validate_config("kvm", "p", &config()).unwrap())
+            .unwrap();
+    assert_eq!(
+        cfg["allowedSourceCIDRs"],
+        json!(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"])
+    );
+    let err = |ranges: serde_json::Value| {
+        let mut block: serde_json::Value = serde_json::from_str(&config()).unwrap();
+        block["allowedSourceCIDRs"] = ranges;
+        LibvirtProvider::validate_config("kvm2", "providers[3].kvm2", &block.to_string())
+            .unwrap_err()
+            .message
+    };
+    assert_eq!(
+        err(json!([])),
+        "providers[3].kvm2.allowedSourceCIDRs: must list at least one range; an open proxy is not allowed"
+    );
+    let open = err(json!(["10.0.0.0/8", "0.0.0.0/0"]));
+    assert!(
+        open.starts_with("providers[3].kvm2.allowedSourceCIDRs[1]:") && open.contains("open proxy"),
+        "{open}"
+    );
+    let injected = err(json!(["10.0.0.0/8\nhttp_access allow all"]));
+    assert!(
+        injected.starts_with("providers[3].kvm2.allowedSourceCIDRs[0]:"),
+        "{injected}"
+    );
+}
+
 #[test]
 fn classification_table() {
     let e = |code: i32| lv_error(code, "m");
@@ -904,7 +979,7 @@ fn seed_listing(vendor: Option<&str>) -> String {
     let files = seed::seed_files(
         "proxy-45b9c519690a",
         "proxy-45b9c519690a",
-        Some("#cloud-config\npackages: [squid]\n"),
+        "#cloud-config\npackages: [squid]\n",
         vendor,
         true,
     );
@@ -935,7 +1010,7 @@ fn seed_iso_files_with_vendor_data() {
 
 #[test]
 fn seed_iso_plain_tree_and_isoinfo() {
-    let files = seed::seed_files("i", "h", None, None, false);
+    let files = seed::seed_files("i", "h", "#cloud-config\n{}\n", None, false);
     let iso = seed::build_iso(&files, 0);
     // The plain ISO 9660 tree carries the 8.3 names.
     assert!(iso.windows(11).any(|w| w == b"USER_DAT.;1"));

@@ -1,0 +1,529 @@
+//! The one Squid configuration every provider deploys: the Kubernetes Pod passes it to the
+//! container, the VM providers write it with a generated cloud-init when a Proxy brings none.
+//!
+//! Pure, and built only from typed values: the port is a `u16` and each source range a parsed
+//! [`SourceRange`], whose text is re-rendered from the parsed address. Nothing a user writes
+//! reaches the output verbatim, so no value can add a Squid directive or a YAML key.
+//!
+//! The proxy does not announce itself: no `Via`, no `X-Forwarded-For`, no `Cache-Control` of
+//! its own, no version string. Sites see the crawler's request as the crawler sent it, from the
+//! proxy's address.
+
+use crate::ProviderError;
+use crate::json::config_error;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+/// The private IPv4 ranges (RFC 1918): where Pod networks, VPC subnets and hypervisor LANs
+/// put their clients. The default of every provider's `allowedSourceCIDRs`, because a proxy
+/// with a public address must never be open to the Internet.
+pub const PRIVATE_RANGES: [&str; 3] = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"];
+
+/// Where Squid writes its config on a VM. The distribution's own path, so the packaged
+/// service unit starts it as is.
+pub const VM_CONF_PATH: &str = "/etc/squid/squid.conf";
+
+/// A range of client addresses the proxy accepts: an IPv4 or IPv6 network in CIDR notation,
+/// with no bits set past the prefix, and never a /0 (that would be an open proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SourceRange {
+    network: IpAddr,
+    prefix: u8,
+}
+
+/// Why a text is not a [`SourceRange`]. The messages quote the text escaped, so a stray
+/// newline or quote is visible in the error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceRangeError {
+    /// No `/prefix`: a bare address is not accepted, the width must be explicit.
+    MissingPrefix(String),
+    /// The part before `/` is not an IPv4 or IPv6 address.
+    InvalidAddress(String),
+    /// The prefix is not a number up to 32 (IPv4) or 128 (IPv6).
+    InvalidPrefix(String),
+    /// Bits are set past the prefix; `network` is the range the prefix actually covers.
+    HostBitsSet { text: String, network: String },
+    /// A /0: every address there is.
+    Open(String),
+}
+
+impl fmt::Display for SourceRangeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MissingPrefix(t) => write!(
+                f,
+                "{t:?} has no prefix length; write a range such as 10.0.0.0/8, or 203.0.113.7/32 for one address"
+            ),
+            Self::InvalidAddress(t) => write!(f, "{t:?} is not an IPv4 or IPv6 CIDR"),
+            Self::InvalidPrefix(t) => write!(
+                f,
+                "{t:?} has an invalid prefix length (1-32 for IPv4, 1-128 for IPv6)"
+            ),
+            Self::HostBitsSet { text, network } => write!(
+                f,
+                "{text:?} has address bits set beyond its prefix; the range it covers is {network}"
+            ),
+            Self::Open(t) => write!(f, "{t:?}: a /0 range makes an open proxy"),
+        }
+    }
+}
+
+impl std::error::Error for SourceRangeError {}
+
+fn masked(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V4((u32::from(a) & mask).into())
+        }
+        IpAddr::V6(a) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V6((u128::from(a) & mask).into())
+        }
+    }
+}
+
+impl FromStr for SourceRange {
+    type Err = SourceRangeError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let owned = || text.to_string();
+        let (addr, bits) = text
+            .split_once('/')
+            .ok_or_else(|| SourceRangeError::MissingPrefix(owned()))?;
+        let network: IpAddr = addr
+            .parse()
+            .map_err(|_| SourceRangeError::InvalidAddress(owned()))?;
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        // `u8::from_str` accepts a leading `+`; a prefix is digits only.
+        let prefix = match bits.parse::<u8>() {
+            Ok(p) if p <= max && bits.bytes().all(|b| b.is_ascii_digit()) => p,
+            _ => return Err(SourceRangeError::InvalidPrefix(owned())),
+        };
+        if prefix == 0 {
+            return Err(SourceRangeError::Open(owned()));
+        }
+        let covered = masked(network, prefix);
+        if covered != network {
+            return Err(SourceRangeError::HostBitsSet {
+                text: owned(),
+                network: format!("{covered}/{prefix}"),
+            });
+        }
+        Ok(Self { network, prefix })
+    }
+}
+
+impl fmt::Display for SourceRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+impl SourceRange {
+    pub fn network(&self) -> IpAddr {
+        self.network
+    }
+
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+}
+
+/// As the text it was parsed from, so a config block keeps the field's shape (a list of
+/// strings) and a parse error names the element (`allowedSourceCIDRs[1]`).
+impl Serialize for SourceRange {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SourceRange {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// [`PRIVATE_RANGES`], parsed: the serde default of an `allowedSourceCIDRs` field.
+pub fn private_ranges() -> Vec<SourceRange> {
+    PRIVATE_RANGES
+        .iter()
+        .filter_map(|r| r.parse().ok())
+        .collect()
+}
+
+/// Checks a config's `allowedSourceCIDRs` (its field path is `path`): each element parsed
+/// already, so what is left is that the list names someone. Squid would deny everyone with an
+/// empty list, but a config that can never serve is a mistake to report, not to deploy.
+pub fn check_allowed_ranges(path: &str, ranges: &[SourceRange]) -> Result<(), ProviderError> {
+    if ranges.is_empty() {
+        return Err(config_error(
+            path,
+            "must list at least one range; an open proxy is not allowed",
+        ));
+    }
+    Ok(())
+}
+
+/// Where the Squid process runs, which decides only where it logs and keeps its pid file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A container: logs to the container's streams (the runtime collects them), no pid file
+    /// (the root filesystem is read-only and the runtime tracks the process).
+    Container,
+    /// The distribution's `squid` service on a VM: its log files (which its logrotate rules
+    /// rotate) and the pid file its systemd unit watches.
+    Service,
+}
+
+/// The squid.conf for a proxy on `port` that accepts clients from `allowed` only.
+///
+/// `allowed` is never empty in a validated config; should it be, the config still denies
+/// every client rather than allowing any.
+pub fn squid_conf(port: u16, allowed: &[SourceRange], layout: Layout) -> String {
+    let mut s = String::new();
+    s.push_str("# Generated by egress-proxies.\n");
+    s.push_str(&format!("http_port {port}\n"));
+    for range in allowed {
+        s.push_str(&format!("acl egress_clients src {range}\n"));
+    }
+    s.push_str(
+        "acl SSL_ports port 443\n\
+         acl Safe_ports port 80 443\n\
+         acl CONNECT method CONNECT\n\
+         # Link-local holds cloud metadata servers (169.254.169.254), which give the machine's\n\
+         # user data and credentials to any local process: never to a client.\n\
+         acl egress_link_local dst 169.254.0.0/16 fe80::/10\n\
+         acl egress_client_cache_control req_header Cache-Control .\n\
+         http_access deny !Safe_ports\n\
+         http_access deny CONNECT !SSL_ports\n\
+         http_access deny manager\n",
+    );
+    if !allowed.is_empty() {
+        // The source first: a client outside the ranges is refused without the destination
+        // lookup `dst` may need.
+        s.push_str("http_access allow egress_clients !egress_link_local\n");
+    }
+    s.push_str(
+        "http_access deny all\n\
+         # Announce nothing: no Via, no X-Forwarded-For, no version string.\n\
+         via off\n\
+         forwarded_for delete\n\
+         httpd_suppress_version_string on\n\
+         # Squid adds Cache-Control: max-age to what it forwards; pass only what the client sent.\n\
+         request_header_access Cache-Control allow egress_client_cache_control\n\
+         request_header_access Cache-Control deny all\n\
+         cache deny all\n\
+         # The ICMP pinger only informs cache-peer selection, and there are no peers.\n\
+         pinger_enable off\n",
+    );
+    match layout {
+        Layout::Container => s.push_str(
+            "pid_filename none\n\
+             access_log stdio:/dev/stdout\n\
+             cache_log stdio:/dev/stderr\n",
+        ),
+        Layout::Service => s.push_str(
+            "pid_filename /run/squid.pid\n\
+             access_log daemon:/var/log/squid/access.log\n\
+             cache_log /var/log/squid/cache.log\n",
+        ),
+    }
+    s.push_str("coredump_dir /var/spool/squid\n");
+    s
+}
+
+/// The cloud-init a VM gets when its Proxy has none: install the distribution's Squid, write
+/// [`squid_conf`] for the port and ranges, and (re)start the service.
+///
+/// The file is written after the package is installed (`defer`), so the package finds no
+/// conffile of someone else's and the service is restarted on the final config.
+pub fn cloud_init(port: u16, allowed: &[SourceRange]) -> String {
+    let conf = squid_conf(port, allowed, Layout::Service);
+    let mut s = String::from(
+        "#cloud-config\n\
+         package_update: true\n\
+         packages:\n  \
+           - squid\n\
+         write_files:\n",
+    );
+    s.push_str(&format!(
+        "  - path: {VM_CONF_PATH}\n    owner: root:root\n    permissions: '0644'\n    defer: true\n    content: |\n"
+    ));
+    for line in conf.lines() {
+        s.push_str("      ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push_str(
+        "runcmd:\n  \
+           - [systemctl, enable, squid]\n  \
+           - [systemctl, restart, squid]\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn ranges(texts: &[&str]) -> Vec<SourceRange> {
+        texts.iter().map(|t| t.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn parses_ipv4_and_ipv6_ranges_and_renders_them_canonically() {
+        let r: SourceRange = "10.0.0.0/8".parse().unwrap();
+        assert_eq!(r.to_string(), "10.0.0.0/8");
+        assert_eq!(r.prefix(), 8);
+        let r: SourceRange = "203.0.113.7/32".parse().unwrap();
+        assert_eq!(r.to_string(), "203.0.113.7/32");
+        let r: SourceRange = "FD00:0:0::/8".parse().unwrap();
+        assert_eq!(r.to_string(), "fd00::/8");
+        let r: SourceRange = "2001:db8::1/128".parse().unwrap();
+        assert_eq!(r.to_string(), "2001:db8::1/128");
+        assert_eq!(r.network(), "2001:db8::1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn rejects_what_is_not_one_exact_range() {
+        let err = |t: &str| t.parse::<SourceRange>().unwrap_err();
+        assert_eq!(
+            err("10.0.0.0"),
+            SourceRangeError::MissingPrefix("10.0.0.0".into())
+        );
+        assert_eq!(
+            err("10.0.0/8"),
+            SourceRangeError::InvalidAddress("10.0.0/8".into())
+        );
+        assert_eq!(
+            err("10.0.0.0/33"),
+            SourceRangeError::InvalidPrefix("10.0.0.0/33".into())
+        );
+        assert_eq!(
+            err("::/129"),
+            SourceRangeError::InvalidPrefix("::/129".into())
+        );
+        assert_eq!(
+            err("10.0.0.0/+8"),
+            SourceRangeError::InvalidPrefix("10.0.0.0/+8".into())
+        );
+        assert_eq!(
+            err("10.0.0.0/"),
+            SourceRangeError::InvalidPrefix("10.0.0.0/".into())
+        );
+        assert_eq!(err("0.0.0.0/0"), SourceRangeError::Open("0.0.0.0/0".into()));
+        assert_eq!(err("::/0"), SourceRangeError::Open("::/0".into()));
+        assert_eq!(
+            err("10.0.0.0/00"),
+            SourceRangeError::Open("10.0.0.0/00".into())
+        );
+        assert_eq!(
+            err("10.1.2.3/8"),
+            SourceRangeError::HostBitsSet {
+                text: "10.1.2.3/8".into(),
+                network: "10.0.0.0/8".into()
+            }
+        );
+        assert_eq!(
+            err("fd00::1/8").to_string(),
+            "\"fd00::1/8\" has address bits set beyond its prefix; the range it covers is fd00::/8"
+        );
+        assert!(
+            err("fe80::1%eth0/64")
+                .to_string()
+                .contains("not an IPv4 or IPv6")
+        );
+    }
+
+    /// Whatever a user writes, the only text that reaches the config is an address and a
+    /// number: a newline, a `#`, quotes, spaces or a YAML indicator make the value invalid.
+    #[test]
+    fn no_value_can_carry_a_directive_or_a_yaml_key() {
+        for text in [
+            "10.0.0.0/8\nhttp_access allow all",
+            "10.0.0.0/8\r\nvia on",
+            "10.0.0.0/8 all",
+            " 10.0.0.0/8",
+            "10.0.0.0/8 ",
+            "10.0.0.0/8#",
+            "10.0.0.0/8 # comment",
+            "'10.0.0.0/8'",
+            "\"10.0.0.0/8\"",
+            "10.0.0.0/8\n    runcmd: [reboot]",
+            "10.0.0.0/8: x",
+            "- 10.0.0.0/8",
+            "10.0.0.0/8,0.0.0.0/0",
+            "10.0.0.0/8\t",
+            "\u{0}10.0.0.0/8",
+            "10.0.0.0/８",
+        ] {
+            assert!(
+                text.parse::<SourceRange>().is_err(),
+                "{text:?} was accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn serde_keeps_the_text_and_reports_the_reason() {
+        let v: Vec<SourceRange> = serde_json::from_str(r#"["10.0.0.0/8", "fd00::/8"]"#).unwrap();
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            r#"["10.0.0.0/8","fd00::/8"]"#
+        );
+        let e = serde_json::from_str::<Vec<SourceRange>>(r#"["0.0.0.0/0"]"#).unwrap_err();
+        assert!(e.to_string().contains("open proxy"), "{e}");
+        assert_eq!(
+            private_ranges(),
+            ranges(&["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"])
+        );
+    }
+
+    #[test]
+    fn an_empty_list_is_a_config_error_at_its_path() {
+        let e = check_allowed_ranges("providers[0].kvm.allowedSourceCIDRs", &[]).unwrap_err();
+        assert_eq!(e.reason, "InvalidConfig");
+        assert_eq!(
+            e.message,
+            "providers[0].kvm.allowedSourceCIDRs: must list at least one range; an open proxy is not allowed"
+        );
+        assert!(check_allowed_ranges("p", &private_ranges()).is_ok());
+    }
+
+    #[test]
+    fn the_config_announces_nothing_and_admits_only_the_ranges() {
+        let conf = squid_conf(
+            3128,
+            &ranges(&["10.0.0.0/8", "fd00::/8"]),
+            Layout::Container,
+        );
+        let lines: Vec<&str> = conf.lines().collect();
+        for wanted in [
+            "http_port 3128",
+            "acl egress_clients src 10.0.0.0/8",
+            "acl egress_clients src fd00::/8",
+            "via off",
+            "forwarded_for delete",
+            "httpd_suppress_version_string on",
+            "request_header_access Cache-Control deny all",
+            "cache deny all",
+        ] {
+            assert!(lines.contains(&wanted), "{wanted:?} missing from\n{conf}");
+        }
+        let access: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("http_access "))
+            .collect();
+        assert_eq!(
+            access,
+            [
+                "http_access deny !Safe_ports",
+                "http_access deny CONNECT !SSL_ports",
+                "http_access deny manager",
+                "http_access allow egress_clients !egress_link_local",
+                "http_access deny all",
+            ],
+            "the refusals come before the only allow, and everything else is denied"
+        );
+        assert!(!conf.contains("allow all"));
+        assert!(!conf.contains("forwarded_for on"));
+    }
+
+    #[test]
+    fn without_ranges_every_client_is_denied() {
+        let conf = squid_conf(3128, &[], Layout::Container);
+        assert!(!conf.contains("egress_clients"), "{conf}");
+        assert!(!conf.contains("http_access allow"), "{conf}");
+        assert!(conf.contains("http_access deny all\n"));
+    }
+
+    #[test]
+    fn layouts_differ_only_in_logs_and_pid_file() {
+        let allowed = ranges(&["192.168.0.0/16"]);
+        let container = squid_conf(8080, &allowed, Layout::Container);
+        let service = squid_conf(8080, &allowed, Layout::Service);
+        let runtime = |l: &&str| {
+            l.starts_with("pid_filename ")
+                || l.starts_with("access_log ")
+                || l.starts_with("cache_log ")
+        };
+        let rest = |c: &str| -> Vec<String> {
+            c.lines()
+                .filter(|l| !runtime(l))
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(rest(&container), rest(&service));
+        let only =
+            |c: &str| -> Vec<String> { c.lines().filter(runtime).map(String::from).collect() };
+        assert_eq!(
+            only(&container),
+            [
+                "pid_filename none",
+                "access_log stdio:/dev/stdout",
+                "cache_log stdio:/dev/stderr"
+            ]
+        );
+        assert_eq!(
+            only(&service),
+            [
+                "pid_filename /run/squid.pid",
+                "access_log daemon:/var/log/squid/access.log",
+                "cache_log /var/log/squid/cache.log"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_cloud_init_installs_writes_and_starts_squid() {
+        let allowed = ranges(&["10.0.0.0/8", "2001:db8::/32"]);
+        let text = cloud_init(3128, &allowed);
+        assert!(text.starts_with("#cloud-config\n"), "{text}");
+        let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let keys: Vec<&str> = doc
+            .as_mapping()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            keys,
+            ["package_update", "packages", "write_files", "runcmd"],
+            "no key beyond the four it means to set"
+        );
+        assert_eq!(
+            doc["packages"],
+            serde_yaml::from_str::<serde_yaml::Value>("[squid]").unwrap()
+        );
+        let files = doc["write_files"].as_sequence().unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0]["path"], VM_CONF_PATH);
+        assert_eq!(files[0]["defer"], true);
+        assert_eq!(
+            files[0]["content"].as_str().unwrap(),
+            squid_conf(3128, &allowed, Layout::Service),
+            "the file is exactly the generated config"
+        );
+        assert_eq!(
+            doc["runcmd"],
+            serde_yaml::from_str::<serde_yaml::Value>(
+                "[[systemctl, enable, squid], [systemctl, restart, squid]]"
+            )
+            .unwrap()
+        );
+    }
+
+    #[test]
+    fn the_cloud_init_is_pure() {
+        let allowed = ranges(&["10.0.0.0/8"]);
+        assert_eq!(cloud_init(3128, &allowed), cloud_init(3128, &allowed));
+        assert_ne!(cloud_init(3128, &allowed), cloud_init(8080, &allowed));
+    }
+}

@@ -1,0 +1,600 @@
+//! A real Squid (Debian's `squid` package) runs exactly the config a provider generates for a
+//! Proxy: the kubernetes Pod's `SQUID_CONF`, and the squid.conf the default cloud-init of a
+//! kvm/kvm2 Proxy (its seed's user-data) and of a gcp Proxy (its `user-data` metadata) writes.
+//! The test rewrites only what this machine forces
+//! (the listen address, the pid file and the log paths) and proves through it that
+//! - a site (a loopback echo) sees no Via, no X-Forwarded-For, no Cache-Control Squid made up,
+//!   and the client's address nowhere in the request, while a client's own Cache-Control passes;
+//! - a client outside allowedSourceCIDRs gets 403, and so does CONNECT to a port other than
+//!   443, while CONNECT to 443 is tunnelled (so the refusal is the port rule's);
+//! - a refusal does not name Squid's version.
+//!
+//! Network: loopback only. Each Squid listens on its own 127.0.0.x and a free port; the echo
+//! listens on 127.0.0.9:80 and a stand-in TLS server on 127.0.0.9:443 (the config forwards to
+//! ports 80 and 443 only, and binding them needs root). Clients bind 127.0.0.5, the allowed
+//! address, or 127.0.0.6.
+//!
+//! Skips, saying why, when squid is not installed or the test cannot bind port 80; with
+//! EGRESS_REQUIRE_REAL_BACKENDS=1 (set by .ci/run) either is a failure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpSocket;
+
+const ECHO_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 9);
+const ALLOWED_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 5);
+const OTHER_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 6);
+/// The block every provider gets here: the one allowed client, and an IPv6 range so the real
+/// Squid parses both families.
+const ALLOWED: &[&str] = &["127.0.0.5/32", "fd00::/8"];
+const PROXY_PORT: u16 = 3128;
+
+fn required() -> bool {
+    std::env::var("EGRESS_REQUIRE_REAL_BACKENDS").as_deref() == Ok("1")
+}
+
+/// Skips (returns None) with a reason, or fails when real backends are required.
+fn skip<T>(why: &str) -> Option<T> {
+    assert!(!required(), "EGRESS_REQUIRE_REAL_BACKENDS=1 but {why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
+fn squid_binary() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/usr/local/sbin".into()])
+        .map(|d| d.join("squid"))
+        .find(|p| p.is_file())
+}
+
+// ---- the site: a loopback echo that records what reaches it ----
+
+#[derive(Debug, Clone)]
+struct Seen {
+    peer: SocketAddr,
+    /// The request line and headers, as received.
+    head: String,
+}
+
+impl Seen {
+    fn header(&self, name: &str) -> Vec<String> {
+        self.head
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
+            .collect()
+    }
+}
+
+#[derive(Default)]
+struct Echo {
+    /// By request path: each check uses a path of its own.
+    seen: Mutex<HashMap<String, Seen>>,
+}
+
+impl Echo {
+    fn seen(&self, path: &str) -> Option<Seen> {
+        self.seen.lock().unwrap().get(path).cloned()
+    }
+}
+
+/// Binds, waiting a while when another run of this test holds the port.
+fn bind_patiently(addr: SocketAddr) -> Result<TcpListener, String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match TcpListener::bind(addr) {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == ErrorKind::AddrInUse && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                return Err(format!("binding {addr} needs root ({e})"));
+            }
+            Err(e) => return Err(format!("cannot bind {addr}: {e}")),
+        }
+    }
+}
+
+fn read_head(stream: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+fn serve_echo(listener: TcpListener, echo: Arc<Echo>) {
+    for stream in listener.incoming().flatten() {
+        let echo = echo.clone();
+        std::thread::spawn(move || {
+            let mut stream = stream;
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            let Ok(peer) = stream.peer_addr() else { return };
+            let head = read_head(&mut stream);
+            let path = head
+                .split_whitespace()
+                .nth(1)
+                .unwrap_or_default()
+                .to_string();
+            echo.seen.lock().unwrap().insert(path, Seen { peer, head });
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+            );
+        });
+    }
+}
+
+/// Port 443 only has to accept: CONNECT is answered by Squid once the connection stands.
+fn serve_tls_stand_in(listener: TcpListener) {
+    for stream in listener.incoming().flatten() {
+        std::thread::spawn(move || {
+            let mut stream = stream;
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = stream.read(&mut [0u8; 1024]);
+        });
+    }
+}
+
+/// The echo of this test process, started once.
+fn echo() -> Result<Arc<Echo>, String> {
+    static ECHO: OnceLock<Result<Arc<Echo>, String>> = OnceLock::new();
+    ECHO.get_or_init(|| {
+        let web = bind_patiently(SocketAddr::from((ECHO_IP, 80)))?;
+        let tls = bind_patiently(SocketAddr::from((ECHO_IP, 443)))?;
+        let echo = Arc::new(Echo::default());
+        let e = echo.clone();
+        std::thread::spawn(move || serve_echo(web, e));
+        std::thread::spawn(move || serve_tls_stand_in(tls));
+        Ok(echo)
+    })
+    .clone()
+}
+
+// ---- Squid ----
+
+/// Only what this machine forces: where Squid listens, and where it writes its pid file and
+/// logs (a directory the `proxy` user can write). Every other line stays as generated.
+fn for_this_machine(conf: &str, listen: SocketAddr, dir: &Path) -> String {
+    let mut replaced: HashMap<&str, usize> = HashMap::new();
+    let out: Vec<String> = conf
+        .lines()
+        .map(|line| {
+            let directive = line.split_whitespace().next().unwrap_or_default();
+            let new = match directive {
+                "http_port" => format!("http_port {listen}"),
+                "pid_filename" => format!("pid_filename {}", dir.join("squid.pid").display()),
+                "access_log" => format!("access_log stdio:{}", dir.join("access.log").display()),
+                "cache_log" => format!("cache_log {}", dir.join("cache.log").display()),
+                _ => return line.to_string(),
+            };
+            *replaced.entry(directive).or_default() += 1;
+            new
+        })
+        .collect();
+    for directive in ["http_port", "pid_filename", "access_log", "cache_log"] {
+        assert_eq!(
+            replaced.get(directive),
+            Some(&1),
+            "the generated config has one {directive} line:\n{conf}"
+        );
+    }
+    out.join("\n") + "\n"
+}
+
+/// The `proxy` user's uid and gid, which Squid switches to when started as root.
+fn proxy_user() -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&"proxy") && f.len() > 3)
+            .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+            .flatten()
+    })
+}
+
+struct Squid {
+    child: Child,
+    listen: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Squid {
+    fn start(binary: &Path, generated: &str, ip: Ipv4Addr) -> Squid {
+        let dir = tempfile::tempdir().unwrap();
+        // A file we create is owned by our effective uid: root, or whoever runs the tests.
+        let probe = dir.path().join("owner");
+        std::fs::write(&probe, "").unwrap();
+        if std::fs::metadata(&probe).unwrap().uid() == 0 {
+            let (uid, gid) = proxy_user().expect("the squid package creates the proxy user");
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let port = TcpListener::bind((ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let listen = SocketAddr::from((ip, port));
+        let conf = dir.path().join("squid.conf");
+        std::fs::write(&conf, for_this_machine(generated, listen, dir.path())).unwrap();
+        let child = Command::new(binary)
+            .arg("-N")
+            .arg("-f")
+            .arg(&conf)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.path().join("stdout")).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut squid = Squid { child, listen, dir };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_ok() {
+                return squid;
+            }
+            if let Some(status) = squid.child.try_wait().unwrap() {
+                panic!(
+                    "squid exited ({status}) before listening:\n{}",
+                    squid.logs()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "squid did not listen on {listen} within 30 s:\n{}",
+                squid.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn logs(&self) -> String {
+        ["stderr", "cache.log"]
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
+                format!("== {f}\n{text}")
+            })
+            .collect()
+    }
+}
+
+/// The processes whose parent is `pid` (from /proc).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            // `pid (comm) state ppid ...`; comm may hold spaces, so count from its `)`.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .collect()
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl Drop for Squid {
+    /// SIGINT, by the PID this test started: Squid exits at once (SIGTERM waits out
+    /// shutdown_lifetime). A SIGINT leaves a pinger helper behind; the generated config starts
+    /// none, but should one run, it is ended by its PID too.
+    fn drop(&mut self) {
+        let pid = self.child.id();
+        let helpers = children_of(pid);
+        signal(pid, "-INT");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        for helper in helpers {
+            signal(helper, "-TERM");
+        }
+    }
+}
+
+// ---- clients ----
+
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    text: String,
+}
+
+/// Sends `request` to the proxy from `from` and reads one response: its head, and a body of
+/// the length it declares.
+async fn exchange(from: Ipv4Addr, proxy: SocketAddr, request: &str) -> Response {
+    let go = async {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind(SocketAddr::from((from, 0))).unwrap();
+        let mut stream = socket.connect(proxy).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i + 4;
+            }
+            let n = stream.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "connection closed before a response head");
+            buf.extend_from_slice(&chunk[..n]);
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+        let length = head
+            .lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        while buf.len() < head_end + length {
+            let n = stream.read(&mut chunk).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        Response { status, text }
+    };
+    tokio::time::timeout(Duration::from_secs(20), go)
+        .await
+        .expect("the proxy answered within 20 s")
+}
+
+fn get(path: &str, extra: &str) -> String {
+    format!(
+        "GET http://{ECHO_IP}{path} HTTP/1.1\r\nHost: {ECHO_IP}\r\nUser-Agent: egress-tests\r\nAccept: */*\r\n{extra}Connection: close\r\n\r\n"
+    )
+}
+
+fn connect(port: u16) -> String {
+    format!("CONNECT {ECHO_IP}:{port} HTTP/1.1\r\nHost: {ECHO_IP}:{port}\r\n\r\n")
+}
+
+fn unique_path(label: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "/{label}/{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Everything the issue asks of a generated config, against the real Squid.
+async fn proves_an_anonymous_closed_proxy(label: &str, generated: &str, ip: Ipv4Addr) {
+    let Some(binary) = squid_binary()
+        .or_else(|| skip("squid is not installed (apt-get install -y squid; .ci/run does)"))
+    else {
+        return;
+    };
+    let echo = match echo() {
+        Ok(e) => e,
+        Err(why) => {
+            let _: Option<()> = skip(&format!(
+                "the echo cannot listen where Squid's Safe_ports lets it forward: {why}"
+            ));
+            return;
+        }
+    };
+    let squid = Squid::start(&binary, generated, ip);
+    let proxy = squid.listen;
+
+    // An allowed client: forwarded, and the site learns nothing of the client or the proxy.
+    let path = unique_path(label);
+    let r = exchange(ALLOWED_CLIENT, proxy, &get(&path, "")).await;
+    assert_eq!(r.status, 200, "{}\n{}", r.text, squid.logs());
+    let seen = echo.seen(&path).expect("the echo saw the request");
+    assert_eq!(seen.header("User-Agent"), ["egress-tests"], "{}", seen.head);
+    for name in ["Via", "X-Forwarded-For", "Forwarded", "Cache-Control"] {
+        assert!(
+            seen.header(name).is_empty(),
+            "{label}: the site saw {name}:\n{}",
+            seen.head
+        );
+    }
+    assert!(
+        !seen.head.contains(&ALLOWED_CLIENT.to_string()),
+        "{label}: the client's address reached the site:\n{}",
+        seen.head
+    );
+    assert_ne!(seen.peer.ip(), IpAddr::V4(ALLOWED_CLIENT));
+    assert!(
+        !seen.head.to_ascii_lowercase().contains("squid"),
+        "{}",
+        seen.head
+    );
+
+    // The client's own Cache-Control is the client's business: it passes unchanged.
+    let path = unique_path(label);
+    let r = exchange(
+        ALLOWED_CLIENT,
+        proxy,
+        &get(&path, "Cache-Control: no-cache\r\n"),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let seen = echo.seen(&path).expect("the echo saw the request");
+    assert_eq!(seen.header("Cache-Control"), ["no-cache"], "{}", seen.head);
+
+    // A client outside allowedSourceCIDRs: refused, nothing forwarded, no version named.
+    let path = unique_path(label);
+    let r = exchange(OTHER_CLIENT, proxy, &get(&path, "")).await;
+    assert_eq!(r.status, 403, "{label}: {}", r.text);
+    assert!(
+        echo.seen(&path).is_none(),
+        "{label}: a refused request was forwarded"
+    );
+    assert!(
+        !r.text.contains("squid/"),
+        "{label}: the refusal names Squid's version:\n{}",
+        r.text
+    );
+
+    // CONNECT only to 443: port 80 refused, 443 tunnelled.
+    let r = exchange(ALLOWED_CLIENT, proxy, &connect(80)).await;
+    assert_eq!(r.status, 403, "{label}: CONNECT to port 80: {}", r.text);
+    let r = exchange(ALLOWED_CLIENT, proxy, &connect(443)).await;
+    assert_eq!(r.status, 200, "{label}: CONNECT to port 443: {}", r.text);
+}
+
+// ---- the configs, as the providers generate them ----
+
+fn request(port: u16, cloud_init: Option<&str>) -> guest_sdk::CreateRequest {
+    guest_sdk::CreateRequest {
+        name: "proxy-5a3c0e1f9b7d".into(),
+        namespace: "crawlers".into(),
+        uid: "5a3c0e1f-9b7d-4c2a-8e6f-0d1b2c3a4f5e".into(),
+        port,
+        placement: guest_sdk::Placement {
+            zone: None,
+            region: None,
+            machine_type: None,
+            image: None,
+        },
+        cloud_init: cloud_init.map(String::from),
+        installation: "squid-real".into(),
+        owner: None,
+    }
+}
+
+/// The Pod's SQUID_CONF, from the block through the provider's own validation.
+fn kubernetes_squid_conf() -> String {
+    use guest_sdk::Provider;
+    let block = serde_json::json!({ "allowedSourceCIDRs": ALLOWED }).to_string();
+    let path = "providers[0].kubernetes";
+    let normalized = provider_kubernetes::Kubernetes::validate_config(
+        provider_kubernetes::TYPE_NAME,
+        path,
+        &block,
+    )
+    .unwrap();
+    let cfg = provider_kubernetes::config::validate(path, &normalized).unwrap();
+    let pod = provider_kubernetes::pod::build_pod("cluster", &cfg, &request(PROXY_PORT, None));
+    let env = &pod["spec"]["containers"][0]["env"];
+    env.as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "SQUID_CONF")
+        .and_then(|e| e["value"].as_str())
+        .expect("the Pod passes SQUID_CONF")
+        .to_string()
+}
+
+/// The squid.conf a generated cloud-init writes (its one write_files entry for Squid's path).
+fn written_squid_conf(cloud_init: &str) -> String {
+    let doc: serde_yaml::Value = serde_yaml::from_str(cloud_init).unwrap();
+    let files: Vec<&serde_yaml::Value> = doc["write_files"]
+        .as_sequence()
+        .expect("the cloud-init writes files")
+        .iter()
+        .filter(|f| f["path"] == "/etc/squid/squid.conf")
+        .collect();
+    assert_eq!(files.len(), 1, "{cloud_init}");
+    files[0]["content"].as_str().unwrap().to_string()
+}
+
+/// The user-data of a kvm2 Proxy without cloudInit, as the seed carries it.
+fn kvm_user_data() -> String {
+    use guest_sdk::Provider;
+    let block = serde_json::json!({
+        "machineTypes": {"small": {"vcpus": 1, "memoryMiB": 1024}},
+        "hosts": [{"name": "rack1", "address": "192.0.2.10:22", "user": "egress"}],
+        "allowedSourceCIDRs": ALLOWED,
+    })
+    .to_string();
+    let path = "providers[0].kvm2";
+    let normalized =
+        provider_libvirt::LibvirtProvider::validate_config("kvm2", path, &block).unwrap();
+    let cfg = provider_libvirt::config::validate(path, &normalized).unwrap();
+    provider_libvirt::seed::user_data(&cfg, &request(PROXY_PORT, None)).into_owned()
+}
+
+/// The `user-data` metadata of a gcp Proxy without cloudInit, from its insert request.
+fn gcp_user_data() -> String {
+    use guest_sdk::Provider;
+    let block =
+        serde_json::json!({ "project": "squid-real", "allowedSourceCIDRs": ALLOWED }).to_string();
+    let path = "providers[0].gcp";
+    let normalized =
+        provider_gcp::Gcp::validate_config(provider_gcp::TYPE_NAME, path, &block).unwrap();
+    let cfg = provider_gcp::config::validate(path, &normalized).unwrap();
+    let mut req = request(PROXY_PORT, None);
+    req.placement = guest_sdk::Placement {
+        zone: Some("europe-west1-b".into()),
+        region: None,
+        machine_type: Some("e2-small".into()),
+        image: Some("projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into()),
+    };
+    let at = provider_gcp::insert::resolve(&req).unwrap();
+    let body = provider_gcp::insert::build_insert_request("gce", &cfg, &req, &at);
+    let items = body["metadata"]["items"].as_array().unwrap();
+    items
+        .iter()
+        .find(|i| i["key"] == "user-data")
+        .and_then(|i| i["value"].as_str())
+        .expect("the insert carries user-data")
+        .to_string()
+}
+
+#[tokio::test]
+async fn the_gcp_default_cloud_inits_squid_is_anonymous_and_closed() {
+    proves_an_anonymous_closed_proxy(
+        "gcp",
+        &written_squid_conf(&gcp_user_data()),
+        Ipv4Addr::new(127, 0, 0, 23),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_kvm_default_cloud_inits_squid_is_anonymous_and_closed() {
+    proves_an_anonymous_closed_proxy(
+        "kvm",
+        &written_squid_conf(&kvm_user_data()),
+        Ipv4Addr::new(127, 0, 0, 22),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_kubernetes_pods_squid_is_anonymous_and_closed() {
+    proves_an_anonymous_closed_proxy(
+        "kubernetes",
+        &kubernetes_squid_conf(),
+        Ipv4Addr::new(127, 0, 0, 21),
+    )
+    .await;
+}
