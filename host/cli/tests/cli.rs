@@ -269,3 +269,113 @@ fn a_real_run_without_an_installation_is_refused_naming_it() {
     ]);
     assert!(plan.status.success(), "{}", text(&plan.stderr));
 }
+
+#[test]
+fn an_image_url_outside_the_entrys_image_hosts_fails_permanently_naming_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    // The simulated hypervisor would serve every one of these URLs: only the grant stands in
+    // the way.
+    let world = dir.path().join("world.yaml");
+    std::fs::write(
+        &world,
+        r#"libvirt:
+  urls:
+    - {url: "https://images.example.com/debian-12.qcow2", bytes: 1048576, sha256: "8b3c1f5a2e9d4c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"}
+    - {url: "https://mirror.example.org/other.qcow2", bytes: 1048576, sha256: "8b3c1f5a2e9d4c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"}
+    - {url: "http://169.254.169.254/latest/user-data", bytes: 1048576, sha256: "8b3c1f5a2e9d4c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"}
+    - {url: "http://10.96.0.10/internal.qcow2", bytes: 1048576, sha256: "8b3c1f5a2e9d4c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b"}
+  hosts:
+    - name: rack1
+      address: 192.0.2.10:22
+      user: egress
+      pools: [{name: default, path: /var/lib/libvirt/images, capacityGiB: 100}]
+"#,
+    )
+    .unwrap();
+    let providers = dir.path().join("providers.yaml");
+    std::fs::write(
+        &providers,
+        r#"providers:
+  - name: lab
+    type: kvm2
+    kvm2:
+      insecureIgnoreHostKey: true
+      images: {debian: {url: "https://images.example.com/debian-12.qcow2"}}
+      imageHosts: [mirror.example.org]
+      machineTypes: {small: {vcpus: 1, memoryMiB: 1024}}
+      hosts: [{name: rack1, address: "192.0.2.10:22", user: egress}]
+"#,
+    )
+    .unwrap();
+    let proxies = dir.path().join("proxies.yaml");
+    let proxy = |name: &str, image: &str| {
+        format!(
+            "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: {name}, namespace: e2e}}\nspec:\n  provider: lab\n  placement: {{machineType: small, image: '{image}'}}\n"
+        )
+    };
+    std::fs::write(
+        &proxies,
+        [
+            proxy("catalogue", "debian"),
+            proxy("listed", "https://mirror.example.org/other.qcow2"),
+            proxy("metadata", "http://169.254.169.254/latest/user-data"),
+            proxy("in-cluster", "http://10.96.0.10/internal.qcow2"),
+        ]
+        .join("---\n"),
+    )
+    .unwrap();
+    let out = run(&[
+        "reconcile",
+        "--dry-run",
+        "-o",
+        "json",
+        "-f",
+        proxies.to_str().unwrap(),
+        "--providers",
+        providers.to_str().unwrap(),
+        "--world",
+        world.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let status = |name: &str| {
+        v["proxies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no proxy {name} in {stdout}"))
+            .clone()
+    };
+    for granted in ["catalogue", "listed"] {
+        let p = status(granted);
+        assert_eq!(p["status"]["state"], "Running", "{granted}: {p}");
+    }
+    for (name, host) in [
+        ("metadata", "169.254.169.254"),
+        ("in-cluster", "10.96.0.10"),
+    ] {
+        let p = status(name);
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .unwrap()
+            .clone();
+        assert_eq!(ready["status"], "False", "{name}: {p}");
+        assert_eq!(ready["reason"], "PermanentFailure", "{name}: {p}");
+        let message = ready["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("image host \"{host}\"")),
+            "{name}: {message}"
+        );
+        // Refused before any transfer: the plan has no volume for it.
+        let changes = p["changes"].to_string();
+        assert!(
+            !changes.contains("volume-upload-from-url"),
+            "{name}: {changes}"
+        );
+    }
+}

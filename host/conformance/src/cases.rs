@@ -155,12 +155,13 @@ async fn run_captured(suite: Suite, captured: Captured) -> Result<Report, SuiteE
                     ..Default::default()
                 }),
                 http: wants(Capability::Http).then(|| HttpGrant {
-                    hosts,
+                    hosts: hosts.clone(),
                     credentials: vec![],
                     google_credentials_file: None,
                 }),
                 libvirt: wants(Capability::Libvirt).then(|| LibvirtGrant {
                     hosts: sim::libvirt_hosts(&suite.block.block),
+                    image_hosts: hosts.clone(),
                 }),
             })
         }

@@ -8,7 +8,7 @@ use egress_runtime::capabilities::http::{HttpBackend, HttpError, HttpRequest, Ht
 use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef};
 use egress_runtime::capabilities::libvirt::{
     AddressSource, DomainState, InterfaceAddresses, LibvirtBackend, LibvirtError, LibvirtHost,
-    NodeInfo, PoolInfo, ProbeResult, ProbeTarget, R, Transfer, VolumeInfo,
+    NodeInfo, PoolInfo, ProbeResult, ProbeTarget, R, Transfer, UrlGrant, VolumeInfo,
 };
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
@@ -246,7 +246,7 @@ libvirt_layer! {
         volume_get_info(host: &str, pool: &str, name: &str) -> R<VolumeInfo>;
         volume_xml(host: &str, pool: &str, name: &str) -> R<String>;
         volume_download(host: &str, pool: &str, name: &str, max_bytes: u64) -> R<Vec<u8>>;
-        url_size(url: &str) -> R<Option<u64>>;
+        url_size(url: &str, images: &UrlGrant) -> R<Option<u64>>;
     }
     write {
         domain_define_xml(host: &str, xml: &str) -> R<()>;
@@ -257,6 +257,6 @@ libvirt_layer! {
         volume_create_xml(host: &str, pool: &str, xml: &str) -> R<()>;
         volume_delete(host: &str, pool: &str, name: &str) -> R<()>;
         volume_upload(host: &str, pool: &str, name: &str, data: Vec<u8>) -> R<()>;
-        volume_upload_from_url(host: &str, pool: &str, name: &str, url: &str, sha256: Option<&str>, max_bytes: u64) -> R<Transfer>;
+        volume_upload_from_url(host: &str, pool: &str, name: &str, url: &str, sha256: Option<&str>, max_bytes: u64, images: &UrlGrant) -> R<Transfer>;
     }
 }

@@ -127,6 +127,14 @@ pub struct LibvirtGrant {
     /// Configured host names the provider may reach.
     #[serde(default)]
     pub hosts: Vec<String>,
+    /// Hosts (`host` for any port, or `host:port`) the host-side image transfer
+    /// (`volume-upload-from-url`, `url-size`) may fetch from, checked on the URL, on every
+    /// redirect and on the resolved address. A link-local or metadata address
+    /// (169.254.169.254, fe80::/10, ...), or a name that resolves to one, is reached only when
+    /// named here. For the built-in kvm types the host grants the hosts of the block's
+    /// `images` catalogue and the block's own `imageHosts`; an explicit grant replaces those.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_hosts: Vec<String>,
 }
 
 /// Bounds on each provider call.
@@ -331,6 +339,19 @@ impl ProvidersConfig {
                     ));
                 }
             }
+            let image_hosts = p
+                .grants
+                .as_ref()
+                .and_then(|g| g.libvirt.as_ref())
+                .map_or(&[][..], |l| l.image_hosts.as_slice());
+            for (j, h) in image_hosts.iter().enumerate() {
+                if !is_host_entry(h) {
+                    return Err(ConfigError::new(
+                        format!("{at}.grants.libvirt.imageHosts[{j}]"),
+                        format!("{h:?} is not host, host:port or [ipv6]:port"),
+                    ));
+                }
+            }
             if let Some(limits) = &p.limits {
                 if limits.memory_mib == Some(0) {
                     return Err(ConfigError::new(
@@ -391,6 +412,34 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// A grant's host entry: `host`, `host:port`, `[ipv6]`, `[ipv6]:port` or a bare IPv6 address,
+/// the host a DNS name or an IP address, the port 1-65535.
+pub fn is_host_entry(s: &str) -> bool {
+    let port_ok = |p: &str| p.parse::<u16>().is_ok_and(|p| p > 0);
+    let name_ok = |h: &str| {
+        !h.is_empty()
+            && !h.starts_with('.')
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+    };
+    if let Some(rest) = s.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((h, "")) => h.parse::<std::net::Ipv6Addr>().is_ok(),
+            Some((h, p)) => {
+                h.parse::<std::net::Ipv6Addr>().is_ok() && p.strip_prefix(':').is_some_and(port_ok)
+            }
+            None => false,
+        };
+    }
+    match s.matches(':').count() {
+        0 => name_ok(s),
+        1 => s
+            .split_once(':')
+            .is_some_and(|(h, p)| name_ok(h) && port_ok(p)),
+        _ => s.parse::<std::net::Ipv6Addr>().is_ok(),
+    }
+}
+
 /// A DNS-1123 label.
 pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
@@ -432,6 +481,36 @@ mod tests {
         let p = cfg.provider("k8s").unwrap();
         assert_eq!(p.block().0, "kubernetes");
         assert_eq!(p.block().1.unwrap()["image"], "squid:6");
+    }
+
+    #[test]
+    fn image_hosts_of_a_libvirt_grant_are_checked_with_their_path() {
+        let cfg = |hosts: &str| {
+            ProvidersConfig::from_yaml(&format!(
+                "providers:\n- name: a\n  type: acme\n  module: a.wasm\n  grants:\n    libvirt:\n      hosts: [h]\n      imageHosts: {hosts}\n"
+            ))
+            .and_then(|c| c.check().map(|()| c))
+        };
+        let ok =
+            cfg("[images.example.com, \"10.0.0.5:8080\", \"[fd00::1]:80\", \"fe80::1\"]").unwrap();
+        assert_eq!(
+            ok.providers[0]
+                .grants
+                .as_ref()
+                .unwrap()
+                .libvirt
+                .as_ref()
+                .unwrap()
+                .image_hosts[1],
+            "10.0.0.5:8080"
+        );
+        for bad in ["\"http://x/\"", "\"h:0\"", "\"a b\"", "\"[::1\"", "\"\""] {
+            let err = cfg(&format!("[ok.example, {bad}]")).unwrap_err();
+            assert_eq!(
+                err.path, "providers[0].grants.libvirt.imageHosts[1]",
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use libvirt_rpc::{Client, HostConfig, HostKeyPolicy, Pool, PoolOptions, SshTarget};
+use libvirt_rpc::{Client, HostConfig, HostKeyPolicy, Pool, PoolOptions, SshTarget, UrlGrant};
 
 const CALLS: usize = 1000;
 const UPLOAD_MIB: u64 = 256;
@@ -182,7 +182,15 @@ async fn main() {
         .unwrap();
     let started = Instant::now();
     let t = pool
-        .volume_upload_from_url("bench", &pool_name, &vol, &url, Some(&sha), 1 << 40)
+        .volume_upload_from_url(
+            "bench",
+            &pool_name,
+            &vol,
+            &url,
+            Some(&sha),
+            1 << 40,
+            &UrlGrant::new([url.as_str()], []),
+        )
         .await
         .unwrap();
     let ours_upload = started.elapsed();

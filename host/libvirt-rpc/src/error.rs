@@ -81,6 +81,10 @@ pub enum Error {
     /// The HTTP side of a URL transfer failed.
     #[error("http: {0}")]
     Http(String),
+    /// The URL, a redirect hop or a resolved address is outside what the caller granted;
+    /// nothing was sent to `host`.
+    #[error("image host {host:?} {reason}")]
+    Denied { host: String, reason: String },
     /// The bytes written do not hash to what the caller expected.
     #[error("sha256 mismatch: expected {expected}, got {actual}")]
     ChecksumMismatch { expected: String, actual: String },
@@ -187,7 +191,7 @@ impl Error {
             },
             stage: self.stage(),
             timeout: self.is_timeout(),
-            denied: matches!(self, Self::UnknownHost(_)),
+            denied: matches!(self, Self::UnknownHost(_) | Self::Denied { .. }),
         }
     }
 }
@@ -243,6 +247,13 @@ mod tests {
         assert!(r.timeout);
         assert!(Error::ConnectionLost("eof".into()).is_transient());
         assert!(Error::UnknownHost("x".into()).to_record().denied);
+        let r = Error::Denied {
+            host: "169.254.169.254".into(),
+            reason: "is not granted".into(),
+        }
+        .to_record();
+        assert!(r.denied && !r.timeout && r.stage.is_none());
+        assert_eq!(r.message, "image host \"169.254.169.254\" is not granted");
         assert_eq!(DialStage::LibvirtOpen.to_string(), "libvirt-open");
     }
 }

@@ -22,4 +22,4 @@ pub use error::{DialStage, Error, ErrorRecord};
 pub use pool::{HostConfig, Pool, PoolOptions, ProbeResult, ProbeTarget};
 pub use proto::{Domain, RemoteError, StoragePool, StorageVol};
 pub use ssh::{DialTrace, HostKeyPolicy, SshTarget, StageRecord, dial, dial_traced};
-pub use transfer::Transfer;
+pub use transfer::{Transfer, UrlGrant};

@@ -23,7 +23,7 @@ use crate::client::{
 use crate::error::Error;
 use crate::proto::StorageVol;
 use crate::ssh::{self, SshTarget};
-use crate::transfer::{self, Transfer};
+use crate::transfer::{self, Transfer, UrlGrant};
 
 /// One host the pool may talk to, under the name callers use for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -432,6 +432,8 @@ impl Pool {
 
     /// Streams an http(s) URL into an existing volume on a dedicated connection, hashing on
     /// the fly; fails when `sha256` is given and differs, or past `max_bytes`.
+    // The WIT call's six arguments and the grant they are held to.
+    #[allow(clippy::too_many_arguments)]
     pub async fn volume_upload_from_url(
         &self,
         host: &str,
@@ -440,14 +442,17 @@ impl Pool {
         url: &str,
         sha256: Option<&str>,
         max_bytes: u64,
+        grant: &UrlGrant,
     ) -> Result<Transfer, Error> {
         let slot = self.slot(host)?;
+        // A refused URL costs no dial either.
+        grant.check_url(url)?;
         let budget = self.opts.transfer_timeout;
         let run = async {
             let client = ssh::dial(&slot.target).await?;
             let result = async {
                 let v = lookup_volume(&client, pool, name).await?;
-                transfer::upload_from_url(&client, &v, url, sha256, max_bytes).await
+                transfer::upload_from_url(&client, &v, url, sha256, max_bytes, grant).await
             }
             .await;
             let _ = client.connect_close().await;
@@ -458,10 +463,11 @@ impl Pool {
             .map_err(|_| Error::timeout(format!("volume-upload-from-url on {host}"), budget))?
     }
 
-    /// The size of an http(s) URL's body when the server says (HEAD).
-    pub async fn url_size(&self, url: &str) -> Result<Option<u64>, Error> {
+    /// The size of an http(s) URL's body when the server says (HEAD); `url` and its
+    /// redirects must be within `grant`.
+    pub async fn url_size(&self, url: &str, grant: &UrlGrant) -> Result<Option<u64>, Error> {
         let budget = self.opts.call_timeout;
-        tokio::time::timeout(budget, transfer::url_size(url))
+        tokio::time::timeout(budget, transfer::url_size(url, grant))
             .await
             .map_err(|_| Error::timeout("url-size", budget))?
     }

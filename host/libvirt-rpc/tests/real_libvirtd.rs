@@ -12,7 +12,7 @@ use std::time::Duration;
 use libvirt_rpc::client::AddressSource;
 use libvirt_rpc::{
     Client, DialStage, DoctorOptions, DomainState, Error, HostConfig, HostKeyPolicy, Pool,
-    PoolOptions, ProbeTarget, SshTarget,
+    PoolOptions, ProbeTarget, SshTarget, UrlGrant,
 };
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -541,19 +541,21 @@ async fn url_to_volume_transfer() {
     let Some(env) = env() else { return };
     let _serial = SERIAL.lock().await;
     let base = http_server().await;
+    // The server's host, as an image catalogue would name it.
+    let grant = UrlGrant::new([base.as_str()], []);
     let pool = env.pool(PoolOptions::default());
     let sp = env.storage_pool();
     const SIZE: usize = 3 * 1024 * 1024 + 12_345;
     let expected = hex::encode(Sha256::digest(pattern(SIZE, 7)));
 
     assert_eq!(
-        pool.url_size(&format!("{base}/sized/{SIZE}"))
+        pool.url_size(&format!("{base}/sized/{SIZE}"), &grant)
             .await
             .unwrap(),
         Some(SIZE as u64)
     );
     assert_eq!(
-        pool.url_size(&format!("{base}/chunked/{SIZE}"))
+        pool.url_size(&format!("{base}/chunked/{SIZE}"), &grant)
             .await
             .unwrap(),
         None
@@ -565,7 +567,7 @@ async fn url_to_volume_transfer() {
         .unwrap();
     let url = format!("{base}/chunked/{SIZE}");
     let t = pool
-        .volume_upload_from_url(HOST, &sp, &name, &url, Some(&expected), 1 << 30)
+        .volume_upload_from_url(HOST, &sp, &name, &url, Some(&expected), 1 << 30, &grant)
         .await
         .unwrap();
     assert_eq!(
@@ -580,14 +582,14 @@ async fn url_to_volume_transfer() {
 
     let wrong = "0".repeat(64);
     let err = pool
-        .volume_upload_from_url(HOST, &sp, &name, &url, Some(&wrong), 1 << 30)
+        .volume_upload_from_url(HOST, &sp, &name, &url, Some(&wrong), 1 << 30, &grant)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::ChecksumMismatch { .. }), "{err:?}");
 
     // the cap applies while streaming (no Content-Length) and up front (with one)
     let err = pool
-        .volume_upload_from_url(HOST, &sp, &name, &url, None, 1 << 20)
+        .volume_upload_from_url(HOST, &sp, &name, &url, None, 1 << 20, &grant)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TooLarge { .. }), "{err:?}");
@@ -599,10 +601,29 @@ async fn url_to_volume_transfer() {
             &format!("{base}/sized/{SIZE}"),
             None,
             1 << 20,
+            &grant,
         )
         .await
         .unwrap_err();
     assert!(matches!(err, Error::TooLarge { .. }), "{err:?}");
+
+    // A host outside the grant is refused before the dial and before any request.
+    let err = pool
+        .volume_upload_from_url(
+            HOST,
+            &sp,
+            &name,
+            &url.replace("127.0.0.1", "127.0.0.6"),
+            None,
+            1 << 30,
+            &grant,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Denied { host, .. } if host.starts_with("127.0.0.6:")),
+        "{err:?}"
+    );
 
     pool.volume_delete(HOST, &sp, &name).await.unwrap();
 }

@@ -3,6 +3,7 @@
 
 use crate::bindings::Capability;
 use egress_core::config::{ConfigError, HttpGrant, KubeGrant, LibvirtGrant, ProviderEntry};
+use libvirt_rpc::UrlGrant;
 use serde_json::Value;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -10,6 +11,32 @@ pub struct EffectiveGrants {
     pub kube: Option<KubeGrant>,
     pub http: Option<HttpGrant>,
     pub libvirt: Option<LibvirtGrant>,
+    /// Where the libvirt capability's image transfers may fetch from; empty without libvirt.
+    pub images: UrlGrant,
+}
+
+/// The image hosts of a libvirt entry. A built-in kvm type without an explicit grant gets the
+/// hosts of its catalogue's URLs (each at its URL's port) and its block's `imageHosts`; an
+/// explicit grant gets its own `imageHosts` only. Only `imageHosts` entries are explicit
+/// enough to reach a link-local or metadata address.
+fn image_grant(explicit: Option<&LibvirtGrant>, derived: bool, block: &Value) -> UrlGrant {
+    match explicit {
+        Some(g) => UrlGrant::new([], g.image_hosts.iter().map(String::as_str)),
+        None if derived => {
+            let catalogue = block["images"]
+                .as_object()
+                .into_iter()
+                .flat_map(|images| images.values())
+                .filter_map(|image| image["url"].as_str());
+            let listed = block["imageHosts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str);
+            UrlGrant::new(catalogue, listed)
+        }
+        None => UrlGrant::default(),
+    }
 }
 
 /// What the entry's config allows before looking at the module: an explicit `grants` entry,
@@ -24,8 +51,10 @@ fn allowed(entry: &ProviderEntry, block: &Value) -> EffectiveGrants {
             namespaces: vec![],
         })
     });
+    let kvm = builtin && matches!(entry.type_.as_str(), "kvm" | "kvm2");
+    let images = image_grant(explicit.libvirt.as_ref(), kvm, block);
     let libvirt = explicit.libvirt.or_else(|| {
-        (builtin && matches!(entry.type_.as_str(), "kvm" | "kvm2")).then(|| LibvirtGrant {
+        kvm.then(|| LibvirtGrant {
             hosts: block["hosts"]
                 .as_array()
                 .map(|hs| {
@@ -34,6 +63,7 @@ fn allowed(entry: &ProviderEntry, block: &Value) -> EffectiveGrants {
                         .collect()
                 })
                 .unwrap_or_default(),
+            image_hosts: vec![],
         })
     });
     let gcp = builtin && entry.type_ == "gcp";
@@ -71,6 +101,7 @@ fn allowed(entry: &ProviderEntry, block: &Value) -> EffectiveGrants {
         kube,
         http,
         libvirt,
+        images,
     }
 }
 
@@ -103,10 +134,16 @@ pub fn effective(
     if wants(Capability::Libvirt) && allowed.libvirt.is_none() {
         return Err(missing("libvirt"));
     }
+    let libvirt = allowed.libvirt.filter(|_| wants(Capability::Libvirt));
     Ok(EffectiveGrants {
         kube: allowed.kube.filter(|_| wants(Capability::Kube)),
         http: allowed.http.filter(|_| wants(Capability::Http)),
-        libvirt: allowed.libvirt.filter(|_| wants(Capability::Libvirt)),
+        images: if libvirt.is_some() {
+            allowed.images
+        } else {
+            UrlGrant::default()
+        },
+        libvirt,
     })
 }
 
@@ -153,6 +190,70 @@ mod tests {
         )
         .unwrap();
         assert_eq!(g.libvirt.unwrap().hosts, vec!["a", "b"]);
+    }
+
+    #[test]
+    fn kvm_images_come_from_the_catalogue_and_the_blocks_image_hosts() {
+        let block = json!({
+            "hosts": [{"name": "a"}],
+            "images": {
+                "debian": {"url": "https://images.example.com/debian.qcow2"},
+                "local": {"url": "http://127.0.0.1:8080/tiny.qcow2"},
+            },
+            "imageHosts": ["mirror.example.org", "169.254.169.254"],
+        });
+        let g = effective(0, &entry("kvm", None), &block, &[Capability::Libvirt]).unwrap();
+        for ok in [
+            "https://images.example.com/other.qcow2",
+            "http://127.0.0.1:8080/x",
+            "http://mirror.example.org:81/x",
+            "http://169.254.169.254/x",
+        ] {
+            assert!(g.images.check_url(ok).is_ok(), "{ok}");
+        }
+        for refused in [
+            "http://images.example.com/debian.qcow2",
+            "http://127.0.0.1:8081/x",
+            "http://cluster-svc.default.svc/x",
+        ] {
+            assert!(g.images.check_url(refused).is_err(), "{refused}");
+        }
+        // The catalogue alone does not reach a metadata address.
+        let block = json!({"hosts": [], "images": {"m": {"url": "http://169.254.169.254/img"}}});
+        let g = effective(0, &entry("kvm2", None), &block, &[Capability::Libvirt]).unwrap();
+        assert!(g.images.check_url("http://169.254.169.254/img").is_err());
+    }
+
+    #[test]
+    fn a_module_granted_libvirt_gets_only_the_image_hosts_its_grant_names() {
+        let block = json!({"images": {"d": {"url": "https://images.example.com/d.qcow2"}}});
+        let mut e = entry("acme", Some("acme.wasm"));
+        e.grants = Some(egress_core::config::Grants {
+            libvirt: Some(LibvirtGrant {
+                hosts: vec!["a".into()],
+                image_hosts: vec![],
+            }),
+            ..Default::default()
+        });
+        let g = effective(0, &e, &block, &[Capability::Libvirt]).unwrap();
+        assert!(g.images.is_empty());
+        if let Some(l) = e.grants.as_mut().and_then(|g| g.libvirt.as_mut()) {
+            l.image_hosts = vec!["images.example.com:443".into()];
+        }
+        let g = effective(0, &e, &block, &[Capability::Libvirt]).unwrap();
+        assert!(
+            g.images
+                .check_url("https://images.example.com/d.qcow2")
+                .is_ok()
+        );
+        assert!(
+            g.images
+                .check_url("http://images.example.com/d.qcow2")
+                .is_err()
+        );
+        // Not declaring libvirt, it gets no image hosts either.
+        let g = effective(0, &e, &block, &[Capability::Log]).unwrap();
+        assert!(g.images.is_empty());
     }
 
     #[test]

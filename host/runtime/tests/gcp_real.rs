@@ -588,9 +588,41 @@ async fn credential_failures_are_credential_errors_without_secrets() {
     assert!(double.seen.compute.lock().unwrap().is_empty());
 }
 
+/// A plain server on 127.0.0.2 at the double's port, where `/redirect-out` points: it records
+/// each request's head and answers `{}`.
+async fn beside(double: &Double) -> (String, Arc<Mutex<Vec<String>>>) {
+    let port = double.addr.rsplit(':').next().unwrap();
+    let listener = TcpListener::bind(format!("127.0.0.2:{port}"))
+        .await
+        .unwrap();
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match sock.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&head).to_lowercase());
+            let _ = sock
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+                .await;
+        }
+    });
+    (format!("127.0.0.2:{port}"), heads)
+}
+
 #[tokio::test]
 async fn redirects_are_checked_and_bodies_and_time_bounded() {
     let double = plain_double().await;
+    let (other, heads) = beside(&double).await;
     let dir = tempfile::tempdir().unwrap();
     let key = key_file(dir.path(), &double.addr);
     let g = grant(&double.addr);
@@ -604,6 +636,29 @@ async fn redirects_are_checked_and_bodies_and_time_bounded() {
         matches!(&err, HttpError::Denied(m) if m.contains("127.0.0.2")),
         "{err:?}"
     );
+    assert!(
+        heads.lock().unwrap().is_empty(),
+        "{:?}",
+        heads.lock().unwrap()
+    );
+    // Granted, the hop is followed, and the credential stays with the host it was asked for.
+    let mut both = g.clone();
+    both.hosts.push(other.clone());
+    let r = http
+        .send(get(&double.addr, "/redirect-out"), &both)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(
+        r.final_url
+            .starts_with(&format!("http://{other}/compute/v1/")),
+        "{}",
+        r.final_url
+    );
+    let seen = heads.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(!seen[0].contains("authorization"), "{}", seen[0]);
+    assert_eq!(double.seen.token_requests.load(Ordering::SeqCst), 1);
     // A redirect within the grant is followed; the final URL is reported; the cap applies.
     let err = http
         .send(get(&double.addr, "/redirect-in"), &g)

@@ -43,6 +43,11 @@ pub struct KvmConfig {
     pub domain_type: DomainType,
     #[serde(default)]
     pub images: BTreeMap<String, ImageSpec>,
+    /// Hosts (`host` for any port, or `host:port`) image URLs may come from beyond the
+    /// catalogue's own: a `placement.image` URL, a mirror a catalogue URL redirects to. The host
+    /// enforces it; a link-local or metadata address is reached only when named here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_hosts: Vec<String>,
     #[serde(default)]
     pub machine_types: BTreeMap<String, MachineType>,
     #[serde(default)]
@@ -170,6 +175,34 @@ pub fn is_http_url(s: &str) -> bool {
     matches!(rest, Some(r) if !r.is_empty() && !r.starts_with('/') && !s.chars().any(char::is_whitespace))
 }
 
+/// `host`, `host:port`, `[ipv6]`, `[ipv6]:port` or a bare IPv6 address; the host a DNS name or
+/// an IP address, the port 1-65535.
+pub fn is_host_entry(s: &str) -> bool {
+    let port_ok = |p: &str| p.parse::<u16>().is_ok_and(|p| p > 0);
+    let name_ok = |h: &str| {
+        !h.is_empty()
+            && !h.starts_with('.')
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+    };
+    if let Some(rest) = s.strip_prefix('[') {
+        return match rest.split_once(']') {
+            Some((h, "")) => h.parse::<std::net::Ipv6Addr>().is_ok(),
+            Some((h, p)) => {
+                h.parse::<std::net::Ipv6Addr>().is_ok() && p.strip_prefix(':').is_some_and(port_ok)
+            }
+            None => false,
+        };
+    }
+    match s.matches(':').count() {
+        0 => name_ok(s),
+        1 => s
+            .split_once(':')
+            .is_some_and(|(h, p)| name_ok(h) && port_ok(p)),
+        _ => s.parse::<std::net::Ipv6Addr>().is_ok(),
+    }
+}
+
 fn is_path(s: &str) -> bool {
     s.starts_with('/') && !s.chars().any(|c| c.is_control())
 }
@@ -226,6 +259,15 @@ pub fn validate(path: &str, text: &str) -> Result<KvmConfig, ProviderError> {
                 "must be 64 hex characters",
             ));
         }
+    }
+    for (i, h) in cfg.image_hosts.iter_mut().enumerate() {
+        if !is_host_entry(h) {
+            return Err(config_error(
+                &format!("{path}.imageHosts[{i}]"),
+                "must be host, host:port or [ipv6]:port (no scheme, no path)",
+            ));
+        }
+        *h = h.to_ascii_lowercase();
     }
     if cfg.machine_types.is_empty() {
         return Err(config_error(

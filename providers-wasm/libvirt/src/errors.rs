@@ -119,10 +119,20 @@ pub fn classify(op: Op, what: &str, e: &LibvirtError) -> ProviderError {
     }
 }
 
-/// Classifies a failed `volume-upload-from-url`: the host reports HTTP and checksum failures
+/// Classifies a failed `volume-upload-from-url` or `url-size`: the host reports HTTP and checksum failures
 /// as code 0 with the real transfer's message shapes (`status 404 Not Found`, `sha256
 /// mismatch`, `exceeds the limit`), which the contract leaves untyped.
 pub fn classify_transfer(what: &str, e: &LibvirtError) -> ProviderError {
+    if e.denied && e.stage.is_none() && e.code == 0 {
+        // The host refused the URL (or a redirect, or where its name resolves) against the
+        // entry's image hosts, before sending anything; its message names the host. Only a
+        // config change (the catalogue, imageHosts) or another image helps.
+        return ProviderError {
+            class: ErrorClass::Permanent,
+            message: format!("{what}: {}", e.message),
+            reason: "ImageHostNotGranted".to_string(),
+        };
+    }
     if e.code != 0 || e.stage.is_some() || e.timeout || e.denied {
         return classify(Op::Create, what, e);
     }

@@ -116,6 +116,49 @@ fn config_errors_name_the_field_path() {
     assert!(e.message.contains("p.insecureIgnoreHostKey"));
     let unknown = json!({"bogus": 1}).to_string();
     assert!(LibvirtProvider::validate_config("kvm", "p", &unknown).is_err());
+    for bad in [
+        "https://mirror.example.org/",
+        "mirror.example.org/x",
+        "h:0",
+        "a b",
+        "",
+    ] {
+        let block = json!({"imageHosts": ["ok.example", bad],
+            "machineTypes": {"s": {"vcpus": 1, "memoryMiB": 512}},
+            "hosts": [{"name": "a", "address": "a", "user": "u"}]})
+        .to_string();
+        let e = LibvirtProvider::validate_config("kvm2", "providers[2].kvm2", &block).unwrap_err();
+        assert!(
+            e.message.starts_with("providers[2].kvm2.imageHosts[1]:"),
+            "{bad:?}: {}",
+            e.message
+        );
+    }
+}
+
+#[test]
+fn image_hosts_are_normalized() {
+    let block = json!({"imageHosts": ["Mirror.Example.org", "10.0.0.5:8080", "[fd00::1]:80", "169.254.169.254"],
+        "machineTypes": {"s": {"vcpus": 1, "memoryMiB": 512}},
+        "hosts": [{"name": "a", "address": "a", "user": "u"}]})
+    .to_string();
+    let cfg: serde_json::Value =
+        serde_json::from_str(&LibvirtProvider::validate_config("kvm2", "p", &block).unwrap())
+            .unwrap();
+    assert_eq!(
+        cfg["imageHosts"],
+        json!([
+            "mirror.example.org",
+            "10.0.0.5:8080",
+            "[fd00::1]:80",
+            "169.254.169.254"
+        ])
+    );
+    // Absent, the field stays out of the normalized block.
+    let cfg: serde_json::Value =
+        serde_json::from_str(&LibvirtProvider::validate_config("kvm2", "p", &config()).unwrap())
+            .unwrap();
+    assert!(cfg.get("imageHosts").is_none());
 }
 
 #[test]
@@ -719,6 +762,38 @@ fn classification_table() {
     assert_eq!(
         t("body exceeds the limit of 5 bytes"),
         ErrorClass::QuotaExceeded
+    );
+}
+
+#[test]
+fn an_image_host_the_host_refuses_is_permanent_and_named() {
+    let (lv, host) = setup();
+    let mut req = request(UID);
+    req.placement.image = Some("http://169.254.169.254/latest/user-data".into());
+    lv.fail_next(
+        "url-size",
+        LibvirtError {
+            denied: true,
+            ..lv_error(
+                0,
+                "image host \"169.254.169.254\" is 169.254.169.254, a link-local or metadata \
+                 address; it is reached only when named in imageHosts",
+            )
+        },
+    );
+    let e = LibvirtProvider::create(&host, &ctx("kvm2"), &req).unwrap_err();
+    assert_eq!(
+        (e.class, e.reason.as_str()),
+        (ErrorClass::Permanent, "ImageHostNotGranted")
+    );
+    assert!(e.message.contains("\"169.254.169.254\""), "{}", e.message);
+    // Refused at the size lookup: no volume was created for it.
+    assert!(
+        lv.calls()
+            .iter()
+            .all(|c| !c.starts_with("volume-create-xml")),
+        "{:?}",
+        lv.calls()
     );
 }
 

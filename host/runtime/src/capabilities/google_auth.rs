@@ -10,10 +10,8 @@
 //! `authorized_user` file only from the well-known path and always at Google's endpoint, so that
 //! flow is the small [`AuthorizedUser`] below, on the same cache rule.
 
-use crate::capabilities::http_real::{HttpsClient, error_chain, https_client};
-use bytes::Bytes;
+use crate::capabilities::http_real::{client, error_chain};
 use gcp_auth::{CustomServiceAccount, MetadataServiceAccount, Token, TokenProvider};
-use http_body_util::{BodyExt, Full, Limited};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -219,7 +217,7 @@ struct AuthorizedUserFile {
 /// refresh-token grant to `token_uri`, cached like gcp_auth caches.
 pub struct AuthorizedUser {
     file: AuthorizedUserFile,
-    client: HttpsClient,
+    client: reqwest::Client,
     token: RwLock<Option<Arc<Token>>>,
 }
 
@@ -229,7 +227,8 @@ impl AuthorizedUser {
             .map_err(|e| format!("not an authorized_user file: missing or bad field ({e})"))?;
         Ok(Self {
             file,
-            client: https_client(),
+            // A token endpoint answers; it does not send the refresh token elsewhere.
+            client: client(reqwest::redirect::Policy::none())?,
             token: RwLock::new(None),
         })
     }
@@ -242,24 +241,36 @@ impl AuthorizedUser {
             .append_pair("client_secret", &self.file.client_secret)
             .append_pair("refresh_token", &self.file.refresh_token)
             .finish();
-        let req = http::Request::post(uri)
+        let uri = reqwest::Url::parse(uri)
+            .map_err(|_| gcp_auth::Error::Str("token_uri is not a valid URL"))?;
+        let mut resp = self
+            .client
+            .post(uri)
             .header(
-                http::header::CONTENT_TYPE,
+                reqwest::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
             )
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|_| gcp_auth::Error::Str("token_uri is not a valid URL"))?;
-        let resp = self
-            .client
-            .request(req)
+            .body(body)
+            .send()
             .await
-            .map_err(|e| gcp_auth::Error::Other("token request failed", Box::new(e)))?;
+            .map_err(|e| {
+                gcp_auth::Error::Other("token request failed", Box::new(e.without_url()))
+            })?;
         let status = resp.status();
-        let bytes = Limited::new(resp.into_body(), MAX_TOKEN_RESPONSE)
-            .collect()
-            .await
-            .map_err(|_| gcp_auth::Error::Str("token response unreadable or too large"))?
-            .to_bytes();
+        let mut bytes = Vec::new();
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) if bytes.len() + chunk.len() <= MAX_TOKEN_RESPONSE => {
+                    bytes.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Ok(Some(_)) | Err(_) => {
+                    return Err(gcp_auth::Error::Str(
+                        "token response unreadable or too large",
+                    ));
+                }
+            }
+        }
         if !status.is_success() {
             // The body of a refused grant names the OAuth error (invalid_grant), not a secret.
             tracing::warn!(%status, "authorized_user token request refused");

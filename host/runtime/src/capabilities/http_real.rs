@@ -1,23 +1,18 @@
-//! The real `http` backend: hyper over rustls (ring, the system's roots), redirects followed
-//! here so every hop and the final URL are checked against the grant, the response body capped
-//! while it streams, the whole call (token included) bounded in time, and the named credential
-//! attached only on the way out, so the guest never holds it.
+//! The real `http` backend: reqwest over rustls (ring, the platform's roots), HTTP/1, no
+//! environment proxies. Redirects are followed by a redirect policy that checks every hop, and
+//! so the final URL, against the grant; the response body is capped while it streams, the
+//! whole call (token included) bounded in time, and the named credential attached only on the
+//! way out, so the guest never holds it. reqwest drops it at any hop to another host, port or
+//! scheme.
 
 use crate::capabilities::google_auth::GoogleAuth;
 use crate::capabilities::http::{
     HttpBackend, HttpError, HttpRequest, HttpResponse, allowed, url_host,
 };
-use bytes::Bytes;
 use egress_core::config::HttpGrant;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-pub type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// Default bound on one call, redirects and token included.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -28,47 +23,74 @@ pub const MAX_REDIRECTS: usize = 5;
 /// The credential name the gcp provider uses.
 pub const GOOGLE: &str = "google";
 
-/// A client for http and https with the system's roots. When they cannot be loaded, https
-/// fails per request with a transport error that says so, instead of the process failing.
-pub fn https_client() -> HttpsClient {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = hyper_rustls::HttpsConnectorBuilder::new();
-    let builder = match builder.with_provider_and_native_roots(provider.clone()) {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::warn!("no system TLS roots ({e}); https requests will fail");
-            let config = rustls::ClientConfig::builder_with_provider(provider)
+/// The rustls config every client shares: ring and the platform's roots, built once. When it
+/// cannot be built, each request fails with a transport error that says why, instead of the
+/// process failing.
+fn tls_config() -> Result<rustls::ClientConfig, String> {
+    static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
+                .map_err(|e| format!("no system TLS roots: {e}"))?;
+            Ok(rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
-                .map(|b| {
-                    b.with_root_certificates(rustls::RootCertStore::empty())
-                        .with_no_client_auth()
-                });
-            match config {
-                Ok(c) => hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(c),
-                // ring supports the default versions; this arm cannot be reached in practice.
-                Err(_) => {
-                    hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(empty_config())
-                }
-            }
-        }
-    };
-    let https = builder.https_or_http().enable_http1().build();
-    Client::builder(TokioExecutor::new()).build(https)
+                .map_err(|e| format!("TLS protocol versions: {e}"))?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_no_client_auth())
+        })
+        .clone()
 }
 
-fn empty_config() -> rustls::ClientConfig {
-    rustls::ClientConfig::builder()
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth()
+/// A client for http and https with `redirect` as its redirect policy.
+pub(crate) fn client(redirect: reqwest::redirect::Policy) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .referer(false)
+        .redirect(redirect)
+        .tls_backend_preconfigured(tls_config()?)
+        .build()
+        .map_err(|e| format!("building the HTTP client: {}", error_chain(&e)))
+}
+
+/// Why the redirect policy stopped a chain.
+#[derive(Debug, thiserror::Error)]
+enum Hop {
+    #[error("host of {0} is not granted")]
+    Denied(String),
+    #[error("more than {MAX_REDIRECTS} redirects")]
+    TooMany,
+}
+
+/// The redirect policy of one grant: a hop outside it is refused before anything is sent
+/// there.
+fn redirect_policy(hosts: Vec<String>) -> reqwest::redirect::Policy {
+    let grant = HttpGrant {
+        hosts,
+        ..HttpGrant::default()
+    };
+    reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() > MAX_REDIRECTS {
+            return attempt.error(Hop::TooMany);
+        }
+        if !allowed(&grant, attempt.url().as_str()) {
+            let e = Hop::Denied(attempt.url().to_string());
+            return attempt.error(e);
+        }
+        attempt.follow()
+    })
 }
 
 /// The real backend with its credentials and bounds.
 pub struct RealHttp {
-    client: HttpsClient,
+    /// One client (and connection pool) per granted host list: the redirect policy belongs to
+    /// the client, and checks each hop against that list.
+    clients: Mutex<HashMap<Vec<String>, reqwest::Client>>,
     /// The process's `google` credential (Application Default Credentials).
     google: Arc<GoogleAuth>,
     /// Credentials files named by providers' grants, each with its own token cache.
-    google_files: std::sync::Mutex<HashMap<String, Arc<GoogleAuth>>>,
+    google_files: Mutex<HashMap<String, Arc<GoogleAuth>>>,
     timeout: Duration,
     max_body: u64,
 }
@@ -76,9 +98,9 @@ pub struct RealHttp {
 impl RealHttp {
     pub fn new(google: GoogleAuth) -> Self {
         Self {
-            client: https_client(),
+            clients: Mutex::default(),
             google: Arc::new(google),
-            google_files: std::sync::Mutex::default(),
+            google_files: Mutex::default(),
             timeout: DEFAULT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
         }
@@ -89,6 +111,16 @@ impl RealHttp {
         self.timeout = timeout;
         self.max_body = max_body;
         self
+    }
+
+    fn client_for(&self, grant: &HttpGrant) -> Result<reqwest::Client, HttpError> {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = clients.get(&grant.hosts) {
+            return Ok(c.clone());
+        }
+        let c = client(redirect_policy(grant.hosts.clone())).map_err(HttpError::Transport)?;
+        clients.insert(grant.hosts.clone(), c.clone());
+        Ok(c)
     }
 
     async fn credential(&self, name: &str, grant: &HttpGrant) -> Result<String, HttpError> {
@@ -120,87 +152,92 @@ impl RealHttp {
         req: HttpRequest,
         grant: &HttpGrant,
     ) -> Result<HttpResponse, HttpError> {
-        let origin = url_host(&req.url);
+        if !allowed(grant, &req.url) {
+            return Err(HttpError::Denied(format!(
+                "host of {} is not granted",
+                req.url
+            )));
+        }
         let token = match &req.credential {
             Some(name) => Some(self.credential(name, grant).await?),
             None => None,
         };
-        let mut url = req.url.clone();
-        let mut method = req.method.to_uppercase();
-        let mut body = req.body.clone();
-        for _hop in 0..=MAX_REDIRECTS {
-            if !allowed(grant, &url) {
-                return Err(HttpError::Denied(format!("host of {url} is not granted")));
-            }
-            // The token goes only to the host it was asked for, and never in clear beyond
-            // loopback.
-            let here = url_host(&url);
-            let attach = token.as_deref().filter(|_| here == origin);
-            if attach.is_some() && url.starts_with("http://") && !is_loopback(here.as_ref()) {
-                return Err(HttpError::Denied(format!(
-                    "a credential is not sent over plain http to {url}"
-                )));
-            }
-            let mut builder = http::Request::builder().method(method.as_str()).uri(&url);
-            for (k, v) in &req.headers {
-                if k.eq_ignore_ascii_case("host")
-                    || k.eq_ignore_ascii_case("authorization") && attach.is_some()
-                {
-                    continue;
-                }
-                builder = builder.header(k.as_str(), v.as_str());
-            }
-            if let Some(t) = attach {
-                builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
-            }
-            let request = builder
-                .body(Full::new(Bytes::from(body.clone().unwrap_or_default())))
-                .map_err(|e| HttpError::Transport(format!("bad request for {url}: {e}")))?;
-            let resp = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| HttpError::Transport(error_chain(&e)))?;
-            let status = resp.status().as_u16();
-            if matches!(status, 301 | 302 | 303 | 307 | 308) {
-                let Some(location) = resp
-                    .headers()
-                    .get(http::header::LOCATION)
-                    .and_then(|l| l.to_str().ok())
-                else {
-                    return Err(HttpError::Transport(format!(
-                        "redirect {status} from {url} without a Location"
-                    )));
-                };
-                url = url::Url::parse(&url)
-                    .and_then(|base| base.join(location))
-                    .map_err(|e| HttpError::Transport(format!("bad redirect Location: {e}")))?
-                    .to_string();
-                // As browsers and curl do: 303, and 301/302 after a POST, continue as GET.
-                if status == 303 || (matches!(status, 301 | 302) && method == "POST") {
-                    method = "GET".into();
-                    body = None;
-                }
+        // The token never goes in clear beyond loopback.
+        if token.is_some()
+            && req.url.starts_with("http://")
+            && !is_loopback(url_host(&req.url).as_ref())
+        {
+            return Err(HttpError::Denied(format!(
+                "a credential is not sent over plain http to {}",
+                req.url
+            )));
+        }
+        let url = reqwest::Url::parse(&req.url)
+            .map_err(|e| HttpError::Transport(format!("bad request for {}: {e}", req.url)))?;
+        let method = reqwest::Method::from_bytes(req.method.to_uppercase().as_bytes())
+            .map_err(|e| HttpError::Transport(format!("bad request for {}: {e}", req.url)))?;
+        let mut builder = self.client_for(grant)?.request(method, url);
+        for (k, v) in &req.headers {
+            if k.eq_ignore_ascii_case("host")
+                || k.eq_ignore_ascii_case("authorization") && token.is_some()
+            {
                 continue;
             }
-            let headers = resp
-                .headers()
-                .iter()
-                .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
-                .collect();
-            let bytes = read_capped(resp.into_body(), self.max_body).await?;
-            return Ok(HttpResponse {
-                status,
-                headers,
-                body: bytes,
-                final_url: url,
-            });
+            builder = builder.header(k.as_str(), v.as_str());
         }
-        Err(HttpError::Transport(format!(
-            "more than {MAX_REDIRECTS} redirects from {}",
-            req.url
-        )))
+        if let Some(t) = &token {
+            builder = builder.bearer_auth(t);
+        }
+        if let Some(body) = req.body {
+            builder = builder.body(body);
+        }
+        let mut resp = builder.send().await.map_err(|e| send_error(&req.url, e))?;
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect();
+        let final_url = resp.url().to_string();
+        let mut body = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| HttpError::Transport(error_chain(&e.without_url())))?
+        {
+            if body.len() as u64 + chunk.len() as u64 > self.max_body {
+                return Err(HttpError::TooLarge(self.max_body));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+            final_url,
+        })
     }
+}
+
+/// A failed send: a hop the redirect policy refused is Denied, too many hops a transport
+/// error naming the first URL; anything else a transport error with its causes.
+fn send_error(url: &str, e: reqwest::Error) -> HttpError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(s) = source {
+        match s.downcast_ref::<Hop>() {
+            Some(Hop::Denied(hop)) => {
+                return HttpError::Denied(format!("host of {hop} is not granted"));
+            }
+            Some(Hop::TooMany) => {
+                return HttpError::Transport(format!(
+                    "more than {MAX_REDIRECTS} redirects from {url}"
+                ));
+            }
+            None => source = s.source(),
+        }
+    }
+    // Without the URL: the caller knows it, and a query may carry a secret.
+    HttpError::Transport(error_chain(&e.without_url()))
 }
 
 fn is_loopback(host: Option<&(String, Option<u16>)>) -> bool {
@@ -211,8 +248,8 @@ fn is_loopback(host: Option<&(String, Option<u16>)>) -> bool {
     })
 }
 
-/// An error with its sources: the top level alone often says too little (hyper's "client
-/// error (Connect)", gcp_auth's "token request failed") while a source names file or status.
+/// An error with its sources: the top level alone often says too little (reqwest's "error
+/// sending request", gcp_auth's "token request failed") while a source names file or status.
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
@@ -222,20 +259,6 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
-}
-
-async fn read_capped(mut body: hyper::body::Incoming, max: u64) -> Result<Vec<u8>, HttpError> {
-    let mut out = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| HttpError::Transport(error_chain(&e)))?;
-        if let Ok(data) = frame.into_data() {
-            if out.len() as u64 + data.len() as u64 > max {
-                return Err(HttpError::TooLarge(max));
-            }
-            out.extend_from_slice(&data);
-        }
-    }
-    Ok(out)
 }
 
 #[async_trait::async_trait]

@@ -4,6 +4,7 @@
 
 use crate::bindings::egress::provider::libvirt as wit;
 use crate::call::CallState;
+pub use libvirt_rpc::UrlGrant;
 use serde_json::{Value, json};
 use tracing::Instrument;
 
@@ -127,6 +128,10 @@ pub trait LibvirtBackend: Send + Sync {
         name: &str,
         max_bytes: u64,
     ) -> R<Vec<u8>>;
+    /// Streams `url` into a volume. The caller has checked `url` against `images`; the
+    /// backend holds every redirect and resolved address to it too.
+    // The WIT call's six arguments and the grant they are held to.
+    #[allow(clippy::too_many_arguments)]
     async fn volume_upload_from_url(
         &self,
         host: &str,
@@ -135,8 +140,10 @@ pub trait LibvirtBackend: Send + Sync {
         url: &str,
         sha256: Option<&str>,
         max_bytes: u64,
+        images: &UrlGrant,
     ) -> R<Transfer>;
-    async fn url_size(&self, url: &str) -> R<Option<u64>>;
+    /// The size `url` announces, held to `images` as `volume_upload_from_url` is.
+    async fn url_size(&self, url: &str, images: &UrlGrant) -> R<Option<u64>>;
     async fn probe(&self, targets: Vec<ProbeTarget>) -> Vec<ProbeResult>;
 }
 
@@ -219,8 +226,8 @@ unavailable! {
     volume_xml(host: &str, pool: &str, name: &str) -> R<String>;
     volume_upload(host: &str, pool: &str, name: &str, data: Vec<u8>) -> R<()>;
     volume_download(host: &str, pool: &str, name: &str, max_bytes: u64) -> R<Vec<u8>>;
-    volume_upload_from_url(host: &str, pool: &str, name: &str, url: &str, sha256: Option<&str>, max_bytes: u64) -> R<Transfer>;
-    url_size(url: &str) -> R<Option<u64>>;
+    volume_upload_from_url(host: &str, pool: &str, name: &str, url: &str, sha256: Option<&str>, max_bytes: u64, images: &UrlGrant) -> R<Transfer>;
+    url_size(url: &str, images: &UrlGrant) -> R<Option<u64>>;
 }
 
 impl CallState {
@@ -230,6 +237,21 @@ impl CallState {
             Some(_) => Err(denied(format!("libvirt host {host:?} is not granted"))),
             None => Err(denied("no libvirt grant")),
         }
+    }
+
+    /// An image URL outside the entry's image hosts is refused here, before any backend
+    /// (real or simulated) sees it; the real one checks redirects and resolved addresses too.
+    fn image_allowed(&self, url: &str) -> R<()> {
+        self.grants.images.check_url(url).map_err(|e| {
+            let r = e.to_record();
+            if r.denied {
+                tracing::warn!(provider = %self.provider, "image transfer from an ungranted host refused");
+            }
+            LibvirtError {
+                denied: r.denied,
+                ..error(self.redactor.text(&r.message))
+            }
+        })
     }
 }
 
@@ -542,19 +564,30 @@ impl wit::Host for CallState {
         sha256: Option<String>,
         max_bytes: u64,
     ) -> R<Transfer> {
+        self.libvirt_allowed(&host)?;
+        self.image_allowed(&url)?;
         let rec = Some((
             "volume-upload-from-url",
             format!("volume {host}/{pool}/{name}"),
             json!({"url": url, "sha256": sha256}),
         ));
+        let grants = self.grants.clone();
         host_call!(
             self,
             "libvirt.volume-upload-from-url",
             &host,
             rec,
             |b: B| async move {
-                b.volume_upload_from_url(&host, &pool, &name, &url, sha256.as_deref(), max_bytes)
-                    .await
+                b.volume_upload_from_url(
+                    &host,
+                    &pool,
+                    &name,
+                    &url,
+                    sha256.as_deref(),
+                    max_bytes,
+                    &grants.images,
+                )
+                .await
             }
         )
     }
@@ -562,9 +595,11 @@ impl wit::Host for CallState {
         if self.grants.libvirt.is_none() {
             return Err(denied("no libvirt grant"));
         }
+        self.image_allowed(&url)?;
         let span = tracing::debug_span!("libvirt.url-size", provider = %self.provider);
         let backend = self.backends.libvirt.clone();
-        async move { backend.url_size(&url).await }
+        let grants = self.grants.clone();
+        async move { backend.url_size(&url, &grants.images).await }
             .instrument(span)
             .await
     }
@@ -588,5 +623,111 @@ impl wit::Host for CallState {
             pool: None,
         }));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::Backends;
+    use crate::capabilities::clock::VirtualClock;
+    use crate::capabilities::libvirt_sim::{SimLibvirt, SimLibvirtSpec, SimUrl};
+    use crate::grants::EffectiveGrants;
+    use crate::plan::PlanRecorder;
+    use crate::redact::Redactor;
+    use egress_core::config::LibvirtGrant;
+    use std::sync::Arc;
+    use wit::Host as _;
+
+    const GRANTED: &str = "https://images.example.com/debian.qcow2";
+    const METADATA: &str = "http://169.254.169.254/latest/meta-data/iam/security-credentials/";
+    const IN_CLUSTER: &str = "http://kubernetes.default.svc/api/v1/secrets";
+
+    /// A call of a module granted libvirt host `h` and the image host images.example.com, on
+    /// a simulated hypervisor that would serve every URL above.
+    fn call() -> (CallState, Arc<PlanRecorder>) {
+        let url = |u: &str| SimUrl {
+            url: u.into(),
+            bytes: 1000,
+            sha256: "ab".repeat(32),
+            virtual_size: None,
+            content_length: true,
+        };
+        let clock = Arc::new(VirtualClock::new(1_000_000, 1));
+        let spec = SimLibvirtSpec {
+            urls: vec![url(GRANTED), url(METADATA), url(IN_CLUSTER)],
+            ..Default::default()
+        };
+        let mut backends = Backends::inert();
+        backends.libvirt = Arc::new(SimLibvirt::new(spec, clock));
+        let grants = EffectiveGrants {
+            libvirt: Some(LibvirtGrant {
+                hosts: vec!["h".into()],
+                image_hosts: vec!["images.example.com".into()],
+            }),
+            images: UrlGrant::new([], ["images.example.com"]),
+            ..Default::default()
+        };
+        let recorder = Arc::new(PlanRecorder::new());
+        let state = CallState::new(
+            "acme",
+            Arc::new(grants),
+            backends,
+            Some(recorder.clone()),
+            "ns/p",
+            Redactor::default(),
+            64 << 20,
+        );
+        (state, recorder)
+    }
+
+    #[tokio::test]
+    async fn image_urls_outside_the_grant_never_reach_the_backend() {
+        let (mut st, recorder) = call();
+        let xml = "<volume><name>v</name><capacity>1</capacity></volume>".to_string();
+        st.volume_create_xml("h".into(), "default".into(), xml)
+            .await
+            .unwrap();
+        for (url, host) in [
+            (METADATA, "169.254.169.254"),
+            (IN_CLUSTER, "kubernetes.default.svc"),
+        ] {
+            let e = st.url_size(url.into()).await.unwrap_err();
+            assert!(e.denied, "{e:?}");
+            assert!(e.message.contains(&format!("\"{host}\"")), "{}", e.message);
+            let e = st
+                .volume_upload_from_url(
+                    "h".into(),
+                    "default".into(),
+                    "v".into(),
+                    url.into(),
+                    None,
+                    1 << 20,
+                )
+                .await
+                .unwrap_err();
+            assert!(e.denied, "{e:?}");
+            assert!(e.message.contains(&format!("\"{host}\"")), "{}", e.message);
+        }
+        // Nothing was transferred: the only plan step is the volume's creation.
+        let steps = recorder.snapshot();
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        assert_eq!(steps[0].call, "volume-create-xml");
+
+        // The granted host is served.
+        assert_eq!(st.url_size(GRANTED.into()).await.unwrap(), Some(1000));
+        let t = st
+            .volume_upload_from_url(
+                "h".into(),
+                "default".into(),
+                "v".into(),
+                GRANTED.into(),
+                None,
+                1 << 20,
+            )
+            .await
+            .unwrap();
+        assert_eq!(t.bytes, 1000);
     }
 }

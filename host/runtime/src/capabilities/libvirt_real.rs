@@ -7,7 +7,7 @@
 use crate::bindings::egress::provider::libvirt as wit;
 use crate::capabilities::libvirt::{
     AddressSource, DialStage, DomainState, InterfaceAddresses, LibvirtBackend, LibvirtError,
-    LibvirtHost, NodeInfo, PoolInfo, ProbeResult, ProbeTarget, R, Transfer, VolumeInfo,
+    LibvirtHost, NodeInfo, PoolInfo, ProbeResult, ProbeTarget, R, Transfer, UrlGrant, VolumeInfo,
 };
 use libvirt_rpc as rpc;
 use std::collections::HashMap;
@@ -353,10 +353,11 @@ impl LibvirtBackend for RealLibvirt {
         url: &str,
         sha256: Option<&str>,
         max_bytes: u64,
+        images: &UrlGrant,
     ) -> R<Transfer> {
         let t = self
             .pool(host)?
-            .volume_upload_from_url(host, pool, name, url, sha256, max_bytes)
+            .volume_upload_from_url(host, pool, name, url, sha256, max_bytes, images)
             .await
             .map_err(err)?;
         Ok(Transfer {
@@ -364,8 +365,8 @@ impl LibvirtBackend for RealLibvirt {
             sha256: t.sha256,
         })
     }
-    async fn url_size(&self, url: &str) -> R<Option<u64>> {
-        rpc::transfer::url_size(url).await.map_err(err)
+    async fn url_size(&self, url: &str, images: &UrlGrant) -> R<Option<u64>> {
+        rpc::transfer::url_size(url, images).await.map_err(err)
     }
     async fn probe(&self, targets: Vec<ProbeTarget>) -> Vec<ProbeResult> {
         let probes = targets.into_iter().map(|t| async move {

@@ -1463,6 +1463,8 @@ impl LibvirtBackend for SimLibvirt {
         url: &str,
         sha256: Option<&str>,
         max_bytes: u64,
+        // The host function checked the URL; the simulation follows no redirects.
+        _images: &UrlGrant,
     ) -> R<Transfer> {
         let found = self.urls.get(url).cloned();
         with_state!(self, "volume-upload-from-url", Some(host), |st| {
@@ -1504,7 +1506,7 @@ impl LibvirtBackend for SimLibvirt {
         })
     }
 
-    async fn url_size(&self, url: &str) -> R<Option<u64>> {
+    async fn url_size(&self, url: &str, _images: &UrlGrant) -> R<Option<u64>> {
         let mut st = self.lock();
         self.enter(&mut st, "url-size", None)?;
         match self.urls.get(url) {
@@ -1725,19 +1727,29 @@ mod tests {
     #[tokio::test]
     async fn pools_account_space_and_transfers() {
         let (s, _) = sim();
+        // The simulation ignores the grant: the host function checks it before calling here.
+        let unchecked = UrlGrant::default();
         let before = s.pool_get_info("h", "default").await.unwrap();
         s.volume_create_xml("h", "default", &vol("b.qcow2", None))
             .await
             .unwrap();
         let t = s
-            .volume_upload_from_url("h", "default", "b.qcow2", URL, None, 1 << 30)
+            .volume_upload_from_url("h", "default", "b.qcow2", URL, None, 1 << 30, &unchecked)
             .await
             .unwrap();
         assert_eq!(t.bytes, 1000);
         let after = s.pool_get_info("h", "default").await.unwrap();
         assert_eq!(before.available - after.available, 1000);
         let missing = s
-            .volume_upload_from_url("h", "default", "b.qcow2", "https://x/none", None, 1 << 30)
+            .volume_upload_from_url(
+                "h",
+                "default",
+                "b.qcow2",
+                "https://x/none",
+                None,
+                1 << 30,
+                &unchecked,
+            )
             .await;
         assert!(missing.unwrap_err().message.contains("status 404"));
         let bad = s
@@ -1748,15 +1760,16 @@ mod tests {
                 URL,
                 Some(&"cd".repeat(32)),
                 1 << 30,
+                &unchecked,
             )
             .await;
         assert!(bad.unwrap_err().message.contains("sha256 mismatch"));
         assert!(
-            s.volume_upload_from_url("h", "default", "b.qcow2", URL, None, 10)
+            s.volume_upload_from_url("h", "default", "b.qcow2", URL, None, 10, &unchecked)
                 .await
                 .is_err()
         );
-        assert_eq!(s.url_size(URL).await.unwrap(), Some(1000));
+        assert_eq!(s.url_size(URL, &unchecked).await.unwrap(), Some(1000));
         let xml = s.volume_xml("h", "default", "b.qcow2").await.unwrap();
         assert!(xml.contains("<path>/var/lib/libvirt/images/b.qcow2</path>"));
     }
