@@ -271,6 +271,7 @@ impl Run {
     async fn load(&self, block: Value) -> Result<Arc<Provider>, ConfigError> {
         let cfg = ProvidersConfig {
             installation: Some(INSTALLATION.into()),
+            egress_check: None,
             providers: vec![self.entry(block)],
         };
         let embedded = match &self.module {

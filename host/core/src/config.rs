@@ -18,8 +18,101 @@ pub struct ProvidersConfig {
     /// the kube-system namespace; for the CLI, `local`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub installation: Option<String>,
+    /// Prove each running proxy forwards, anonymously, and learn its egress address, through
+    /// an echo endpoint. Without it, Ready means Running with an address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_check: Option<EgressCheck>,
     #[serde(default)]
     pub providers: Vec<ProviderEntry>,
+}
+
+/// The egress check: a request through each running proxy to an echo endpoint (httpbin's
+/// `/anything` answer, or plain text holding one address; `egress-proxies echo` serves it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EgressCheck {
+    /// Echo endpoints (`http://`), tried in order.
+    pub urls: Vec<String>,
+    /// How often each proxy is checked (a tenth of it spread per proxy).
+    #[serde(default = "default_check_interval")]
+    pub interval: String,
+    /// One check's bound.
+    #[serde(default = "default_check_timeout")]
+    pub timeout: String,
+    /// Failed checks in a row, after the proxy was verified once, that replace it.
+    #[serde(default = "default_failure_threshold")]
+    pub failure_threshold: u32,
+    /// How long a running proxy may take to verify for the first time before it is replaced.
+    #[serde(default = "default_startup_timeout")]
+    pub startup_timeout: String,
+    /// When more of one provider's checked proxies than this fail at once (a number or a
+    /// percentage), none of them is replaced: an outage, not dead proxies.
+    #[serde(default = "default_max_unhealthy")]
+    pub max_unhealthy: IntOrPercent,
+    /// Other addresses of the checker as the world may see them (a NAT's public address):
+    /// an echo that sees one of them was reached without the proxy hiding the client.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_addresses: Vec<String>,
+}
+
+fn default_check_interval() -> String {
+    "30s".to_string()
+}
+fn default_check_timeout() -> String {
+    "5s".to_string()
+}
+fn default_failure_threshold() -> u32 {
+    3
+}
+fn default_startup_timeout() -> String {
+    "10m".to_string()
+}
+fn default_max_unhealthy() -> IntOrPercent {
+    IntOrPercent::Percent("40%".to_string())
+}
+
+/// A count or a percentage of a total, as Kubernetes' IntOrString (`3`, `"25%"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum IntOrPercent {
+    Int(u32),
+    Percent(String),
+}
+
+impl IntOrPercent {
+    /// The value against `total`: a percentage rounded up or down as `round_up` says, as
+    /// Kubernetes' GetScaledValueFromIntOrPercent. An unparsable percentage counts as 0.
+    pub fn resolve(&self, total: usize, round_up: bool) -> usize {
+        match self {
+            Self::Int(n) => *n as usize,
+            Self::Percent(p) => {
+                let pct = percent(p).unwrap_or(0) as usize;
+                if round_up {
+                    (pct * total).div_ceil(100)
+                } else {
+                    pct * total / 100
+                }
+            }
+        }
+    }
+
+    /// An error for a malformed value, e.g. `"40"` or `"140%"` where `max_pct` is 100.
+    pub fn check(&self, max_pct: u32) -> Result<(), String> {
+        match self {
+            Self::Int(_) => Ok(()),
+            Self::Percent(p) => match percent(p) {
+                Some(n) if n <= max_pct => Ok(()),
+                Some(n) => Err(format!("{n}% is more than {max_pct}%")),
+                None => Err(format!(
+                    "{p:?} is neither a number nor a percentage like \"25%\""
+                )),
+            },
+        }
+    }
+}
+
+fn percent(p: &str) -> Option<u32> {
+    p.strip_suffix('%')?.parse().ok()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -293,6 +386,9 @@ impl ProvidersConfig {
                 ),
             ));
         }
+        if let Some(c) = &self.egress_check {
+            check_egress(c)?;
+        }
         let mut names = BTreeSet::new();
         for (i, p) in self.providers.iter().enumerate() {
             let at = format!("providers[{i}]");
@@ -380,6 +476,73 @@ impl ProvidersConfig {
     pub fn provider(&self, name: &str) -> Option<&ProviderEntry> {
         self.providers.iter().find(|p| p.name == name)
     }
+}
+
+fn check_egress(c: &EgressCheck) -> Result<(), ConfigError> {
+    if c.urls.is_empty() {
+        return Err(ConfigError::new(
+            "egressCheck.urls",
+            "must name at least one echo endpoint",
+        ));
+    }
+    for (i, u) in c.urls.iter().enumerate() {
+        let rest = u.strip_prefix("http://").ok_or_else(|| {
+            ConfigError::new(
+                format!("egressCheck.urls[{i}]"),
+                format!(
+                    "{u:?} is not an http:// URL (the check asks each proxy to fetch it, which a plain proxy does for http only)"
+                ),
+            )
+        })?;
+        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+        if host.is_empty() || u.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ConfigError::new(
+                format!("egressCheck.urls[{i}]"),
+                format!("{u:?} names no host"),
+            ));
+        }
+    }
+    for (field, value) in [
+        ("interval", &c.interval),
+        ("timeout", &c.timeout),
+        ("startupTimeout", &c.startup_timeout),
+    ] {
+        let d = parse_duration(value)
+            .map_err(|m| ConfigError::new(format!("egressCheck.{field}"), m))?;
+        if d.is_zero() {
+            return Err(ConfigError::new(
+                format!("egressCheck.{field}"),
+                "must be longer than 0",
+            ));
+        }
+    }
+    if parse_duration(&c.timeout).ok() >= parse_duration(&c.interval).ok() {
+        return Err(ConfigError::new(
+            "egressCheck.timeout",
+            format!(
+                "{} must be shorter than the interval ({})",
+                c.timeout, c.interval
+            ),
+        ));
+    }
+    if c.failure_threshold == 0 {
+        return Err(ConfigError::new(
+            "egressCheck.failureThreshold",
+            "must be at least 1",
+        ));
+    }
+    c.max_unhealthy
+        .check(100)
+        .map_err(|m| ConfigError::new("egressCheck.maxUnhealthy", m))?;
+    for (i, a) in c.client_addresses.iter().enumerate() {
+        if a.parse::<std::net::IpAddr>().is_err() {
+            return Err(ConfigError::new(
+                format!("egressCheck.clientAddresses[{i}]"),
+                format!("{a:?} is not an IP address"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Parses `500ms`, `90s`, `10m`, `1h`, or a combination such as `1m30s`.
@@ -555,6 +718,63 @@ mod tests {
                 .unwrap_err();
             assert_eq!(err.path, "installation", "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn the_egress_check_is_checked_naming_the_field() {
+        let cfg = ProvidersConfig::from_yaml(
+            "egressCheck: {urls: [\"http://echo.example.com/anything\"]}\nproviders: []\n",
+        )
+        .unwrap();
+        let c = cfg.egress_check.unwrap();
+        assert_eq!(
+            (c.interval.as_str(), c.timeout.as_str(), c.failure_threshold),
+            ("30s", "5s", 3)
+        );
+        assert_eq!(c.max_unhealthy, IntOrPercent::Percent("40%".into()));
+        for (yaml, path) in [
+            ("{urls: []}", "egressCheck.urls"),
+            ("{urls: [\"https://e/\"]}", "egressCheck.urls[0]"),
+            ("{urls: [\"http://\"]}", "egressCheck.urls[0]"),
+            (
+                "{urls: [\"http://e/\"], interval: soon}",
+                "egressCheck.interval",
+            ),
+            (
+                "{urls: [\"http://e/\"], timeout: 1m}",
+                "egressCheck.timeout",
+            ),
+            (
+                "{urls: [\"http://e/\"], failureThreshold: 0}",
+                "egressCheck.failureThreshold",
+            ),
+            (
+                "{urls: [\"http://e/\"], maxUnhealthy: \"140%\"}",
+                "egressCheck.maxUnhealthy",
+            ),
+            (
+                "{urls: [\"http://e/\"], maxUnhealthy: lots}",
+                "egressCheck.maxUnhealthy",
+            ),
+            (
+                "{urls: [\"http://e/\"], clientAddresses: [nat]}",
+                "egressCheck.clientAddresses[0]",
+            ),
+            ("{urls: [\"http://e/\"], colour: red}", "egressCheck.colour"),
+        ] {
+            let err = ProvidersConfig::from_yaml(&format!("egressCheck: {yaml}\nproviders: []\n"))
+                .unwrap_err();
+            assert_eq!(err.path, path, "{yaml}: {err}");
+        }
+    }
+
+    #[test]
+    fn int_or_percent_resolves_like_kubernetes() {
+        let p = IntOrPercent::Percent("25%".into());
+        assert_eq!(p.resolve(10, true), 3);
+        assert_eq!(p.resolve(10, false), 2);
+        assert_eq!(IntOrPercent::Int(2).resolve(10, true), 2);
+        assert_eq!(IntOrPercent::Percent("0%".into()).resolve(7, true), 0);
     }
 
     #[test]

@@ -110,6 +110,31 @@ pub struct ProxyStatus {
     pub provider_revision: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// The address the echo saw the last verified check come from.
+    #[serde(default, rename = "egressIP", skip_serializing_if = "Option::is_none")]
+    pub egress_ip: Option<String>,
+    /// RFC 3339: the last egress check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_checked_at: Option<String>,
+    /// RFC 3339: the last check that verified the proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_verified_at: Option<String>,
+    /// The last check's round trip through the proxy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_latency_ms: Option<u64>,
+    /// Failed checks in a row.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_failures: u32,
+    /// RFC 3339: when the instance was first seen running with its address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_since: Option<String>,
+    /// The instance is to be replaced, and why (the egress check decided it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replace_requested: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A condition following Kubernetes conventions.

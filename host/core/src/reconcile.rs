@@ -26,6 +26,8 @@ pub mod reason {
     pub const DELETION_FAILED: &str = "DeletionFailed";
     pub const CREATED: &str = "Created";
     pub const NOT_CREATED: &str = "NotCreated";
+    pub const AWAITING_EGRESS_CHECK: &str = "AwaitingEgressCheck";
+    pub const EGRESS_CHECK_FAILED: &str = "EgressCheckFailed";
 }
 
 /// How often a provisioning instance is polled.
@@ -48,6 +50,8 @@ pub struct Observation<'a> {
     /// The Proxy is being deleted (a deletion timestamp, or gone from the proxies file).
     pub deleting: bool,
     pub provider: &'a ProviderLookup,
+    /// The egress check is configured: Ready then also needs EgressVerified.
+    pub egress_check: bool,
 }
 
 /// What to do next.
@@ -62,8 +66,9 @@ pub enum Step {
         provider_id: String,
         purpose: DeletePurpose,
     },
-    /// No provider call: write `status` and wait as `next` says.
-    Settle(Outcome),
+    /// No provider call: write `status` and wait as `next` says. Boxed: a status is large
+    /// and the other steps are small.
+    Settle(Box<Outcome>),
     /// Deleting and nothing is left: release the finalizer (or forget the Proxy).
     Release,
 }
@@ -128,7 +133,7 @@ pub fn decide(obs: Observation<'_>, now: &str) -> Step {
     if obs.deleting {
         return match (&status.provider_id, obs.provider) {
             (None, _) => Step::Release,
-            (Some(_), ProviderLookup::Missing) => Step::Settle(Outcome {
+            (Some(_), ProviderLookup::Missing) => Step::Settle(Box::new(Outcome {
                 status: with_ready(
                     status,
                     generation,
@@ -141,13 +146,13 @@ pub fn decide(obs: Observation<'_>, now: &str) -> Step {
                     ),
                 ),
                 next: Next::AwaitChange,
-            }),
+            })),
             (Some(id), ProviderLookup::Present { revision }) => {
                 if held(status, generation, revision, reason::DELETION_FAILED) {
-                    Step::Settle(Outcome {
+                    Step::Settle(Box::new(Outcome {
                         status: status.clone(),
                         next: Next::AwaitChange,
-                    })
+                    }))
                 } else {
                     Step::Delete {
                         provider_id: id.clone(),
@@ -160,7 +165,7 @@ pub fn decide(obs: Observation<'_>, now: &str) -> Step {
 
     let revision = match obs.provider {
         ProviderLookup::Missing => {
-            return Step::Settle(Outcome {
+            return Step::Settle(Box::new(Outcome {
                 status: with_ready(
                     status,
                     generation,
@@ -173,24 +178,29 @@ pub fn decide(obs: Observation<'_>, now: &str) -> Step {
                     ),
                 ),
                 next: Next::AwaitChange,
-            });
+            }));
         }
         ProviderLookup::Present { revision } => revision,
     };
 
     if held(status, generation, revision, reason::PERMANENT_FAILURE) {
-        return Step::Settle(Outcome {
+        return Step::Settle(Box::new(Outcome {
             status: status.clone(),
             next: Next::AwaitChange,
-        });
+        }));
     }
 
     match &status.provider_id {
         None => Step::Create,
-        Some(id) if status.state.is_some_and(InstanceState::needs_replacement) => Step::Delete {
-            provider_id: id.clone(),
-            purpose: DeletePurpose::Replace,
-        },
+        Some(id)
+            if status.state.is_some_and(InstanceState::needs_replacement)
+                || status.replace_requested.is_some() =>
+        {
+            Step::Delete {
+                provider_id: id.clone(),
+                purpose: DeletePurpose::Replace,
+            }
+        }
         // A hold released by a change: an instance that never served is asked for again with
         // the changed spec (create adopts what exists), so the new generation is judged by its
         // own request, not by a Get that still reports the old one's failure (an accepted
@@ -261,6 +271,7 @@ pub fn after_get(
         Err(err) if err.class == ErrorClass::NotFound => {
             // The instance is gone: forget it and create a new one at once.
             let mut status = obs.status.clone();
+            crate::egress::forget_instance(&mut status);
             status.provider_id = None;
             status.state = None;
             status.ip = None;
@@ -318,6 +329,7 @@ fn success_delete(
     generation: i64,
 ) -> Outcome {
     let mut status = obs.status.clone();
+    crate::egress::forget_instance(&mut status);
     status.provider_id = None;
     status.state = None;
     status.ip = None;
@@ -352,9 +364,20 @@ fn observed(
     let serving = instance.state == InstanceState::Running && instance.ip.is_some();
     status.ip = if serving { instance.ip } else { None };
     match instance.state {
-        InstanceState::Running if serving => {
+        InstanceState::Running if serving && !obs.egress_check => {
             let msg = format!("serving on port {}", obs.proxy.spec.port);
             status.set_condition(cond(READY, "True", reason::RUNNING, &msg, generation), now);
+            Outcome {
+                status,
+                next: Next::After(RESYNC_INTERVAL),
+            }
+        }
+        InstanceState::Running if serving => {
+            if status.running_since.is_none() {
+                status.running_since = Some(now.to_string());
+            }
+            let (value, r, msg) = egress_readiness(&status, obs.proxy.spec.port);
+            status.set_condition(cond(READY, value, r, &msg, generation), now);
             Outcome {
                 status,
                 next: Next::After(RESYNC_INTERVAL),
@@ -387,6 +410,40 @@ fn observed(
                 next: Next::Now,
             }
         }
+    }
+}
+
+/// Ready of a running instance when the egress check is configured: True once a check
+/// verified it; while the checker itself is unavailable, what it was (a checker outage says
+/// nothing about the proxy); False with the check's reason otherwise.
+fn egress_readiness(status: &ProxyStatus, port: u16) -> (&'static str, &'static str, String) {
+    let check = status.condition(crate::egress::EGRESS_VERIFIED);
+    match check.map(|c| c.status.as_str()) {
+        Some("True") => (
+            "True",
+            reason::RUNNING,
+            format!(
+                "serving on port {port}; egress {}",
+                status.egress_ip.as_deref().unwrap_or("?")
+            ),
+        ),
+        Some("Unknown") if ready_is_true(status) => (
+            "True",
+            reason::RUNNING,
+            format!("serving on port {port}; the egress checker is unavailable"),
+        ),
+        Some(_) => (
+            "False",
+            reason::EGRESS_CHECK_FAILED,
+            check
+                .map(|c| format!("{}: {}", c.reason, c.message))
+                .unwrap_or_default(),
+        ),
+        None => (
+            "False",
+            reason::AWAITING_EGRESS_CHECK,
+            "running; waiting for the first egress check".to_string(),
+        ),
     }
 }
 

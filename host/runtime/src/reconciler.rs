@@ -125,6 +125,7 @@ pub async fn reconcile_proxy(
             status: &status,
             deleting,
             provider: &lookup,
+            egress_check: false,
         };
         let before = status.condition(reconcile::READY).map(|c| c.reason.clone());
         let outcome = match (reconcile::decide(obs, &now()), provider) {
@@ -142,7 +143,7 @@ pub async fn reconcile_proxy(
                 if let Some(c) = after.filter(|c| before.as_deref() != Some(c.reason.as_str())) {
                     events.push(event(true, &c.reason, c.message.clone()));
                 }
-                o
+                *o
             }
             (Step::Create, Some(p)) => {
                 let result = match cloud_init.resolve(proxy).await {

@@ -37,6 +37,7 @@ fn obs<'a>(p: &'a Proxy, s: &'a ProxyStatus, l: &'a ProviderLookup) -> Observati
         status: s,
         deleting: false,
         provider: l,
+        egress_check: false,
     }
 }
 

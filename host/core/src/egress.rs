@@ -1,0 +1,281 @@
+//! The egress check's decisions: what a check result means for a Proxy's status, whether it is
+//! due, and when a Proxy that stopped serving is replaced (Cluster API's MachineHealthCheck
+//! lessons: a threshold of failures in a row, a startup timeout, and no replacement when the
+//! checker itself or a whole provider is failing). No I/O: the caller probes and passes the
+//! result in, with the time.
+
+use crate::config::{IntOrPercent, parse_duration};
+use crate::gc::{format_rfc3339, parse_rfc3339};
+use crate::proxy::{Condition, ProxyStatus};
+use std::time::Duration;
+
+/// The condition a check writes.
+pub const EGRESS_VERIFIED: &str = "EgressVerified";
+
+/// Why a check ended as it did; the condition's reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CheckReason {
+    /// The proxy forwarded, the echo answered with the nonce and saw nothing of the client.
+    Verified,
+    /// No connection to the proxy (refused, reset, unreachable).
+    ProxyUnreachable,
+    /// The proxy itself refused (403/407).
+    ProxyRefused,
+    /// No answer within the timeout.
+    Timeout,
+    /// An answer that is not the echo's (wrong status, no nonce, unparsable).
+    BadEcho,
+    /// The echo saw a header or address that gives the client away.
+    NotAnonymous,
+    /// The echo endpoints do not answer directly either: the checker, not the proxy, is down.
+    CheckerUnavailable,
+}
+
+impl CheckReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Verified => "Verified",
+            Self::ProxyUnreachable => "ProxyUnreachable",
+            Self::ProxyRefused => "ProxyRefused",
+            Self::Timeout => "Timeout",
+            Self::BadEcho => "BadEcho",
+            Self::NotAnonymous => "NotAnonymous",
+            Self::CheckerUnavailable => "CheckerUnavailable",
+        }
+    }
+
+    /// A failure the proxy is to blame for (counted towards replacement).
+    pub fn is_failure(self) -> bool {
+        !matches!(self, Self::Verified | Self::CheckerUnavailable)
+    }
+
+    pub fn all() -> [Self; 7] {
+        [
+            Self::Verified,
+            Self::ProxyUnreachable,
+            Self::ProxyRefused,
+            Self::Timeout,
+            Self::BadEcho,
+            Self::NotAnonymous,
+            Self::CheckerUnavailable,
+        ]
+    }
+}
+
+/// One probe's result, as the checker reports it. Never carries a secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckResult {
+    pub reason: CheckReason,
+    /// The address the echo saw (Verified, NotAnonymous).
+    pub egress_ip: Option<String>,
+    pub latency_ms: Option<u64>,
+    pub message: String,
+}
+
+/// The providers config's `egressCheck`, with its durations parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub urls: Vec<String>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub failure_threshold: u32,
+    pub startup_timeout: Duration,
+    pub max_unhealthy: IntOrPercent,
+}
+
+impl Settings {
+    pub fn from_config(c: &crate::config::EgressCheck) -> Self {
+        let d = |s: &str, default: u64| parse_duration(s).unwrap_or(Duration::from_secs(default));
+        Self {
+            urls: c.urls.clone(),
+            interval: d(&c.interval, 30),
+            timeout: d(&c.timeout, 5),
+            failure_threshold: c.failure_threshold.max(1),
+            startup_timeout: d(&c.startup_timeout, 600),
+            max_unhealthy: c.max_unhealthy.clone(),
+        }
+    }
+}
+
+/// A stable spread of `interval` for one Proxy, so checks of many Proxies started together do
+/// not stay in step: up to a tenth of the interval, from the Proxy's key.
+pub fn jitter(key: &str, interval: Duration) -> Duration {
+    let h = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let tenth = (interval.as_millis() as u64 / 10).max(1);
+    Duration::from_millis(h % tenth)
+}
+
+/// When the next check of a Proxy is due (Unix ms): at once when never checked, else one
+/// interval (plus the Proxy's jitter) after the last.
+pub fn next_due_ms(status: &ProxyStatus, key: &str, s: &Settings) -> u64 {
+    let Some(last) = status.egress_checked_at.as_deref().and_then(parse_rfc3339) else {
+        return 0;
+    };
+    let last_ms = (last.max(0) as u64) * 1000;
+    last_ms + (s.interval + jitter(key, s.interval)).as_millis() as u64
+}
+
+/// Whether replacing a failing Proxy of one provider is allowed now: not when more than
+/// `max_unhealthy` of that provider's checked Proxies fail at once (an outage of the provider
+/// or the network, not a thousand dead proxies).
+pub fn replacement_allowed(failing: usize, checked: usize, max_unhealthy: &IntOrPercent) -> bool {
+    if checked == 0 {
+        return true;
+    }
+    failing <= max_unhealthy.resolve(checked, false)
+}
+
+/// What a check did to a Proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckOutcome {
+    pub status: ProxyStatus,
+    /// Replace the instance, with why (for the Event).
+    pub replace: Option<String>,
+    /// A change worth an Event: (warning, reason, message).
+    pub event: Option<(bool, String, String)>,
+}
+
+/// Folds one check into the status. `replacement_allowed` is the provider's short-circuit
+/// (see [`replacement_allowed`]); `now` is Unix seconds.
+pub fn after_check(
+    status: &ProxyStatus,
+    generation: i64,
+    result: &CheckResult,
+    s: &Settings,
+    replacement_allowed: bool,
+    now: i64,
+) -> CheckOutcome {
+    let now_text = format_rfc3339(now);
+    let mut st = status.clone();
+    st.egress_checked_at = Some(now_text.clone());
+    st.egress_latency_ms = result.latency_ms;
+    if st.running_since.is_none() {
+        st.running_since = Some(now_text.clone());
+    }
+    let before = status.condition(EGRESS_VERIFIED).cloned();
+    let (value, message) = match result.reason {
+        CheckReason::Verified => {
+            st.egress_ip = result.egress_ip.clone();
+            st.egress_failures = 0;
+            st.egress_verified_at = Some(now_text.clone());
+            (
+                "True",
+                format!("egress {}", result.egress_ip.as_deref().unwrap_or("?")),
+            )
+        }
+        CheckReason::CheckerUnavailable => ("Unknown", result.message.clone()),
+        _ => {
+            st.egress_failures = st.egress_failures.saturating_add(1);
+            ("False", result.message.clone())
+        }
+    };
+    st.set_condition(
+        Condition {
+            type_: EGRESS_VERIFIED.to_string(),
+            status: value.to_string(),
+            reason: result.reason.as_str().to_string(),
+            message,
+            observed_generation: Some(generation),
+            last_transition_time: String::new(),
+        },
+        &now_text,
+    );
+    let replace = if result.reason.is_failure() {
+        replacement_reason(&st, s, now)
+    } else {
+        None
+    };
+    let replace = match (replace, replacement_allowed) {
+        (Some(why), true) => Some(why),
+        // Held back by the provider's short-circuit; the condition says so and the next
+        // check decides again.
+        (Some(_), false) | (None, _) => None,
+    };
+    if let Some(why) = &replace {
+        st.replace_requested = Some(why.clone());
+    }
+    let changed = before.as_ref().map(|c| (&c.status, &c.reason))
+        != st
+            .condition(EGRESS_VERIFIED)
+            .map(|c| (&c.status, &c.reason));
+    let event = if let Some(why) = &replace {
+        Some((
+            true,
+            "ReplacingUnhealthy".to_string(),
+            format!(
+                "{why}; last check: {} ({})",
+                result.reason.as_str(),
+                result.message
+            ),
+        ))
+    } else if changed {
+        Some((
+            result.reason != CheckReason::Verified,
+            format!("Egress{}", result.reason.as_str()),
+            match result.reason {
+                CheckReason::Verified => format!(
+                    "proxy forwards anonymously; egress {}",
+                    result.egress_ip.as_deref().unwrap_or("?")
+                ),
+                _ => result.message.clone(),
+            },
+        ))
+    } else {
+        None
+    };
+    CheckOutcome {
+        status: st,
+        replace,
+        event,
+    }
+}
+
+/// Why a failing Proxy is due for replacement, if it is: it served and then failed
+/// `failure_threshold` checks in a row, or it never served within `startup_timeout` of running.
+fn replacement_reason(st: &ProxyStatus, s: &Settings, now: i64) -> Option<String> {
+    if st.egress_verified_at.is_some() {
+        return (st.egress_failures >= s.failure_threshold).then(|| {
+            format!(
+                "failed {} egress checks in a row (threshold {})",
+                st.egress_failures, s.failure_threshold
+            )
+        });
+    }
+    let since = st.running_since.as_deref().and_then(parse_rfc3339)?;
+    let waited = now.saturating_sub(since);
+    (waited >= s.startup_timeout.as_secs() as i64).then(|| {
+        format!(
+            "never verified within the startup timeout ({}s since it ran)",
+            waited
+        )
+    })
+}
+
+/// Whether the status counts as verified for Ready.
+pub fn verified(status: &ProxyStatus) -> bool {
+    status
+        .condition(EGRESS_VERIFIED)
+        .is_some_and(|c| c.status == "True")
+}
+
+/// Clears everything a check recorded about an instance, when the instance goes.
+pub fn forget_instance(status: &mut ProxyStatus) {
+    status.egress_ip = None;
+    status.egress_checked_at = None;
+    status.egress_latency_ms = None;
+    status.egress_failures = 0;
+    status.egress_verified_at = None;
+    status.running_since = None;
+    status.replace_requested = None;
+    status.conditions.retain(|c| c.type_ != EGRESS_VERIFIED);
+}
+
+/// The time `ms` as RFC 3339, for callers holding milliseconds.
+pub fn rfc3339_ms(ms: u64) -> String {
+    format_rfc3339((ms / 1000) as i64)
+}
+
+#[cfg(test)]
+mod tests;
