@@ -119,6 +119,7 @@ async fn due_proxies_are_reconciled_at_once_within_the_limit() {
         config: &cfg,
         recorder,
         time: Time::Real(clock),
+        egress: None,
         options: DriverOptions {
             installation: "test".into(),
             max_rounds: 100,

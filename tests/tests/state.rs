@@ -69,6 +69,7 @@ async fn run(e: &Env, proxies: &str, state: &Path) -> Report {
         config: &e.cfg,
         recorder: e.recorder.clone(),
         time: Time::Virtual(e.world.clock.clone()),
+        egress: None,
         options: DriverOptions {
             installation: "test".into(),
             max_rounds: 100,

@@ -127,18 +127,21 @@ fn load_config(src: &Source) -> Result<(ProvidersConfig, String), CliError> {
     Ok((cfg, what))
 }
 
-fn backends_for(
-    dry_run: bool,
-    world: Option<&Source>,
-) -> Result<
-    (
-        Backends,
-        Option<Arc<egress_runtime::capabilities::clock::VirtualClock>>,
-    ),
-    CliError,
-> {
+/// The backends a run reaches: the real ones, or a simulated world with its virtual clock
+/// and the egress check's simulated proxies.
+struct Reach {
+    backends: Backends,
+    virtual_clock: Option<Arc<egress_runtime::capabilities::clock::VirtualClock>>,
+    sim_egress: Option<Arc<egress_runtime::egress::SimEgress>>,
+}
+
+fn backends_for(dry_run: bool, world: Option<&Source>) -> Result<Reach, CliError> {
     if !dry_run {
-        return Ok((Backends::real(), None));
+        return Ok(Reach {
+            backends: Backends::real(),
+            virtual_clock: None,
+            sim_egress: None,
+        });
     }
     let world = match world {
         Some(src) => {
@@ -151,7 +154,40 @@ fn backends_for(
         what: "world".into(),
         source,
     })?;
-    Ok((sim.backends, Some(sim.clock)))
+    Ok(Reach {
+        backends: sim.backends,
+        virtual_clock: Some(sim.clock),
+        sim_egress: Some(sim.egress),
+    })
+}
+
+/// The egress check of a run, when the providers config has one: against the simulated
+/// proxies in a dry-run, through the network otherwise.
+fn checker_for(
+    cfg: &ProvidersConfig,
+    what: &str,
+    reach: &Reach,
+) -> Result<Option<Arc<egress_runtime::egress::EgressChecker>>, CliError> {
+    let Some(c) = &cfg.egress_check else {
+        return Ok(None);
+    };
+    let settings = egress_core::egress::Settings::from_config(c);
+    let probe: Arc<dyn egress_runtime::egress::EgressProbe> = match &reach.sim_egress {
+        Some(sim) => sim.clone(),
+        None => {
+            return Err(CliError::Input {
+                what: what.to_string(),
+                message:
+                    "egressCheck: the network probe is not part of this build yet; use --dry-run"
+                        .into(),
+            });
+        }
+    };
+    Ok(Some(Arc::new(egress_runtime::egress::EgressChecker::new(
+        settings,
+        probe,
+        reach.backends.clock.clone(),
+    ))))
 }
 
 async fn load_providers(
@@ -200,7 +236,13 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
     let proxies = parse_proxies(&proxies_text, &proxies_what)?;
     let (cfg, cfg_what) = load_config(&req.providers)?;
     let installation = installation_of(&cfg, &cfg_what, req.dry_run)?;
-    let (backends, virtual_clock) = backends_for(req.dry_run, req.world.as_ref())?;
+    let reach = backends_for(req.dry_run, req.world.as_ref())?;
+    let egress = checker_for(&cfg, &cfg_what, &reach)?;
+    let Reach {
+        backends,
+        virtual_clock,
+        ..
+    } = reach;
     let recorder = Arc::new(PlanRecorder::new());
     let providers = load_providers(
         &cfg,
@@ -224,6 +266,7 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
         config: &cfg,
         recorder,
         time,
+        egress,
         options: DriverOptions {
             installation,
             max_rounds: req.max_rounds,
@@ -255,7 +298,7 @@ pub async fn run_check(
     runtime: RuntimeOptions,
 ) -> Result<Vec<CheckReport>, CliError> {
     let (cfg, what) = load_config(&providers_src)?;
-    let (backends, _) = backends_for(dry_run, world.as_ref())?;
+    let backends = backends_for(dry_run, world.as_ref())?.backends;
     let providers =
         load_providers(&cfg, &what, &providers_src.dir(), backends, None, runtime).await?;
     let mut out = Vec::new();
@@ -287,14 +330,14 @@ pub async fn run_reconcile_watch(
             message: "needs -f and --providers files to watch".into(),
         });
     };
-    let (backends, virtual_clock) = backends_for(req.dry_run, req.world.as_ref())?;
+    let reach = backends_for(req.dry_run, req.world.as_ref())?;
     let recorder = Arc::new(PlanRecorder::new());
     let runtime =
         Runtime::new(req.runtime.clone()).map_err(|e| CliError::Runtime(e.to_string()))?;
     let reloader = egress_runtime::Reloader::new(
         runtime,
         providers_path.clone(),
-        backends.clone(),
+        reach.backends.clone(),
         Some(recorder.clone()),
         egress_builtins::module_for_type,
     )
@@ -359,15 +402,28 @@ pub async fn run_reconcile_watch(
                             continue;
                         }
                     };
-                let time = match &virtual_clock {
+                let time = match &reach.virtual_clock {
                     Some(c) => Time::Virtual(c.clone()),
-                    None => Time::Real(backends.clock.clone()),
+                    None => Time::Real(reach.backends.clock.clone()),
+                };
+                let egress = match checker_for(&cfg, &providers_path.display().to_string(), &reach)
+                {
+                    Ok(c) => c,
+                    Err(e) => {
+                        refused(&format!("providers config refused: {e}"));
+                        tokio::select! {
+                            _ = &mut stop => return Ok(()),
+                            _ = tokio::time::sleep(interval) => {}
+                        }
+                        continue;
+                    }
                 };
                 let driver = Driver {
                     providers: &providers,
                     config: &cfg,
                     recorder: recorder.clone(),
                     time,
+                    egress,
                     options: DriverOptions {
                         installation,
                         max_rounds: req.max_rounds,

@@ -2,7 +2,7 @@
 
 use crate::CheckReport;
 use crate::cli::Format;
-use crate::reconcile::{Change, Report};
+use crate::reconcile::{Change, Report, ReportEvent};
 use std::fmt::Write;
 
 pub fn reconcile(report: &Report, format: Format, dry_run: bool) -> String {
@@ -28,10 +28,28 @@ fn symbol(c: &Change) -> char {
     }
 }
 
-fn change_text(out: &mut String, c: &Change) {
+/// `+4s`, `+2m10s`, `+13h2m`: how far into the run something happened.
+fn offset(at_ms: u64, started_ms: u64) -> String {
+    let s = at_ms.saturating_sub(started_ms) / 1000;
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, sec) => format!("+{sec}s"),
+        (0, m, 0) => format!("+{m}m"),
+        (0, m, sec) => format!("+{m}m{sec}s"),
+        (h, 0, _) => format!("+{h}h"),
+        (h, m, _) => format!("+{h}h{m}m"),
+    }
+}
+
+/// Events the text plan shows beside the calls: the ones the calls do not already say.
+fn shown(e: &ReportEvent) -> bool {
+    !matches!(e.reason.as_str(), "Created" | "Deleted" | "Replaced")
+}
+
+fn change_text(out: &mut String, c: &Change, started_ms: u64) {
     let _ = write!(
         out,
-        "  {} {} {} {}",
+        "  {:>7} {} {} {} {}",
+        offset(c.at_ms, started_ms),
         symbol(c),
         c.capability,
         c.call,
@@ -52,8 +70,19 @@ fn change_text(out: &mut String, c: &Change) {
         _ => serde_yaml::to_string(&c.args).unwrap_or_default(),
     };
     for line in body.lines() {
-        let _ = writeln!(out, "      {line}");
+        let _ = writeln!(out, "              {line}");
     }
+}
+
+fn event_text(out: &mut String, e: &ReportEvent, started_ms: u64) {
+    let _ = writeln!(
+        out,
+        "  {:>7} {} {}: {}",
+        offset(e.at_ms, started_ms),
+        if e.warning { "!" } else { "·" },
+        e.reason,
+        e.message
+    );
 }
 
 fn reconcile_text(r: &Report, dry_run: bool) -> String {
@@ -91,8 +120,16 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
         if p.changes.is_empty() {
             out.push_str("  no changes\n");
         }
+        // Calls and events on one timeline; an event follows the call that caused it.
+        let mut events = p.events.iter().filter(|e| shown(e)).peekable();
         for c in &p.changes {
-            change_text(&mut out, c);
+            while let Some(e) = events.next_if(|e| e.seq < c.seq) {
+                event_text(&mut out, e, r.started_ms);
+            }
+            change_text(&mut out, c, r.started_ms);
+        }
+        for e in events {
+            event_text(&mut out, e, r.started_ms);
         }
         let s = &p.status;
         let state = s
@@ -126,7 +163,7 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
         let _ = writeln!(out, "  {} {}: {}", v.provider, v.provider_id, v.verdict);
     }
     for c in &r.gc.changes {
-        change_text(&mut out, c);
+        change_text(&mut out, c, r.started_ms);
     }
     out
 }

@@ -8,6 +8,7 @@ use egress_core::gc::{self, Verdict};
 use egress_core::reconcile;
 use egress_core::{Proxy, ProxyStatus};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
+use egress_runtime::egress::EgressChecker;
 use egress_runtime::reconciler::{InlineCloudInit, ReconcileEnv, Wait, reconcile_proxy};
 use egress_runtime::{PlanRecorder, PlanStep, Providers};
 use futures::StreamExt;
@@ -59,6 +60,7 @@ pub const DEFAULT_CONCURRENCY: usize = 16;
 struct Tracked {
     proxy: Proxy,
     status: ProxyStatus,
+    events: Vec<ReportEvent>,
     deleting: bool,
     next_at_ms: u64,
     attempts: u32,
@@ -78,6 +80,10 @@ pub struct Report {
     pub elapsed_seconds: u64,
     /// Every Proxy is steady: Running, or held on a condition only a change can clear.
     pub steady: bool,
+    /// RFC 3339: when the run started (simulated time in a dry-run).
+    pub started_at: String,
+    #[serde(skip)]
+    pub started_ms: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -91,7 +97,24 @@ pub struct ProxyReport {
     pub deleted: bool,
     pub steady: bool,
     pub changes: Vec<Change>,
+    /// What happened to the Proxy worth telling (the Events an operator would record).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<ReportEvent>,
     pub status: ProxyStatus,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportEvent {
+    /// RFC 3339.
+    pub at: String,
+    #[serde(skip)]
+    pub at_ms: u64,
+    #[serde(skip)]
+    pub seq: u64,
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -120,6 +143,12 @@ pub struct Change {
     pub args: serde_json::Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// RFC 3339: when the call was made.
+    pub at: String,
+    #[serde(skip)]
+    pub at_ms: u64,
+    #[serde(skip)]
+    pub seq: u64,
 }
 
 impl From<PlanStep> for Change {
@@ -130,6 +159,9 @@ impl From<PlanStep> for Change {
             target: s.target,
             args: s.args,
             error: s.error,
+            at: egress_core::egress::rfc3339_ms(s.at_ms),
+            at_ms: s.at_ms,
+            seq: s.seq,
         }
     }
 }
@@ -139,6 +171,8 @@ pub struct Driver<'a> {
     pub config: &'a ProvidersConfig,
     pub recorder: Arc<PlanRecorder>,
     pub time: Time,
+    /// The egress check, when the providers config has one.
+    pub egress: Option<Arc<EgressChecker>>,
     pub options: DriverOptions,
 }
 
@@ -216,6 +250,7 @@ impl Driver<'_> {
                 deleted: t.released,
                 steady: t.released || t.steady,
                 changes: by_subject.remove(&key).unwrap_or_default(),
+                events: t.events,
                 // The revision is the hold's bookkeeping (it changes with every module build);
                 // the state file keeps it, the report leaves it out.
                 status: ProxyStatus {
@@ -233,6 +268,8 @@ impl Driver<'_> {
             rounds,
             elapsed_seconds: (self.time.now_ms().saturating_sub(started_ms)) / 1000,
             steady,
+            started_at: egress_core::egress::rfc3339_ms(started_ms),
+            started_ms,
         };
         Ok((report, state))
     }
@@ -356,12 +393,22 @@ impl Driver<'_> {
             cloud_init: &InlineCloudInit,
             owner_references: false,
             now: &now,
+            egress: self.egress.as_deref(),
         };
         let r = reconcile_proxy(&env, &t.proxy, t.status.clone(), t.deleting, key).await;
+        let now_ms = self.time.now_ms();
+        t.events.extend(r.events.into_iter().map(|e| ReportEvent {
+            at_ms:
+                egress_core::gc::parse_rfc3339(&e.at).map_or(now_ms, |s| (s.max(0) as u64) * 1000),
+            at: e.at,
+            seq: e.seq,
+            warning: e.warning,
+            reason: e.reason,
+            message: e.message,
+        }));
         t.status = r.status;
         t.steady = r.steady;
         t.released = r.released;
-        let now_ms = self.time.now_ms();
         match r.wait {
             Wait::After(d) => {
                 t.attempts = 0;
@@ -474,6 +521,7 @@ impl Tracked {
         Self {
             proxy,
             status,
+            events: Vec::new(),
             deleting,
             next_at_ms: now_ms,
             attempts: 0,

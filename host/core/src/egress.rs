@@ -119,12 +119,14 @@ pub fn next_due_ms(status: &ProxyStatus, key: &str, s: &Settings) -> u64 {
 
 /// Whether replacing a failing Proxy of one provider is allowed now: not when more than
 /// `max_unhealthy` of that provider's checked Proxies fail at once (an outage of the provider
-/// or the network, not a thousand dead proxies).
+/// or the network, not a thousand dead proxies). A percentage rounds up, unlike Cluster API's
+/// MachineHealthCheck, whose round-down stops every remediation in a fleet of two: one dead
+/// proxy of two is still replaced at 40%, two of two are not.
 pub fn replacement_allowed(failing: usize, checked: usize, max_unhealthy: &IntOrPercent) -> bool {
     if checked == 0 {
         return true;
     }
-    failing <= max_unhealthy.resolve(checked, false)
+    failing <= max_unhealthy.resolve(checked, true)
 }
 
 /// What a check did to a Proxy.

@@ -413,6 +413,14 @@ fn observed(
     }
 }
 
+/// Sets Ready of a running instance from its egress check, after a check changed the status.
+pub fn refresh_egress_ready(proxy: &Proxy, status: &mut ProxyStatus, now: &str) {
+    if status.state == Some(InstanceState::Running) && status.ip.is_some() {
+        let (value, r, msg) = egress_readiness(status, proxy.spec.port);
+        status.set_condition(cond(READY, value, r, &msg, proxy.generation()), now);
+    }
+}
+
 /// Ready of a running instance when the egress check is configured: True once a check
 /// verified it; while the checker itself is unavailable, what it was (a checker outage says
 /// nothing about the proxy); False with the check's reason otherwise.

@@ -142,6 +142,7 @@ pub async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Action, E
         cloud_init: &cloud_init,
         owner_references: true,
         now: &now,
+        egress: None,
     };
     let result = reconcile_proxy(&env, &core, status.clone(), deleting, &key).await;
 

@@ -110,6 +110,8 @@ impl CallState {
                 target: self.redactor.text(&target),
                 args,
                 error: error.map(|e| self.redactor.text(&e)),
+                at_ms: self.backends.clock.now_millis(),
+                seq: crate::plan::next_seq(),
             });
         }
     }

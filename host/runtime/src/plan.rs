@@ -4,6 +4,16 @@
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// The next number of the process's one sequence of plan steps and Proxy events, so a plan
+/// can show both in the order they happened, which their times (often the same virtual
+/// instant) cannot.
+pub fn next_seq() -> u64 {
+    SEQ.fetch_add(1, Ordering::Relaxed)
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanStep {
@@ -19,6 +29,12 @@ pub struct PlanStep {
     /// Set when the backend refused the call: the step was attempted and changed nothing.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// When the call was made (Unix ms on the run's clock, virtual in a dry-run).
+    #[serde(skip)]
+    pub at_ms: u64,
+    /// Its place among the run's steps and events (see [`next_seq`]).
+    #[serde(skip)]
+    pub seq: u64,
 }
 
 #[derive(Debug, Default)]

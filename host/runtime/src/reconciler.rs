@@ -2,6 +2,7 @@
 //! `egress_core::reconcile` with the provider calls they name, run until the Proxy waits.
 //! Shared by the CLI's loop and the operator's controller.
 
+use crate::egress::EgressChecker;
 use crate::provider::Providers;
 use egress_core::reconcile::{self, DeletePurpose, Next, Observation, ProviderLookup, Step};
 use egress_core::{CreateRequest, ErrorClass, InstanceState, Proxy, ProxyStatus};
@@ -23,6 +24,10 @@ pub struct ProxyEvent {
     pub warning: bool,
     pub reason: String,
     pub message: String,
+    /// RFC 3339: when it happened.
+    pub at: String,
+    /// Its place among the run's events and plan steps (see [`crate::plan::next_seq`]).
+    pub seq: u64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -61,12 +66,19 @@ impl CloudInitSource for InlineCloudInit {
     }
 }
 
-fn event(warning: bool, reason: &str, message: String) -> ProxyEvent {
+fn event(at: String, warning: bool, reason: &str, message: String) -> ProxyEvent {
     ProxyEvent {
         warning,
         reason: reason.to_string(),
         message,
+        at,
+        seq: crate::plan::next_seq(),
     }
+}
+
+/// Running with an address: what the egress check probes.
+fn serving(status: &ProxyStatus) -> bool {
+    status.state == Some(InstanceState::Running) && status.ip.is_some()
 }
 
 /// What every reconcile of a run shares.
@@ -82,6 +94,8 @@ pub struct ReconcileEnv<'a> {
     pub owner_references: bool,
     /// RFC 3339 time.
     pub now: &'a (dyn Fn() -> String + Send + Sync),
+    /// The egress check, when the providers config has one.
+    pub egress: Option<&'a EgressChecker>,
 }
 
 /// Reconciles one Proxy: decides, calls the provider, folds the answer, and repeats while a
@@ -108,6 +122,7 @@ pub async fn reconcile_proxy(
         cloud_init,
         owner_references,
         now,
+        egress,
     } = *env;
     let provider = providers.get(&proxy.spec.provider);
     let lookup = match provider {
@@ -125,7 +140,7 @@ pub async fn reconcile_proxy(
             status: &status,
             deleting,
             provider: &lookup,
-            egress_check: false,
+            egress_check: egress.is_some(),
         };
         let before = status.condition(reconcile::READY).map(|c| c.reason.clone());
         let outcome = match (reconcile::decide(obs, &now()), provider) {
@@ -141,7 +156,7 @@ pub async fn reconcile_proxy(
             (Step::Settle(o), _) => {
                 let after = o.status.condition(reconcile::READY);
                 if let Some(c) = after.filter(|c| before.as_deref() != Some(c.reason.as_str())) {
-                    events.push(event(true, &c.reason, c.message.clone()));
+                    events.push(event(now(), true, &c.reason, c.message.clone()));
                 }
                 *o
             }
@@ -164,11 +179,12 @@ pub async fn reconcile_proxy(
                 };
                 match &result {
                     Ok(i) => events.push(event(
+                        now(),
                         false,
                         "Created",
                         format!("instance {} created by provider {}", i.provider_id, p.name),
                     )),
-                    Err(e) => events.push(event(true, "CreateFailed", e.to_string())),
+                    Err(e) => events.push(event(now(), true, "CreateFailed", e.to_string())),
                 }
                 reconcile::after_create(obs, result, &now())
             }
@@ -176,6 +192,7 @@ pub async fn reconcile_proxy(
                 let result = p.get(subject, &provider_id).await;
                 match &result {
                     Ok(i) if i.state.needs_replacement() => events.push(event(
+                        now(),
                         true,
                         "InstanceStopped",
                         format!("instance {provider_id} is {}; replacing it", i.state),
@@ -186,6 +203,7 @@ pub async fn reconcile_proxy(
                             && i.ip.is_some() =>
                     {
                         events.push(event(
+                            now(),
                             false,
                             "Running",
                             format!(
@@ -196,11 +214,12 @@ pub async fn reconcile_proxy(
                     }
                     Ok(_) => {}
                     Err(e) if e.class == ErrorClass::NotFound => events.push(event(
+                        now(),
                         true,
                         "InstanceLost",
                         format!("instance {provider_id} not found; creating a new one"),
                     )),
-                    Err(e) => events.push(event(true, "GetFailed", e.to_string())),
+                    Err(e) => events.push(event(now(), true, "GetFailed", e.to_string())),
                 }
                 reconcile::after_get(obs, result, &now())
             }
@@ -214,17 +233,19 @@ pub async fn reconcile_proxy(
                 let result = p.delete(subject, &provider_id).await;
                 match (&result, purpose) {
                     (Ok(()), DeletePurpose::Replace) => events.push(event(
+                        now(),
                         false,
                         "Replaced",
                         format!("instance {provider_id} deleted for replacement"),
                     )),
                     (Ok(()), DeletePurpose::Finalize) => events.push(event(
+                        now(),
                         false,
                         "Deleted",
                         format!("instance {provider_id} deleted"),
                     )),
                     (Err(e), _) if e.class == ErrorClass::NotFound => {}
-                    (Err(e), _) => events.push(event(true, "DeletionFailed", e.to_string())),
+                    (Err(e), _) => events.push(event(now(), true, "DeletionFailed", e.to_string())),
                 }
                 reconcile::after_delete(obs, purpose, result, &now())
             }
@@ -239,14 +260,36 @@ pub async fn reconcile_proxy(
                 };
             }
         };
-        let steady = outcome.is_steady();
+        let mut steady = outcome.is_steady();
         status = outcome.status;
-        let wait = match outcome.next {
+        let mut wait = match outcome.next {
             Next::Now => continue,
             Next::After(d) => Wait::After(d),
             Next::Backoff(c) => Wait::Backoff(c),
             Next::AwaitChange => Wait::AwaitChange,
         };
+        if let (Some(checker), Wait::After(d), false) = (egress, wait, deleting)
+            && serving(&status)
+        {
+            let key = proxy.key();
+            if checker.next_due_ms(&key, &status) <= checker.now_ms() {
+                let out = checker.check(proxy, &status).await;
+                if let Some((warning, reason, message)) = out.event {
+                    events.push(event(now(), warning, &reason, message));
+                }
+                status = out.status;
+                reconcile::refresh_egress_ready(proxy, &mut status, &now());
+                if out.replace.is_some() {
+                    // decide() now names the replacement: a delete, then a new instance.
+                    continue;
+                }
+            }
+            let until_check = checker
+                .next_due_ms(&key, &status)
+                .saturating_sub(checker.now_ms());
+            wait = Wait::After(d.min(Duration::from_millis(until_check.max(1))));
+            steady = reconcile::ready_is_true(&status);
+        }
         return StepResult {
             status,
             wait,

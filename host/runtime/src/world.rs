@@ -26,6 +26,9 @@ pub struct World {
     /// The Compute Engine API for the gcp provider.
     #[serde(default)]
     pub gce: SimGceSpec,
+    /// How the proxies answer the egress check (when the providers config has one).
+    #[serde(default)]
+    pub egress: crate::egress::SimEgressSpec,
 }
 
 fn default_start() -> String {
@@ -43,6 +46,7 @@ impl Default for World {
             kube: SimKubeSpec::default(),
             libvirt: SimLibvirtSpec::default(),
             gce: SimGceSpec::default(),
+            egress: Default::default(),
         }
     }
 }
@@ -51,6 +55,8 @@ impl Default for World {
 pub struct SimWorld {
     pub clock: Arc<VirtualClock>,
     pub backends: Backends,
+    /// The egress check's probe against the simulated proxies.
+    pub egress: Arc<crate::egress::SimEgress>,
 }
 
 impl World {
@@ -84,6 +90,14 @@ impl World {
             http: Arc::new(SimGce::new(self.gce.clone(), dyn_clock.clone())),
             libvirt: Arc::new(SimLibvirt::new(self.libvirt.clone(), dyn_clock)),
         };
-        Ok(SimWorld { clock, backends })
+        let egress = Arc::new(crate::egress::SimEgress::new(
+            self.egress.clone(),
+            clock.clone(),
+        ));
+        Ok(SimWorld {
+            clock,
+            backends,
+            egress,
+        })
     }
 }

@@ -127,6 +127,8 @@ fn max_unhealthy_is_a_share_of_the_checked_proxies() {
     let forty = IntOrPercent::Percent("40%".into());
     assert!(replacement_allowed(4, 10, &forty));
     assert!(!replacement_allowed(5, 10, &forty));
+    assert!(replacement_allowed(1, 2, &forty), "one of two, rounded up");
+    assert!(!replacement_allowed(2, 2, &forty));
     assert!(replacement_allowed(0, 0, &forty));
     assert!(!replacement_allowed(3, 3, &IntOrPercent::Int(2)));
 }

@@ -1,0 +1,460 @@
+//! The egress check as the CLI and the operator run it: a probe through each running proxy
+//! when its check is due, folded into the status by the core's decisions, with the checker's
+//! own health and each provider's share of failing proxies taken into account. The probe is a
+//! seam: the network one (egress-check) in real runs, [`SimEgress`] in simulated ones.
+//!
+//! What a check learns is kept here, fresh, for discovery; the status records it when
+//! something changed and otherwise at most every [`STATUS_REFRESH`], so a fleet checked every
+//! 30 s does not write every Proxy's status every 30 s.
+
+use crate::capabilities::clock::ClockBackend;
+use egress_core::egress::{self, CheckOutcome, CheckReason, CheckResult, Settings};
+use egress_core::{Proxy, ProxyStatus};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How stale the recorded check time and latency may grow before a check that changed
+/// nothing writes them anyway.
+pub const STATUS_REFRESH: Duration = Duration::from_secs(300);
+/// How long a direct look at the echo endpoints is trusted.
+const ECHO_LOOK_TTL_MS: u64 = 10_000;
+
+/// One probe through one proxy, and a direct look at the echo endpoints.
+#[async_trait::async_trait]
+pub trait EgressProbe: Send + Sync {
+    /// Requests an echo URL through the proxy at `ip:port`.
+    async fn probe(&self, ip: &str, port: u16, settings: &Settings) -> CheckResult;
+    /// Whether any echo endpoint answers without a proxy in between.
+    async fn echo_reachable(&self, settings: &Settings) -> bool;
+}
+
+/// The latest check of one Proxy, as discovery shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Latest {
+    pub provider: String,
+    pub reason: CheckReason,
+    pub egress_ip: Option<String>,
+    pub latency_ms: Option<u64>,
+    pub checked_at_ms: u64,
+    pub verified_at_ms: Option<u64>,
+}
+
+#[derive(Default)]
+struct Table {
+    latest: HashMap<String, Latest>,
+    echo_look: Option<(u64, bool)>,
+}
+
+/// Runs checks and keeps their results.
+pub struct EgressChecker {
+    settings: Settings,
+    probe: Arc<dyn EgressProbe>,
+    clock: Arc<dyn ClockBackend>,
+    table: Mutex<Table>,
+}
+
+impl EgressChecker {
+    pub fn new(
+        settings: Settings,
+        probe: Arc<dyn EgressProbe>,
+        clock: Arc<dyn ClockBackend>,
+    ) -> Self {
+        Self {
+            settings,
+            probe,
+            clock,
+            table: Mutex::new(Table::default()),
+        }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Unix ms on the checker's clock (virtual in simulated runs).
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_millis()
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// When the Proxy's next check is due (Unix ms): from what this process saw, else from
+    /// the status (a restarted process goes on where the last left off).
+    pub fn next_due_ms(&self, key: &str, status: &ProxyStatus) -> u64 {
+        if status.egress_checked_at.is_none() {
+            // This instance was never checked (a new one, or one that replaced another).
+            return 0;
+        }
+        let last = self.table().latest.get(key).map(|l| l.checked_at_ms);
+        match last {
+            Some(ms) => {
+                ms + (self.settings.interval + egress::jitter(key, self.settings.interval))
+                    .as_millis() as u64
+            }
+            None => egress::next_due_ms(status, key, &self.settings),
+        }
+    }
+
+    /// Whether the provider's proxies fail less than `maxUnhealthy` (replacement allowed),
+    /// and the counts: (failing, checked).
+    pub fn provider_health(&self, provider: &str) -> (bool, usize, usize) {
+        let table = self.table();
+        let (mut failing, mut checked) = (0, 0);
+        for l in table.latest.values().filter(|l| l.provider == provider) {
+            if l.reason == CheckReason::CheckerUnavailable {
+                continue;
+            }
+            checked += 1;
+            if l.reason.is_failure() {
+                failing += 1;
+            }
+        }
+        (
+            egress::replacement_allowed(failing, checked, &self.settings.max_unhealthy),
+            failing,
+            checked,
+        )
+    }
+
+    /// Checks one running Proxy now: the probe, a direct look at the echo when the probe
+    /// failed (an echo that answers no one makes the result CheckerUnavailable), the
+    /// provider's short-circuit, and the core's decisions.
+    pub async fn check(&self, proxy: &Proxy, status: &ProxyStatus) -> CheckOutcome {
+        let key = proxy.key();
+        let ip = status.ip.clone().unwrap_or_default();
+        let mut result = self.probe.probe(&ip, proxy.spec.port, &self.settings).await;
+        if result.reason.is_failure() && !self.echo_reachable().await {
+            result = CheckResult {
+                reason: CheckReason::CheckerUnavailable,
+                egress_ip: None,
+                latency_ms: None,
+                message: format!(
+                    "no echo endpoint answers directly ({}); the proxy is not blamed ({})",
+                    self.settings.urls.join(", "),
+                    result.message
+                ),
+            };
+        }
+        let now_ms = self.clock.now_millis();
+        {
+            let mut table = self.table();
+            let verified_at_ms = match result.reason {
+                CheckReason::Verified => Some(now_ms),
+                _ => table.latest.get(&key).and_then(|l| l.verified_at_ms),
+            };
+            table.latest.insert(
+                key.clone(),
+                Latest {
+                    provider: proxy.spec.provider.clone(),
+                    reason: result.reason,
+                    egress_ip: result.egress_ip.clone(),
+                    latency_ms: result.latency_ms,
+                    checked_at_ms: now_ms,
+                    verified_at_ms,
+                },
+            );
+        }
+        let (allowed, _, _) = self.provider_health(&proxy.spec.provider);
+        let now = (now_ms / 1000) as i64;
+        let mut out = egress::after_check(
+            status,
+            proxy.generation(),
+            &result,
+            &self.settings,
+            allowed,
+            now,
+        );
+        quiet_refresh(status, &mut out.status, now);
+        out
+    }
+
+    async fn echo_reachable(&self) -> bool {
+        let now = self.clock.now_millis();
+        if let Some((at, ok)) = self.table().echo_look
+            && now.saturating_sub(at) < ECHO_LOOK_TTL_MS
+        {
+            return ok;
+        }
+        let ok = self.probe.echo_reachable(&self.settings).await;
+        self.table().echo_look = Some((self.clock.now_millis(), ok));
+        ok
+    }
+
+    /// Forgets a Proxy that went (deleted, or its instance replaced).
+    pub fn forget(&self, key: &str) {
+        self.table().latest.remove(key);
+    }
+
+    /// The latest check of every Proxy this process checked.
+    pub fn latest(&self) -> BTreeMap<String, Latest> {
+        self.table()
+            .latest
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+/// Keeps a check that changed nothing from rewriting the status: the recorded time and
+/// latency move only with a change of the condition or the egress address, or once the
+/// recorded time is older than [`STATUS_REFRESH`].
+fn quiet_refresh(before: &ProxyStatus, after: &mut ProxyStatus, now: i64) {
+    let cond = |s: &ProxyStatus| {
+        s.condition(egress::EGRESS_VERIFIED)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    let changed = cond(before) != cond(after)
+        || before.egress_ip != after.egress_ip
+        || before.egress_failures != after.egress_failures
+        || before.replace_requested != after.replace_requested;
+    let recorded = before
+        .egress_checked_at
+        .as_deref()
+        .and_then(egress_core::gc::parse_rfc3339);
+    let stale = recorded.is_none_or(|t| now.saturating_sub(t) >= STATUS_REFRESH.as_secs() as i64);
+    if !changed && !stale {
+        after.egress_checked_at = before.egress_checked_at.clone();
+        after.egress_latency_ms = before.egress_latency_ms;
+        after.egress_verified_at = before.egress_verified_at.clone();
+        // The condition's message may carry the same meaning in new words (a latency):
+        // keep the recorded one.
+        if let (Some(b), Some(a)) = (
+            before.condition(egress::EGRESS_VERIFIED),
+            after
+                .conditions
+                .iter_mut()
+                .find(|c| c.type_ == egress::EGRESS_VERIFIED),
+        ) {
+            *a = b.clone();
+        }
+    }
+}
+
+/// The simulated proxies' behaviour, from the world file's `egress` section.
+#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SimEgressSpec {
+    /// The echo endpoints answer nothing, from `from` on (RFC 3339; default: always).
+    #[serde(default)]
+    pub echo_down: Option<SimWindow>,
+    /// How particular proxies behave, by their address. Every other proxy forwards,
+    /// anonymously, and the echo sees its own address.
+    #[serde(default)]
+    pub proxies: Vec<SimProxy>,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SimWindow {
+    /// RFC 3339; default: from the start.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// RFC 3339; default: for ever.
+    #[serde(default)]
+    pub until: Option<String>,
+}
+
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SimProxy {
+    /// The proxy's address (the instance's IP).
+    pub ip: String,
+    /// What the echo sees (a NAT address, the node's or the hypervisor's); default the
+    /// proxy's own address.
+    #[serde(default, rename = "egressIP")]
+    pub egress_ip: Option<String>,
+    /// The proxy does not answer (ProxyUnreachable).
+    #[serde(default)]
+    pub serving: Option<bool>,
+    /// The proxy adds Via and X-Forwarded-For (NotAnonymous).
+    #[serde(default)]
+    pub anonymous: Option<bool>,
+    /// When this behaviour holds; default: always.
+    #[serde(default)]
+    pub during: Option<SimWindow>,
+}
+
+/// The probe of simulated runs: answers from the world's `egress` section on the virtual
+/// clock, deterministically.
+pub struct SimEgress {
+    spec: SimEgressSpec,
+    clock: Arc<dyn ClockBackend>,
+}
+
+impl SimEgress {
+    pub fn new(spec: SimEgressSpec, clock: Arc<dyn ClockBackend>) -> Self {
+        Self { spec, clock }
+    }
+
+    fn within(&self, w: &Option<SimWindow>) -> bool {
+        let Some(w) = w else { return true };
+        let now = (self.clock.now_millis() / 1000) as i64;
+        let at = |t: &Option<String>| t.as_deref().and_then(egress_core::gc::parse_rfc3339);
+        at(&w.from).is_none_or(|f| now >= f) && at(&w.until).is_none_or(|u| now < u)
+    }
+}
+
+#[async_trait::async_trait]
+impl EgressProbe for SimEgress {
+    async fn probe(&self, ip: &str, port: u16, settings: &Settings) -> CheckResult {
+        let echo_down = self.spec.echo_down.is_some() && self.within(&self.spec.echo_down);
+        let rule = self
+            .spec
+            .proxies
+            .iter()
+            .find(|p| p.ip == ip && self.within(&p.during));
+        let latency = 15 + ip.bytes().map(u64::from).sum::<u64>() % 30;
+        let url = settings.urls.first().cloned().unwrap_or_default();
+        if rule.is_some_and(|r| r.serving == Some(false)) {
+            return CheckResult {
+                reason: CheckReason::ProxyUnreachable,
+                egress_ip: None,
+                latency_ms: None,
+                message: format!("connecting to {ip}:{port}: connection refused"),
+            };
+        }
+        if echo_down {
+            return CheckResult {
+                reason: CheckReason::BadEcho,
+                egress_ip: None,
+                latency_ms: Some(latency),
+                message: format!("{url} through {ip}:{port}: 502 Bad Gateway"),
+            };
+        }
+        let egress_ip = rule
+            .and_then(|r| r.egress_ip.clone())
+            .unwrap_or_else(|| ip.to_string());
+        if rule.is_some_and(|r| r.anonymous == Some(false)) {
+            return CheckResult {
+                reason: CheckReason::NotAnonymous,
+                egress_ip: Some(egress_ip),
+                latency_ms: Some(latency),
+                message: format!("{url} through {ip}:{port}: the echo saw Via and X-Forwarded-For"),
+            };
+        }
+        CheckResult {
+            reason: CheckReason::Verified,
+            egress_ip: Some(egress_ip),
+            latency_ms: Some(latency),
+            message: String::new(),
+        }
+    }
+
+    async fn echo_reachable(&self, _settings: &Settings) -> bool {
+        !(self.spec.echo_down.is_some() && self.within(&self.spec.echo_down))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::capabilities::clock::VirtualClock;
+    use egress_core::config::IntOrPercent;
+    use egress_core::proxy::{ObjectMeta, ProxySpec};
+
+    fn settings() -> Settings {
+        Settings {
+            urls: vec!["http://echo.test/anything".into()],
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(5),
+            failure_threshold: 2,
+            startup_timeout: Duration::from_secs(600),
+            max_unhealthy: IntOrPercent::Percent("50%".into()),
+        }
+    }
+
+    fn proxy(name: &str) -> Proxy {
+        Proxy {
+            api_version: egress_core::proxy::API_VERSION.into(),
+            kind: "Proxy".into(),
+            metadata: ObjectMeta {
+                name: name.into(),
+                namespace: "ns".into(),
+                ..Default::default()
+            },
+            spec: ProxySpec {
+                provider: "p".into(),
+                port: 3128,
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+
+    fn running(ip: &str) -> ProxyStatus {
+        ProxyStatus {
+            provider_id: Some("x".into()),
+            state: Some(egress_core::InstanceState::Running),
+            ip: Some(ip.into()),
+            ..Default::default()
+        }
+    }
+
+    fn checker(world: &str, clock: Arc<VirtualClock>) -> EgressChecker {
+        let spec: SimEgressSpec = serde_yaml::from_str(world).unwrap();
+        EgressChecker::new(
+            settings(),
+            Arc::new(SimEgress::new(spec, clock.clone())),
+            clock,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_check_that_changes_nothing_leaves_the_status_alone() {
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let c = checker("{}", clock.clone());
+        let p = proxy("a");
+        let first = c.check(&p, &running("10.0.0.1")).await.status;
+        assert!(egress::verified(&first));
+        clock.advance_to(1_767_225_630_000);
+        let second = c.check(&p, &first).await.status;
+        assert_eq!(second, first, "same result: same status");
+        assert_eq!(
+            c.latest()["ns/a"].checked_at_ms,
+            1_767_225_630_000,
+            "fresh in memory"
+        );
+        clock.advance_to(1_767_225_600_000 + STATUS_REFRESH.as_millis() as u64);
+        let third = c.check(&p, &second).await.status;
+        assert_ne!(
+            third.egress_checked_at, first.egress_checked_at,
+            "refreshed at last"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_echo_outage_blames_no_proxy_and_a_provider_outage_replaces_none() {
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let c = checker(
+            "echoDown: {from: '2026-01-01T00:01:00Z'}\nproxies: [{ip: 10.0.0.2, serving: false, during: {from: '2026-01-01T00:10:00Z'}}]\n",
+            clock.clone(),
+        );
+        let (a, b) = (proxy("a"), proxy("b"));
+        let sa = c.check(&a, &running("10.0.0.1")).await.status;
+        let sb = c.check(&b, &running("10.0.0.2")).await.status;
+        assert!(egress::verified(&sa) && egress::verified(&sb));
+        clock.advance_to(1_767_225_660_000);
+        let out = c.check(&a, &sa).await;
+        let cond = out.status.condition(egress::EGRESS_VERIFIED).unwrap();
+        assert_eq!(cond.reason, "CheckerUnavailable");
+        assert_eq!(out.replace, None);
+        // The echo is back; b stops serving; half of the provider fails: allowed at 50%.
+        let c = checker(
+            "proxies: [{ip: 10.0.0.2, serving: false}, {ip: 10.0.0.1, serving: false}]\n",
+            clock.clone(),
+        );
+        let sa = c.check(&a, &sa).await.status;
+        let sb = c.check(&b, &sb).await.status;
+        let out = c.check(&b, &sb).await;
+        assert_eq!(c.provider_health("p"), (false, 2, 2));
+        assert_eq!(
+            out.replace, None,
+            "every proxy of the provider fails: an outage"
+        );
+        let _ = sa;
+    }
+}
