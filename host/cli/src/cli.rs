@@ -22,6 +22,9 @@ pub enum Command {
     Reconcile(ReconcileArgs),
     /// Run each provider's health check and print its targets.
     Check(CheckArgs),
+    /// List the proxies a crawler may use now (Ready; verified where the egress check is
+    /// configured) from a state file: one `http://IP:PORT` a line, or JSON.
+    Proxies(ProxiesArgs),
     /// Run the operator in a cluster: Proxy controller, GC sweeper, ProviderHealth monitor.
     Run(RunArgs),
     /// Diagnose a backend connection stage by stage.
@@ -188,6 +191,32 @@ pub struct ReconcileArgs {
     /// changes (needs -f and --providers).
     #[arg(long)]
     pub watch: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ProxiesArgs {
+    /// The state file of `reconcile --state`.
+    #[arg(long)]
+    pub state: PathBuf,
+    #[arg(short = 'o', long, value_enum, default_value = "text")]
+    pub output: ProxiesFormat,
+    /// Only this provider's proxies.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// Only proxies in this namespace.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Only the proxies of this ProxyPool.
+    #[arg(long)]
+    pub pool: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProxiesFormat {
+    /// One `http://IP:PORT` a line.
+    Text,
+    /// `{"proxies": [{namespace, name, provider, url, egressIP, zone, verifiedAt, latencyMs}]}`.
+    Json,
 }
 
 #[derive(Debug, clap::Args)]

@@ -164,6 +164,34 @@ async fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+        Command::Proxies(a) => match egress_proxies::state::StateFile::read(&a.state) {
+            Ok(state) => {
+                let filter = egress_core::discovery::Filter {
+                    provider: a.provider,
+                    namespace: a.namespace,
+                    pool: a.pool,
+                };
+                let list = egress_core::discovery::discover(
+                    state.proxies.values().map(|p| p.candidate()),
+                    &filter,
+                );
+                match a.output {
+                    egress_proxies::cli::ProxiesFormat::Text => {
+                        print!("{}", egress_core::discovery::text(&list))
+                    }
+                    egress_proxies::cli::ProxiesFormat::Json => println!(
+                        "{}",
+                        serde_json::to_string_pretty(&egress_core::discovery::json(&list))
+                            .unwrap_or_default()
+                    ),
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Check(a) => {
             let all_embedded = a.providers.is_none();
             let world = match a.world {

@@ -32,7 +32,37 @@ pub struct StoredProxy {
     pub key: String,
     pub uid: String,
     pub provider: String,
+    /// What discovery lists besides the status: the port, the zone, the pool and the cordon.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cordoned: bool,
     pub status: ProxyStatus,
+}
+
+fn default_port() -> u16 {
+    egress_core::proxy::DEFAULT_PORT
+}
+
+impl StoredProxy {
+    /// As discovery sees it.
+    pub fn candidate(&self) -> egress_core::discovery::Candidate<'_> {
+        let (namespace, name) = self.key.split_once('/').unwrap_or(("", &self.key));
+        egress_core::discovery::Candidate {
+            namespace,
+            name,
+            provider: &self.provider,
+            port: self.port,
+            zone: self.zone.as_deref(),
+            pool: self.pool.as_deref(),
+            cordoned: self.cordoned,
+            status: &self.status,
+        }
+    }
 }
 
 /// One journal line: the Proxy's record as it is now, or its removal.
@@ -111,6 +141,18 @@ impl StateFile {
             key: proxy.key(),
             uid: proxy.uid(),
             provider: proxy.spec.provider.clone(),
+            port: proxy.spec.port,
+            zone: proxy.spec.placement.zone.clone(),
+            pool: proxy
+                .metadata
+                .labels
+                .get(egress_core::discovery::POOL_LABEL)
+                .cloned(),
+            cordoned: proxy
+                .metadata
+                .annotations
+                .get(egress_core::discovery::CORDON_ANNOTATION)
+                .is_some_and(|v| v == "true"),
             status: status.clone(),
         })
     }
@@ -235,6 +277,10 @@ mod tests {
             key: key.into(),
             uid: format!("uid-{key}"),
             provider: "p".into(),
+            port: 3128,
+            zone: None,
+            pool: None,
+            cordoned: false,
             status: ProxyStatus {
                 ip: Some(ip.into()),
                 ..Default::default()

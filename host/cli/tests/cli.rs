@@ -379,3 +379,58 @@ fn an_image_url_outside_the_entrys_image_hosts_fails_permanently_naming_the_host
         );
     }
 }
+
+/// `proxies` lists what a crawler may use from a state file: Ready proxies only, nothing
+/// cordoned, filtered as asked, as URLs or JSON.
+#[test]
+fn proxies_lists_the_ready_ones_from_the_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.yaml");
+    let ready = |ip: &str| {
+        format!(
+            "{{ip: {ip}, egressIP: 203.0.113.9, egressLatencyMs: 31, egressVerifiedAt: '2026-01-01T00:00:10Z', conditions: [{{type: Ready, status: 'True', reason: Running, message: ok}}]}}"
+        )
+    };
+    std::fs::write(
+        &state,
+        format!(
+            "installation: t\nproxies:\n  ns/a: {{key: ns/a, uid: u1, provider: gce, port: 3128, zone: europe-west1-b, status: {}}}\n  ns/b: {{key: ns/b, uid: u2, provider: k8s, status: {{ip: 10.0.0.2, conditions: [{{type: Ready, status: 'False', reason: Provisioning, message: wait}}]}}}}\n  ns/c: {{key: ns/c, uid: u3, provider: k8s, port: 8080, pool: web, status: {}}}\n  ns/d: {{key: ns/d, uid: u4, provider: k8s, cordoned: true, status: {}}}\n",
+            ready("34.1.2.3"),
+            ready("10.0.0.3"),
+            ready("10.0.0.4")
+        ),
+    )
+    .unwrap();
+    let st = state.to_str().unwrap();
+    let out = run(&["proxies", "--state", st]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "http://34.1.2.3:3128\nhttp://10.0.0.3:8080\n"
+    );
+    let out = run(&["proxies", "--state", st, "--pool", "web"]);
+    assert_eq!(text(&out.stdout), "http://10.0.0.3:8080\n");
+    let out = run(&["proxies", "--state", st, "-o", "json", "--provider", "gce"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let p = &v["proxies"][0];
+    assert_eq!(v["proxies"].as_array().unwrap().len(), 1);
+    assert_eq!(p["url"], "http://34.1.2.3:3128");
+    assert_eq!(p["egressIP"], "203.0.113.9");
+    assert_eq!(p["zone"], "europe-west1-b");
+    assert_eq!(p["latencyMs"], 31);
+    assert_eq!(p["verifiedAt"], "2026-01-01T00:00:10Z");
+    assert_eq!(
+        (p["namespace"].as_str(), p["name"].as_str()),
+        (Some("ns"), Some("a"))
+    );
+    let missing = run(&[
+        "proxies",
+        "--state",
+        dir.path().join("nope/x.yaml").to_str().unwrap(),
+    ]);
+    assert!(
+        missing.status.success(),
+        "a missing state file lists nothing"
+    );
+    assert!(missing.stdout.is_empty());
+}

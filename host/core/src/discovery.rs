@@ -1,0 +1,180 @@
+//! Discovery: the proxies a crawler may use now, in the shape crawler middlewares read. Shared
+//! by the operator's `GET /v1/proxies` and the CLI's `proxies` command, so both list exactly
+//! the Ready proxies (verified, where the egress check is configured), nothing cordoned.
+
+use crate::proxy::ProxyStatus;
+use crate::reconcile::ready_is_true;
+use serde::Serialize;
+
+/// The label a ProxyPool puts on the Proxies it owns.
+pub const POOL_LABEL: &str = "crawl.example.com/pool";
+/// The annotation that takes a Proxy out of discovery at once (and makes its pool replace it).
+pub const CORDON_ANNOTATION: &str = "crawl.example.com/cordon";
+
+/// One Proxy as discovery sees it.
+#[derive(Debug, Clone)]
+pub struct Candidate<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub provider: &'a str,
+    pub port: u16,
+    pub zone: Option<&'a str>,
+    pub pool: Option<&'a str>,
+    pub cordoned: bool,
+    pub status: &'a ProxyStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Discovered {
+    pub namespace: String,
+    pub name: String,
+    pub provider: String,
+    /// `http://IP:PORT`.
+    pub url: String,
+    #[serde(rename = "egressIP", skip_serializing_if = "Option::is_none")]
+    pub egress_ip: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<u64>,
+}
+
+/// What a listing keeps: every filter given must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub provider: Option<String>,
+    pub namespace: Option<String>,
+    pub pool: Option<String>,
+}
+
+impl Filter {
+    fn keeps(&self, c: &Candidate<'_>) -> bool {
+        self.provider.as_deref().is_none_or(|p| p == c.provider)
+            && self.namespace.as_deref().is_none_or(|n| n == c.namespace)
+            && self.pool.as_deref().is_none_or(|p| Some(p) == c.pool)
+    }
+}
+
+/// The usable proxies among `candidates`, in their order.
+pub fn discover<'a>(
+    candidates: impl IntoIterator<Item = Candidate<'a>>,
+    filter: &Filter,
+) -> Vec<Discovered> {
+    candidates
+        .into_iter()
+        .filter(|c| !c.cordoned && filter.keeps(c) && ready_is_true(c.status))
+        .filter_map(|c| {
+            let ip = c.status.ip.as_deref()?;
+            // An IPv6 address needs brackets in a URL.
+            let host = if ip.contains(':') {
+                format!("[{ip}]")
+            } else {
+                ip.to_string()
+            };
+            Some(Discovered {
+                namespace: c.namespace.to_string(),
+                name: c.name.to_string(),
+                provider: c.provider.to_string(),
+                url: format!("http://{host}:{}", c.port),
+                egress_ip: c.status.egress_ip.clone(),
+                zone: c.zone.map(str::to_string),
+                pool: c.pool.map(str::to_string),
+                verified_at: c.status.egress_verified_at.clone(),
+                latency_ms: c.status.egress_latency_ms,
+            })
+        })
+        .collect()
+}
+
+/// One `http://IP:PORT` a line, the form crawler middlewares read.
+pub fn text(list: &[Discovered]) -> String {
+    list.iter().map(|d| format!("{}\n", d.url)).collect()
+}
+
+/// `{"proxies": [...]}`.
+pub fn json(list: &[Discovered]) -> serde_json::Value {
+    serde_json::json!({ "proxies": list })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::Condition;
+
+    fn status(ready: bool, ip: &str) -> ProxyStatus {
+        ProxyStatus {
+            ip: Some(ip.into()),
+            egress_ip: Some("203.0.113.1".into()),
+            conditions: vec![Condition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                reason: "Running".into(),
+                message: String::new(),
+                observed_generation: Some(1),
+                last_transition_time: String::new(),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn cand<'a>(name: &'a str, provider: &'a str, s: &'a ProxyStatus) -> Candidate<'a> {
+        Candidate {
+            namespace: "ns",
+            name,
+            provider,
+            port: 3128,
+            zone: Some("z1"),
+            pool: (name == "p").then_some("web"),
+            cordoned: name == "cordoned",
+            status: s,
+        }
+    }
+
+    #[test]
+    fn only_ready_uncordoned_proxies_that_match_are_listed() {
+        let ready = status(true, "10.0.0.1");
+        let not_ready = status(false, "10.0.0.2");
+        let v6 = status(true, "fd00::7");
+        let all = [
+            cand("a", "k8s", &ready),
+            cand("b", "k8s", &not_ready),
+            cand("cordoned", "k8s", &ready),
+            cand("v6", "gce", &v6),
+            cand("p", "gce", &ready),
+        ];
+        let list = discover(all.clone(), &Filter::default());
+        let urls: Vec<&str> = list.iter().map(|d| d.url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "http://10.0.0.1:3128",
+                "http://[fd00::7]:3128",
+                "http://10.0.0.1:3128"
+            ]
+        );
+        assert_eq!(text(&list).lines().count(), 3);
+        let gce = Filter {
+            provider: Some("gce".into()),
+            ..Default::default()
+        };
+        assert_eq!(discover(all.clone(), &gce).len(), 2);
+        let web = Filter {
+            pool: Some("web".into()),
+            ..Default::default()
+        };
+        assert_eq!(discover(all.clone(), &web)[0].name, "p");
+        let other_ns = Filter {
+            namespace: Some("other".into()),
+            ..Default::default()
+        };
+        assert!(discover(all, &other_ns).is_empty());
+        let j = json(&list);
+        assert_eq!(j["proxies"][0]["egressIP"], "203.0.113.1");
+        assert_eq!(j["proxies"][0]["zone"], "z1");
+    }
+}
