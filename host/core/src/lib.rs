@@ -8,6 +8,7 @@ pub mod egress;
 pub mod gc;
 pub mod instance;
 pub mod name;
+pub mod pool;
 pub mod proxy;
 pub mod reconcile;
 pub mod settle;
