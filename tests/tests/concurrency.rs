@@ -127,6 +127,7 @@ async fn due_proxies_are_reconciled_at_once_within_the_limit() {
             gc_grace: Duration::from_secs(300),
             state_path: Some(state.clone()),
             concurrency: 3,
+            run_for: None,
         },
     };
     let report = driver

@@ -66,6 +66,7 @@ async fn plan(
         max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
         gc_grace: Duration::ZERO,
         concurrency: 1,
+        run_for: None,
         runtime: runtime(),
     })
     .await
@@ -120,6 +121,7 @@ async fn the_embedded_default_is_the_examples() {
         max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
         gc_grace: Duration::ZERO,
         concurrency: 1,
+        run_for: None,
         runtime: runtime(),
     })
     .await

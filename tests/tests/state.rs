@@ -76,6 +76,7 @@ async fn run(e: &Env, proxies: &str, state: &Path) -> Report {
             timeout: Duration::from_secs(600),
             gc_grace: Duration::ZERO,
             concurrency: 1,
+            run_for: None,
             state_path: Some(state.to_path_buf()),
         },
     };

@@ -42,6 +42,7 @@ async fn watch_reconciles_again_on_change() {
         max_rounds: 100,
         gc_grace: Duration::ZERO,
         concurrency: 1,
+        run_for: None,
         runtime: RuntimeOptions {
             cache_dir: Some(
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache"),

@@ -187,6 +187,10 @@ pub struct ReconcileArgs {
     /// the same on every run).
     #[arg(long, default_value_t = crate::reconcile::DEFAULT_CONCURRENCY, value_parser = parse_concurrency)]
     pub concurrency: usize,
+    /// With --dry-run: go on this long in simulated time even once steady (e.g. 24h), so
+    /// ProxyPool rotations and rollouts show, each with its time.
+    #[arg(long = "for", value_parser = parse_duration)]
+    pub run_for: Option<std::time::Duration>,
     /// Keep running: reconcile again when the proxies file, the providers config or a module
     /// changes (needs -f and --providers).
     #[arg(long)]

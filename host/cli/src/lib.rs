@@ -63,10 +63,34 @@ impl Source {
     }
 }
 
-/// Parses a proxies file: one or more YAML documents, each a Proxy. Errors name the document
-/// and the field.
+/// What a proxies file holds: Proxies and ProxyPools.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    pub proxies: Vec<Proxy>,
+    pub pools: Vec<egress_core::pool::ProxyPool>,
+}
+
+/// Parses a proxies file of Proxies only (see [`parse_inputs`]).
 pub fn parse_proxies(text: &str, what: &str) -> Result<Vec<Proxy>, CliError> {
+    let inputs = parse_inputs(text, what)?;
+    if let Some(p) = inputs.pools.first() {
+        return Err(CliError::Input {
+            what: what.to_string(),
+            message: format!(
+                "ProxyPool {}/{} is not expected here",
+                p.metadata.namespace, p.metadata.name
+            ),
+        });
+    }
+    Ok(inputs.proxies)
+}
+
+/// Parses a proxies file: one or more YAML documents, each a Proxy or a ProxyPool. Errors
+/// name the document and the field.
+pub fn parse_inputs(text: &str, what: &str) -> Result<Inputs, CliError> {
     let mut out: Vec<Proxy> = Vec::new();
+    let mut pools: Vec<egress_core::pool::ProxyPool> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
         let value = <serde_yaml::Value as serde::Deserialize>::deserialize(doc).map_err(|e| {
             CliError::Input {
@@ -75,6 +99,31 @@ pub fn parse_proxies(text: &str, what: &str) -> Result<Vec<Proxy>, CliError> {
             }
         })?;
         if value.is_null() {
+            continue;
+        }
+        if value.get("kind").and_then(|k| k.as_str()) == Some(egress_core::pool::KIND) {
+            let pool: egress_core::pool::ProxyPool = serde_path_to_error::deserialize(value)
+                .map_err(|e| CliError::Input {
+                    what: format!("{what} document {}", i + 1),
+                    message: format!("{}: {}", e.path(), e.inner()),
+                })?;
+            let key = format!("{}/{}", pool.metadata.namespace, pool.metadata.name);
+            if let Some(p) = egress_core::pool::validate(&pool).first() {
+                return Err(CliError::Input {
+                    what: format!("{what} document {} (ProxyPool {key})", i + 1),
+                    message: p.clone(),
+                });
+            }
+            if pools.iter().any(|o| {
+                o.metadata.namespace == pool.metadata.namespace
+                    && o.metadata.name == pool.metadata.name
+            }) {
+                return Err(CliError::Input {
+                    what: format!("{what} document {}", i + 1),
+                    message: format!("ProxyPool {key} appears twice"),
+                });
+            }
+            pools.push(pool);
             continue;
         }
         let proxy: Proxy =
@@ -89,15 +138,19 @@ pub fn parse_proxies(text: &str, what: &str) -> Result<Vec<Proxy>, CliError> {
                 message: p.clone(),
             });
         }
-        if let Some(dup) = out.iter().find(|o| o.key() == proxy.key()) {
+        let key = proxy.key();
+        if !seen.insert(key.clone()) {
             return Err(CliError::Input {
                 what: format!("{what} document {}", i + 1),
-                message: format!("Proxy {} appears twice", dup.key()),
+                message: format!("Proxy {key} appears twice"),
             });
         }
         out.push(proxy);
     }
-    Ok(out)
+    Ok(Inputs {
+        proxies: out,
+        pools,
+    })
 }
 
 pub struct ReconcileRequest {
@@ -111,6 +164,8 @@ pub struct ReconcileRequest {
     pub gc_grace: Duration,
     /// Proxies reconciled at once (real mode).
     pub concurrency: usize,
+    /// A dry-run goes on this long in simulated time (`--for`).
+    pub run_for: Option<Duration>,
     pub runtime: RuntimeOptions,
 }
 
@@ -233,7 +288,13 @@ fn installation_of(cfg: &ProvidersConfig, what: &str, dry_run: bool) -> Result<S
 /// Runs `reconcile`: returns the report; the caller renders it and picks the exit code.
 pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
     let (proxies_text, proxies_what) = req.proxies.read()?;
-    let proxies = parse_proxies(&proxies_text, &proxies_what)?;
+    let inputs = parse_inputs(&proxies_text, &proxies_what)?;
+    if req.run_for.is_some() && !req.dry_run {
+        return Err(CliError::Input {
+            what: "--for".into(),
+            message: "runs simulated time forward: it needs --dry-run".into(),
+        });
+    }
     let (cfg, cfg_what) = load_config(&req.providers)?;
     let installation = installation_of(&cfg, &cfg_what, req.dry_run)?;
     let reach = backends_for(req.dry_run, req.world.as_ref())?;
@@ -275,9 +336,13 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
             // A dry-run changes nothing, the state file included.
             state_path: if req.dry_run { None } else { req.state.clone() },
             concurrency: req.concurrency,
+            run_for: req.run_for,
         },
     };
-    driver.run(proxies, prior).await
+    driver
+        .run_all(inputs.proxies, inputs.pools, prior)
+        .await
+        .map(|(r, _)| r)
 }
 
 /// One provider's health, for `check`.
@@ -385,8 +450,8 @@ pub async fn run_reconcile_watch(
                     continue;
                 }
             };
-        match parse_proxies(&text, &proxies_path.display().to_string()) {
-            Ok(proxies) => {
+        match parse_inputs(&text, &proxies_path.display().to_string()) {
+            Ok(inputs) => {
                 let providers = reloader.current();
                 let cfg = reloader.config();
                 let installation =
@@ -431,10 +496,11 @@ pub async fn run_reconcile_watch(
                         gc_grace: req.gc_grace,
                         state_path: if req.dry_run { None } else { req.state.clone() },
                         concurrency: req.concurrency,
+                        run_for: None,
                     },
                 };
                 let (r, next) = driver
-                    .run_with_state(proxies, std::mem::take(&mut state))
+                    .run_all(inputs.proxies, inputs.pools, std::mem::take(&mut state))
                     .await?;
                 state = next;
                 report(&r);

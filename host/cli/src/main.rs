@@ -31,6 +31,7 @@ async fn run(cli: Cli) -> ExitCode {
         max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
         gc_grace: std::time::Duration::from_secs(300),
         concurrency: egress_proxies::reconcile::DEFAULT_CONCURRENCY,
+        run_for: None,
         watch: false,
     }));
     match command {
@@ -52,6 +53,7 @@ async fn run(cli: Cli) -> ExitCode {
                 max_rounds: a.max_rounds,
                 gc_grace: a.gc_grace,
                 concurrency: a.concurrency,
+                run_for: a.run_for,
                 runtime: RuntimeOptions::default(),
             };
             if a.watch {

@@ -107,14 +107,18 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
     for p in &r.proxies {
         let _ = writeln!(
             out,
-            "\nProxy {}/{} (provider {}){}",
+            "\nProxy {}/{} (provider {}{}){}",
             p.namespace,
             p.name,
             p.provider,
-            if p.deleted {
-                " — removed from the file, deleted"
-            } else {
-                ""
+            p.pool
+                .as_deref()
+                .map(|pool| format!(", pool {pool}"))
+                .unwrap_or_default(),
+            match (p.deleted, &p.pool) {
+                (false, _) => "",
+                (true, Some(_)) => " — deleted by its pool",
+                (true, None) => " — removed from the file, deleted",
             }
         );
         if p.changes.is_empty() {
@@ -148,6 +152,44 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
         }
         out.push('\n');
         for c in &s.conditions {
+            let _ = writeln!(
+                out,
+                "    {}={} {}: {}",
+                c.type_, c.status, c.reason, c.message
+            );
+        }
+    }
+    for pool in &r.pools {
+        let st = &pool.status;
+        let _ = writeln!(
+            out,
+            "\nPool {}/{}: {} replicas, {} ready, {} up to date{}",
+            pool.namespace,
+            pool.name,
+            st.replicas,
+            st.ready_replicas,
+            st.updated_replicas,
+            pool.min_ready_replicas
+                .map(|m| format!("; at least {m} ready throughout once available"))
+                .unwrap_or_default()
+        );
+        for e in &pool.events {
+            event_text(&mut out, e, r.started_ms);
+        }
+        for p in &st.placements {
+            let _ = writeln!(
+                out,
+                "    placement {}: {} replicas, {} ready{}",
+                p.provider,
+                p.replicas,
+                p.ready_replicas,
+                p.last_error
+                    .as_deref()
+                    .map(|e| format!(" (failing: {e})"))
+                    .unwrap_or_default()
+            );
+        }
+        for c in &st.conditions {
             let _ = writeln!(
                 out,
                 "    {}={} {}: {}",

@@ -2,7 +2,12 @@
 //! a proxies file, until every Proxy is steady or the time (or round) budget runs out, then a
 //! sweep of this installation's orphans.
 
-use crate::state::{StateFile, StateWriter, StoredProxy};
+use crate::state::{StateFile, StateWriter, StoredPool, StoredProxy};
+use egress_core::pool::ProxyPool;
+pub use pools::PoolReport;
+use pools::PoolRun;
+
+mod pools;
 use egress_core::config::ProvidersConfig;
 use egress_core::gc::{self, Verdict};
 use egress_core::reconcile;
@@ -51,6 +56,9 @@ pub struct DriverOptions {
     /// Proxies reconciled at once in real mode. A dry-run steps one at a time on virtual
     /// time, so its plan is the same on every run.
     pub concurrency: usize,
+    /// A dry-run goes on this long in simulated time even once steady, so rotations and
+    /// rollouts show (`--for 24h`).
+    pub run_for: Option<Duration>,
 }
 
 /// The default for `--concurrency`: enough that a fleet of VMs boots together, few enough that
@@ -61,6 +69,8 @@ struct Tracked {
     proxy: Proxy,
     status: ProxyStatus,
     events: Vec<ReportEvent>,
+    /// When the Proxy was first tracked (a pool's Proxy: when the pool made it).
+    created_ms: u64,
     deleting: bool,
     next_at_ms: u64,
     attempts: u32,
@@ -73,6 +83,8 @@ struct Tracked {
 #[serde(rename_all = "camelCase")]
 pub struct Report {
     pub proxies: Vec<ProxyReport>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<PoolReport>,
     pub gc: GcReport,
     /// Dry-run: rounds of stepping every due Proxy. Real mode: Proxy steps run.
     pub rounds: u32,
@@ -92,6 +104,9 @@ pub struct ProxyReport {
     pub namespace: String,
     pub name: String,
     pub provider: String,
+    /// The ProxyPool that owns it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
     /// The Proxy was removed from the proxies file and its instance deleted.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
@@ -191,30 +206,63 @@ impl Driver<'_> {
         proxies: Vec<Proxy>,
         prior: StateFile,
     ) -> Result<(Report, StateFile), crate::CliError> {
+        self.run_all(proxies, Vec::new(), prior).await
+    }
+
+    /// Proxies and ProxyPools: each pool's decisions make and delete Proxies as the run goes.
+    pub async fn run_all(
+        &self,
+        proxies: Vec<Proxy>,
+        pools: Vec<ProxyPool>,
+        prior: StateFile,
+    ) -> Result<(Report, StateFile), crate::CliError> {
         let started_ms = self.time.now_ms();
+        let created = |s: &StoredProxy| {
+            s.created_at
+                .as_deref()
+                .and_then(egress_core::gc::parse_rfc3339)
+                .map_or(started_ms, |t| (t.max(0) as u64) * 1000)
+        };
         let mut tracked: BTreeMap<String, Tracked> = BTreeMap::new();
         for p in proxies {
             let key = p.key();
-            let status = prior
-                .proxies
-                .get(&key)
-                .filter(|s| s.uid == p.uid())
-                .map(|s| s.status.clone())
-                .unwrap_or_default();
-            tracked.insert(key, Tracked::new(p, status, false, started_ms));
+            let stored = prior.proxies.get(&key).filter(|s| s.uid == p.uid());
+            let status = stored.map(|s| s.status.clone()).unwrap_or_default();
+            let mut t = Tracked::new(p, status, false, started_ms);
+            t.created_ms = stored.map_or(started_ms, created);
+            tracked.insert(key, t);
         }
-        // Proxies in the state file but gone from the proxies file are being deleted.
+        let pool_names: BTreeSet<String> = pools
+            .iter()
+            .map(|p| format!("{}/{}", p.metadata.namespace, p.metadata.name))
+            .collect();
+        // Proxies in the state file but gone from the proxies file are being deleted, unless a
+        // pool still in the file owns them.
         for (key, stored) in &prior.proxies {
-            if !tracked.contains_key(key) {
-                tracked.insert(
-                    key.clone(),
-                    Tracked::new(stored.to_proxy(), stored.status.clone(), true, started_ms),
-                );
+            if tracked.contains_key(key) {
+                continue;
             }
+            let namespace = key.split_once('/').map_or("", |(n, _)| n);
+            let owned = stored
+                .pool
+                .as_ref()
+                .is_some_and(|p| pool_names.contains(&format!("{namespace}/{p}")));
+            let mut t = Tracked::new(stored.to_proxy(), stored.status.clone(), !owned, started_ms);
+            t.created_ms = created(stored);
+            tracked.insert(key.clone(), t);
         }
+        let mut pool_runs: Vec<PoolRun> = pools
+            .into_iter()
+            .map(|p| {
+                let key = format!("{}/{}", p.metadata.namespace, p.metadata.name);
+                let serial = prior.pools.get(&key).map_or(0, |s| s.serial);
+                PoolRun::new(p, serial)
+            })
+            .collect();
         let state = StateFile {
             installation: self.options.installation.clone(),
             proxies: prior.proxies,
+            pools: prior.pools,
         };
         let mut sink = match &self.options.state_path {
             Some(path) => Sink::File(StateWriter::open(path, state)?),
@@ -223,14 +271,20 @@ impl Driver<'_> {
 
         let deadline_ms = started_ms.saturating_add(self.options.timeout.as_millis() as u64);
         let rounds = match &self.time {
-            Time::Virtual(clock) => self.run_rounds(clock, &mut tracked, &mut sink).await?,
+            Time::Virtual(clock) => {
+                self.run_rounds(clock, &mut tracked, &mut pool_runs, &mut sink, started_ms)
+                    .await?
+            }
             Time::Real(_) => {
-                self.run_concurrent(&mut tracked, &mut sink, deadline_ms)
+                self.run_concurrent(&mut tracked, &mut pool_runs, &mut sink, deadline_ms)
                     .await?
             }
         };
 
         let gc = self.sweep(&tracked).await;
+        for run in &pool_runs {
+            sink.pool(&run.key(), run.serial());
+        }
         let state = sink.finish()?;
 
         let mut by_subject: BTreeMap<String, Vec<Change>> = BTreeMap::new();
@@ -247,6 +301,12 @@ impl Driver<'_> {
                 namespace: t.proxy.metadata.namespace.clone(),
                 name: t.proxy.metadata.name.clone(),
                 provider: t.proxy.spec.provider.clone(),
+                pool: t
+                    .proxy
+                    .metadata
+                    .labels
+                    .get(egress_core::discovery::POOL_LABEL)
+                    .cloned(),
                 deleted: t.released,
                 steady: t.released || t.steady,
                 changes: by_subject.remove(&key).unwrap_or_default(),
@@ -261,6 +321,7 @@ impl Driver<'_> {
             .collect();
         let report = Report {
             proxies,
+            pools: pool_runs.into_iter().map(PoolRun::report).collect(),
             gc: GcReport {
                 changes: by_subject.remove("gc").unwrap_or_default(),
                 verdicts: gc,
@@ -275,29 +336,51 @@ impl Driver<'_> {
     }
 
     /// A dry-run: rounds of "step every due Proxy in key order", virtual time jumping to the
-    /// next due Proxy in between, so the plan is the same on every run.
+    /// next due Proxy in between, so the plan is the same on every run. Pools decide at every
+    /// round; with `run_for` the run goes on, steady or not, until that much time passed.
     async fn run_rounds(
         &self,
         clock: &VirtualClock,
         tracked: &mut BTreeMap<String, Tracked>,
+        pools: &mut [PoolRun],
         sink: &mut Sink,
+        started_ms: u64,
     ) -> Result<u32, crate::CliError> {
+        let end_ms = self
+            .options
+            .run_for
+            .map(|d| started_ms.saturating_add(d.as_millis() as u64));
         let mut rounds = 0;
         loop {
             let now = clock.now_millis();
+            if end_ms.is_some_and(|end| now >= end) {
+                break;
+            }
+            for run in pools.iter_mut() {
+                run.step(
+                    self.providers,
+                    tracked,
+                    now,
+                    &mut egress_runtime::plan::next_seq,
+                );
+            }
             let due: Vec<String> = tracked
                 .iter()
                 .filter(|(_, t)| !t.released && t.next_at_ms <= now)
                 .map(|(k, _)| k.clone())
                 .collect();
             if due.is_empty() {
-                if tracked.values().all(|t| t.released || t.steady) {
+                let settled = tracked.values().all(|t| t.released || t.steady)
+                    && pools.iter().all(|p| p.settled);
+                if settled && end_ms.is_none() {
                     break;
                 }
                 let next = tracked
                     .values()
                     .filter(|t| !t.released)
                     .map(|t| t.next_at_ms)
+                    .chain(pools.iter().filter_map(|p| p.next_at_ms))
+                    .chain(end_ms)
                     .min()
                     .unwrap_or(u64::MAX);
                 if next == u64::MAX {
@@ -307,7 +390,7 @@ impl Driver<'_> {
                 continue;
             }
             rounds += 1;
-            if rounds > self.options.max_rounds {
+            if end_ms.is_none() && rounds > self.options.max_rounds {
                 break;
             }
             for key in due {
@@ -317,7 +400,11 @@ impl Driver<'_> {
                 }
             }
         }
-        Ok(rounds.min(self.options.max_rounds))
+        Ok(if end_ms.is_some() {
+            rounds
+        } else {
+            rounds.min(self.options.max_rounds)
+        })
     }
 
     /// Real mode: up to `concurrency` Proxies stepped at once, each started as soon as it is
@@ -327,15 +414,32 @@ impl Driver<'_> {
     async fn run_concurrent(
         &self,
         tracked: &mut BTreeMap<String, Tracked>,
+        pools: &mut [PoolRun],
         sink: &mut Sink,
         deadline_ms: u64,
     ) -> Result<u32, crate::CliError> {
         let limit = self.options.concurrency.max(1);
         let mut in_flight = FuturesUnordered::new();
+        // Proxies being stepped, with the pool (namespace/name) each belongs to.
+        let mut flying: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut steps: u32 = 0;
         loop {
             let now = self.time.now_ms();
             if now < deadline_ms {
+                // A pool decides over all of its Proxies: not while one of them is being
+                // stepped (it is out of the map meanwhile).
+                for run in pools.iter_mut() {
+                    let pool = Some(run.key());
+                    let busy = flying.values().any(|p| *p == pool);
+                    if !busy {
+                        run.step(
+                            self.providers,
+                            tracked,
+                            now,
+                            &mut egress_runtime::plan::next_seq,
+                        );
+                    }
+                }
                 let due: Vec<String> = tracked
                     .iter()
                     .filter(|(_, t)| !t.released && t.next_at_ms <= now)
@@ -346,6 +450,13 @@ impl Driver<'_> {
                     // Out of the map while it runs: it is neither due nor counted as idle.
                     if let Some(mut t) = tracked.remove(&key) {
                         steps += 1;
+                        let pool = t
+                            .proxy
+                            .metadata
+                            .labels
+                            .get(egress_core::discovery::POOL_LABEL)
+                            .map(|p| format!("{}/{p}", t.proxy.metadata.namespace));
+                        flying.insert(key.clone(), pool);
                         in_flight.push(async move {
                             self.step(&key, &mut t).await;
                             (key, t)
@@ -359,7 +470,8 @@ impl Driver<'_> {
                 .map(|t| t.next_at_ms)
                 .min();
             if in_flight.is_empty() {
-                let settled = tracked.values().all(|t| t.released || t.steady);
+                let settled = tracked.values().all(|t| t.released || t.steady)
+                    && pools.iter().all(|p| p.settled);
                 let Some(next) = idle_next.filter(|_| !settled && now < deadline_ms) else {
                     break;
                 };
@@ -376,6 +488,7 @@ impl Driver<'_> {
             tokio::select! {
                 Some((key, t)) = in_flight.next() => {
                     sink.record(&key, &t)?;
+                    flying.remove(&key);
                     tracked.insert(key, t);
                 }
                 () = sleep_or_never(wake) => {}
@@ -495,7 +608,7 @@ enum Sink {
 
 impl Sink {
     fn record(&mut self, key: &str, t: &Tracked) -> Result<(), crate::CliError> {
-        let stored = StateFile::record_of(t.released, &t.proxy, &t.status);
+        let stored = StateFile::record_of(t.released, &t.proxy, &t.status, t.created_ms);
         match self {
             Sink::File(w) => w.record(key, stored),
             Sink::Memory(s) => {
@@ -503,6 +616,15 @@ impl Sink {
                 Ok(())
             }
         }
+    }
+
+    /// Records how many Proxies a pool made, for the next run's names.
+    fn pool(&mut self, key: &str, serial: u64) {
+        let state = match self {
+            Sink::File(w) => w.state_mut(),
+            Sink::Memory(s) => s,
+        };
+        state.pools.insert(key.to_string(), StoredPool { serial });
     }
 
     fn finish(self) -> Result<StateFile, crate::CliError> {
@@ -522,6 +644,7 @@ impl Tracked {
             proxy,
             status,
             events: Vec::new(),
+            created_ms: now_ms,
             deleting,
             next_at_ms: now_ms,
             attempts: 0,
@@ -532,12 +655,31 @@ impl Tracked {
 }
 
 impl StoredProxy {
+    /// The Proxy as a later run knows it: a pool's with its spec, labels and revision;
+    /// another with what its deletion needs.
     fn to_proxy(&self) -> Proxy {
         let (namespace, name) = self
             .key
             .split_once('/')
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .unwrap_or_default();
+        let mut labels = BTreeMap::new();
+        let mut annotations = BTreeMap::new();
+        if let Some(pool) = &self.pool {
+            labels.insert(egress_core::discovery::POOL_LABEL.to_string(), pool.clone());
+        }
+        if let Some(p) = self.placement {
+            labels.insert(
+                egress_core::pool::PLACEMENT_LABEL.to_string(),
+                p.to_string(),
+            );
+        }
+        if let Some(r) = &self.revision {
+            annotations.insert(
+                egress_core::pool::REVISION_ANNOTATION.to_string(),
+                r.clone(),
+            );
+        }
         Proxy {
             api_version: egress_core::proxy::API_VERSION.into(),
             kind: egress_core::proxy::KIND.into(),
@@ -545,12 +687,15 @@ impl StoredProxy {
                 name,
                 namespace,
                 uid: Some(self.uid.clone()),
+                labels,
+                annotations,
                 ..Default::default()
             },
-            spec: egress_core::ProxySpec {
+            spec: self.spec.clone().unwrap_or_else(|| egress_core::ProxySpec {
                 provider: self.provider.clone(),
+                port: self.port,
                 ..Default::default()
-            },
+            }),
             status: None,
         }
     }

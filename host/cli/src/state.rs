@@ -23,6 +23,15 @@ pub struct StateFile {
     pub installation: String,
     #[serde(default)]
     pub proxies: BTreeMap<String, StoredProxy>,
+    /// Per ProxyPool (`namespace/name`): how many Proxies it made, for the next name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pools: BTreeMap<String, StoredPool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StoredPool {
+    pub serial: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -41,6 +50,17 @@ pub struct StoredProxy {
     pub pool: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cordoned: bool,
+    /// RFC 3339: when the run that first recorded it started tracking it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+    /// A ProxyPool's Proxy: its placement index, revision and spec, so a later run knows it
+    /// without the proxies file naming it. The spec carries no cloud-init.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<egress_core::ProxySpec>,
     pub status: ProxyStatus,
 }
 
@@ -136,23 +156,48 @@ impl StateFile {
     }
 
     /// What the state holds for a Proxy now: its record, or None once released.
-    pub fn record_of(released: bool, proxy: &Proxy, status: &ProxyStatus) -> Option<StoredProxy> {
+    pub fn record_of(
+        released: bool,
+        proxy: &Proxy,
+        status: &ProxyStatus,
+        created_ms: u64,
+    ) -> Option<StoredProxy> {
+        let pool = proxy
+            .metadata
+            .labels
+            .get(egress_core::discovery::POOL_LABEL)
+            .cloned();
+        let member = pool.is_some();
         (!released).then(|| StoredProxy {
             key: proxy.key(),
             uid: proxy.uid(),
             provider: proxy.spec.provider.clone(),
             port: proxy.spec.port,
             zone: proxy.spec.placement.zone.clone(),
-            pool: proxy
-                .metadata
-                .labels
-                .get(egress_core::discovery::POOL_LABEL)
-                .cloned(),
+            pool,
             cordoned: proxy
                 .metadata
                 .annotations
                 .get(egress_core::discovery::CORDON_ANNOTATION)
                 .is_some_and(|v| v == "true"),
+            created_at: Some(egress_core::egress::rfc3339_ms(created_ms)),
+            placement: proxy
+                .metadata
+                .labels
+                .get(egress_core::pool::PLACEMENT_LABEL)
+                .and_then(|p| p.parse().ok())
+                .filter(|_| member),
+            revision: proxy
+                .metadata
+                .annotations
+                .get(egress_core::pool::REVISION_ANNOTATION)
+                .cloned()
+                .filter(|_| member),
+            spec: member.then(|| egress_core::ProxySpec {
+                cloud_init: None,
+                cloud_init_secret_ref: None,
+                ..proxy.spec.clone()
+            }),
             status: status.clone(),
         })
     }
@@ -209,6 +254,10 @@ impl StateWriter {
 
     pub fn state(&self) -> &StateFile {
         &self.state
+    }
+
+    pub fn state_mut(&mut self) -> &mut StateFile {
+        &mut self.state
     }
 
     pub fn into_state(self) -> StateFile {
@@ -281,6 +330,10 @@ mod tests {
             zone: None,
             pool: None,
             cordoned: false,
+            created_at: None,
+            placement: None,
+            revision: None,
+            spec: None,
             status: ProxyStatus {
                 ip: Some(ip.into()),
                 ..Default::default()

@@ -44,6 +44,8 @@ pub struct Latest {
 struct Table {
     latest: HashMap<String, Latest>,
     echo_look: Option<(u64, bool)>,
+    /// When each Proxy's instance was last looked at (a Get), Unix ms.
+    observed: HashMap<String, u64>,
 }
 
 /// Runs checks and keeps their results.
@@ -185,7 +187,31 @@ impl EgressChecker {
 
     /// Forgets a Proxy that went (deleted, or its instance replaced).
     pub fn forget(&self, key: &str) {
-        self.table().latest.remove(key);
+        let mut t = self.table();
+        t.latest.remove(key);
+        t.observed.remove(key);
+    }
+
+    /// Records that the Proxy's instance was just looked at.
+    pub fn observed(&self, key: &str) {
+        let now = self.clock.now_millis();
+        self.table().observed.insert(key.to_string(), now);
+    }
+
+    /// Whether the Proxy's instance was looked at less than `within` ago.
+    pub fn observed_within(&self, key: &str, within: Duration) -> bool {
+        let now = self.clock.now_millis();
+        self.table()
+            .observed
+            .get(key)
+            .is_some_and(|at| now.saturating_sub(*at) < within.as_millis() as u64)
+    }
+
+    /// How long until the Proxy's instance is due to be looked at again.
+    pub fn until_resync(&self, key: &str, every: Duration) -> Duration {
+        let now = self.clock.now_millis();
+        let at = self.table().observed.get(key).copied().unwrap_or(0);
+        Duration::from_millis((at + every.as_millis() as u64).saturating_sub(now).max(1))
     }
 
     /// The latest check of every Proxy this process checked.

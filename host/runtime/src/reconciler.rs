@@ -132,6 +132,39 @@ pub async fn reconcile_proxy(
         None => ProviderLookup::Missing,
     };
     let mut events = Vec::new();
+    // A steady, running Proxy whose instance was looked at within the resync interval needs
+    // only its egress check: no backend call.
+    if let (Some(checker), Some(p)) = (egress, provider)
+        && !deleting
+        && serving(&status)
+        && status.replace_requested.is_none()
+        && status.provider_revision.is_none()
+        && checker.observed_within(&proxy.key(), reconcile::RESYNC_INTERVAL)
+    {
+        let key = proxy.key();
+        let _ = p;
+        if checker.next_due_ms(&key, &status) <= checker.now_ms() {
+            let out = checker.check(proxy, &status).await;
+            if let Some((warning, reason, message)) = out.event {
+                events.push(event(now(), warning, &reason, message));
+            }
+            status = out.status;
+            reconcile::refresh_egress_ready(proxy, &mut status, &now());
+            if out.replace.is_none() {
+                let until_check = checker
+                    .next_due_ms(&key, &status)
+                    .saturating_sub(checker.now_ms());
+                let until_resync = checker.until_resync(&key, reconcile::RESYNC_INTERVAL);
+                return StepResult {
+                    steady: reconcile::ready_is_true(&status),
+                    status,
+                    wait: Wait::After(until_resync.min(Duration::from_millis(until_check.max(1)))),
+                    released: false,
+                    events,
+                };
+            }
+        }
+    }
     // A follow-up (`Next::Now`) runs at once; the bound keeps a confused provider from
     // spinning here.
     for _ in 0..8 {
@@ -190,6 +223,9 @@ pub async fn reconcile_proxy(
             }
             (Step::Get { provider_id }, Some(p)) => {
                 let result = p.get(subject, &provider_id).await;
+                if let Some(checker) = egress {
+                    checker.observed(&proxy.key());
+                }
                 match &result {
                     Ok(i) if i.state.needs_replacement() => events.push(event(
                         now(),

@@ -1,0 +1,275 @@
+//! ProxyPools in the CLI: the core's pool decisions over the pool's Proxies as the run tracks
+//! them, carried out as new tracked Proxies and deletions of old ones, with what the pool did
+//! and the lowest Ready count it had, for the report.
+
+use super::{ReportEvent, Tracked};
+use egress_core::discovery::{CORDON_ANNOTATION, POOL_LABEL};
+use egress_core::pool::{self, PLACEMENT_LABEL, PoolStatus, ProxyPool, REVISION_ANNOTATION};
+use egress_core::proxy::{ObjectMeta, Placement};
+use egress_core::reconcile::{self, ready_is_true};
+use egress_core::{Proxy, ProxySpec};
+use egress_runtime::Providers;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+
+/// One pool through a run.
+pub(super) struct PoolRun {
+    pub pool: ProxyPool,
+    /// Proxies made so far, for the next name.
+    serial: u64,
+    pub status: PoolStatus,
+    pub events: Vec<ReportEvent>,
+    /// The lowest Ready count once the pool had been Available.
+    pub min_ready: Option<u32>,
+    /// The last decision created and deleted nothing.
+    pub settled: bool,
+    /// When a rotation falls due next (Unix ms).
+    pub next_at_ms: Option<u64>,
+}
+
+/// A pool as the report shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolReport {
+    pub namespace: String,
+    pub name: String,
+    pub status: PoolStatus,
+    /// The lowest readyReplicas seen once the pool had been Available.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_ready_replicas: Option<u32>,
+    pub events: Vec<ReportEvent>,
+}
+
+impl PoolRun {
+    pub fn new(pool: ProxyPool, serial: u64) -> Self {
+        Self {
+            pool,
+            serial,
+            status: PoolStatus::default(),
+            events: Vec::new(),
+            min_ready: None,
+            settled: false,
+            next_at_ms: None,
+        }
+    }
+
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.pool.metadata.namespace, self.pool.metadata.name
+        )
+    }
+
+    pub fn serial(&self) -> u64 {
+        self.serial
+    }
+
+    /// Whether a tracked Proxy is one of this pool's.
+    pub fn owns(&self, t: &Tracked) -> bool {
+        t.proxy.metadata.namespace == self.pool.metadata.namespace
+            && t.proxy.metadata.labels.get(POOL_LABEL) == Some(&self.pool.metadata.name)
+    }
+
+    /// Decides one step of the pool over its tracked Proxies and carries it out: new Proxies
+    /// join `tracked` due now; deleted ones are marked for deletion.
+    pub fn step(
+        &mut self,
+        providers: &Providers,
+        tracked: &mut BTreeMap<String, Tracked>,
+        now_ms: u64,
+        seq: &mut dyn FnMut() -> u64,
+    ) {
+        let spec = &self.pool.spec;
+        let revisions: Vec<String> = spec
+            .placements
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let provider = providers
+                    .get(&p.provider)
+                    .map_or("missing", |p| p.revision.as_str());
+                pool::revision(spec, i, provider)
+            })
+            .collect();
+        let members: Vec<pool::Member> = tracked
+            .iter()
+            .filter(|(_, t)| self.owns(t) && !t.released)
+            .map(|(_, t)| member(t))
+            .collect();
+        let now = (now_ms / 1000) as i64;
+        let d = pool::decide(spec, &revisions, &members, now);
+        let at = egress_core::egress::rfc3339_ms(now_ms);
+        let mut say =
+            |events: &mut Vec<ReportEvent>, warning: bool, reason: &str, message: String| {
+                events.push(ReportEvent {
+                    at: at.clone(),
+                    at_ms: now_ms,
+                    seq: seq(),
+                    warning,
+                    reason: reason.to_string(),
+                    message,
+                });
+            };
+        for (name, why) in &d.deletes {
+            let key = format!("{}/{name}", self.pool.metadata.namespace);
+            if let Some(t) = tracked.get_mut(&key) {
+                t.deleting = true;
+                t.next_at_ms = now_ms;
+                t.steady = false;
+            }
+            say(
+                &mut self.events,
+                false,
+                why.as_str(),
+                format!("deleting {name} ({})", why.as_str()),
+            );
+        }
+        for c in &d.creates {
+            let name = loop {
+                self.serial += 1;
+                let n = member_name(&self.pool, self.serial);
+                if !tracked.contains_key(&format!("{}/{n}", self.pool.metadata.namespace)) {
+                    break n;
+                }
+            };
+            let proxy = member_proxy(&self.pool, c, &name);
+            let placement = &spec.placements[c.placement];
+            say(
+                &mut self.events,
+                false,
+                "Created",
+                format!(
+                    "{name} on placements[{}] ({}){}",
+                    c.placement,
+                    placement.provider,
+                    c.zone
+                        .as_deref()
+                        .map(|z| format!(" in {z}"))
+                        .unwrap_or_default()
+                ),
+            );
+            let mut t = Tracked::new(proxy, Default::default(), false, now_ms);
+            t.created_ms = now_ms;
+            tracked.insert(format!("{}/{name}", self.pool.metadata.namespace), t);
+        }
+        let available = d
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True");
+        let was_available = self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True")
+            || self.min_ready.is_some();
+        if available || was_available {
+            self.min_ready = Some(
+                self.min_ready
+                    .map_or(d.status.ready_replicas, |m| m.min(d.status.ready_replicas)),
+            );
+        }
+        self.settled = d.creates.is_empty() && d.deletes.is_empty();
+        self.next_at_ms = d
+            .requeue_after
+            .map(|r| now_ms.saturating_add(r.as_millis() as u64));
+        let mut status = d.status;
+        status.observed_generation = Some(self.pool.metadata.generation.unwrap_or(1));
+        self.status = status;
+    }
+
+    pub fn report(self) -> PoolReport {
+        PoolReport {
+            namespace: self.pool.metadata.namespace.clone(),
+            name: self.pool.metadata.name.clone(),
+            status: self.status,
+            min_ready_replicas: self.min_ready,
+            events: self.events,
+        }
+    }
+}
+
+/// One tracked Proxy as the pool decisions see it.
+fn member(t: &Tracked) -> pool::Member {
+    let meta = &t.proxy.metadata;
+    let ready_condition = t.status.condition(reconcile::READY);
+    let failure = ready_condition
+        .filter(|c| {
+            c.status != "True"
+                && matches!(
+                    c.reason.as_str(),
+                    reconcile::reason::PERMANENT_FAILURE | reconcile::reason::QUOTA_EXCEEDED
+                )
+        })
+        .map(|c| format!("{}: {}", c.reason, c.message));
+    pool::Member {
+        name: meta.name.clone(),
+        placement: meta
+            .labels
+            .get(PLACEMENT_LABEL)
+            .and_then(|p| p.parse().ok()),
+        zone: t.proxy.spec.placement.zone.clone(),
+        revision: meta
+            .annotations
+            .get(REVISION_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+        created_at: Some((t.created_ms / 1000) as i64),
+        ready: ready_is_true(&t.status),
+        cordoned: meta
+            .annotations
+            .get(CORDON_ANNOTATION)
+            .is_some_and(|v| v == "true"),
+        deleting: t.deleting,
+        failure,
+    }
+}
+
+/// `<pool>-<5 hex>`, from the pool's identity and the count of Proxies it made, so a plan is
+/// the same on every run and a name is never reused.
+pub(super) fn member_name(pool: &ProxyPool, serial: u64) -> String {
+    let identity = pool.metadata.uid.clone().unwrap_or_else(|| {
+        egress_core::name::derived_uid(&pool.metadata.namespace, &pool.metadata.name)
+    });
+    let digest = hex::encode(Sha256::digest(format!("{identity}/{serial}").as_bytes()));
+    format!("{}-{}", pool.metadata.name, &digest[..5])
+}
+
+/// The Proxy a create names: the template, the placement's provider and fields, the pool's
+/// label, the placement and the revision.
+pub(super) fn member_proxy(pool: &ProxyPool, c: &pool::Create, name: &str) -> Proxy {
+    let spec = &pool.spec;
+    let p = &spec.placements[c.placement];
+    let t = &spec.template.placement;
+    let mut labels = BTreeMap::new();
+    labels.insert(POOL_LABEL.to_string(), pool.metadata.name.clone());
+    labels.insert(PLACEMENT_LABEL.to_string(), c.placement.to_string());
+    let mut annotations = BTreeMap::new();
+    annotations.insert(REVISION_ANNOTATION.to_string(), c.revision.clone());
+    Proxy {
+        api_version: egress_core::proxy::API_VERSION.into(),
+        kind: egress_core::proxy::KIND.into(),
+        metadata: ObjectMeta {
+            name: name.to_string(),
+            namespace: pool.metadata.namespace.clone(),
+            uid: None,
+            generation: Some(1),
+            labels,
+            annotations,
+        },
+        spec: ProxySpec {
+            provider: p.provider.clone(),
+            port: spec.template.port,
+            placement: Placement {
+                zone: c.zone.clone().or_else(|| t.zone.clone()),
+                region: t.region.clone(),
+                machine_type: p.machine_type.clone().or_else(|| t.machine_type.clone()),
+                image: p.image.clone().or_else(|| t.image.clone()),
+            },
+            cloud_init: spec.template.cloud_init.clone(),
+            cloud_init_secret_ref: spec.template.cloud_init_secret_ref.clone(),
+        },
+        status: None,
+    }
+}
