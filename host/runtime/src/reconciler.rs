@@ -134,7 +134,7 @@ pub async fn reconcile_proxy(
     let mut events = Vec::new();
     // A steady, running Proxy whose instance was looked at within the resync interval needs
     // only its egress check: no backend call.
-    if let (Some(checker), Some(p)) = (egress, provider)
+    if let (Some(checker), Some(_)) = (egress, provider)
         && !deleting
         && serving(&status)
         && status.replace_requested.is_none()
@@ -142,7 +142,6 @@ pub async fn reconcile_proxy(
         && checker.observed_within(&proxy.key(), reconcile::RESYNC_INTERVAL)
     {
         let key = proxy.key();
-        let _ = p;
         if checker.next_due_ms(&key, &status) <= checker.now_ms() {
             let out = checker.check(proxy, &status).await;
             if let Some((warning, reason, message)) = out.event {
