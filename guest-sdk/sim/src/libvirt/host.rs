@@ -58,6 +58,8 @@ impl HostConfig {
 
 /// Where libvirt's directory pools live by default.
 pub const DEFAULT_POOL_PATH: &str = "/var/lib/libvirt/images";
+/// The size of the pool a host has unless told otherwise.
+pub const DEFAULT_POOL_CAPACITY: u64 = 100 * GIB;
 
 /// The backing store of a volume: its path and format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,7 +150,7 @@ impl Pool {
 
     /// The pool `default` a host has unless told otherwise: 100 GiB, running.
     pub fn default_pool() -> Self {
-        Self::new(DEFAULT_POOL_PATH, 100 * GIB, 0, true)
+        Self::new(DEFAULT_POOL_PATH, DEFAULT_POOL_CAPACITY, 0, true)
     }
 
     pub fn allocation(&self) -> u64 {
@@ -230,9 +232,8 @@ pub(crate) struct Definition {
 impl Definition {
     pub fn read(xml: &str, doc: &Element, memory: u64) -> Self {
         let devices = doc.child("devices");
-        let device = |pred: &dyn Fn(&Element) -> bool| {
-            devices.is_some_and(|d| d.children.iter().any(pred))
-        };
+        let device =
+            |pred: &dyn Fn(&Element) -> bool| devices.is_some_and(|d| d.children.iter().any(pred));
         Self {
             xml: xml.to_string(),
             memory,

@@ -18,11 +18,13 @@
 //! Hosts a caller names without describing exist with the defaults of [`HostConfig::new`].
 //! Time is the caller's: the calls that depend on it take the current time in milliseconds.
 
+mod bindings;
 mod host;
 mod types;
 
 pub use host::{
-    Backing, DEFAULT_POOL_PATH, Domain, GIB, Host, HostConfig, MIB, Pool, Streamed, Volume,
+    Backing, DEFAULT_POOL_CAPACITY, DEFAULT_POOL_PATH, Domain, GIB, Host, HostConfig, MIB, Pool,
+    Streamed, Volume,
 };
 pub use types::{
     AddressSource, DialStage, DomainState, Error, InterfaceAddresses, IpAddress, NodeInfo,
