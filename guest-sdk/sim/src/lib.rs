@@ -5,5 +5,6 @@
 //! from the real one is fixed in one place.
 
 pub mod codes;
+pub mod gce;
 pub mod libvirt;
 pub mod xml;
