@@ -276,18 +276,13 @@ impl Libvirt for FakeLibvirt {
     }
     fn probe(&self, targets: &[ProbeTarget]) -> Vec<ProbeResult> {
         let mut st = self.state.borrow_mut();
-        let targets: Vec<model::ProbeTarget> = targets
+        let calls = targets
             .iter()
-            .map(|t| {
-                st.calls.push(format!("probe {}/{}", t.host, t.pool));
-                t.clone().into()
-            })
-            .collect();
-        st.model
-            .probe(&targets)
-            .into_iter()
-            .map(Into::into)
-            .collect()
+            .map(|t| format!("probe {}/{}", t.host, t.pool));
+        st.calls.extend(calls);
+        let targets: Vec<model::ProbeTarget> = targets.iter().cloned().map(Into::into).collect();
+        let results = st.model.probe(&targets);
+        results.into_iter().map(Into::into).collect()
     }
 }
 

@@ -165,7 +165,8 @@ impl FakeHost {
         }
     }
 
-    /// A host whose libvirt capability is `libvirt` (for example an in-memory hypervisor).
+    /// A host whose libvirt capability is `libvirt`, on a clock of its own (for the in-memory
+    /// hypervisor, [`FakeHost::with_fake_libvirt`] shares the clock).
     pub fn with_libvirt(libvirt: Box<dyn Libvirt>) -> Self {
         Self {
             libvirt,

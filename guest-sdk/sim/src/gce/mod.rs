@@ -445,16 +445,22 @@ impl Compute {
     }
 
     fn take_fault(&mut self, method: &str, url: &str) -> Option<Answer> {
-        let f = self.faults.iter_mut().find(|f| {
+        let at = self.faults.iter().position(|f| {
             f.times > 0 && f.method.eq_ignore_ascii_case(method) && url.contains(&f.url_contains)
         })?;
+        let f = &mut self.faults[at];
         f.times -= 1;
         let message = if f.message.is_empty() {
             &f.reason
         } else {
             &f.message
         };
-        Some(api_error(f.status, &f.reason, message))
+        let refused = api_error(f.status, &f.reason, message);
+        // A spent fault leaves, so the requests after it do not scan it.
+        if f.times == 0 {
+            self.faults.remove(at);
+        }
+        Some(refused)
     }
 
     /// Answers one request to `https://.../compute/v1/projects/...` at time `now_ms`.

@@ -253,16 +253,19 @@ impl Libvirt {
     }
 
     fn take_fault(&mut self, call: &str, host: Option<&str>) -> Result<(), Error> {
-        let hit = self.faults.iter_mut().find(|f| {
+        let Some(at) = self.faults.iter().position(|f| {
             f.call == call && f.times > 0 && (f.host.is_none() || f.host.as_deref() == host)
-        });
-        match hit {
-            Some(f) => {
-                f.times -= 1;
-                Err(f.error.clone())
-            }
-            None => Ok(()),
+        }) else {
+            return Ok(());
+        };
+        let f = &mut self.faults[at];
+        f.times -= 1;
+        let error = f.error.clone();
+        // A spent fault leaves, so the calls after it do not scan it.
+        if f.times == 0 {
+            self.faults.remove(at);
         }
+        Err(error)
     }
 
     /// Defines (or, with the domain's UUID, redefines) a domain; its name.

@@ -77,7 +77,7 @@ impl DialStage {
 
 /// A failed call, as the host reports it: libvirt's own code and domain, or a failure to
 /// reach the host (dial stage, timeout) or to be allowed to (denied).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Error {
     /// virErrorNumber; 0 when the failure is not a libvirt error.
     pub code: i32,
@@ -93,12 +93,8 @@ impl Error {
     /// A failure that is not libvirt's (HTTP, checksum, size limit): code 0.
     pub fn other(message: impl Into<String>) -> Self {
         Self {
-            code: 0,
-            domain: 0,
             message: message.into(),
-            stage: None,
-            timeout: false,
-            denied: false,
+            ..Self::default()
         }
     }
 
