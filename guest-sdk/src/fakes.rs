@@ -2,6 +2,7 @@
 //! fake client: objects keep uid, resourceVersion, labels and timestamps; faults can be queued
 //! per call; every log line is captured so a test can assert what was (not) logged.
 
+use crate::fake_libvirt::FakeLibvirt;
 use crate::host::{Clock, Held, Host, Http, Kube, Libvirt, Locks, Log};
 use crate::libvirt::{
     AddressSource, DomainState, InterfaceAddresses, LibvirtError, NodeInfo, PoolInfo, ProbeResult,
@@ -11,6 +12,7 @@ use crate::{HttpError, HttpRequest, HttpResponse, KubeError, Level, ListOptions,
 use serde_json::{Map, Value, json};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
 
 /// A captured log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +37,39 @@ pub struct FakeKube {
 /// A fake HTTP capability: a handler answers every request.
 pub type HttpHandler = Box<dyn Fn(&HttpRequest) -> Result<HttpResponse, HttpError>>;
 
+/// Simulated time: what a [`FakeHost`]'s clock capability reads and its sleeps advance. Fake
+/// backends given the same clock (clones share it) see time pass with the provider's sleeps.
+#[derive(Debug, Clone)]
+pub struct FakeClock(Rc<Cell<u64>>);
+
+impl FakeClock {
+    /// 2026-01-01T00:00:00Z: fixed, so snapshots are stable.
+    pub const START_MS: u64 = 1_767_225_600_000;
+
+    pub fn new() -> Self {
+        Self(Rc::new(Cell::new(Self::START_MS)))
+    }
+
+    /// Now, in Unix milliseconds.
+    pub fn get(&self) -> u64 {
+        self.0.get()
+    }
+
+    pub fn set(&self, ms: u64) {
+        self.0.set(ms);
+    }
+
+    pub fn advance(&self, ms: u64) {
+        self.0.set(self.0.get().saturating_add(ms));
+    }
+}
+
+impl Default for FakeClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Capabilities in memory. Libvirt and HTTP answer `Denied` unless a test installs a handler.
 pub struct FakeHost {
     pub kube: FakeKube,
@@ -42,7 +77,7 @@ pub struct FakeHost {
     libvirt: Box<dyn Libvirt>,
     http: RefCell<Option<HttpHandler>>,
     logs: RefCell<Vec<LogLine>>,
-    clock_ms: Cell<u64>,
+    clock_ms: FakeClock,
     rng: Cell<u64>,
     pub locks: FakeLocks,
     /// When the fake call ends; None: ten minutes after whatever time it is now, as if every
@@ -109,15 +144,29 @@ impl FakeHost {
             libvirt: Box::new(DeniedLibvirt),
             http: RefCell::new(None),
             logs: RefCell::new(Vec::new()),
-            // 2026-01-01T00:00:00Z: fixed, so snapshots are stable.
-            clock_ms: Cell::new(1_767_225_600_000),
+            clock_ms: FakeClock::new(),
             rng: Cell::new(0x9e37_79b9_7f4a_7c15),
             locks: FakeLocks::default(),
             call_deadline_ms: Cell::new(None),
         }
     }
 
-    /// A host whose libvirt capability is `libvirt` (for example an in-memory hypervisor).
+    /// The host's clock, to share with fake backends.
+    pub fn clock(&self) -> FakeClock {
+        self.clock_ms.clone()
+    }
+
+    /// A host whose libvirt capability is the in-memory hypervisor `libvirt`, on its clock.
+    pub fn with_fake_libvirt(libvirt: &FakeLibvirt) -> Self {
+        Self {
+            libvirt: Box::new(libvirt.clone()),
+            clock_ms: libvirt.clock(),
+            ..Self::new()
+        }
+    }
+
+    /// A host whose libvirt capability is `libvirt`, on a clock of its own (for the in-memory
+    /// hypervisor, [`FakeHost::with_fake_libvirt`] shares the clock).
     pub fn with_libvirt(libvirt: Box<dyn Libvirt>) -> Self {
         Self {
             libvirt,
@@ -171,7 +220,7 @@ impl Clock for FakeHost {
         self.clock_ms.get()
     }
     fn sleep_millis(&self, ms: u64) {
-        self.clock_ms.set(self.clock_ms.get() + ms);
+        self.clock_ms.advance(ms);
     }
     fn random_u64(&self) -> u64 {
         // splitmix64: deterministic, so test output is stable.

@@ -17,6 +17,7 @@ pub mod bindings {
 }
 
 pub mod errors;
+pub mod fake_compute;
 pub mod fake_libvirt;
 pub mod fakes;
 pub mod host;

@@ -100,19 +100,8 @@ fn remote_message(e: &RemoteError) -> &str {
     e.message.as_deref().unwrap_or("(no message)")
 }
 
-/// libvirt's virErrorNumber values callers commonly test for.
-pub mod codes {
-    pub const NO_DOMAIN: i32 = 42;
-    pub const NO_STORAGE_POOL: i32 = 49;
-    pub const NO_STORAGE_VOL: i32 = 50;
-    pub const OPERATION_INVALID: i32 = 55;
-    pub const NO_SUPPORT: i32 = 3;
-    pub const AGENT_UNRESPONSIVE: i32 = 86;
-    pub const STORAGE_VOL_EXIST: i32 = 90;
-    /// VIR_ERR_OPERATION_FAILED: among others, defining a name that exists with another UUID.
-    pub const OPERATION_FAILED: i32 = 9;
-    pub const DOM_EXIST: i32 = 28;
-}
+/// libvirt's virErrorNumber values, from the one table the hypervisor model answers with.
+pub use egress_sim::codes;
 
 impl Error {
     pub(crate) fn dial(stage: DialStage, message: impl Into<String>) -> Self {

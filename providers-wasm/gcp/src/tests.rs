@@ -1,11 +1,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use guest_sdk::fakes::FakeHost;
-use guest_sdk::{ErrorClass, HttpError, HttpRequest, HttpResponse, InstanceState, Placement};
+use guest_sdk::fake_compute::{
+    ComputeConfig, FakeCompute, Fault, InsertFailure, Quota, Region, SeedInstance,
+};
+use guest_sdk::fakes::{FakeClock, FakeHost};
+use guest_sdk::{
+    Clock, ErrorClass, HttpError, HttpRequest, HttpResponse, InstanceState, Placement,
+};
 use serde_json::{Value, json};
-use std::cell::RefCell;
-use std::rc::Rc;
 
 const UID: &str = "3f2b9c1e-7a44-4d0e-9a51-0c2e8f6b1d23";
 const SECRET: &str = "#cloud-config\npassword: hunter2-SENTINEL";
@@ -44,129 +47,53 @@ fn req() -> CreateRequest {
     }
 }
 
-/// Method, path prefix, status, body.
-type Route = (String, String, u16, Value);
+const ZONE: &str = "europe-west1-b";
+const ID: &str = "zones/europe-west1-b/instances/proxy-3f2b9c1e7a44";
 
-/// A scripted Compute API: the first route whose method matches and whose path (after the
-/// project) starts with the prefix answers. Every request is kept.
-#[derive(Clone, Default)]
-struct Double {
-    routes: Rc<RefCell<Vec<Route>>>,
-    seen: Rc<RefCell<Vec<HttpRequest>>>,
+/// A host whose http capability is the Compute API model, on the host's clock.
+fn compute(config: ComputeConfig) -> (FakeCompute, FakeHost) {
+    let h = FakeHost::new();
+    let api = FakeCompute::new(config);
+    api.install(&h);
+    (api, h)
 }
 
-impl Double {
-    fn on(&self, method: &str, prefix: &str, status: u16, body: Value) -> &Self {
-        self.routes
-            .borrow_mut()
-            .push((method.into(), prefix.into(), status, body));
-        self
-    }
-
-    fn install(&self, host: &FakeHost) {
-        let d = self.clone();
-        host.set_http(Box::new(move |r: &HttpRequest| {
-            d.seen.borrow_mut().push(r.clone());
-            assert_eq!(r.credential.as_deref(), Some("google"));
-            let path = r.url.strip_prefix(&format!("{BASE}/")).unwrap_or(&r.url);
-            let routes = d.routes.borrow();
-            let hit = routes
-                .iter()
-                .find(|(m, p, _, _)| *m == r.method && path.starts_with(p.as_str()));
-            match hit {
-                Some((_, _, status, body)) => Ok(HttpResponse {
-                    status: *status,
-                    headers: vec![],
-                    body: body.to_string().into_bytes(),
-                    final_url: r.url.clone(),
-                }),
-                None => Ok(HttpResponse {
-                    status: 404,
-                    headers: vec![],
-                    body: api_error(404, "notFound", "not scripted")
-                        .to_string()
-                        .into_bytes(),
-                    final_url: r.url.clone(),
-                }),
-            }
-        }));
-    }
-
-    fn calls(&self) -> Vec<String> {
-        self.seen
-            .borrow()
-            .iter()
-            .map(|r| {
-                let path = r.url.strip_prefix(&format!("{BASE}/")).unwrap_or(&r.url);
-                format!("{} {}", r.method, path.split('?').next().unwrap_or(path))
-            })
-            .collect()
-    }
-
-    fn bodies(&self) -> Vec<Value> {
-        self.seen
-            .borrow()
-            .iter()
-            .filter_map(|r| r.body.as_ref())
-            .map(|b| serde_json::from_slice(b).unwrap())
-            .collect()
+/// An instance present from the start: RUNNING, with the labels of proxy `uid` of inst-a.
+fn seeded(name: &str, uid: &str, nat_ip: Option<&str>) -> SeedInstance {
+    let labels = [
+        (insert::LABEL_MANAGED, "true"),
+        (insert::LABEL_UID, uid),
+        (insert::LABEL_INSTALLATION, "inst-a"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    SeedInstance {
+        zone: ZONE.into(),
+        name: name.into(),
+        status: "RUNNING".into(),
+        nat_ip: nat_ip.map(Into::into),
+        network_ip: Some("10.132.0.7".into()),
+        labels,
+        created_ms: FakeClock::START_MS,
     }
 }
 
+/// The error envelope the Compute API answers with.
 fn api_error(code: u16, reason: &str, message: &str) -> Value {
     json!({"error": {"code": code, "message": message, "status": "X",
         "errors": [{"reason": reason, "domain": "global", "message": message}]}})
 }
 
-fn instance(status: &str, nat: Option<&str>, uid: &str) -> Value {
-    let mut nic = json!({"network": "x/global/networks/default", "networkIP": "10.132.0.7",
-        "accessConfigs": [{"type": "ONE_TO_ONE_NAT", "name": "External NAT"}]});
-    if let Some(ip) = nat {
-        nic["accessConfigs"][0]["natIP"] = json!(ip);
+fn fault(method: &str, url_contains: &str, status: u16, reason: &str, message: &str) -> Fault {
+    Fault {
+        method: method.into(),
+        url_contains: url_contains.into(),
+        times: 1,
+        status,
+        reason: reason.into(),
+        message: message.into(),
     }
-    json!({
-        "kind": "compute#instance", "name": NAME, "status": status,
-        "zone": format!("{BASE}/zones/europe-west1-b"),
-        "creationTimestamp": "2025-12-31T16:00:00.000-08:00",
-        "labels": {"egress-proxies-managed": "true", "egress-proxies-uid": uid,
-                   "egress-proxies-installation": "inst-a"},
-        "networkInterfaces": [nic],
-    })
-}
-
-/// The instance GET answers 404 and the zone's operations list holds `items`: an insert not
-/// yet (or never) turned into an instance.
-fn instance_absent_with_operations(items: Value) -> Double {
-    let d = Double::default();
-    d.on(
-        "GET",
-        "zones/europe-west1-b/instances/",
-        404,
-        api_error(404, "notFound", "gone"),
-    )
-    .on(
-        "GET",
-        "zones/europe-west1-b/operations",
-        200,
-        json!({ "items": items }),
-    );
-    d
-}
-
-fn op(kind: &str, status: &str, error: Option<&str>, end: &str) -> Value {
-    let mut o = json!({
-        "kind": "compute#operation", "name": format!("operation-{kind}-1"),
-        "operationType": kind, "status": status,
-        "targetLink": format!("https://www.googleapis.com/compute/v1/projects/acme-proxies/zones/europe-west1-b/instances/{NAME}"),
-        "insertTime": "2025-12-31T23:59:50.000-00:00",
-    });
-    if status == "DONE" {
-        o["endTime"] = json!(end);
-    }
-    if let Some(code) = error {
-        o["error"] = json!({"errors": [{"code": code, "message": format!("{code} happened")}]});
-    }
-    o
 }
 
 #[test]
@@ -298,44 +225,27 @@ fn user_data_is_the_generated_squid_unless_the_proxy_brings_cloud_init() {
 
 #[test]
 fn create_with_firewall_sends_the_rule_then_the_insert() {
-    let h = FakeHost::new();
-    let d = Double::default();
-    d.on(
-        "GET",
-        "global/firewalls/",
-        404,
-        api_error(404, "notFound", "no rule"),
-    )
-    .on(
-        "POST",
-        "global/firewalls",
-        200,
-        json!({"kind": "compute#operation", "name": "op-fw"}),
-    )
-    .on(
-        "POST",
-        "zones/europe-west1-b/instances",
-        200,
-        json!({"kind": "compute#operation", "name": "op-1", "status": "RUNNING"}),
-    );
-    d.install(&h);
+    let (api, h) = compute(ComputeConfig::default());
     let c = ctx_with(json!({"project": "acme-proxies", "manageFirewall": true,
         "allowedSourceCIDRs": ["203.0.113.0/24"], "networkTag": "squid"}));
     let inst = Gcp::create(&h, &c, &req()).unwrap();
-    assert_eq!(
-        inst.provider_id,
-        format!("zones/europe-west1-b/instances/{NAME}")
-    );
+    assert_eq!(inst.provider_id, ID);
     assert_eq!(inst.state, InstanceState::Provisioning);
     assert_eq!(
-        d.calls(),
+        api.calls(),
         [
             "GET global/firewalls/egress-proxies-gce",
             "POST global/firewalls",
             "POST zones/europe-west1-b/instances"
         ]
     );
-    insta::assert_json_snapshot!("insert_request_with_firewall", d.bodies());
+    assert!(
+        api.requests()
+            .iter()
+            .all(|r| r.credential.as_deref() == Some("google"))
+    );
+    insta::assert_json_snapshot!("insert_request_with_firewall", api.bodies());
+    assert!(api.with_model(|m| m.firewall("egress-proxies-gce").is_some()));
     // Cloud-init goes to the API, never to a log.
     assert!(!h.log_text().contains("SENTINEL"));
     assert!(h.log_text().contains("cloudInitBytes"));
@@ -343,34 +253,31 @@ fn create_with_firewall_sends_the_rule_then_the_insert() {
 
 #[test]
 fn firewall_gains_a_port_once() {
-    let h = FakeHost::new();
-    let d = Double::default();
-    d.on("GET", "global/firewalls/", 200, json!({"name": "egress-proxies-gce",
-            "sourceRanges": ["203.0.113.0/24"], "allowed": [{"IPProtocol": "tcp", "ports": ["8080"]}]}))
-        .on("PATCH", "global/firewalls/", 200, json!({"name": "op-fw"}))
-        .on("POST", "zones/", 200, json!({"name": "op-1"}));
-    d.install(&h);
     let c = ctx_with(json!({"project": "acme-proxies", "manageFirewall": true,
         "allowedSourceCIDRs": ["203.0.113.0/24"]}));
+    let rule = |ports: Value| {
+        json!({"name": "egress-proxies-gce", "id": "77", "sourceRanges": ["203.0.113.0/24"],
+            "allowed": [{"IPProtocol": "tcp", "ports": ports}]})
+    };
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| m.insert_firewall("egress-proxies-gce", rule(json!(["8080"]))));
     Gcp::create(&h, &c, &req()).unwrap();
     assert_eq!(
-        d.bodies()[0]["allowed"][0]["ports"],
+        api.bodies()[0]["allowed"][0]["ports"],
+        json!(["3128", "8080"])
+    );
+    assert_eq!(
+        api.with_model(
+            |m| m.firewall("egress-proxies-gce").unwrap()["allowed"][0]["ports"].clone()
+        ),
         json!(["3128", "8080"])
     );
     // Already there: no second change.
-    let d2 = Double::default();
-    d2.on(
-        "GET",
-        "global/firewalls/",
-        200,
-        json!({"sourceRanges": ["203.0.113.0/24"],
-            "allowed": [{"IPProtocol": "tcp", "ports": ["3128"]}]}),
-    )
-    .on("POST", "zones/", 200, json!({"name": "op-1"}));
-    d2.install(&h);
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| m.insert_firewall("egress-proxies-gce", rule(json!(["3128"]))));
     Gcp::create(&h, &c, &req()).unwrap();
     assert_eq!(
-        d2.calls(),
+        api.calls(),
         [
             "GET global/firewalls/egress-proxies-gce",
             "POST zones/europe-west1-b/instances"
@@ -380,9 +287,7 @@ fn firewall_gains_a_port_once() {
 
 #[test]
 fn create_checks_placement_before_any_call() {
-    let h = FakeHost::new();
-    let d = Double::default();
-    d.install(&h);
+    let (api, h) = compute(ComputeConfig::default());
     for (field, fix) in [
         (
             "placement.zone",
@@ -408,50 +313,27 @@ fn create_checks_placement_before_any_call() {
         assert_eq!(e.class, ErrorClass::Permanent, "{field}");
         assert!(e.message.contains(field), "{field}: {}", e.message);
     }
-    assert!(d.calls().is_empty());
+    assert!(api.calls().is_empty());
 }
 
 #[test]
 fn create_adopts_only_its_own_instance() {
-    let h = FakeHost::new();
-    let d = Double::default();
-    d.on(
-        "POST",
-        "zones/",
-        409,
-        api_error(409, "alreadyExists", "exists"),
-    )
-    .on(
-        "GET",
-        "zones/europe-west1-b/instances/",
-        200,
-        instance("RUNNING", Some("34.1.2.3"), UID),
-    )
-    .on(
-        "GET",
-        "zones/europe-west1-b/operations",
-        200,
-        json!({"items": []}),
-    );
-    d.install(&h);
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| m.add_instance(seeded(NAME, UID, Some("34.1.2.3"))));
     let inst = Gcp::create(&h, &ctx(), &req()).unwrap();
     assert_eq!(inst.state, InstanceState::Running);
     assert_eq!(inst.ip.as_deref(), Some("34.1.2.3"));
-
-    let d = Double::default();
-    d.on(
-        "POST",
-        "zones/",
-        409,
-        api_error(409, "alreadyExists", "exists"),
-    )
-    .on(
-        "GET",
-        "zones/europe-west1-b/instances/",
-        200,
-        instance("RUNNING", None, "someone-else"),
+    assert_eq!(
+        api.calls(),
+        [
+            "POST zones/europe-west1-b/instances",
+            "GET zones/europe-west1-b/instances/proxy-3f2b9c1e7a44",
+            "GET zones/europe-west1-b/operations"
+        ]
     );
-    d.install(&h);
+
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| m.add_instance(seeded(NAME, "someone-else", None)));
     let e = Gcp::create(&h, &ctx(), &req()).unwrap_err();
     assert_eq!(
         (e.class, e.reason.as_str()),
@@ -459,48 +341,32 @@ fn create_adopts_only_its_own_instance() {
     );
 
     // Our own, but being deleted: retry later rather than adopt a dying instance.
-    let d = Double::default();
-    d.on(
-        "POST",
-        "zones/",
-        409,
-        api_error(409, "alreadyExists", "exists"),
-    )
-    .on(
-        "GET",
-        "zones/europe-west1-b/instances/",
-        200,
-        instance("STOPPING", None, UID),
-    )
-    .on(
-        "GET",
-        "zones/europe-west1-b/operations",
-        200,
-        json!({"items": [op("delete", "RUNNING", None, "")]}),
-    );
-    d.install(&h);
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| m.add_instance(seeded(NAME, UID, Some("34.1.2.3"))));
+    Gcp::delete(&h, &ctx(), ID).unwrap();
     let e = Gcp::create(&h, &ctx(), &req()).unwrap_err();
     assert_eq!(
         (e.class, e.reason.as_str()),
         (ErrorClass::Transient, "Terminating")
     );
+    // Once the deletion is over, the name is free and the create goes through.
+    h.sleep_millis(api.with_model(|m| m.config().delete_seconds) * 1000);
+    let inst = Gcp::create(&h, &ctx(), &req()).unwrap();
+    assert_eq!(inst.state, InstanceState::Provisioning);
 }
 
 #[test]
 fn create_404_is_permanent_not_lost() {
-    let h = FakeHost::new();
-    let d = Double::default();
-    d.on(
-        "POST",
-        "zones/",
-        404,
-        api_error(
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| {
+        m.add_fault(fault(
+            "POST",
+            "/instances",
             404,
             "notFound",
             "The resource 'projects/ubuntu-os-cloud/global/images/family/nope' was not found",
-        ),
-    );
-    d.install(&h);
+        ))
+    });
     let e = Gcp::create(&h, &ctx(), &req()).unwrap_err();
     assert_eq!(
         (e.class, e.reason.as_str()),
@@ -530,55 +396,57 @@ fn state_table() {
 
 #[test]
 fn get_reads_the_address_the_mode_asks_for() {
-    let h = FakeHost::new();
-    let d = Double::default();
-    d.on(
-        "GET",
-        "zones/europe-west1-b/instances/",
-        200,
-        instance("RUNNING", Some("34.1.2.3"), UID),
-    );
-    d.install(&h);
-    let id = format!("zones/europe-west1-b/instances/{NAME}");
-    let inst = Gcp::get(&h, &ctx(), &id).unwrap();
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| m.add_instance(seeded(NAME, UID, Some("34.1.2.3"))));
+    let inst = Gcp::get(&h, &ctx(), ID).unwrap();
     assert_eq!(inst.ip.as_deref(), Some("34.1.2.3"));
     assert_eq!(inst.uid, UID);
     assert_eq!(inst.installation, "inst-a");
     assert_eq!(inst.created_at, "2026-01-01T00:00:00Z");
     let internal = ctx_with(json!({"project": "acme-proxies", "internalIP": true}));
     assert_eq!(
-        Gcp::get(&h, &internal, &id).unwrap().ip.as_deref(),
+        Gcp::get(&h, &internal, ID).unwrap().ip.as_deref(),
         Some("10.132.0.7")
     );
-    // External mode without a NAT IP is not serving yet.
-    let d = Double::default();
-    d.on(
-        "GET",
-        "zones/europe-west1-b/instances/",
-        200,
-        instance("RUNNING", None, UID),
-    );
-    d.install(&h);
+    // External mode without a NAT IP is not serving.
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| m.add_instance(seeded(NAME, UID, None)));
     assert_eq!(
-        Gcp::get(&h, &ctx(), &id).unwrap().state,
+        Gcp::get(&h, &ctx(), ID).unwrap().state,
         InstanceState::Provisioning
     );
+    // An inserted instance serves once it is RUNNING with its NAT IP.
+    let (_, h) = compute(ComputeConfig::default());
+    Gcp::create(&h, &ctx(), &req()).unwrap();
+    assert_eq!(
+        Gcp::get(&h, &ctx(), ID).unwrap().state,
+        InstanceState::Provisioning
+    );
+    h.sleep_millis(20_000);
+    let inst = Gcp::get(&h, &ctx(), ID).unwrap();
+    assert_eq!(inst.state, InstanceState::Running);
+    assert!(inst.ip.is_some());
 }
 
 #[test]
 fn created_at_that_does_not_parse_is_logged() {
-    let h = FakeHost::new();
-    let d = Double::default();
-    let mut v = instance("RUNNING", Some("34.1.2.3"), UID);
+    // The model writes valid timestamps: the malformed one is its answer, edited.
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| m.add_instance(seeded(NAME, UID, Some("34.1.2.3"))));
+    let url = format!("{BASE}/{ID}");
+    let mut v = api
+        .with_model(|m| m.answer("GET", &url, None, FakeClock::START_MS))
+        .body;
     v["creationTimestamp"] = json!("yesterday");
-    d.on("GET", "zones/", 200, v);
-    d.install(&h);
-    let inst = Gcp::get(
-        &h,
-        &ctx(),
-        &format!("zones/europe-west1-b/instances/{NAME}"),
-    )
-    .unwrap();
+    h.set_http(Box::new(move |r: &HttpRequest| {
+        Ok(HttpResponse {
+            status: 200,
+            headers: vec![],
+            body: v.to_string().into_bytes(),
+            final_url: r.url.clone(),
+        })
+    }));
+    let inst = Gcp::get(&h, &ctx(), ID).unwrap();
     assert_eq!(inst.created_at, "");
     assert!(h.log_text().contains("creationTimestamp does not parse"));
     assert!(h.log_text().contains("yesterday"));
@@ -586,75 +454,79 @@ fn created_at_that_does_not_parse_is_logged() {
 
 #[test]
 fn get_reports_a_failed_insert_then_lets_it_be_retried() {
-    let id = format!("zones/europe-west1-b/instances/{NAME}");
-    // FakeHost's clock is 2026-01-01T00:00:00Z.
+    // (the operation's error, how long ago it ended, what Get says)
     let cases = [
-        (
-            "ZONE_RESOURCE_POOL_EXHAUSTED",
-            "2025-12-31T23:59:55Z",
-            Some(ErrorClass::QuotaExceeded),
-        ),
-        (
-            "QUOTA_EXCEEDED",
-            "2025-12-31T23:58:00Z",
-            Some(ErrorClass::QuotaExceeded),
-        ),
-        (
-            "RESOURCE_NOT_FOUND",
-            "2025-12-31T23:59:55Z",
-            Some(ErrorClass::Permanent),
-        ),
+        ("ZONE_RESOURCE_POOL_EXHAUSTED", 5, ErrorClass::QuotaExceeded),
+        ("QUOTA_EXCEEDED", 120, ErrorClass::QuotaExceeded),
+        ("RESOURCE_NOT_FOUND", 5, ErrorClass::Permanent),
         // Old enough: NotFound, so the reconciler creates again.
-        (
-            "ZONE_RESOURCE_POOL_EXHAUSTED",
-            "2025-12-31T23:50:00Z",
-            Some(ErrorClass::NotFound),
-        ),
-        (
-            "RESOURCE_NOT_FOUND",
-            "2025-12-31T23:58:00Z",
-            Some(ErrorClass::NotFound),
-        ),
+        ("ZONE_RESOURCE_POOL_EXHAUSTED", 600, ErrorClass::NotFound),
+        ("RESOURCE_NOT_FOUND", 120, ErrorClass::NotFound),
     ];
-    for (code, end, want) in cases {
-        let h = FakeHost::new();
-        let d = instance_absent_with_operations(json!([op("insert", "DONE", Some(code), end)]));
-        d.install(&h);
-        let e = Gcp::get(&h, &ctx(), &id).unwrap_err();
-        assert_eq!(Some(e.class), want, "{code} {end}");
+    for (code, ago, want) in cases {
+        let (api, h) = compute(ComputeConfig {
+            insert_failures: vec![InsertFailure {
+                zone: ZONE.into(),
+                code: code.into(),
+                message: format!("{code} happened"),
+                until_secs: None,
+            }],
+            ..ComputeConfig::default()
+        });
+        // The API accepts the insert; its operation fails afterwards.
+        let inst = Gcp::create(&h, &ctx(), &req()).unwrap();
+        assert_eq!(inst.state, InstanceState::Provisioning);
+        let operation_ms = api.with_model(|m| m.config().operation_seconds) * 1000;
+        h.sleep_millis(operation_ms + ago * 1000);
+        let e = Gcp::get(&h, &ctx(), ID).unwrap_err();
+        assert_eq!(e.class, want, "{code} {ago}");
         if e.class != ErrorClass::NotFound {
             assert_eq!(e.reason, code);
             assert!(e.message.contains(&format!("{code} happened")));
         }
-        let filter = &d.seen.borrow()[1].url;
         assert!(
-            filter.contains("operationType%20eq%20%27insert%27"),
-            "{filter}"
+            api.requests().iter().any(|r| r.url.contains("/operations?")
+                && r.url.contains("operationType%20eq%20%27insert%27")),
+            "{:?}",
+            api.calls()
         );
     }
 }
 
 #[test]
 fn get_of_a_pending_insert_is_provisioning_and_without_one_not_found() {
-    let id = format!("zones/europe-west1-b/instances/{NAME}");
-    let h = FakeHost::new();
-    let d = instance_absent_with_operations(json!([op("insert", "PENDING", None, "")]));
-    d.install(&h);
+    let failing = ComputeConfig {
+        insert_failures: vec![InsertFailure {
+            zone: ZONE.into(),
+            code: "ZONE_RESOURCE_POOL_EXHAUSTED".into(),
+            message: String::new(),
+            until_secs: None,
+        }],
+        ..ComputeConfig::default()
+    };
+    // Accepted and not yet failed: the instance is not there, its insert still runs.
+    let (_, h) = compute(failing);
+    Gcp::create(&h, &ctx(), &req()).unwrap();
     assert_eq!(
-        Gcp::get(&h, &ctx(), &id).unwrap().state,
+        Gcp::get(&h, &ctx(), ID).unwrap().state,
         InstanceState::Provisioning
     );
-    for items in [
-        json!([]),
-        json!([op("insert", "DONE", None, "2025-12-31T23:59:55Z")]),
-    ] {
-        let d = instance_absent_with_operations(items);
-        d.install(&h);
-        assert_eq!(
-            Gcp::get(&h, &ctx(), &id).unwrap_err().class,
-            ErrorClass::NotFound
-        );
-    }
+    // No operation at all.
+    let (_, h) = compute(ComputeConfig::default());
+    assert_eq!(
+        Gcp::get(&h, &ctx(), ID).unwrap_err().class,
+        ErrorClass::NotFound
+    );
+    // Inserted fine, then deleted and gone.
+    let (api, h) = compute(ComputeConfig::default());
+    Gcp::create(&h, &ctx(), &req()).unwrap();
+    h.sleep_millis(20_000);
+    Gcp::delete(&h, &ctx(), ID).unwrap();
+    h.sleep_millis(api.with_model(|m| m.config().delete_seconds) * 1000);
+    assert_eq!(
+        Gcp::get(&h, &ctx(), ID).unwrap_err().class,
+        ErrorClass::NotFound
+    );
     assert_eq!(
         Gcp::get(&h, &ctx(), "europe-west1-b/x").unwrap_err().reason,
         "InvalidProviderID"
@@ -663,64 +535,54 @@ fn get_of_a_pending_insert_is_provisioning_and_without_one_not_found() {
 
 #[test]
 fn delete_is_idempotent_and_not_resubmitted() {
-    let id = format!("zones/europe-west1-b/instances/{NAME}");
-    let h = FakeHost::new();
-    let d = Double::default();
-    d.on(
-        "GET",
-        "zones/europe-west1-b/operations",
-        200,
-        json!({"items": []}),
-    )
-    .on("DELETE", "zones/", 404, api_error(404, "notFound", "gone"));
-    d.install(&h);
-    Gcp::delete(&h, &ctx(), &id).unwrap();
-    let d = Double::default();
-    d.on(
-        "GET",
-        "zones/europe-west1-b/operations",
-        200,
-        json!({"items": [op("delete", "RUNNING", None, "")]}),
-    );
-    d.install(&h);
-    Gcp::delete(&h, &ctx(), &id).unwrap();
-    assert_eq!(d.calls(), ["GET zones/europe-west1-b/operations"]);
-    let d = Double::default();
-    d.on(
-        "GET",
-        "zones/europe-west1-b/operations",
-        200,
-        json!({"items": []}),
-    )
-    .on("DELETE", "zones/", 403, api_error(403, "forbidden", "no"));
-    d.install(&h);
+    // Nothing there: the DELETE's 404 is success.
+    let (api, h) = compute(ComputeConfig::default());
+    Gcp::delete(&h, &ctx(), ID).unwrap();
     assert_eq!(
-        Gcp::delete(&h, &ctx(), &id).unwrap_err().class,
+        api.calls(),
+        [
+            "GET zones/europe-west1-b/operations",
+            "DELETE zones/europe-west1-b/instances/proxy-3f2b9c1e7a44"
+        ]
+    );
+    // A deletion under way is not submitted again.
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| m.add_instance(seeded(NAME, UID, Some("34.1.2.3"))));
+    Gcp::delete(&h, &ctx(), ID).unwrap();
+    api.clear_requests();
+    Gcp::delete(&h, &ctx(), ID).unwrap();
+    assert_eq!(api.calls(), ["GET zones/europe-west1-b/operations"]);
+    // A refusal is reported.
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| {
+        m.add_instance(seeded(NAME, UID, Some("34.1.2.3")));
+        m.add_fault(fault("DELETE", "/instances/", 403, "forbidden", "no"));
+    });
+    assert_eq!(
+        Gcp::delete(&h, &ctx(), ID).unwrap_err().class,
         ErrorClass::Permanent
     );
 }
 
 #[test]
 fn list_filters_on_installation_and_logs_unreachable_zones() {
-    let h = FakeHost::new();
-    let d = Double::default();
-    let mut other = instance("RUNNING", Some("34.9.9.9"), "other-uid");
-    other["labels"]["egress-proxies-installation"] = json!("inst-b");
-    d.on("GET", "aggregated/instances", 200, json!({
-        "kind": "compute#instanceAggregatedList",
-        "items": {
-            "zones/europe-west1-b": {"instances": [instance("RUNNING", Some("34.1.2.3"), UID), other]},
-            "zones/europe-west1-c": {"warning": {"code": "NO_RESULTS_ON_PAGE", "message": "none"}},
-            "zones/asia-east1-a": {"warning": {"code": "UNREACHABLE", "message": "unreachable",
-                "data": [{"key": "scope", "value": "zones/asia-east1-a"}]}},
-        },
-        "unreachables": ["zones/us-central1-f"],
-    }));
-    d.install(&h);
+    let (api, h) = compute(ComputeConfig {
+        zones: vec![ZONE.into(), "europe-west1-c".into()],
+        unreachable_zones: vec!["asia-east1-a".into(), "us-central1-f".into()],
+        ..ComputeConfig::default()
+    });
+    api.with_model(|m| {
+        m.add_instance(seeded(NAME, UID, Some("34.1.2.3")));
+        let mut other = seeded("proxy-other", "other-uid", Some("34.9.9.9"));
+        other
+            .labels
+            .insert(insert::LABEL_INSTALLATION.into(), "inst-b".into());
+        m.add_instance(other);
+    });
     let listed = Gcp::list_by_tag(&h, &ctx(), "inst-a").unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].uid, UID);
-    let url = d.seen.borrow()[0].url.clone();
+    let url = api.requests()[0].url.clone();
     assert!(url.contains("returnPartialSuccess=true"));
     assert!(
         url.contains("labels.egress-proxies-installation%20%3D%20%22inst-a%22"),
@@ -732,20 +594,16 @@ fn list_filters_on_installation_and_logs_unreachable_zones() {
 
 #[test]
 fn list_follows_pages() {
-    let h = FakeHost::new();
-    let calls = Rc::new(RefCell::new(0));
-    let c2 = calls.clone();
-    h.set_http(Box::new(move |r: &HttpRequest| {
-        *c2.borrow_mut() += 1;
-        let body = if r.url.contains("pageToken=t2") {
-            json!({"items": {"zones/europe-west1-b": {"instances": [instance("RUNNING", Some("34.1.2.3"), UID)]}}})
-        } else {
-            json!({"items": {}, "nextPageToken": "t2"})
-        };
-        Ok(HttpResponse { status: 200, headers: vec![], body: body.to_string().into_bytes(), final_url: r.url.clone() })
-    }));
-    assert_eq!(Gcp::list_by_tag(&h, &ctx(), "inst-a").unwrap().len(), 1);
-    assert_eq!(*calls.borrow(), 2);
+    // One more than a page of 500.
+    let (api, h) = compute(ComputeConfig::default());
+    api.with_model(|m| {
+        for n in 0..501 {
+            m.add_instance(seeded(&format!("proxy-{n:03}"), &format!("uid-{n}"), None));
+        }
+    });
+    assert_eq!(Gcp::list_by_tag(&h, &ctx(), "inst-a").unwrap().len(), 501);
+    assert_eq!(api.calls().len(), 2);
+    assert!(api.requests()[1].url.contains("pageToken=500"));
 }
 
 #[test]
@@ -796,24 +654,26 @@ fn classification_follows_the_seeds() {
 
 #[test]
 fn check_makes_one_list_call_and_reads_quota() {
-    let h = FakeHost::new();
-    let d = Double::default();
-    d.on(
-        "GET",
-        "aggregated/instances",
-        200,
-        json!({"items": {
-            "zones/europe-west1-b": {"instances": [instance("RUNNING", Some("34.1.2.3"), UID)]}}}),
-    )
-    .on(
-        "GET",
-        "regions/europe-west1",
-        200,
-        json!({"name": "europe-west1", "quotas": [
-            {"metric": "CPUS", "limit": 24.0, "usage": 6.0},
-            {"metric": "INSTANCES", "limit": 24.0, "usage": 3.0}]}),
-    );
-    d.install(&h);
+    let (api, h) = compute(ComputeConfig {
+        regions: vec![Region {
+            name: "europe-west1".into(),
+            quotas: vec![
+                Quota {
+                    metric: "CPUS".into(),
+                    limit: 24.0,
+                    usage: 4.0,
+                },
+                Quota {
+                    metric: "INSTANCES".into(),
+                    limit: 24.0,
+                    usage: 2.0,
+                },
+            ],
+        }],
+        ..ComputeConfig::default()
+    });
+    // The live instance counts toward usage: 1 instance, 2 CPUs.
+    api.with_model(|m| m.add_instance(seeded(NAME, UID, Some("34.1.2.3"))));
     let s = Gcp::check(&h, &ctx());
     assert_eq!(s[0].reason, "Healthy");
     assert_eq!(s[0].target, "acme-proxies");
@@ -826,30 +686,28 @@ fn check_makes_one_list_call_and_reads_quota() {
             ("cpusHeadroom".to_string(), "18".to_string())
         ]
     );
-    let url = d.seen.borrow()[0].url.clone();
+    let url = api.requests()[0].url.clone();
     assert!(url.contains("maxResults=1&"), "{url}");
     assert_eq!(
-        d.calls()
+        api.calls()
             .iter()
             .filter(|c| c.contains("aggregated"))
             .count(),
         1
     );
 
-    let d = Double::default();
-    d.on(
-        "GET",
-        "aggregated/instances",
-        403,
-        api_error(
+    api.with_model(|m| {
+        m.add_fault(fault(
+            "GET",
+            "/aggregated/instances",
             403,
             "forbidden",
             "Required 'compute.instances.list' permission",
-        ),
-    );
-    d.install(&h);
+        ))
+    });
     let s = Gcp::check(&h, &ctx());
     assert_eq!(s[0].reason, "Forbidden");
+    // The host has no token to attach: the transport fails before any API.
     h.set_http(Box::new(|_| Err(HttpError::Credential("no key".into()))));
     assert_eq!(Gcp::check(&h, &ctx())[0].reason, "CredentialsUnavailable");
 }

@@ -4,24 +4,8 @@
 use guest_sdk::libvirt::{DialStage, LibvirtError};
 use guest_sdk::{ErrorClass, ProviderError};
 
-/// virErrorNumber values the provider tells apart.
-pub mod code {
-    pub const INTERNAL_ERROR: i32 = 1;
-    pub const NO_SUPPORT: i32 = 3;
-    pub const INVALID_ARG: i32 = 8;
-    pub const OPERATION_FAILED: i32 = 9;
-    pub const XML_ERROR: i32 = 27;
-    pub const SYSTEM_ERROR: i32 = 38;
-    pub const NO_DOMAIN: i32 = 42;
-    pub const AUTH_FAILED: i32 = 45;
-    pub const NO_STORAGE_POOL: i32 = 49;
-    pub const NO_STORAGE_VOL: i32 = 50;
-    pub const OPERATION_INVALID: i32 = 55;
-    pub const NO_DOMAIN_METADATA: i32 = 80;
-    pub const AGENT_UNRESPONSIVE: i32 = 86;
-    pub const ACCESS_DENIED: i32 = 88;
-    pub const STORAGE_VOL_EXIST: i32 = 90;
-}
+/// virErrorNumber values, from the one table the hypervisor model answers with.
+pub use egress_sim::codes as code;
 
 pub fn is_code(e: &LibvirtError, c: i32) -> bool {
     e.stage.is_none() && !e.timeout && !e.denied && e.code == c

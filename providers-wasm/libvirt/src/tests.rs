@@ -6,7 +6,9 @@ use crate::metadata::Mark;
 use crate::volume::{VolumeSpec, volume_xml};
 use crate::xml::{DomainSpec, domain_xml};
 use crate::{LibvirtProvider, seed};
-use guest_sdk::fake_libvirt::{FakeLibvirt, GIB, codes, dial_error, lv_error};
+use guest_sdk::fake_libvirt::{
+    Backing, FakeLibvirt, GIB, MIB, Volume, codes, dial_error, lv_error,
+};
 use guest_sdk::fakes::FakeHost;
 use guest_sdk::libvirt::{DialStage, DomainState, LibvirtError};
 use guest_sdk::squid::{self, SourceRange};
@@ -59,7 +61,7 @@ fn request(uid: &str) -> CreateRequest {
 fn setup() -> (FakeLibvirt, FakeHost) {
     let lv = FakeLibvirt::new();
     lv.add_url(URL, 400 << 20, SHA, true);
-    let host = FakeHost::with_libvirt(Box::new(lv.clone()));
+    let host = FakeHost::with_fake_libvirt(&lv);
     (lv, host)
 }
 
@@ -69,14 +71,20 @@ fn create(host: &FakeHost, type_name: &str) -> Result<Instance, guest_sdk::Provi
 
 const ID: &str = "hosts/rack1/domains/proxy-45b9c519690a";
 
+/// Waits on the provider's clock until a domain started now has booted: its interface has an
+/// address `bootSeconds` after start.
+fn boot(lv: &FakeLibvirt, host: &FakeHost) {
+    guest_sdk::Clock::sleep_millis(host, lv.host("rack1").config.boot_seconds * 1000);
+}
+
 /// The volumes and domains of rack1, for comparing end states.
 fn world(lv: &FakeLibvirt) -> (Vec<String>, Vec<(String, DomainState)>) {
     let h = lv.host("rack1");
     (
-        h.pools["default"].volumes.keys().cloned().collect(),
-        h.domains
+        h.pools["default"].volumes().keys().cloned().collect(),
+        h.domains()
             .iter()
-            .map(|(n, d)| (n.clone(), d.state))
+            .map(|(n, d)| (n.clone(), d.state().into()))
             .collect(),
     )
 }
@@ -205,8 +213,9 @@ fn create_builds_a_running_domain_with_its_mark() {
     assert_eq!(inst.uid, UID);
     assert_eq!(inst.installation, "example");
     assert_eq!(inst.created_at, "2026-01-01T00:00:00Z");
-    assert_eq!(inst.state, InstanceState::Running);
-    assert!(inst.ip.is_some());
+    // Running, but not yet booted: no address, so not yet serving.
+    assert_eq!(inst.state, InstanceState::Provisioning);
+    assert!(inst.ip.is_none());
     let (volumes, domains) = world(&lv);
     assert_eq!(
         volumes,
@@ -233,8 +242,18 @@ fn create_builds_a_running_domain_with_its_mark() {
         domains,
         vec![("proxy-45b9c519690a".into(), DomainState::Running)]
     );
+    boot(&lv, &host);
     let got = LibvirtProvider::get(&host, &ctx("kvm2"), ID).unwrap();
-    assert_eq!(got, inst);
+    assert_eq!(got.state, InstanceState::Running);
+    assert_eq!(got.ip.as_deref(), Some("192.168.50.100"));
+    assert_eq!(
+        Instance {
+            state: inst.state,
+            ip: None,
+            ..got
+        },
+        inst
+    );
 }
 
 #[test]
@@ -256,9 +275,11 @@ fn every_partial_create_resumes() {
         lv.fail_next(call, lv_error(codes::INTERNAL_ERROR, "cut off"));
         let e = create(&host, "kvm2").unwrap_err();
         assert_eq!(e.class, ErrorClass::Transient, "{call}: {e:?}");
-        let inst = create(&host, "kvm2").unwrap_or_else(|e| panic!("{call}: {e:?}"));
-        assert_eq!(inst.state, InstanceState::Running, "{call}");
+        create(&host, "kvm2").unwrap_or_else(|e| panic!("{call}: {e:?}"));
         assert_eq!(world(&lv), clean, "{call}");
+        boot(&lv, &host);
+        let inst = LibvirtProvider::get(&host, &ctx("kvm2"), ID).unwrap();
+        assert_eq!(inst.state, InstanceState::Running, "{call}");
     }
 }
 
@@ -289,7 +310,7 @@ fn every_delete_already_gone_case_succeeds() {
     assert!(domains.is_empty());
     create(&host, "kvm2").unwrap();
     lv.with_host("rack1", |h| {
-        h.domains.get_mut("proxy-45b9c519690a").unwrap().state = DomainState::Shutoff
+        h.set_domain_state("proxy-45b9c519690a", DomainState::Shutoff.into())
     });
     LibvirtProvider::delete(&host, &ctx("kvm2"), ID).unwrap();
     assert!(world(&lv).1.is_empty());
@@ -300,7 +321,7 @@ fn every_delete_already_gone_case_succeeds() {
         lv_error(codes::OPERATION_INVALID, "not running"),
     );
     lv.with_host("rack1", |h| {
-        h.domains.get_mut("proxy-45b9c519690a").unwrap().state = DomainState::Shutoff
+        h.set_domain_state("proxy-45b9c519690a", DomainState::Shutoff.into())
     });
     LibvirtProvider::delete(&host, &ctx("kvm2"), ID).unwrap();
     assert!(world(&lv).1.is_empty());
@@ -334,7 +355,8 @@ fn adoption_needs_this_types_mark_with_the_same_uid() {
         (foreign_domain(UID, kvm2), true),
     ] {
         let (lv, host) = setup();
-        lv.insert_domain("rack1", &xml, DomainState::Running);
+        lv.insert_domain("rack1", &xml, DomainState::Running)
+            .unwrap();
         let out = create(&host, "kvm2");
         if adopted {
             let inst = out.unwrap();
@@ -359,8 +381,11 @@ fn a_paused_domain_is_resumed_and_a_stopped_one_started() {
         DomainState::Crashed,
     ] {
         let (lv, host) = setup();
-        lv.insert_domain("rack1", &foreign_domain(UID, kvm2), state);
-        let inst = create(&host, "kvm2").unwrap();
+        lv.insert_domain("rack1", &foreign_domain(UID, kvm2), state)
+            .unwrap();
+        create(&host, "kvm2").unwrap();
+        boot(&lv, &host);
+        let inst = LibvirtProvider::get(&host, &ctx("kvm2"), ID).unwrap();
         assert_eq!(inst.state, InstanceState::Running, "{state:?}");
     }
     let (lv, host) = setup();
@@ -368,7 +393,8 @@ fn a_paused_domain_is_resumed_and_a_stopped_one_started() {
         "rack1",
         &foreign_domain(UID, kvm2),
         DomainState::PmSuspended,
-    );
+    )
+    .unwrap();
     assert_eq!(
         create(&host, "kvm2").unwrap_err().class,
         ErrorClass::Permanent
@@ -403,7 +429,11 @@ fn quota_prechecks_fail_before_anything_is_written() {
         (ErrorClass::QuotaExceeded, "PoolSpaceExhausted")
     );
     let (lv2, host2) = setup();
-    lv2.with_host("rack1", |h| h.free_memory = 512 << 20);
+    // 512 MiB free for domains.
+    lv2.with_host("rack1", |h| {
+        h.config.memory_mib = h.config.reserved_memory_mib + 512
+    });
+    assert_eq!(lv2.host("rack1").free_memory(), 512 * MIB);
     let e = create(&host2, "kvm2").unwrap_err();
     assert_eq!(
         (e.class, e.reason.as_str()),
@@ -426,24 +456,26 @@ fn a_mismatched_overlay_is_replaced_and_a_matching_one_reused() {
     // An overlay on another image and size.
     lv.with_host("rack1", |h| {
         let pool = h.pools.get_mut("default").unwrap();
-        pool.volumes.insert(
-            "other.qcow2".into(),
-            guest_sdk::fake_libvirt::FakeVolume {
+        pool.insert_volume(
+            "other.qcow2",
+            Volume {
                 capacity: GIB,
                 allocation: 1,
                 format: "qcow2".into(),
-                backing: None,
-                data: vec![],
+                ..Volume::default()
             },
         );
-        pool.volumes.insert(
-            "proxy-45b9c519690a.qcow2".into(),
-            guest_sdk::fake_libvirt::FakeVolume {
+        pool.insert_volume(
+            "proxy-45b9c519690a.qcow2",
+            Volume {
                 capacity: 5 * GIB,
                 allocation: 1,
                 format: "qcow2".into(),
-                backing: Some("/var/lib/libvirt/images/other.qcow2".into()),
-                data: vec![],
+                backing: Some(Backing {
+                    path: "/var/lib/libvirt/images/other.qcow2".into(),
+                    format: "qcow2".into(),
+                }),
+                ..Volume::default()
             },
         );
     });
@@ -453,11 +485,11 @@ fn a_mismatched_overlay_is_replaced_and_a_matching_one_reused() {
         lv.calls()
             .contains(&"volume-delete rack1/proxy-45b9c519690a.qcow2".to_string())
     );
-    let overlay = lv.host("rack1").pools["default"].volumes["proxy-45b9c519690a.qcow2"].clone();
+    let overlay = lv.host("rack1").pools["default"].volumes()["proxy-45b9c519690a.qcow2"].clone();
     assert_eq!(overlay.capacity, 10 * GIB);
-    assert!(overlay.backing.unwrap().contains("/base-"));
+    assert!(overlay.backing.unwrap().path.contains("/base-"));
     // A matching overlay survives a repeated create (domain gone, overlay kept).
-    lv.with_host("rack1", |h| h.domains.clear());
+    lv.with_host("rack1", |h| h.remove_domain("proxy-45b9c519690a"));
     lv.clear_calls();
     create(&host, "kvm2").unwrap();
     assert!(
@@ -527,7 +559,7 @@ fn list_skips_unreadable_domains_and_fails_on_an_unreachable_host() {
             .unwrap()
             .is_empty()
     );
-    lv.with_host("rack1", |h| h.unreachable = true);
+    lv.with_host("rack1", |h| h.config.unreachable = true);
     let e = LibvirtProvider::list_by_tag(&host, &ctx("kvm2"), "example").unwrap_err();
     assert_eq!(e.class, ErrorClass::Transient);
 }
@@ -552,7 +584,7 @@ fn get_maps_only_no_domain_to_not_found() {
     );
     create(&host, "kvm2").unwrap();
     lv.with_host("rack1", |h| {
-        h.domains.get_mut("proxy-45b9c519690a").unwrap().state = DomainState::Paused
+        h.set_domain_state("proxy-45b9c519690a", DomainState::Paused.into())
     });
     assert_eq!(
         LibvirtProvider::get(&host, &ctx("kvm2"), ID).unwrap().state,
@@ -564,19 +596,28 @@ fn get_maps_only_no_domain_to_not_found() {
 fn the_address_comes_from_the_agent_then_lease_then_arp() {
     let (lv, host) = setup();
     create(&host, "kvm2").unwrap();
+    boot(&lv, &host);
+    let sources = || {
+        let n = lv
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("domain-interface-addresses"))
+            .count();
+        lv.clear_calls();
+        n
+    };
     lv.clear_calls();
+    let inst = LibvirtProvider::get(&host, &ctx("kvm2"), ID).unwrap();
+    assert!(inst.ip.is_some());
+    assert_eq!(sources(), 1, "the agent answered");
     lv.fail_next(
         "domain-interface-addresses",
         lv_error(codes::AGENT_UNRESPONSIVE, "no agent"),
     );
     let inst = LibvirtProvider::get(&host, &ctx("kvm2"), ID).unwrap();
     assert!(inst.ip.is_some());
-    let sources = lv
-        .calls()
-        .iter()
-        .filter(|c| c.starts_with("domain-interface-addresses"))
-        .count();
-    assert_eq!(sources, 2, "agent failed, lease answered: {:?}", lv.calls());
+    // The domain sits on a bridge: libvirt has no DHCP lease for it, ARP has the address.
+    assert_eq!(sources(), 3, "agent failed, no lease, ARP answered");
 }
 
 #[test]
@@ -590,8 +631,8 @@ fn cloud_init_is_never_logged_nor_in_errors_or_xml() {
     assert!(!host.log_text().contains(SENTINEL));
     create(&host, "kvm2").unwrap();
     let h = lv.host("rack1");
-    assert!(!h.domains["proxy-45b9c519690a"].xml.contains(SENTINEL));
-    let iso = &h.pools["default"].volumes["proxy-45b9c519690a-cidata.iso"].data;
+    assert!(!h.domains()["proxy-45b9c519690a"].xml().contains(SENTINEL));
+    let iso = &h.pools["default"].volumes()["proxy-45b9c519690a-cidata.iso"].data;
     let files = read_iso(iso);
     let user = &files.iter().find(|(n, _)| n == "user-data").unwrap().1;
     assert!(String::from_utf8_lossy(user).contains(SENTINEL));
@@ -599,7 +640,7 @@ fn cloud_init_is_never_logged_nor_in_errors_or_xml() {
 
 fn seed_user_data(lv: &FakeLibvirt) -> String {
     let h = lv.host("rack1");
-    let iso = &h.pools["default"].volumes["proxy-45b9c519690a-cidata.iso"].data;
+    let iso = &h.pools["default"].volumes()["proxy-45b9c519690a-cidata.iso"].data;
     let files = read_iso(iso);
     let user = &files.iter().find(|(n, _)| n == "user-data").unwrap().1;
     String::from_utf8(user.clone()).unwrap()
@@ -1192,7 +1233,7 @@ fn a_fetch_claims_the_image_and_releases_the_claim() {
     let released = pos(format!("volume-delete rack1/{claim}"));
     assert!(created < fetched && fetched < released, "{calls:#?}");
     assert_eq!(transfers(&lv), 1);
-    let volumes = lv.host("rack1").pools["default"].volumes.clone();
+    let volumes = lv.host("rack1").pools["default"].volumes().clone();
     assert!(!volumes.contains_key(&claim), "the claim is gone");
     assert!(
         volumes.contains_key(&format!("{base}.sha256")),
@@ -1210,7 +1251,7 @@ fn a_live_claim_of_another_writer_is_waited_on_not_deleted() {
     assert_eq!(e.class, ErrorClass::Transient, "{e:?}");
     assert_eq!(e.reason, "ImageBeingFetched", "{e:?}");
     let (base, claim) = base_and_claim();
-    let volumes = lv.host("rack1").pools["default"].volumes.clone();
+    let volumes = lv.host("rack1").pools["default"].volumes().clone();
     assert!(
         volumes.contains_key(&claim),
         "the other writer's claim stands"
@@ -1237,7 +1278,7 @@ fn a_claim_over_a_base_that_stopped_growing_is_broken_after_the_stall_timeout() 
     );
     assert_eq!(transfers(&lv), 1, "fetched once, by this call");
     let (base, claim) = base_and_claim();
-    let volumes = lv.host("rack1").pools["default"].volumes.clone();
+    let volumes = lv.host("rack1").pools["default"].volumes().clone();
     assert!(!volumes.contains_key(&claim));
     assert!(volumes.contains_key(&format!("{base}.sha256")));
 }
