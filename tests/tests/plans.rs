@@ -131,3 +131,45 @@ async fn the_embedded_default_is_the_examples() {
         output::reconcile(&embedded, Format::Json, true)
     );
 }
+
+/// Without a world file a dry-run plans against the world the providers config describes:
+/// every example plans Running Proxies with the calls that make them (domain XML, insert
+/// requests, Pod manifests), but for the ones the examples get wrong on purpose.
+#[tokio::test]
+async fn every_example_config_plans_without_a_world_file() {
+    for (label, proxies, providers, _) in example_sets() {
+        let report = plan(&proxies, &providers, None).await;
+        assert!(report.steady, "{label}");
+        let calls: Vec<String> = report
+            .proxies
+            .iter()
+            .flat_map(|p| p.changes.iter())
+            .filter(|c| c.error.is_none())
+            .map(|c| format!("{} {}", c.call, c.target))
+            .collect();
+        for p in &report.proxies {
+            let ready = p.status.condition("Ready").unwrap();
+            let on_purpose = ["ProviderNotFound", "PermanentFailure"]
+                .contains(&ready.reason.as_str())
+                && (ready.message.contains("elsewhere") || ready.message.contains("\"huge\""));
+            assert!(
+                ready.status == "True" || on_purpose,
+                "{label}: {}/{} is {} {}: {}",
+                p.namespace,
+                p.name,
+                ready.status,
+                ready.reason,
+                ready.message
+            );
+        }
+        let wanted = match label.as_str() {
+            "kvm" => "domain-define-xml",
+            "gcp" => "POST",
+            _ => "create Pod",
+        };
+        assert!(
+            calls.iter().any(|c| c.contains(wanted)),
+            "{label}: no {wanted} in {calls:#?}"
+        );
+    }
+}

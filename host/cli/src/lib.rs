@@ -190,7 +190,29 @@ struct Reach {
     sim_egress: Option<Arc<egress_runtime::egress::SimEgress>>,
 }
 
-fn backends_for(dry_run: bool, world: Option<&Source>) -> Result<Reach, CliError> {
+/// The image URLs the Proxies and pools of a run name, for the world a config describes.
+fn image_urls(inputs: &Inputs) -> Vec<String> {
+    inputs
+        .proxies
+        .iter()
+        .filter_map(|p| p.spec.placement.image.clone())
+        .chain(inputs.pools.iter().flat_map(|p| {
+            p.spec
+                .placements
+                .iter()
+                .filter_map(|pl| pl.image.clone())
+                .chain(p.spec.template.placement.image.clone())
+        }))
+        .collect()
+}
+
+/// A dry-run without a world file plans against the world the providers config describes.
+fn backends_for(
+    dry_run: bool,
+    world: Option<&Source>,
+    cfg: &ProvidersConfig,
+    inputs: &Inputs,
+) -> Result<Reach, CliError> {
     if !dry_run {
         return Ok(Reach {
             backends: Backends::real(),
@@ -203,7 +225,7 @@ fn backends_for(dry_run: bool, world: Option<&Source>) -> Result<Reach, CliError
             let (text, what) = src.read()?;
             World::from_yaml(&text).map_err(|source| CliError::Config { what, source })?
         }
-        None => World::default(),
+        None => World::for_config(cfg, &image_urls(inputs)),
     };
     let sim = world.build().map_err(|source| CliError::Config {
         what: "world".into(),
@@ -297,7 +319,7 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
     }
     let (cfg, cfg_what) = load_config(&req.providers)?;
     let installation = installation_of(&cfg, &cfg_what, req.dry_run)?;
-    let reach = backends_for(req.dry_run, req.world.as_ref())?;
+    let reach = backends_for(req.dry_run, req.world.as_ref(), &cfg, &inputs)?;
     let egress = checker_for(&cfg, &cfg_what, &reach)?;
     let Reach {
         backends,
@@ -363,7 +385,7 @@ pub async fn run_check(
     runtime: RuntimeOptions,
 ) -> Result<Vec<CheckReport>, CliError> {
     let (cfg, what) = load_config(&providers_src)?;
-    let backends = backends_for(dry_run, world.as_ref())?.backends;
+    let backends = backends_for(dry_run, world.as_ref(), &cfg, &Inputs::default())?.backends;
     let providers =
         load_providers(&cfg, &what, &providers_src.dir(), backends, None, runtime).await?;
     let mut out = Vec::new();
@@ -395,7 +417,18 @@ pub async fn run_reconcile_watch(
             message: "needs -f and --providers files to watch".into(),
         });
     };
-    let reach = backends_for(req.dry_run, req.world.as_ref())?;
+    // The world of a watched dry-run is what the files describe when the watch starts.
+    let (initial_cfg, _) = load_config(&req.providers)?;
+    let initial_inputs = std::fs::read_to_string(proxies_path)
+        .ok()
+        .and_then(|t| parse_inputs(&t, "").ok())
+        .unwrap_or_default();
+    let reach = backends_for(
+        req.dry_run,
+        req.world.as_ref(),
+        &initial_cfg,
+        &initial_inputs,
+    )?;
     let recorder = Arc::new(PlanRecorder::new());
     let runtime =
         Runtime::new(req.runtime.clone()).map_err(|e| CliError::Runtime(e.to_string()))?;

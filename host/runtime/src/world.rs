@@ -59,7 +59,99 @@ pub struct SimWorld {
     pub egress: Arc<crate::egress::SimEgress>,
 }
 
+/// How big a hypervisor a providers config's host is taken to be when no world file says:
+/// room for thousands of proxies.
+const CONFIG_HOST_MEMORY_MIB: u64 = 16 << 20;
+const CONFIG_POOL_CAPACITY_GIB: u64 = 1 << 20;
+const CONFIG_IMAGE_BYTES: u64 = 512 << 20;
+
 impl World {
+    /// The world a providers config describes, for a dry-run without a world file, so any
+    /// valid config has a plan: every libvirt host it configures exists with its address, its
+    /// pools (room to spare), memory and a distinct address range; every image URL its
+    /// catalogues or `image_urls` (the Proxies' and pools' placements) name is served, with
+    /// the configured sha256 or one derived from the URL; the Compute API and the cluster
+    /// accept any zone and image, as they do by default.
+    pub fn for_config(cfg: &egress_core::config::ProvidersConfig, image_urls: &[String]) -> Self {
+        use crate::capabilities::libvirt_sim::{SimHostSpec, SimUrl};
+        use sha2::Digest;
+        let mut world = World::default();
+        let mut hosts: Vec<SimHostSpec> = Vec::new();
+        let mut urls: Vec<SimUrl> = Vec::new();
+        let mut add_url = |url: &str, sha: Option<&str>| {
+            if urls.iter().any(|u| u.url == url) {
+                return;
+            }
+            let sha256 = sha
+                .map(str::to_lowercase)
+                .unwrap_or_else(|| hex::encode(sha2::Sha256::digest(url.as_bytes())));
+            urls.push(SimUrl {
+                url: url.to_string(),
+                bytes: CONFIG_IMAGE_BYTES,
+                sha256,
+                virtual_size: Some(CONFIG_IMAGE_BYTES * 4),
+                content_length: true,
+            });
+        };
+        for entry in &cfg.providers {
+            let (_, block) = entry.block();
+            let Some(block) = block else { continue };
+            for image in block["images"]
+                .as_object()
+                .into_iter()
+                .flat_map(|m| m.values())
+            {
+                if let Some(url) = image["url"].as_str() {
+                    add_url(url, image["sha256"].as_str());
+                }
+            }
+            for h in block["hosts"].as_array().into_iter().flatten() {
+                let Some(name) = h["name"].as_str() else {
+                    continue;
+                };
+                let pool = h["pool"].as_str().unwrap_or("default");
+                match hosts.iter_mut().find(|x| x.name == name) {
+                    Some(existing) => {
+                        if !existing.pools.iter().any(|p| p.name == pool) {
+                            let mut more = existing.pools[0].clone();
+                            more.name = pool.to_string();
+                            more.path = format!("/var/lib/libvirt/{pool}");
+                            existing.pools.push(more);
+                        }
+                    }
+                    None => {
+                        let n = hosts.len();
+                        let spec = serde_json::json!({
+                            "name": name,
+                            "address": h["address"].as_str().unwrap_or(""),
+                            "user": h["user"].as_str().unwrap_or(""),
+                            "memoryMiB": CONFIG_HOST_MEMORY_MIB,
+                            "cpus": 256,
+                            "addressPrefix": format!("10.{}.0", 64 + n % 64),
+                            "firstAddress": 10,
+                            "pools": [{
+                                "name": pool,
+                                "path": format!("/var/lib/libvirt/{pool}"),
+                                "capacityGiB": CONFIG_POOL_CAPACITY_GIB,
+                            }],
+                        });
+                        if let Ok(host) = serde_json::from_value::<SimHostSpec>(spec) {
+                            hosts.push(host);
+                        }
+                    }
+                }
+            }
+        }
+        for url in image_urls {
+            if url.starts_with("http://") || url.starts_with("https://") {
+                add_url(url, None);
+            }
+        }
+        world.libvirt.hosts = hosts;
+        world.libvirt.urls = urls;
+        world
+    }
+
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         let de = serde_yaml::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de).map_err(|e| {

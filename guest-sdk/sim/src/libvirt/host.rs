@@ -477,11 +477,25 @@ impl Host {
             .saturating_add(d.held_memory());
     }
 
-    /// The next address of the host's range.
+    /// The next address of the host's range: `<prefix>.<first>` on; past `.254` of a
+    /// three-octet prefix it carries into the third octet (`.1` on), so thousands of domains
+    /// on one host still get distinct addresses.
     pub(crate) fn lease(&mut self) -> String {
         let n = u32::from(self.config.first_address) + self.leases;
         self.leases += 1;
-        format!("{}.{}", self.config.address_prefix, n.min(254))
+        let octets: Vec<u32> = self
+            .config
+            .address_prefix
+            .split('.')
+            .filter_map(|o| o.parse().ok())
+            .collect();
+        match octets.as_slice() {
+            [a, b, c] if n > 254 => {
+                let past = n - 255;
+                format!("{a}.{b}.{}.{}", (c + 1 + past / 254) % 256, 1 + past % 254)
+            }
+            _ => format!("{}.{}", self.config.address_prefix, n.min(254)),
+        }
     }
 
     /// Whether a path is a volume of one of the host's pools.
@@ -492,5 +506,26 @@ impl Host {
     /// The hostname the hypervisor reports.
     pub fn hostname(&self) -> &str {
         self.config.hostname.as_deref().unwrap_or(&self.config.name)
+    }
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use super::*;
+
+    #[test]
+    fn thousands_of_leases_are_distinct_addresses() {
+        let mut h = Host::new(HostConfig::new("h"));
+        let first = h.lease();
+        assert_eq!(first, "192.168.50.100");
+        let all: std::collections::BTreeSet<String> = std::iter::once(first)
+            .chain((0..3000).map(|_| h.lease()))
+            .collect();
+        assert_eq!(all.len(), 3001);
+        assert!(
+            all.iter().all(|a| a.parse::<std::net::Ipv4Addr>().is_ok()),
+            "every lease is an IPv4 address"
+        );
+        assert!(all.contains("192.168.50.254") && all.contains("192.168.51.1"));
     }
 }
