@@ -272,9 +272,21 @@ impl SimLibvirtFault {
     }
 }
 
+/// The simulated hypervisors. A provider entry reaches them through its own view
+/// ([`LibvirtBackend::for_entry`]), which maps each host name it configures to a hypervisor
+/// the way the real backend does by address: an entry whose host has the address of a world
+/// host reaches that one; two entries that give one name to different addresses reach two
+/// hypervisors, so a dry-run shows the same ownership as a real run.
 pub struct SimLibvirt {
     clock: Arc<dyn ClockBackend>,
-    model: Mutex<model::Libvirt>,
+    model: Arc<Mutex<model::Libvirt>>,
+    /// The world's hosts: (name, address).
+    world_hosts: Arc<Vec<(String, String)>>,
+    /// Which address each hypervisor (model key) was first reached at.
+    claims: Arc<Mutex<BTreeMap<String, String>>>,
+    /// This entry's host names to hypervisors; empty for the root, which uses names as they
+    /// are.
+    view: BTreeMap<String, String>,
 }
 
 impl SimLibvirt {
@@ -309,12 +321,57 @@ impl SimLibvirt {
         }
         Self {
             clock,
-            model: Mutex::new(m),
+            model: Arc::new(Mutex::new(m)),
+            world_hosts: Arc::new(
+                spec.hosts
+                    .iter()
+                    .map(|h| (h.name.clone(), h.address.clone()))
+                    .collect(),
+            ),
+            claims: Arc::default(),
+            view: BTreeMap::new(),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, model::Libvirt> {
         self.model.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The hypervisor a host name of this view reaches.
+    fn key<'a>(&'a self, host: &'a str) -> &'a str {
+        self.view.get(host).map_or(host, String::as_str)
+    }
+
+    /// The hypervisor a configured host (name and address) reaches: the world host with that
+    /// address; else the one of that name unless another address reached it first; else one
+    /// of its own, `name@address`.
+    fn hypervisor_for(&self, h: &LibvirtHost) -> String {
+        let mut claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+        if !h.address.is_empty()
+            && let Some((name, _)) = self.world_hosts.iter().find(|(_, a)| *a == h.address)
+        {
+            claims
+                .entry(name.clone())
+                .or_insert_with(|| h.address.clone());
+            return name.clone();
+        }
+        let world_address = self
+            .world_hosts
+            .iter()
+            .find(|(n, _)| *n == h.name)
+            .map(|(_, a)| a.as_str());
+        let free = match world_address {
+            Some(a) if !a.is_empty() => a == h.address,
+            _ => claims.get(&h.name).is_none_or(|a| *a == h.address),
+        };
+        if free {
+            claims
+                .entry(h.name.clone())
+                .or_insert_with(|| h.address.clone());
+            h.name.clone()
+        } else {
+            format!("{}@{}", h.name, h.address)
+        }
     }
 }
 
@@ -325,61 +382,71 @@ impl LibvirtBackend for SimLibvirt {
     fn for_entry(
         self: Arc<Self>,
         _entry: &str,
-        _hosts: &[LibvirtHost],
+        hosts: &[LibvirtHost],
     ) -> Result<Arc<dyn LibvirtBackend>, String> {
-        Ok(self)
+        let view = hosts
+            .iter()
+            .map(|h| (h.name.clone(), self.hypervisor_for(h)))
+            .collect();
+        Ok(Arc::new(SimLibvirt {
+            clock: self.clock.clone(),
+            model: self.model.clone(),
+            world_hosts: self.world_hosts.clone(),
+            claims: self.claims.clone(),
+            view,
+        }))
     }
     async fn lib_version(&self, host: &str) -> R<u64> {
-        Ok(self.lock().lib_version(host)?)
+        Ok(self.lock().lib_version(self.key(host))?)
     }
 
     async fn hostname(&self, host: &str) -> R<String> {
-        Ok(self.lock().hostname(host)?)
+        Ok(self.lock().hostname(self.key(host))?)
     }
 
     async fn node_get_info(&self, host: &str) -> R<NodeInfo> {
-        Ok(self.lock().node_get_info(host)?.into())
+        Ok(self.lock().node_get_info(self.key(host))?.into())
     }
 
     async fn node_free_memory(&self, host: &str) -> R<u64> {
-        Ok(self.lock().node_free_memory(host)?)
+        Ok(self.lock().node_free_memory(self.key(host))?)
     }
 
     async fn list_domains(&self, host: &str) -> R<Vec<String>> {
-        Ok(self.lock().list_domains(host)?)
+        Ok(self.lock().list_domains(self.key(host))?)
     }
 
     async fn domain_lookup(&self, host: &str, name: &str) -> R<String> {
-        Ok(self.lock().domain_lookup(host, name)?)
+        Ok(self.lock().domain_lookup(self.key(host), name)?)
     }
 
     async fn domain_define_xml(&self, host: &str, xml: &str) -> R<()> {
-        Ok(self.lock().domain_define_xml(host, xml)?)
+        Ok(self.lock().domain_define_xml(self.key(host), xml)?)
     }
 
     async fn domain_create(&self, host: &str, name: &str) -> R<()> {
         let now = self.clock.now_millis();
-        Ok(self.lock().domain_create(host, name, now)?)
+        Ok(self.lock().domain_create(self.key(host), name, now)?)
     }
 
     async fn domain_resume(&self, host: &str, name: &str) -> R<()> {
-        Ok(self.lock().domain_resume(host, name)?)
+        Ok(self.lock().domain_resume(self.key(host), name)?)
     }
 
     async fn domain_destroy(&self, host: &str, name: &str) -> R<()> {
-        Ok(self.lock().domain_destroy(host, name)?)
+        Ok(self.lock().domain_destroy(self.key(host), name)?)
     }
 
     async fn domain_undefine(&self, host: &str, name: &str) -> R<()> {
-        Ok(self.lock().domain_undefine(host, name)?)
+        Ok(self.lock().domain_undefine(self.key(host), name)?)
     }
 
     async fn domain_get_state(&self, host: &str, name: &str) -> R<DomainState> {
-        Ok(self.lock().domain_get_state(host, name)?.into())
+        Ok(self.lock().domain_get_state(self.key(host), name)?.into())
     }
 
     async fn domain_get_metadata(&self, host: &str, name: &str, uri: &str) -> R<String> {
-        Ok(self.lock().domain_get_metadata(host, name, uri)?)
+        Ok(self.lock().domain_get_metadata(self.key(host), name, uri)?)
     }
 
     async fn domain_interface_addresses(
@@ -389,46 +456,51 @@ impl LibvirtBackend for SimLibvirt {
         source: AddressSource,
     ) -> R<Vec<InterfaceAddresses>> {
         let now = self.clock.now_millis();
-        let ifaces = self
-            .lock()
-            .domain_interface_addresses(host, name, source.into(), now)?;
+        let ifaces =
+            self.lock()
+                .domain_interface_addresses(self.key(host), name, source.into(), now)?;
         Ok(ifaces.into_iter().map(Into::into).collect())
     }
 
     async fn pool_get_info(&self, host: &str, pool: &str) -> R<PoolInfo> {
-        Ok(self.lock().pool_get_info(host, pool)?.into())
+        Ok(self.lock().pool_get_info(self.key(host), pool)?.into())
     }
 
     async fn pool_refresh(&self, host: &str, pool: &str) -> R<()> {
-        Ok(self.lock().pool_refresh(host, pool)?)
+        Ok(self.lock().pool_refresh(self.key(host), pool)?)
     }
 
     async fn pool_list_volumes(&self, host: &str, pool: &str) -> R<Vec<String>> {
-        Ok(self.lock().pool_list_volumes(host, pool)?)
+        Ok(self.lock().pool_list_volumes(self.key(host), pool)?)
     }
 
     async fn volume_lookup(&self, host: &str, pool: &str, name: &str) -> R<String> {
-        Ok(self.lock().volume_lookup(host, pool, name)?)
+        Ok(self.lock().volume_lookup(self.key(host), pool, name)?)
     }
 
     async fn volume_create_xml(&self, host: &str, pool: &str, xml: &str) -> R<()> {
-        Ok(self.lock().volume_create_xml(host, pool, xml)?)
+        Ok(self.lock().volume_create_xml(self.key(host), pool, xml)?)
     }
 
     async fn volume_delete(&self, host: &str, pool: &str, name: &str) -> R<()> {
-        Ok(self.lock().volume_delete(host, pool, name)?)
+        Ok(self.lock().volume_delete(self.key(host), pool, name)?)
     }
 
     async fn volume_get_info(&self, host: &str, pool: &str, name: &str) -> R<VolumeInfo> {
-        Ok(self.lock().volume_get_info(host, pool, name)?.into())
+        Ok(self
+            .lock()
+            .volume_get_info(self.key(host), pool, name)?
+            .into())
     }
 
     async fn volume_xml(&self, host: &str, pool: &str, name: &str) -> R<String> {
-        Ok(self.lock().volume_xml(host, pool, name)?)
+        Ok(self.lock().volume_xml(self.key(host), pool, name)?)
     }
 
     async fn volume_upload(&self, host: &str, pool: &str, name: &str, data: Vec<u8>) -> R<()> {
-        Ok(self.lock().volume_upload(host, pool, name, data)?)
+        Ok(self
+            .lock()
+            .volume_upload(self.key(host), pool, name, data)?)
     }
 
     async fn volume_download(
@@ -438,7 +510,9 @@ impl LibvirtBackend for SimLibvirt {
         name: &str,
         max_bytes: u64,
     ) -> R<Vec<u8>> {
-        Ok(self.lock().volume_download(host, pool, name, max_bytes)?)
+        Ok(self
+            .lock()
+            .volume_download(self.key(host), pool, name, max_bytes)?)
     }
 
     async fn volume_upload_from_url(
@@ -454,7 +528,7 @@ impl LibvirtBackend for SimLibvirt {
     ) -> R<Transfer> {
         Ok(self
             .lock()
-            .volume_upload_from_url(host, pool, name, url, sha256, max_bytes)?
+            .volume_upload_from_url(self.key(host), pool, name, url, sha256, max_bytes)?
             .into())
     }
 
@@ -463,11 +537,24 @@ impl LibvirtBackend for SimLibvirt {
     }
 
     async fn probe(&self, targets: Vec<ProbeTarget>) -> Vec<ProbeResult> {
-        let targets: Vec<model::ProbeTarget> = targets.into_iter().map(Into::into).collect();
+        let names: Vec<String> = targets.iter().map(|t| t.host.clone()).collect();
+        let targets: Vec<model::ProbeTarget> = targets
+            .into_iter()
+            .map(|mut t| {
+                t.host = self.key(&t.host).to_string();
+                t.into()
+            })
+            .collect();
+        // Answers name the host as this view calls it.
         self.lock()
             .probe(&targets)
             .into_iter()
-            .map(Into::into)
+            .zip(names)
+            .map(|(r, name)| {
+                let mut r: ProbeResult = r.into();
+                r.host = name;
+                r
+            })
             .collect()
     }
 }
@@ -619,5 +706,81 @@ faults:
             .unwrap();
         assert_eq!(agent[1].addrs[0].addr, "192.168.50.100");
         assert_eq!(s.domain_lookup("h", "nope").await.unwrap_err().domain, 10);
+    }
+
+    fn configured(name: &str, address: &str) -> LibvirtHost {
+        LibvirtHost {
+            name: name.into(),
+            address: address.into(),
+            user: "u".into(),
+            socket: String::new(),
+            ssh_key_file: String::new(),
+            known_hosts_file: None,
+            insecure_ignore_host_key: true,
+            transfer_timeout: std::time::Duration::from_secs(60),
+        }
+    }
+
+    /// Two entries that give one host name to different addresses reach two hypervisors;
+    /// entries naming one address by different names share one, as the real backend does.
+    #[tokio::test]
+    async fn each_entry_reaches_the_hypervisor_at_its_address() {
+        let clock = Arc::new(VirtualClock::new(1_000_000, 1));
+        let root = Arc::new(SimLibvirt::new(
+            world("hosts: [{name: node1, address: '10.0.0.1:22'}]\n"),
+            clock,
+        ));
+        let site_a = root
+            .clone()
+            .for_entry("a", &[configured("node1", "10.0.0.1:22")])
+            .unwrap();
+        let site_b = root
+            .clone()
+            .for_entry("b", &[configured("node1", "10.9.9.9:22")])
+            .unwrap();
+        let alias = root
+            .clone()
+            .for_entry("c", &[configured("rack", "10.0.0.1:22")])
+            .unwrap();
+        site_a.domain_define_xml("node1", DOMAIN).await.unwrap();
+        assert_eq!(
+            site_a.list_domains("node1").await.unwrap(),
+            vec!["d".to_string()]
+        );
+        assert!(
+            site_b.list_domains("node1").await.unwrap().is_empty(),
+            "another site's node1 is another hypervisor"
+        );
+        assert_eq!(
+            alias.list_domains("rack").await.unwrap(),
+            vec!["d".to_string()],
+            "the same address under another name is the same hypervisor"
+        );
+        let probed = site_b
+            .probe(vec![ProbeTarget {
+                host: "node1".into(),
+                pool: "default".into(),
+            }])
+            .await;
+        assert_eq!(
+            probed[0].host, "node1",
+            "answers name the host as the entry does"
+        );
+        // Whichever loads first, an unnamed world host goes to the first address that
+        // reaches it and a second address gets a hypervisor of its own.
+        let root = Arc::new(SimLibvirt::new(
+            world("hosts: [{name: lab1}]\n"),
+            Arc::new(VirtualClock::new(1_000_000, 1)),
+        ));
+        let first = root
+            .clone()
+            .for_entry("x", &[configured("lab1", "10.1.1.1:22")])
+            .unwrap();
+        let second = root
+            .clone()
+            .for_entry("y", &[configured("lab1", "10.2.2.2:22")])
+            .unwrap();
+        first.domain_define_xml("lab1", DOMAIN).await.unwrap();
+        assert!(second.list_domains("lab1").await.unwrap().is_empty());
     }
 }
