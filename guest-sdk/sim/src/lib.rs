@@ -3,3 +3,5 @@
 //! native test harness and the host's simulated capabilities are thin adapters over the same
 //! model. A provider's unit tests and the dry-run then meet the same backend, and a difference
 //! from the real one is fixed in one place.
+
+pub mod kube;
