@@ -119,6 +119,8 @@ pub struct Config {
     pub tick_interval: Duration,
     /// Namespaces created at start.
     pub namespaces: Vec<String>,
+    /// `gitVersion` at /version.
+    pub server_version: String,
 }
 
 impl Default for Config {
@@ -133,6 +135,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(60),
             tick_interval: Duration::from_millis(200),
             namespaces: vec!["default".into(), "kube-system".into()],
+            server_version: "v1.33.0".into(),
         }
     }
 }
@@ -147,6 +150,7 @@ struct Shared {
     started: tokio::time::Instant,
     offset_ms: AtomicU64,
     bookmark_interval: Duration,
+    server_version: String,
 }
 
 impl Shared {
@@ -226,6 +230,7 @@ impl Double {
             started: tokio::time::Instant::now(),
             offset_ms: AtomicU64::new(0),
             bookmark_interval: config.bookmark_interval,
+            server_version: config.server_version,
         });
         let mut tasks = vec![tokio::spawn(accept(listener, shared.clone()))];
         if kubelet {
@@ -266,6 +271,30 @@ impl Double {
         config.default_namespace = namespace.to_string();
         // A URL of http://127.0.0.1:port always makes a client.
         kube::Client::try_from(config).unwrap_or_else(|_| unreachable!("a plain HTTP client"))
+    }
+
+    /// A client whose requests reach the same HTTP/1.1 server over an in-process pipe
+    /// instead of a socket. With paused tokio time a test's clock then moves only when every
+    /// task waits on a timer: over a socket it would also jump while a request sits in the
+    /// kernel between the two ends, firing timeouts early.
+    pub fn client_in_memory(&self) -> kube::Client {
+        let shared = self.shared.clone();
+        let svc = tower::service_fn(move |req: Request<kube::client::Body>| {
+            let shared = shared.clone();
+            async move {
+                let (client_io, server_io) = tokio::io::duplex(256 * 1024);
+                tokio::spawn(serve_connection(server_io, shared));
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(client_io)).await?;
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!("API double pipe: {e}");
+                    }
+                });
+                sender.send_request(req).await
+            }
+        });
+        kube::Client::new(svc, "default")
     }
 
     /// A kubeconfig for the double, whose context is in `namespace`.
@@ -345,19 +374,24 @@ async fn accept(listener: tokio::net::TcpListener, shared: Arc<Shared>) {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        tokio::spawn(serve_connection(stream, shared.clone()));
+    }
+}
+
+/// Serves one HTTP/1.1 connection, over a socket or an in-process pipe.
+async fn serve_connection<I>(io: I, shared: Arc<Shared>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
         let shared = shared.clone();
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(handle(shared, req).await) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
-                tracing::debug!("API double connection: {e}");
-            }
-        });
+        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+    });
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), svc)
+        .await
+    {
+        tracing::debug!("API double connection: {e}");
     }
 }
 
@@ -485,7 +519,7 @@ async fn serve(
         Target::Version => {
             return Ok(object(
                 StatusCode::OK,
-                &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0", "platform": "linux/amd64"}),
+                &json!({"major": "1", "minor": "33", "gitVersion": shared.server_version, "platform": "linux/amd64"}),
             ));
         }
         Target::Discovery { api_version } => return Ok(discovery(&api_version)),
