@@ -129,6 +129,7 @@ async fn main() -> ExitCode {
                 gc_grace: a.gc_grace,
                 health_interval: a.health_interval,
                 reload_interval: a.reload_interval,
+                concurrency: a.concurrency,
             };
             match egress_operator::run(opts).await {
                 Ok(()) => ExitCode::SUCCESS,
