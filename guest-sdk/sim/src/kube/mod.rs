@@ -328,8 +328,10 @@ pub struct Options {
     pub extra_kinds: Vec<Kind>,
 }
 
+/// The counter leads, as random UIDs differ from the first character: names derived from a
+/// UID's prefix (a provider's instance name) stay distinct.
 fn default_uid(n: u64) -> String {
-    format!("5e1f0000-0000-4000-8000-{n:012x}")
+    format!("{n:08x}-5e1f-4000-8000-{n:012x}")
 }
 
 impl Default for Options {

@@ -41,7 +41,7 @@ fn create_fills_the_servers_fields_and_drops_status() {
     let a = c
         .create("crawl.example.com/v1alpha1", "Proxy", Some("ns"), body)
         .unwrap();
-    assert_eq!(a["metadata"]["uid"], "5e1f0000-0000-4000-8000-000000000001");
+    assert_eq!(a["metadata"]["uid"], "00000001-5e1f-4000-8000-000000000001");
     assert_eq!(a["metadata"]["resourceVersion"], "1");
     assert_eq!(a["metadata"]["generation"], 1);
     assert_eq!(a["metadata"]["namespace"], "ns");
