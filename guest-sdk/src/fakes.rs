@@ -1,6 +1,7 @@
 //! In-memory capabilities for native unit tests of provider logic, like controller-runtime's
-//! fake client: objects keep uid, resourceVersion, labels and timestamps; faults can be queued
-//! per call; every log line is captured so a test can assert what was (not) logged.
+//! fake client: Kubernetes is the cluster model the dry-run and the API double serve too (uid,
+//! resourceVersion, generation, finalizers, the status subresource, selectors); faults can be
+//! queued per call; every log line is captured so a test can assert what was (not) logged.
 
 use crate::fake_libvirt::FakeLibvirt;
 use crate::host::{Clock, Held, Host, Http, Kube, Libvirt, Locks, Log};
@@ -9,9 +10,12 @@ use crate::libvirt::{
     ProbeTarget, Transfer, VolumeInfo,
 };
 use crate::{HttpError, HttpRequest, HttpResponse, KubeError, Level, ListOptions, ObjectRef};
-use serde_json::{Map, Value, json};
+use egress_sim::kube::{
+    ApiError, Cluster, DeleteOptions, Key, LabelSelector, Options, Patch, Selection, Subresource,
+};
+use serde_json::{Value, json};
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 /// A captured log line.
@@ -22,16 +26,33 @@ pub struct LogLine {
     pub fields: Vec<(String, String)>,
 }
 
-type Key = (String, String, String, String);
-
-/// A fake Kubernetes API.
-#[derive(Default)]
+/// A fake Kubernetes API: the cluster model of `egress_sim::kube` (the one the dry-run and the
+/// operator's API double serve), with faults queued per call and every call recorded.
 pub struct FakeKube {
-    objects: RefCell<BTreeMap<Key, Value>>,
-    next_uid: Cell<u64>,
+    cluster: RefCell<Cluster>,
     faults: RefCell<VecDeque<(String, KubeError)>>,
     calls: RefCell<Vec<String>>,
     now: Cell<u64>,
+}
+
+fn fake_uid(n: u64) -> String {
+    format!("00000000-0000-4000-8000-{n:012}")
+}
+
+impl Default for FakeKube {
+    fn default() -> Self {
+        Self {
+            cluster: RefCell::new(Cluster::new(Options {
+                // A provider may be granted any kind; its tests create what it asks for.
+                infer_unknown_kinds: true,
+                uid: fake_uid,
+                ..Options::default()
+            })),
+            faults: RefCell::new(VecDeque::new()),
+            calls: RefCell::new(Vec::new()),
+            now: Cell::new(0),
+        }
+    }
 }
 
 /// A fake HTTP capability: a handler answers every request.
@@ -282,51 +303,47 @@ impl FakeKube {
         self.calls.borrow().clone()
     }
 
-    /// Inserts an object as is (a test fixture), filling uid and resourceVersion if absent.
+    /// Inserts an object as is (a test fixture), filling uid and creationTimestamp if absent.
     pub fn insert(&self, api_version: &str, kind: &str, mut obj: Value) {
-        let meta = obj
-            .as_object_mut()
-            .and_then(|o| o.get_mut("metadata"))
-            .and_then(Value::as_object_mut);
-        let Some(meta) = meta else { return };
-        let ns = meta
-            .get("namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let name = meta
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        if !meta.contains_key("uid") {
-            meta.insert("uid".into(), json!(self.uid()));
-        }
-        meta.entry("resourceVersion").or_insert(json!("1"));
-        self.objects
-            .borrow_mut()
-            .insert((api_version.into(), kind.into(), ns, name), obj);
+        obj["apiVersion"] = json!(api_version);
+        obj["kind"] = json!(kind);
+        let mut c = self.cluster.borrow_mut();
+        c.set_now(self.now.get() * 1000);
+        // A fixture without a name is no object; the test then finds nothing.
+        let _ = c.insert(obj);
     }
 
     pub fn object(&self, api_version: &str, kind: &str, ns: &str, name: &str) -> Option<Value> {
-        self.objects
+        let ns = Some(ns).filter(|n| !n.is_empty());
+        self.cluster
             .borrow()
-            .get(&(api_version.into(), kind.into(), ns.into(), name.into()))
-            .cloned()
+            .peek(&Key::new(api_version, kind, ns, name))
+            .map(|v| (*v).clone())
+    }
+
+    /// Writes a merge patch to the object's status subresource, as a kubelet does: a patch
+    /// through the capability (the main resource) leaves status alone.
+    pub fn patch_status(
+        &self,
+        target: &ObjectRef,
+        merge_patch: &Value,
+    ) -> Result<Value, KubeError> {
+        self.model(|c| {
+            c.patch(
+                &Self::key(target),
+                &Patch::Merge(merge_patch.clone()),
+                Subresource::Status,
+            )
+        })
+        .map(|v| (*v).clone())
     }
 
     pub fn len(&self) -> usize {
-        self.objects.borrow().len()
+        self.cluster.borrow().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.objects.borrow().is_empty()
-    }
-
-    fn uid(&self) -> String {
-        let n = self.next_uid.get() + 1;
-        self.next_uid.set(n);
-        format!("00000000-0000-4000-8000-{n:012}")
+        self.cluster.borrow().is_empty()
     }
 
     fn fault(&self, op: &str) -> Result<(), KubeError> {
@@ -348,17 +365,23 @@ impl FakeKube {
     }
 
     fn key(r: &ObjectRef) -> Key {
-        (
-            r.api_version.clone(),
-            r.kind.clone(),
-            r.namespace.clone().unwrap_or_default(),
-            r.name.clone(),
-        )
+        Key::new(&r.api_version, &r.kind, r.namespace.as_deref(), &r.name)
+    }
+
+    /// Runs `f` on the model at the host's time.
+    fn model<T>(
+        &self,
+        f: impl FnOnce(&mut Cluster) -> Result<T, ApiError>,
+    ) -> Result<T, KubeError> {
+        let mut c = self.cluster.borrow_mut();
+        c.set_now(self.now.get() * 1000);
+        f(&mut c).map_err(|e| kube_error(e.code, &e.reason, &e.message))
     }
 }
 
-fn not_found(kind: &str, name: &str) -> KubeError {
-    kube_error(404, "NotFound", &format!("{kind} {name:?} not found"))
+fn parse(text: &str, what: &str) -> Result<Value, KubeError> {
+    serde_json::from_str(text)
+        .map_err(|e| kube_error(400, "BadRequest", &format!("{what} is not JSON: {e}")))
 }
 
 impl Kube for FakeKube {
@@ -370,11 +393,8 @@ impl Kube for FakeKube {
             &target.name,
         );
         self.fault("get")?;
-        self.objects
-            .borrow()
-            .get(&Self::key(target))
-            .map(Value::to_string)
-            .ok_or_else(|| not_found(&target.kind, &target.name))
+        self.model(|c| c.get(&Self::key(target)))
+            .map(|v| v.to_string())
     }
 
     fn create(
@@ -384,38 +404,12 @@ impl Kube for FakeKube {
         namespace: Option<&str>,
         body: &str,
     ) -> Result<String, KubeError> {
-        let mut obj: Value = serde_json::from_str(body)
-            .map_err(|e| kube_error(400, "BadRequest", &format!("invalid JSON: {e}")))?;
+        let obj = parse(body, "object")?;
         let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
         self.record("create", kind, namespace, &name);
         self.fault("create")?;
-        if name.is_empty() {
-            return Err(kube_error(422, "Invalid", "metadata.name: Required value"));
-        }
-        let key = (
-            api_version.to_string(),
-            kind.to_string(),
-            namespace.unwrap_or("").to_string(),
-            name.clone(),
-        );
-        if self.objects.borrow().contains_key(&key) {
-            return Err(kube_error(
-                409,
-                "AlreadyExists",
-                &format!("{kind} {name:?} already exists"),
-            ));
-        }
-        let uid = self.uid();
-        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.insert("uid".into(), json!(uid));
-            meta.insert("resourceVersion".into(), json!("1"));
-            meta.insert("creationTimestamp".into(), json!(rfc3339(self.now.get())));
-            if let Some(ns) = namespace {
-                meta.insert("namespace".into(), json!(ns));
-            }
-        }
-        self.objects.borrow_mut().insert(key, obj.clone());
-        Ok(obj.to_string())
+        self.model(|c| c.create(api_version, kind, namespace, obj))
+            .map(|v| v.to_string())
     }
 
     fn delete(&self, target: &ObjectRef) -> Result<(), KubeError> {
@@ -426,33 +420,24 @@ impl Kube for FakeKube {
             &target.name,
         );
         self.fault("delete")?;
-        self.objects
-            .borrow_mut()
-            .remove(&Self::key(target))
+        self.model(|c| c.delete(&Self::key(target), &DeleteOptions::default()))
             .map(|_| ())
-            .ok_or_else(|| not_found(&target.kind, &target.name))
     }
 
     fn list(&self, options: &ListOptions) -> Result<Vec<String>, KubeError> {
         self.record("list", &options.kind, options.namespace.as_deref(), "");
         self.fault("list")?;
-        let mut out = Vec::new();
-        for ((av, kind, ns, _), obj) in self.objects.borrow().iter() {
-            if av != &options.api_version || kind != &options.kind {
-                continue;
-            }
-            if options.namespace.as_ref().is_some_and(|want| ns != want) {
-                continue;
-            }
-            if !selector_matches(&options.label_selector, &obj["metadata"]["labels"]) {
-                continue;
-            }
-            out.push(obj.to_string());
-            if options.limit.is_some_and(|l| out.len() >= l as usize) {
-                break;
-            }
-        }
-        Ok(out)
+        self.model(|c| {
+            let mut sel = Selection::of(
+                &options.api_version,
+                &options.kind,
+                options.namespace.as_deref(),
+            );
+            sel.labels =
+                LabelSelector::parse(&options.label_selector).map_err(ApiError::bad_request)?;
+            let page = c.list(&sel, options.limit.map(|l| l as usize), None)?;
+            Ok(page.items.iter().map(|v| v.to_string()).collect())
+        })
     }
 
     fn patch(&self, target: &ObjectRef, merge_patch: &str) -> Result<String, KubeError> {
@@ -463,14 +448,9 @@ impl Kube for FakeKube {
             &target.name,
         );
         self.fault("patch")?;
-        let patch: Value = serde_json::from_str(merge_patch)
-            .map_err(|e| kube_error(400, "BadRequest", &format!("invalid JSON: {e}")))?;
-        let mut objects = self.objects.borrow_mut();
-        let obj = objects
-            .get_mut(&Self::key(target))
-            .ok_or_else(|| not_found(&target.kind, &target.name))?;
-        merge(obj, &patch);
-        Ok(obj.to_string())
+        let patch = parse(merge_patch, "patch")?;
+        self.model(|c| c.patch(&Self::key(target), &Patch::Merge(patch), Subresource::Main))
+            .map(|v| v.to_string())
     }
 
     fn server_version(&self) -> Result<(String, String), KubeError> {
@@ -480,47 +460,13 @@ impl Kube for FakeKube {
     }
 }
 
-/// RFC 7386 JSON merge patch.
-pub fn merge(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = Value::Object(Map::new());
-            }
-            if let Some(t) = target.as_object_mut() {
-                for (k, v) in p {
-                    if v.is_null() {
-                        t.remove(k);
-                    } else {
-                        merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                    }
-                }
-            }
-        }
-        _ => *target = patch.clone(),
-    }
-}
+/// RFC 7386 JSON merge patch (the cluster model's).
+pub use egress_sim::kube::merge_patch as merge;
 
-/// Equality-based label selectors: `a=b,c!=d,e` (e: key exists).
+/// Whether `labels` match a label selector in its text form; an invalid selector matches
+/// nothing.
 pub fn selector_matches(selector: &str, labels: &Value) -> bool {
-    selector
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .all(|term| {
-            if let Some((k, v)) = term.split_once("!=") {
-                labels[k.trim()].as_str() != Some(v.trim())
-            } else if let Some((k, v)) = term.split_once('=') {
-                let v = v.trim_start_matches('=');
-                labels[k.trim()].as_str() == Some(v.trim())
-            } else {
-                labels.get(term).is_some()
-            }
-        })
-}
-
-fn rfc3339(secs: u64) -> String {
-    crate::time::format_rfc3339(secs as i64)
+    LabelSelector::parse(selector).is_ok_and(|s| s.matches(labels))
 }
 
 /// Libvirt without a grant: every call is denied.
@@ -660,6 +606,8 @@ mod tests {
         assert!(selector_matches("b", &labels));
         assert!(!selector_matches("c", &labels));
         assert!(selector_matches("", &labels));
+        assert!(selector_matches("a in (1,3),!c", &labels));
+        assert!(!selector_matches("a in", &labels));
     }
 
     #[test]

@@ -139,6 +139,21 @@ fn deploy_kustomization_builds() {
             );
             assert_eq!(v["metadata"]["namespace"], "egress-proxies");
         }
+        if v["kind"] == "ClusterRole" && v["metadata"]["name"] == "egress-proxies-pods" {
+            // blockOwnerDeletion on the Pods' OwnerReference needs update on the owner's
+            // finalizers under OwnerReferencesPermissionEnforcement.
+            let rules = v["rules"].as_sequence().unwrap();
+            assert!(
+                rules.iter().any(|r| {
+                    r["apiGroups"][0] == "crawl.example.com"
+                        && r["resources"][0] == "proxies/finalizers"
+                        && r["verbs"]
+                            .as_sequence()
+                            .is_some_and(|v| v.iter().any(|v| v == "update"))
+                }),
+                "the Pods' role must allow update on proxies/finalizers: {rules:?}"
+            );
+        }
         if v["kind"] == "ClusterRole" && v["metadata"]["name"] == "egress-proxies" {
             let rules = serde_yaml::to_string(&v["rules"]).unwrap();
             assert!(

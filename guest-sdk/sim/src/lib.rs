@@ -6,5 +6,6 @@
 
 pub mod codes;
 pub mod gce;
+pub mod kube;
 pub mod libvirt;
 pub mod xml;

@@ -123,9 +123,10 @@ pub struct RunArgs {
     /// The providers config (a mounted ConfigMap); reloaded when it changes.
     #[arg(long, default_value = "/etc/egress-proxies/providers.yaml")]
     pub providers: PathBuf,
-    /// The operator's namespace, where its Lease lives.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "egress-proxies")]
-    pub namespace: String,
+    /// The operator's namespace, where its Lease lives. Default: the service account's
+    /// namespace in the cluster, the kubeconfig context's namespace outside it.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
     /// This replica's identity in the Lease.
     #[arg(long, env = "POD_NAME", default_value = "egress-proxies")]
     pub identity: String,
@@ -143,6 +144,9 @@ pub struct RunArgs {
     pub health_interval: std::time::Duration,
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub reload_interval: std::time::Duration,
+    /// How many Proxies are reconciled at once.
+    #[arg(long, default_value_t = egress_operator::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

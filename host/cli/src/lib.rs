@@ -138,6 +138,11 @@ pub fn parse_inputs(text: &str, what: &str) -> Result<Inputs, CliError> {
                 message: p.clone(),
             });
         }
+        // The derived UID is a digest: worked out once here, not at every use.
+        let mut proxy = proxy;
+        if proxy.metadata.uid.is_none() {
+            proxy.metadata.uid = Some(proxy.uid());
+        }
         let key = proxy.key();
         if !seen.insert(key.clone()) {
             return Err(CliError::Input {

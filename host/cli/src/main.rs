@@ -109,6 +109,7 @@ async fn run(cli: Cli) -> ExitCode {
                 gc_grace: a.gc_grace,
                 health_interval: a.health_interval,
                 reload_interval: a.reload_interval,
+                concurrency: a.concurrency,
             };
             match egress_operator::run(opts).await {
                 Ok(()) => ExitCode::SUCCESS,

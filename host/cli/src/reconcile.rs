@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How time passes: virtual in a dry-run (jumps to the next due Proxy), real otherwise.
 pub enum Time {
@@ -356,7 +357,7 @@ impl Driver<'_> {
             if end_ms.is_some_and(|end| now >= end) {
                 break;
             }
-            for run in pools.iter_mut() {
+            for run in pools.iter_mut().filter(|r| r.due(now)) {
                 run.step(
                     self.providers,
                     tracked,
@@ -395,8 +396,10 @@ impl Driver<'_> {
             }
             for key in due {
                 if let Some(t) = tracked.get_mut(&key) {
+                    let before = pool_view(t);
                     self.step(&key, t).await;
                     sink.record(&key, t)?;
+                    mark_pool(pools, t, before);
                 }
             }
         }
@@ -431,7 +434,7 @@ impl Driver<'_> {
                 for run in pools.iter_mut() {
                     let pool = Some(run.key());
                     let busy = flying.values().any(|p| *p == pool);
-                    if !busy {
+                    if !busy && run.due(now) {
                         run.step(
                             self.providers,
                             tracked,
@@ -458,8 +461,9 @@ impl Driver<'_> {
                             .map(|p| format!("{}/{p}", t.proxy.metadata.namespace));
                         flying.insert(key.clone(), pool);
                         in_flight.push(async move {
+                            let before = pool_view(&t);
                             self.step(&key, &mut t).await;
-                            (key, t)
+                            (key, t, before)
                         });
                     }
                 }
@@ -486,9 +490,10 @@ impl Driver<'_> {
                     Duration::from_millis(next.min(deadline_ms).saturating_sub(now).max(1))
                 });
             tokio::select! {
-                Some((key, t)) = in_flight.next() => {
+                Some((key, t, before)) = in_flight.next() => {
                     sink.record(&key, &t)?;
                     flying.remove(&key);
+                    mark_pool(pools, &t, before);
                     tracked.insert(key, t);
                 }
                 () = sleep_or_never(wake) => {}
@@ -508,7 +513,11 @@ impl Driver<'_> {
             now: &now,
             egress: self.egress.as_deref(),
         };
-        let r = reconcile_proxy(&env, &t.proxy, t.status.clone(), t.deleting, key).await;
+        let r = reconcile_proxy(&env, &t.proxy, t.status.clone(), t.deleting, key)
+            .instrument(egress_runtime::reconciler::reconcile_span(
+                &t.proxy, t.deleting,
+            ))
+            .await;
         let now_ms = self.time.now_ms();
         t.events.extend(r.events.into_iter().map(|e| ReportEvent {
             at_ms:
@@ -590,6 +599,20 @@ impl Driver<'_> {
             }
         }
         verdicts
+    }
+}
+
+/// What a pool's decisions look at of one of its Proxies.
+fn pool_view(t: &Tracked) -> (bool, bool, bool) {
+    (reconcile::ready_is_true(&t.status), t.deleting, t.released)
+}
+
+/// Marks the Proxy's pool for a new decision when what the pool sees of it changed.
+fn mark_pool(pools: &mut [PoolRun], t: &Tracked, before: (bool, bool, bool)) {
+    if pool_view(t) != before {
+        for run in pools.iter_mut().filter(|r| r.owns(t)) {
+            run.dirty = true;
+        }
     }
 }
 

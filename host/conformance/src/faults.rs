@@ -135,6 +135,13 @@ impl KubeBackend for FaultyKube {
         self.gate().await?;
         self.inner.patch(target, merge_patch).await
     }
+    async fn patch_status(
+        &self,
+        target: &KubeRef,
+        merge_patch: &Value,
+    ) -> Result<Value, KubeError> {
+        self.inner.patch_status(target, merge_patch).await
+    }
     async fn server_version(&self) -> Result<(String, String), KubeError> {
         self.inner.server_version().await
     }

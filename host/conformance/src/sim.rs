@@ -156,7 +156,7 @@ impl SimSetup {
             };
             return self
                 .kube
-                .patch(&pod, &json!({"status": {"phase": "Failed"}}))
+                .patch_status(&pod, &json!({"status": {"phase": "Failed"}}))
                 .await
                 .map(|_| ())
                 .map_err(|e| format!("patching Pod {namespace}/{name}: {}", e.message));

@@ -495,7 +495,21 @@ fn failure(obs: Observation<'_>, err: ProviderError, now: &str, kind: FailureKin
     } else {
         None
     };
-    if kind == FailureKind::Create {
+    // The same failure again (same operation, provider reason and class) keeps the stored
+    // condition: its message may carry live numbers ("N bytes free"), and rewriting it would
+    // write a new status for every retry without saying anything new.
+    let meaning = format!("{} failed ({}): ", err.operation, err.reason);
+    let repeated = |type_: &str, r: &str| {
+        status.condition(type_).is_some_and(|c| {
+            c.status == "False"
+                && c.reason == r
+                && c.observed_generation == Some(generation)
+                && c.message.starts_with(&meaning)
+        })
+    };
+    let keep_provisioned = repeated(PROVISIONED, reason::NOT_CREATED);
+    let keep_ready = repeated(READY, r);
+    if kind == FailureKind::Create && !keep_provisioned {
         status.set_condition(
             cond(
                 PROVISIONED,
@@ -507,7 +521,9 @@ fn failure(obs: Observation<'_>, err: ProviderError, now: &str, kind: FailureKin
             now,
         );
     }
-    status.set_condition(cond(READY, "False", r, &message, generation), now);
+    if !keep_ready {
+        status.set_condition(cond(READY, "False", r, &message, generation), now);
+    }
     Outcome { status, next }
 }
 

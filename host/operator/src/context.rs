@@ -5,7 +5,7 @@ use crate::metrics::Metrics;
 use egress_core::ErrorClass;
 use egress_core::config::ProvidersConfig;
 use egress_runtime::Providers;
-use kube::runtime::events::Reporter;
+use kube::runtime::events::{Recorder, Reporter};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -21,6 +21,9 @@ pub struct Context {
     pub installation: String,
     pub metrics: Arc<Metrics>,
     pub reporter: Reporter,
+    /// One for the controller: it remembers the Events it wrote, so a repeat is counted into
+    /// the first one's series instead of becoming a new Event.
+    pub recorder: Recorder,
     loaded: RwLock<Arc<Loaded>>,
     attempts: Mutex<HashMap<String, u32>>,
 }
@@ -34,6 +37,7 @@ impl Context {
         reporter: Reporter,
     ) -> Self {
         Self {
+            recorder: Recorder::new(client.clone(), reporter.clone()),
             client,
             installation,
             metrics,

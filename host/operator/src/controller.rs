@@ -8,11 +8,12 @@ use egress_runtime::reconciler::{CloudInitSource, ReconcileEnv, Wait, reconcile_
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 pub const FINALIZER: &str = "crawl.example.com/egress-proxies";
 
@@ -22,6 +23,8 @@ pub enum Error {
     Kube(#[source] kube::Error),
     #[error("the Proxy has no namespace")]
     NoNamespace,
+    #[error("building the patch that releases the finalizer: {0}")]
+    Patch(#[source] serde_json::Error),
 }
 
 impl Error {
@@ -29,6 +32,7 @@ impl Error {
         match self {
             Error::Kube(_) => "kube",
             Error::NoNamespace => "invalid",
+            Error::Patch(_) => "patch",
         }
     }
 }
@@ -105,12 +109,39 @@ fn now() -> String {
     egress_core::gc::format_rfc3339(secs)
 }
 
+/// A JSON patch that removes our finalizer at the index the Proxy has it, testing it is still
+/// there (as kube-runtime's finalizer helper does). It carries no resourceVersion: the status
+/// written just before is a newer version than `proxy`, and a precondition on the old one
+/// would be refused with 409 Conflict. None when the finalizer is not there.
+pub fn release_patch(proxy: &Proxy) -> Result<Option<json_patch::Patch>, Error> {
+    let Some(i) = proxy.finalizers().iter().position(|f| f == FINALIZER) else {
+        return Ok(None);
+    };
+    let path = format!("/metadata/finalizers/{i}");
+    serde_json::from_value(json!([
+        {"op": "test", "path": path, "value": FINALIZER},
+        {"op": "remove", "path": path},
+    ]))
+    .map(Some)
+    .map_err(Error::Patch)
+}
+
+// A span per reconcile that follows the future across awaits (an entered guard held across
+// them would leave it entered on whichever reconcile the thread runs next).
 pub async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = egress_runtime::reconciler::reconcile_span(
+        &proxy.to_core(),
+        proxy.metadata.deletion_timestamp.is_some(),
+    );
+    reconcile_in_span(proxy, ctx).instrument(span).await
+}
+
+/// One reconcile, inside its `reconcile` span (one trace: the finalizer and status writes,
+/// the provider calls and their capability calls).
+async fn reconcile_in_span(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Action, Error> {
     let namespace = proxy.namespace().ok_or(Error::NoNamespace)?;
     let name = proxy.name_any();
     let key = format!("{namespace}/{name}");
-    let span = tracing::info_span!("reconcile", proxy = %key);
-    let _enter = span.enter();
     let api: Api<Proxy> = Api::namespaced(ctx.client.clone(), &namespace);
     let deleting = proxy.metadata.deletion_timestamp.is_some();
     let has_finalizer = proxy.finalizers().iter().any(|f| f == FINALIZER);
@@ -156,7 +187,7 @@ pub async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Action, E
         .map_err(Error::Kube)?;
     }
     if !result.events.is_empty() {
-        let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+        let recorder = &ctx.recorder;
         let reference = proxy.object_ref(&());
         for e in &result.events {
             let event = Event {
@@ -177,16 +208,11 @@ pub async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Action, E
         }
     }
     if result.released {
-        let finalizers: Vec<String> = proxy
-            .finalizers()
-            .iter()
-            .filter(|f| f.as_str() != FINALIZER)
-            .cloned()
-            .collect();
-        let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": proxy.resource_version()}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(Error::Kube)?;
+        if let Some(patch) = release_patch(&proxy)? {
+            api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .await
+                .map_err(Error::Kube)?;
+        }
         ctx.forget(&key);
         ctx.metrics.reconciled("ok");
         return Ok(Action::await_change());

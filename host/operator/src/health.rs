@@ -73,14 +73,14 @@ pub async fn run(ctx: std::sync::Arc<Context>, interval: Duration) {
 
 /// An Event on the provider's ProviderHealth: its new version was refused.
 pub async fn refused_event(ctx: &Context, provider: &str, message: &str) {
-    use kube::runtime::events::{Event, EventType, Recorder};
+    use kube::runtime::events::{Event, EventType};
     let reference = k8s_openapi::api::core::v1::ObjectReference {
         api_version: Some("crawl.example.com/v1alpha1".into()),
         kind: Some("ProviderHealth".into()),
         name: Some(provider.to_string()),
         ..Default::default()
     };
-    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let recorder = &ctx.recorder;
     let event = Event {
         type_: EventType::Warning,
         reason: "ReloadRefused".into(),

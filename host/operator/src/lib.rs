@@ -16,9 +16,9 @@ use egress_core::config::ProvidersConfig;
 use egress_runtime::capabilities::kube::RealKube;
 use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
 use futures::StreamExt;
-use kube::runtime::controller::Controller;
+use kube::runtime::controller::{self as kube_controller, Controller};
 use kube::runtime::events::Reporter;
-use kube::runtime::watcher;
+use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,8 +26,9 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct Options {
     pub providers: PathBuf,
-    /// Where the Lease lives (the operator's namespace).
-    pub namespace: String,
+    /// Where the Lease lives (the operator's namespace). None: the in-cluster service
+    /// account's namespace, or out of the cluster the kubeconfig context's.
+    pub namespace: Option<String>,
     pub lease_name: String,
     /// This replica's identity in the Lease (the Pod name).
     pub identity: String,
@@ -36,7 +37,12 @@ pub struct Options {
     pub gc_grace: Duration,
     pub health_interval: Duration,
     pub reload_interval: Duration,
+    /// How many Proxies are reconciled at once.
+    pub concurrency: u16,
 }
+
+/// The reconciles running at once unless `--concurrency` says otherwise.
+pub const DEFAULT_CONCURRENCY: u16 = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -50,6 +56,10 @@ pub enum Error {
     Listen { addr: String, message: String },
     #[error("lost the lease {0}")]
     LostLease(String),
+    #[error(
+        "the Lease namespace {0:?} does not exist: create it, or name the operator's namespace with --namespace"
+    )]
+    LeaseNamespace(String),
 }
 
 /// The installation identity: the config's, or the UID of the kube-system namespace, which
@@ -77,6 +87,10 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         .await
         .map_err(|e| Error::Runtime(format!("Kubernetes config: {e}")))?;
     let address = config.cluster_url.to_string();
+    let namespace = opts
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
     let client = kube::Client::try_from(config)?;
     let backends = Backends {
         kube: Arc::new(RealKube::with_client(client.clone(), address)),
@@ -118,12 +132,12 @@ pub async fn run(opts: Options) -> Result<(), Error> {
 
     let lease = leader::LeaseLock::new(
         client.clone(),
-        &opts.namespace,
+        &namespace,
         &opts.lease_name,
         &opts.identity,
         Duration::from_secs(15),
     );
-    lease.acquire().await;
+    lease.acquire().await?;
 
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -138,8 +152,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
 
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel::<()>(1);
     let reload = reload_loop(reloader, ctx.clone(), opts.reload_interval, reload_tx);
-    let proxies: kube::Api<crd::Proxy> = kube::Api::all(client.clone());
-    let controller = Controller::new(proxies, watcher::Config::default().any_semantic())
+    let controller = proxy_controller(client.clone(), opts.concurrency)
         .reconcile_all_on(tokio_stream_from(reload_rx))
         .shutdown_on_signal()
         .run(controller::reconcile, controller::error_policy, ctx.clone())
@@ -152,6 +165,25 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         _ = reload => Ok(()),
         _ = lease.hold() => Err(Error::LostLease(opts.lease_name.clone())),
     }
+}
+
+/// The Proxy controller over a watch of every Proxy, woken only by what needs a reconcile: a
+/// new generation (spec changes, and the deletion mark, which bumps it) or a change of
+/// finalizers (ours arriving). Status writes are not among them, so a reconcile's own status
+/// write does not start another one and backoff holds. At most `concurrency` run at once.
+pub fn proxy_controller(client: kube::Client, concurrency: u16) -> Controller<crd::Proxy> {
+    let api: kube::Api<crd::Proxy> = kube::Api::all(client);
+    let (reader, writer) = reflector::store();
+    let proxies = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            predicates::generation.combine(predicates::finalizers),
+            Default::default(),
+        );
+    Controller::for_stream(proxies, reader)
+        .with_config(kube_controller::Config::default().concurrency(concurrency))
 }
 
 fn tokio_stream_from(

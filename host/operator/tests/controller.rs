@@ -1,6 +1,7 @@
-//! The controller, the sweeper and the health monitor against a fake API server (tower-test,
-//! answering by route and recording every request), with the real kubernetes provider module
-//! running against the simulated cluster for its Pods.
+//! The controller, the sweeper, the health monitor and the Lease against the API double: the
+//! real kube client over a socket to a model with the API server's semantics (resourceVersion
+//! preconditions, generation, the status subresource, finalizers), with the real kubernetes
+//! provider module creating its Pods in the same cluster.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,162 +11,466 @@ use egress_operator::context::{Context, Loaded};
 use egress_operator::controller::{FINALIZER, reconcile};
 use egress_operator::crd::Proxy;
 use egress_operator::metrics::Metrics;
-use egress_runtime::capabilities::kube::KubeRef;
-use egress_runtime::world::{SimWorld, World};
-use egress_runtime::{LoadOptions, Providers, Runtime, RuntimeOptions};
-use http::{Request, Response};
-use kube::client::Body;
+use egress_runtime::capabilities::kube::RealKube;
+use egress_runtime::world::World;
+use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
+use http::Method;
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::Reporter;
+use kube_double::model::{ApiError, Key, Kubelet, Options, Patch, Subresource};
+use kube_double::{Config, Double, Fault, Recorded, Route};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-const UID: &str = "3f2b9c1e-7a44-4d0e-9a51-0c2e8f6b1d23";
-const POD: &str = "proxy-3f2b9c1e7a44";
+const POD: &str = "proxy-";
 const SECRET_TEXT: &str = "#cloud-config\npassword: SENTINEL-in-a-secret";
+const PROXIES: &str = "/apis/crawl.example.com/v1alpha1/namespaces/crawlers/proxies";
 
-#[derive(Debug, Clone)]
-struct Seen {
-    method: String,
-    path: String,
-    body: Value,
+struct Env {
+    d: Double,
+    ctx: Arc<Context>,
 }
 
-/// A fake API server: answers by route, records every request.
-#[derive(Clone, Default)]
-struct FakeApi {
-    seen: Arc<Mutex<Vec<Seen>>>,
-    /// Proxies returned by a cluster-wide list.
-    proxies: Arc<Mutex<Vec<Value>>>,
-    /// ProviderHealth objects by name.
-    health: Arc<Mutex<std::collections::BTreeMap<String, Value>>>,
+fn double_config() -> Config {
+    Config {
+        options: Options {
+            kubelet: Some(Kubelet {
+                start_ms: 3000,
+                termination_ms: 0,
+            }),
+            require_namespaces: true,
+            ..Options::default()
+        },
+        namespaces: vec!["default".into(), "kube-system".into(), "crawlers".into()],
+        ..Config::default()
+    }
 }
 
-impl FakeApi {
-    fn client(&self) -> kube::Client {
-        let me = self.clone();
-        mock_client(move |method, path, body| {
-            me.seen.lock().unwrap().push(Seen {
-                method: method.to_string(),
-                path: path.to_string(),
-                body: body.clone(),
-            });
-            me.answer(method, path, body)
-        })
+async fn env(providers_yaml: &str) -> Env {
+    env_with(providers_yaml, double_config()).await
+}
+
+async fn env_with(providers_yaml: &str, config: Config) -> Env {
+    let d = Double::start_with(config).await.unwrap();
+    let ctx = context(d.client(), &d, providers_yaml).await;
+    Env { d, ctx }
+}
+
+/// A Context whose providers reach the double for their Pods, as in a cluster.
+async fn context(client: kube::Client, d: &Double, providers_yaml: &str) -> Arc<Context> {
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(cache),
+        ..Default::default()
+    })
+    .unwrap();
+    let config = ProvidersConfig::from_yaml(providers_yaml).unwrap();
+    let world = World::default().build().unwrap();
+    let backends = Backends {
+        kube: Arc::new(RealKube::with_client(client.clone(), d.url())),
+        ..world.backends
+    };
+    let providers = Providers::load(
+        &runtime,
+        &config,
+        LoadOptions {
+            base_dir: Path::new("."),
+            builtin: &egress_builtins::module_for_type,
+            backends,
+            recorder: None,
+        },
+    )
+    .await
+    .unwrap();
+    Arc::new(Context::new(
+        client,
+        "test".into(),
+        Loaded {
+            config: Arc::new(config),
+            providers: Arc::new(providers),
+        },
+        Arc::new(Metrics::new()),
+        Reporter {
+            controller: "egress-proxies".into(),
+            instance: Some("test".into()),
+        },
+    ))
+}
+
+const PROVIDERS: &str = "installation: test\nproviders:\n- {name: cluster, type: kubernetes}\n";
+
+impl Env {
+    fn proxies(&self) -> Api<Proxy> {
+        Api::namespaced(self.d.client(), "crawlers")
     }
 
-    fn answer(&self, method: &str, path: &str, body: Value) -> (u16, Value) {
-        let not_found = |what: &str| {
-            (
-                404,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": format!("{what} not found")}),
-            )
-        };
-        match (method, path) {
-            ("PATCH", p) if p.starts_with("/apis/crawl.example.com/v1alpha1/namespaces/") => {
-                (200, proxy_json(1, &[FINALIZER], None).tap_merge(&body))
+    /// Creates Proxy p1 (with `finalizers`) and answers it as stored.
+    async fn create_proxy(&self, finalizers: &[&str], spec: Value) -> Arc<Proxy> {
+        let mut v = json!({
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+            "metadata": {"name": "p1", "namespace": "crawlers", "finalizers": finalizers},
+            "spec": {"provider": "cluster", "port": 3128},
+        });
+        if let Some(s) = spec.as_object() {
+            for (k, val) in s {
+                v["spec"][k] = val.clone();
             }
-            ("POST", p) if p.ends_with("/events") => (201, body),
-            ("GET", "/api/v1/namespaces/crawlers/secrets/ci") => (
-                200,
-                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ci", "namespace": "crawlers"},
-                       "data": {"user-data": b64(SECRET_TEXT)}}),
-            ),
-            ("GET", p) if p.starts_with("/api/v1/namespaces/crawlers/secrets/") => {
-                not_found("secret")
-            }
-            ("GET", "/apis/crawl.example.com/v1alpha1/proxies") => (
-                200,
-                json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyList", "metadata": {}, "items": *self.proxies.lock().unwrap()}),
-            ),
-            ("GET", p) if p.starts_with("/apis/crawl.example.com/v1alpha1/providerhealths/") => {
-                let name = p.rsplit('/').next().unwrap_or("");
-                match self.health.lock().unwrap().get(name) {
-                    Some(v) => (200, v.clone()),
-                    None => not_found("providerhealth"),
-                }
-            }
-            ("POST", "/apis/crawl.example.com/v1alpha1/providerhealths") => {
-                let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
-                self.health.lock().unwrap().insert(name, body.clone());
-                (201, body)
-            }
-            ("PATCH", p) if p.starts_with("/apis/crawl.example.com/v1alpha1/providerhealths/") => {
-                let name = p
-                    .trim_end_matches("/status")
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or("")
-                    .to_string();
-                let mut health = self.health.lock().unwrap();
-                let obj = health.entry(name).or_insert(Value::Null);
-                obj["status"] = body["status"].clone();
-                (200, obj.clone())
-            }
-            _ => not_found(path),
         }
+        let p: Proxy = serde_json::from_value(v).unwrap();
+        self.proxies()
+            .create(&PostParams::default(), &p)
+            .await
+            .unwrap();
+        self.proxy().await
     }
 
-    fn seen(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+    /// Proxy p1 as the API has it now.
+    async fn proxy(&self) -> Arc<Proxy> {
+        Arc::new(self.proxies().get("p1").await.unwrap())
     }
 
-    fn clear(&self) {
-        self.seen.lock().unwrap().clear();
+    async fn reconcile(&self) -> Action {
+        reconcile(self.proxy().await, self.ctx.clone())
+            .await
+            .unwrap()
+    }
+
+    fn writes(&self) -> Vec<Recorded> {
+        self.d
+            .requests()
+            .into_iter()
+            .filter(|r| r.method != "GET")
+            .collect()
     }
 
     fn status_patches(&self) -> Vec<Value> {
-        self.seen()
+        self.d
+            .requests()
             .into_iter()
             .filter(|s| s.method == "PATCH" && s.path.ends_with("/status"))
             .map(|s| s.body["status"].clone())
             .collect()
     }
 
+    /// Reasons of the Events written (new ones and repeats counted into a series).
     fn event_reasons(&self) -> Vec<String> {
-        self.seen()
+        self.d
+            .requests()
             .into_iter()
-            .filter(|s| s.method == "POST" && s.path.ends_with("/events"))
+            .filter(|s| s.path.contains("/events"))
+            .filter(|s| s.method == "POST" || s.method == "PATCH")
             .map(|s| s.body["reason"].as_str().unwrap_or("").to_string())
             .collect()
     }
-}
 
-/// A client whose every request is answered by `answer(method, path, body)` as JSON.
-fn mock_client(
-    answer: impl Fn(&str, &str, Value) -> (u16, Value) + Send + 'static,
-) -> kube::Client {
-    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-    tokio::spawn(async move {
-        while let Some((req, send)) = handle.next_request().await {
-            let method = req.method().to_string();
-            let path = req.uri().path().to_string();
-            let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            let (status, reply) = answer(&method, &path, body);
-            send.send_response(
-                Response::builder()
-                    .status(status)
-                    .header("content-type", "application/json")
-                    .body(Body::from(serde_json::to_vec(&reply).unwrap()))
-                    .unwrap(),
-            );
-        }
-    });
-    kube::Client::new(service, "default")
-}
-
-trait TapMerge {
-    fn tap_merge(self, patch: &Value) -> Value;
-}
-
-impl TapMerge for Value {
-    fn tap_merge(mut self, patch: &Value) -> Value {
-        egress_runtime::capabilities::kube::merge(&mut self, patch);
-        self
+    fn pod_name(&self) -> String {
+        let uid = self.d.with(|c| {
+            c.peek(&Key::new(
+                "crawl.example.com/v1alpha1",
+                "Proxy",
+                Some("crawlers"),
+                "p1",
+            ))
+            .map(|p| p["metadata"]["uid"].as_str().unwrap_or("").to_string())
+        });
+        let uid = uid.unwrap_or_default().replace('-', "");
+        format!("{POD}{}", &uid[..12])
     }
+
+    fn pod_key(&self) -> Key {
+        Key::new("v1", "Pod", Some("crawlers"), &self.pod_name())
+    }
+
+    fn pod(&self) -> Option<Value> {
+        self.d.object(&self.pod_key())
+    }
+
+    /// Creates p1 with the finalizer and reconciles it until it runs.
+    async fn running(&self) {
+        self.create_proxy(&[FINALIZER], json!({})).await;
+        self.reconcile().await;
+        self.d.advance(Duration::from_secs(3));
+        self.reconcile().await;
+        self.d.clear_requests();
+    }
+}
+
+/// The Ready condition of a written status.
+fn ready_condition(status: &Value) -> Value {
+    status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn the_finalizer_comes_first() {
+    let e = env(PROVIDERS).await;
+    let p = e.create_proxy(&[], json!({})).await;
+    e.d.clear_requests();
+    let action = reconcile(p.clone(), e.ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let writes = e.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0].method, "PATCH");
+    assert_eq!(writes[0].path, format!("{PROXIES}/p1"));
+    assert_eq!(
+        e.proxy().await.metadata.finalizers,
+        Some(vec![FINALIZER.to_string()])
+    );
+    assert!(e.pod().is_none(), "no instance before the finalizer is on");
+}
+
+#[tokio::test]
+async fn create_then_poll_until_running() {
+    let e = env(PROVIDERS).await;
+    e.create_proxy(&[FINALIZER], json!({})).await;
+    let action = e.reconcile().await;
+    assert_eq!(action, Action::requeue(POLL_INTERVAL));
+    let pod = e.pod().unwrap();
+    let p = e.proxy().await;
+    assert_eq!(
+        pod["metadata"]["ownerReferences"][0]["uid"].as_str(),
+        p.metadata.uid.as_deref()
+    );
+    let status = e.status_patches().pop().unwrap();
+    assert_eq!(status["providerID"], format!("crawlers/{}", e.pod_name()));
+    assert_eq!(status["state"], "Provisioning");
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(status["ip"], Value::Null, "cleared fields are sent as null");
+    let provisioned = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Provisioned")
+        .unwrap();
+    assert_eq!(provisioned["status"], "True");
+    assert_eq!(e.event_reasons(), vec!["Created"]);
+
+    // The Pod starts; the next reconcile reports Ready with the IP.
+    e.d.advance(Duration::from_secs(3));
+    e.d.clear_requests();
+    let action = e.reconcile().await;
+    assert_eq!(action, Action::requeue(RESYNC_INTERVAL));
+    let status = e.status_patches().pop().unwrap();
+    assert_eq!(status["state"], "Running");
+    assert_eq!(status["ip"], "10.244.0.3");
+    let ready = ready_condition(&status);
+    assert_eq!(
+        (
+            ready["status"].as_str(),
+            ready["observedGeneration"].as_i64()
+        ),
+        (Some("True"), Some(1))
+    );
+    assert_eq!(e.event_reasons(), vec!["Running"]);
+
+    // Nothing changed: no status write, no event.
+    e.d.clear_requests();
+    e.reconcile().await;
+    assert!(e.writes().is_empty(), "{:?}", e.writes());
+}
+
+#[tokio::test]
+async fn a_terminated_instance_is_replaced() {
+    let e = env(PROVIDERS).await;
+    e.running().await;
+    let old_uid = e.pod().unwrap()["metadata"]["uid"].clone();
+    let pod = e.pod_key();
+    e.d.with(|c| {
+        c.patch(
+            &pod,
+            &Patch::Merge(json!({"status": {"phase": "Failed"}})),
+            Subresource::Status,
+        )
+    })
+    .unwrap();
+    let action = e.reconcile().await;
+    assert_eq!(action, Action::requeue(POLL_INTERVAL));
+    assert_eq!(
+        e.event_reasons(),
+        vec!["InstanceStopped", "Replaced", "Created"]
+    );
+    let pod = e.pod().unwrap();
+    assert_eq!(pod["status"]["phase"], "Pending", "a new Pod was created");
+    assert_ne!(pod["metadata"]["uid"], old_uid);
+    assert_eq!(e.status_patches().pop().unwrap()["state"], "Provisioning");
+}
+
+#[tokio::test]
+async fn a_lost_instance_is_created_again() {
+    let e = env(PROVIDERS).await;
+    e.running().await;
+    let pod = e.pod_key();
+    e.d.with(|c| c.delete(&pod, &Default::default())).unwrap();
+    e.reconcile().await;
+    assert_eq!(e.event_reasons(), vec!["InstanceLost", "Created"]);
+    assert!(e.pod().is_some());
+}
+
+#[tokio::test]
+async fn deletion_deletes_the_instance_then_drops_the_finalizer() {
+    let e = env(PROVIDERS).await;
+    e.running().await;
+    e.proxies()
+        .patch(
+            "p1",
+            &Default::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"finalizers": [FINALIZER, "other.example.com/keep"]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    e.proxies()
+        .delete("p1", &DeleteParams::default())
+        .await
+        .unwrap();
+    e.d.clear_requests();
+    let action = reconcile(e.proxy().await, e.ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert!(e.pod().is_none(), "the Pod is gone");
+    let left = e.proxy().await;
+    assert_eq!(
+        left.metadata.finalizers,
+        Some(vec!["other.example.com/keep".to_string()]),
+        "only our finalizer went"
+    );
+    assert!(e.event_reasons().contains(&"Deleted".to_string()));
+    let release =
+        e.d.requests()
+            .into_iter()
+            .find(|r| r.method == "PATCH" && r.path == format!("{PROXIES}/p1"))
+            .unwrap();
+    assert_eq!(release.content_type, "application/json-patch+json");
+    assert_eq!(
+        release.body,
+        json!([{"op": "test", "path": "/metadata/finalizers/0", "value": FINALIZER},
+               {"op": "remove", "path": "/metadata/finalizers/0"}]),
+        "the finalizer is tested at its index, with no resourceVersion precondition"
+    );
+}
+
+#[tokio::test]
+async fn a_permanent_failure_holds_until_the_spec_changes() {
+    // The grant allows another namespace only: the create is refused, Permanent.
+    let e = env(
+        "installation: test\nproviders:\n- name: cluster\n  type: kubernetes\n  grants: {kube: {namespaces: [elsewhere]}}\n",
+    )
+    .await;
+    e.create_proxy(&[FINALIZER], json!({})).await;
+    let action = e.reconcile().await;
+    assert_eq!(action, Action::await_change());
+    let status = e.status_patches().pop().unwrap();
+    let ready = ready_condition(&status);
+    assert_eq!(ready["reason"], "PermanentFailure");
+    assert!(ready["message"].as_str().unwrap().contains("not granted"));
+    assert_eq!(e.event_reasons(), vec!["CreateFailed"]);
+
+    // Same generation: held, nothing is called or written.
+    e.d.clear_requests();
+    let action = e.reconcile().await;
+    assert_eq!(action, Action::await_change());
+    assert!(e.writes().is_empty(), "{:?}", e.writes());
+
+    // A spec change (generation 2) releases it: the create is tried again.
+    e.proxies()
+        .patch(
+            "p1",
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"port": 3129}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(e.proxy().await.metadata.generation, Some(2));
+    e.reconcile().await;
+    assert_eq!(e.event_reasons(), vec!["CreateFailed"]);
+}
+
+fn quota(message: &str) -> Fault {
+    Fault::Error(ApiError::new(403, "Forbidden", message))
+}
+
+#[tokio::test]
+async fn a_quota_refusal_requeues_with_backoff() {
+    let e = env(PROVIDERS).await;
+    e.d.fault(
+        Route::new(Method::POST, "/api/v1/namespaces/crawlers/pods"),
+        quota("pods \"p\" is forbidden: exceeded quota: pods"),
+        Some(2),
+    );
+    e.create_proxy(&[FINALIZER], json!({})).await;
+    let a1 = e.reconcile().await;
+    assert_eq!(a1, Action::requeue(Duration::from_secs(60)));
+    let status = e.status_patches().pop().unwrap();
+    let ready = ready_condition(&status);
+    assert_eq!(ready["reason"], "QuotaExceeded");
+    let a2 = e.reconcile().await;
+    assert_eq!(
+        a2,
+        Action::requeue(Duration::from_secs(120)),
+        "the backoff grows"
+    );
+}
+
+#[tokio::test]
+async fn cloud_init_is_read_from_the_secret_and_never_echoed() {
+    let e = env(PROVIDERS).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(e.d.client(), "crawlers");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+        json!({"metadata": {"name": "ci"}, "stringData": {}, "data": {"user-data": b64(SECRET_TEXT)}}),
+    )
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    e.create_proxy(
+        &[FINALIZER],
+        json!({"cloudInitSecretRef": {"name": "ci", "key": "user-data"}}),
+    )
+    .await;
+    e.d.clear_requests();
+    e.reconcile().await;
+    let seen = e.d.requests();
+    assert!(
+        seen.iter()
+            .any(|s| s.method == "GET" && s.path == "/api/v1/namespaces/crawlers/secrets/ci")
+    );
+    assert!(e.pod().is_some());
+    let all = serde_json::to_string(&seen.iter().map(|s| &s.body).collect::<Vec<_>>()).unwrap();
+    assert!(
+        !all.contains("SENTINEL"),
+        "the secret leaked into a request"
+    );
+
+    // A missing Secret: a transient condition naming it, no content, retried.
+    let e = env(PROVIDERS).await;
+    e.create_proxy(
+        &[FINALIZER],
+        json!({"cloudInitSecretRef": {"name": "absent", "key": "user-data"}}),
+    )
+    .await;
+    let action = e.reconcile().await;
+    assert_eq!(action, Action::requeue(Duration::from_secs(5)));
+    let status = e.status_patches().pop().unwrap();
+    let ready = ready_condition(&status);
+    assert_eq!(ready["reason"], "TransientFailure");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("Secret crawlers/absent"),
+        "{ready}"
+    );
+    assert!(e.pod().is_none());
 }
 
 fn b64(s: &str) -> String {
@@ -187,422 +492,49 @@ fn b64(s: &str) -> String {
     out
 }
 
-fn proxy_json(generation: i64, finalizers: &[&str], status: Option<Value>) -> Value {
-    let mut v = json!({
-        "apiVersion": "crawl.example.com/v1alpha1",
-        "kind": "Proxy",
-        "metadata": {"name": "p1", "namespace": "crawlers", "uid": UID, "generation": generation,
-                     "resourceVersion": "7", "finalizers": finalizers},
-        "spec": {"provider": "cluster", "port": 3128},
-    });
-    if let Some(s) = status {
-        v["status"] = s;
-    }
-    v
-}
-
-struct Env {
-    api: FakeApi,
-    ctx: Arc<Context>,
-    world: SimWorld,
-}
-
-async fn env(providers_yaml: &str, world_yaml: &str) -> Env {
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
-    let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: Some(cache),
-        ..Default::default()
-    })
-    .unwrap();
-    let config = ProvidersConfig::from_yaml(providers_yaml).unwrap();
-    let world = World::from_yaml(world_yaml).unwrap().build().unwrap();
-    let providers = Providers::load(
-        &runtime,
-        &config,
-        LoadOptions {
-            base_dir: Path::new("."),
-            builtin: &egress_builtins::module_for_type,
-            backends: world.backends.clone(),
-            recorder: None,
-        },
-    )
-    .await
-    .unwrap();
-    let api = FakeApi::default();
-    let ctx = Arc::new(Context::new(
-        api.client(),
-        "test".into(),
-        Loaded {
-            config: Arc::new(config),
-            providers: Arc::new(providers),
-        },
-        Arc::new(Metrics::new()),
-        Reporter {
-            controller: "egress-proxies".into(),
-            instance: Some("test".into()),
-        },
-    ));
-    Env { api, ctx, world }
-}
-
-const PROVIDERS: &str = "installation: test\nproviders:\n- {name: cluster, type: kubernetes}\n";
-
-fn proxy(v: Value) -> Arc<Proxy> {
-    Arc::new(serde_json::from_value(v).unwrap())
-}
-
-async fn pod(e: &Env) -> Result<Value, egress_runtime::capabilities::kube::KubeError> {
-    e.world
-        .backends
-        .kube
-        .get(&KubeRef {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            namespace: Some("crawlers".into()),
-            name: POD.into(),
-        })
-        .await
-}
-
-/// The Ready condition of a written status.
-fn ready_condition(status: &Value) -> Value {
-    status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Ready")
-        .unwrap()
-        .clone()
-}
-
-#[tokio::test]
-async fn the_finalizer_comes_first() {
-    let e = env(PROVIDERS, "{}").await;
-    let action = reconcile(proxy(proxy_json(1, &[], None)), e.ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(action, Action::await_change());
-    let seen = e.api.seen();
-    assert_eq!(seen.len(), 1, "{seen:?}");
-    assert_eq!(seen[0].method, "PATCH");
-    assert_eq!(
-        seen[0].path,
-        "/apis/crawl.example.com/v1alpha1/namespaces/crawlers/proxies/p1"
-    );
-    assert_eq!(seen[0].body["metadata"]["finalizers"], json!([FINALIZER]));
-    assert_eq!(seen[0].body["metadata"]["resourceVersion"], "7");
-    assert!(
-        pod(&e).await.is_err(),
-        "no instance before the finalizer is on"
-    );
-}
-
-#[tokio::test]
-async fn create_then_poll_until_running() {
-    let e = env(PROVIDERS, "{}").await;
-    let action = reconcile(proxy(proxy_json(1, &[FINALIZER], None)), e.ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(action, Action::requeue(POLL_INTERVAL));
-    let pod = pod(&e).await.unwrap();
-    assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], UID);
-    let status = e.api.status_patches().pop().unwrap();
-    assert_eq!(status["providerID"], format!("crawlers/{POD}"));
-    assert_eq!(status["state"], "Provisioning");
-    assert_eq!(status["observedGeneration"], 1);
-    assert_eq!(status["ip"], Value::Null, "cleared fields are sent as null");
-    let provisioned = status["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["type"] == "Provisioned")
-        .unwrap();
-    assert_eq!(provisioned["status"], "True");
-    assert_eq!(e.api.event_reasons(), vec!["Created"]);
-
-    // The Pod starts; the next reconcile reports Ready with the IP.
-    e.world.clock.advance(Duration::from_secs(3));
-    e.api.clear();
-    let prior: egress_core::ProxyStatus = serde_json::from_value(status).unwrap();
-    let action = reconcile(
-        proxy(proxy_json(
-            1,
-            &[FINALIZER],
-            Some(serde_json::to_value(&prior).unwrap()),
-        )),
-        e.ctx.clone(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(action, Action::requeue(RESYNC_INTERVAL));
-    let status = e.api.status_patches().pop().unwrap();
-    assert_eq!(status["state"], "Running");
-    assert_eq!(status["ip"], "10.244.0.3");
-    let ready = ready_condition(&status);
-    assert_eq!(
-        (
-            ready["status"].as_str(),
-            ready["observedGeneration"].as_i64()
-        ),
-        (Some("True"), Some(1))
-    );
-    assert_eq!(e.api.event_reasons(), vec!["Running"]);
-
-    // Nothing changed: no status write, no event.
-    e.api.clear();
-    let steady: egress_core::ProxyStatus = serde_json::from_value(status).unwrap();
-    reconcile(
-        proxy(proxy_json(
-            1,
-            &[FINALIZER],
-            Some(serde_json::to_value(&steady).unwrap()),
-        )),
-        e.ctx.clone(),
-    )
-    .await
-    .unwrap();
-    assert!(e.api.seen().is_empty(), "{:?}", e.api.seen());
-}
-
-async fn running(e: &Env) -> Value {
-    reconcile(proxy(proxy_json(1, &[FINALIZER], None)), e.ctx.clone())
-        .await
-        .unwrap();
-    e.world.clock.advance(Duration::from_secs(3));
-    let s = e.api.status_patches().pop().unwrap();
-    reconcile(proxy(proxy_json(1, &[FINALIZER], Some(s))), e.ctx.clone())
-        .await
-        .unwrap();
-    let s = e.api.status_patches().pop().unwrap();
-    e.api.clear();
-    s
-}
-
-#[tokio::test]
-async fn a_terminated_instance_is_replaced() {
-    let e = env(PROVIDERS, "{}").await;
-    let status = running(&e).await;
-    let r = KubeRef {
-        api_version: "v1".into(),
-        kind: "Pod".into(),
-        namespace: Some("crawlers".into()),
-        name: POD.into(),
-    };
-    e.world
-        .backends
-        .kube
-        .patch(&r, &json!({"status": {"phase": "Failed"}}))
-        .await
-        .unwrap();
-    let action = reconcile(
-        proxy(proxy_json(1, &[FINALIZER], Some(status))),
-        e.ctx.clone(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(action, Action::requeue(POLL_INTERVAL));
-    assert_eq!(
-        e.api.event_reasons(),
-        vec!["InstanceStopped", "Replaced", "Created"]
-    );
-    let pod = pod(&e).await.unwrap();
-    assert_eq!(pod["status"]["phase"], "Pending", "a new Pod was created");
-    assert_eq!(
-        e.api.status_patches().pop().unwrap()["state"],
-        "Provisioning"
-    );
-}
-
-#[tokio::test]
-async fn a_lost_instance_is_created_again() {
-    let e = env(PROVIDERS, "{}").await;
-    let status = running(&e).await;
-    e.world
-        .backends
-        .kube
-        .delete(&KubeRef {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            namespace: Some("crawlers".into()),
-            name: POD.into(),
-        })
-        .await
-        .unwrap();
-    reconcile(
-        proxy(proxy_json(1, &[FINALIZER], Some(status))),
-        e.ctx.clone(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(e.api.event_reasons(), vec!["InstanceLost", "Created"]);
-    assert!(pod(&e).await.is_ok());
-}
-
-#[tokio::test]
-async fn deletion_deletes_the_instance_then_drops_the_finalizer() {
-    let e = env(PROVIDERS, "{}").await;
-    let status = running(&e).await;
-    let mut p = proxy_json(1, &[FINALIZER, "other.example.com/keep"], Some(status));
-    p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:10:00Z");
-    let action = reconcile(proxy(p), e.ctx.clone()).await.unwrap();
-    assert_eq!(action, Action::await_change());
-    assert!(pod(&e).await.is_err(), "the Pod is gone");
-    let finalizer_patch = e
-        .api
-        .seen()
-        .into_iter()
-        .find(|s| s.method == "PATCH" && !s.path.ends_with("/status"))
-        .unwrap();
-    assert_eq!(
-        finalizer_patch.body["metadata"]["finalizers"],
-        json!(["other.example.com/keep"])
-    );
-    assert!(e.api.event_reasons().contains(&"Deleted".to_string()));
-}
-
-#[tokio::test]
-async fn a_permanent_failure_holds_until_the_spec_changes() {
-    // The grant allows another namespace only: the create is refused, Permanent.
-    let e = env(
-        "installation: test\nproviders:\n- name: cluster\n  type: kubernetes\n  grants: {kube: {namespaces: [elsewhere]}}\n",
-        "{}",
-    )
-    .await;
-    let action = reconcile(proxy(proxy_json(1, &[FINALIZER], None)), e.ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(action, Action::await_change());
-    let status = e.api.status_patches().pop().unwrap();
-    let ready = ready_condition(&status);
-    assert_eq!(ready["reason"], "PermanentFailure");
-    assert!(ready["message"].as_str().unwrap().contains("not granted"));
-    assert_eq!(e.api.event_reasons(), vec!["CreateFailed"]);
-
-    // Same generation: held, nothing is called or written.
-    e.api.clear();
-    let action = reconcile(
-        proxy(proxy_json(1, &[FINALIZER], Some(status.clone()))),
-        e.ctx.clone(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(action, Action::await_change());
-    assert!(e.api.seen().is_empty(), "{:?}", e.api.seen());
-
-    // A spec change (generation 2) releases it: the create is tried again.
-    reconcile(
-        proxy(proxy_json(2, &[FINALIZER], Some(status))),
-        e.ctx.clone(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(e.api.event_reasons(), vec!["CreateFailed"]);
-}
-
-#[tokio::test]
-async fn a_quota_refusal_requeues_with_backoff() {
-    let e = env(
-        PROVIDERS,
-        "kube:\n  faults:\n  - {call: create, times: 2, status: 403, reason: Forbidden, message: 'pods \"p\" is forbidden: exceeded quota: pods'}\n",
-    )
-    .await;
-    let a1 = reconcile(proxy(proxy_json(1, &[FINALIZER], None)), e.ctx.clone())
-        .await
-        .unwrap();
-    assert_eq!(a1, Action::requeue(Duration::from_secs(60)));
-    let status = e.api.status_patches().pop().unwrap();
-    let ready = ready_condition(&status);
-    assert_eq!(ready["reason"], "QuotaExceeded");
-    let a2 = reconcile(
-        proxy(proxy_json(1, &[FINALIZER], Some(status))),
-        e.ctx.clone(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(
-        a2,
-        Action::requeue(Duration::from_secs(120)),
-        "the backoff grows"
-    );
-}
-
-#[tokio::test]
-async fn cloud_init_is_read_from_the_secret_and_never_echoed() {
-    let e = env(PROVIDERS, "{}").await;
-    let mut p = proxy_json(1, &[FINALIZER], None);
-    p["spec"]["cloudInitSecretRef"] = json!({"name": "ci", "key": "user-data"});
-    reconcile(proxy(p.clone()), e.ctx.clone()).await.unwrap();
-    let seen = e.api.seen();
-    assert!(
-        seen.iter()
-            .any(|s| s.method == "GET" && s.path == "/api/v1/namespaces/crawlers/secrets/ci")
-    );
-    assert!(pod(&e).await.is_ok());
-    let all = serde_json::to_string(&seen.iter().map(|s| &s.body).collect::<Vec<_>>()).unwrap();
-    assert!(
-        !all.contains("SENTINEL"),
-        "the secret leaked into a request"
-    );
-
-    // A missing Secret: a transient condition naming it, no content, retried.
-    let e = env(PROVIDERS, "{}").await;
-    p["spec"]["cloudInitSecretRef"] = json!({"name": "absent", "key": "user-data"});
-    let action = reconcile(proxy(p), e.ctx.clone()).await.unwrap();
-    assert_eq!(action, Action::requeue(Duration::from_secs(5)));
-    let status = e.api.status_patches().pop().unwrap();
-    let ready = ready_condition(&status);
-    assert_eq!(ready["reason"], "TransientFailure");
-    assert!(
-        ready["message"]
-            .as_str()
-            .unwrap()
-            .contains("Secret crawlers/absent"),
-        "{ready}"
-    );
-    assert!(pod(&e).await.is_err());
-}
-
 #[tokio::test]
 async fn the_sweeper_deletes_only_old_orphans_of_this_installation() {
-    let pod = |name: &str, uid: &str, inst: &str, created: &str| {
-        format!(
-            "  - {{apiVersion: v1, kind: Pod, metadata: {{name: {name}, namespace: crawlers, creationTimestamp: '{created}', labels: {{egress-proxies.crawl.example.com/managed: 'true', egress-proxies.crawl.example.com/uid: {uid}, egress-proxies.crawl.example.com/installation: {inst}}}}}}}\n"
-        )
-    };
+    let e = env(PROVIDERS).await;
+    let live = e.create_proxy(&[FINALIZER], json!({})).await;
+    let live_uid = live.metadata.uid.clone().unwrap();
     let now = egress_core::gc::format_rfc3339(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs() as i64,
     );
-    let world = format!(
-        "kube:\n  objects:\n{}{}{}{}",
-        pod("live", UID, "test", "2020-01-01T00:00:00Z"),
-        pod(
-            "orphan",
-            "00000000-0000-0000-0000-000000000001",
-            "test",
-            "2020-01-01T00:00:00Z"
-        ),
-        pod(
-            "young",
-            "00000000-0000-0000-0000-000000000002",
-            "test",
-            &now
-        ),
-        pod(
-            "theirs",
-            "00000000-0000-0000-0000-000000000003",
-            "other",
-            "2020-01-01T00:00:00Z"
-        ),
-    );
-    let e = env(PROVIDERS, &world).await;
-    e.api
-        .proxies
-        .lock()
-        .unwrap()
-        .push(proxy_json(1, &[FINALIZER], None));
+    let pod = |name: &str, uid: &str, inst: &str, created: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "crawlers",
+            "creationTimestamp": created, "labels": {
+                "egress-proxies.crawl.example.com/managed": "true",
+                "egress-proxies.crawl.example.com/uid": uid,
+                "egress-proxies.crawl.example.com/installation": inst}}})
+    };
+    e.d.with(|c| {
+        for p in [
+            pod("live", &live_uid, "test", "2020-01-01T00:00:00Z"),
+            pod(
+                "orphan",
+                "00000000-0000-0000-0000-000000000001",
+                "test",
+                "2020-01-01T00:00:00Z",
+            ),
+            pod(
+                "young",
+                "00000000-0000-0000-0000-000000000002",
+                "test",
+                &now,
+            ),
+            pod(
+                "theirs",
+                "00000000-0000-0000-0000-000000000003",
+                "other",
+                "2020-01-01T00:00:00Z",
+            ),
+        ] {
+            c.insert(p).unwrap();
+        }
+    });
     let judged = egress_operator::sweeper::sweep_once(&e.ctx, Duration::from_secs(300))
         .await
         .unwrap();
@@ -620,14 +552,13 @@ async fn the_sweeper_deletes_only_old_orphans_of_this_installation() {
         ],
         "another installation's Pod is not even listed"
     );
-    let remaining = e
-        .world
-        .backends
-        .kube
-        .list("v1", "Pod", None, "", None)
-        .await
-        .unwrap();
-    assert_eq!(remaining.len(), 3);
+    let pods = e.d.with(|c| {
+        c.objects()
+            .filter(|(k, _)| k.kind == "Pod")
+            .map(|(k, _)| k.name.clone())
+            .collect::<Vec<_>>()
+    });
+    assert_eq!(pods, ["live", "theirs", "young"]);
     assert!(
         e.ctx
             .metrics
@@ -638,15 +569,22 @@ async fn the_sweeper_deletes_only_old_orphans_of_this_installation() {
 
 #[tokio::test]
 async fn the_monitor_writes_provider_health() {
-    let e = env(PROVIDERS, "kube: {serverVersion: v1.33.9}\n").await;
+    let e = env_with(
+        PROVIDERS,
+        Config {
+            server_version: "v1.33.9".into(),
+            ..double_config()
+        },
+    )
+    .await;
     egress_operator::health::check_once(&e.ctx).await.unwrap();
-    let obj = e
-        .api
-        .health
-        .lock()
-        .unwrap()
-        .get("cluster")
-        .cloned()
+    let obj =
+        e.d.object(&Key::new(
+            "crawl.example.com/v1alpha1",
+            "ProviderHealth",
+            None,
+            "cluster",
+        ))
         .unwrap();
     assert_eq!(obj["status"]["type"], "kubernetes");
     assert_eq!(obj["status"]["healthy"], "True");
@@ -657,12 +595,12 @@ async fn the_monitor_writes_provider_health() {
         "v1.33.9"
     );
     assert_eq!(obj["status"]["module"].as_str().unwrap().len(), 64);
-    let seen: Vec<String> = e
-        .api
-        .seen()
-        .iter()
-        .map(|s| format!("{} {}", s.method, s.path))
-        .collect();
+    let seen: Vec<String> =
+        e.d.requests()
+            .iter()
+            .filter(|r| r.path.contains("providerhealths"))
+            .map(Recorded::line)
+            .collect();
     assert_eq!(
         seen,
         vec![
@@ -707,82 +645,37 @@ fn against_a_real_cluster() {
     });
 }
 
-/// A fake Lease endpoint: one Lease object with resourceVersion checks like the API server's.
-#[derive(Clone, Default)]
-struct FakeLeases {
-    lease: Arc<Mutex<Option<Value>>>,
-}
-
-impl FakeLeases {
-    fn client(&self) -> kube::Client {
-        let me = self.clone();
-        mock_client(move |method, _path, body| {
-            let mut lease = me.lease.lock().unwrap();
-            match (method, lease.as_mut()) {
-                ("GET", None) => (
-                    404,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}),
-                ),
-                ("GET", Some(l)) => (200, l.clone()),
-                ("POST", None) => {
-                    let mut b = body.clone();
-                    b["metadata"]["resourceVersion"] = json!("1");
-                    *lease = Some(b.clone());
-                    (201, b)
-                }
-                ("POST", Some(_)) => (
-                    409,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409}),
-                ),
-                ("PATCH", Some(l)) => {
-                    if body["metadata"]["resourceVersion"] != l["metadata"]["resourceVersion"] {
-                        (
-                            409,
-                            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409}),
-                        )
-                    } else {
-                        let rv: u64 = l["metadata"]["resourceVersion"]
-                            .as_str()
-                            .unwrap()
-                            .parse()
-                            .unwrap();
-                        egress_runtime::capabilities::kube::merge(
-                            l,
-                            &json!({"spec": body["spec"]}),
-                        );
-                        l["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
-                        (200, l.clone())
-                    }
-                }
-                _ => (
-                    404,
-                    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404}),
-                ),
-            }
-        })
-    }
-
-    fn holder(&self) -> String {
-        self.lease.lock().unwrap().as_ref().unwrap()["spec"]["holderIdentity"]
-            .as_str()
-            .unwrap()
-            .to_string()
-    }
+fn lease_holder(d: &Double) -> String {
+    d.object(&Key::new(
+        "coordination.k8s.io/v1",
+        "Lease",
+        Some("egress"),
+        "leader",
+    ))
+    .unwrap()["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 #[tokio::test]
 async fn two_replicas_share_one_lease() {
     use egress_operator::leader::LeaseLock;
-    let api = FakeLeases::default();
+    let d = Double::start_with(Config {
+        namespaces: vec!["egress".into()],
+        ..Config::default()
+    })
+    .await
+    .unwrap();
     let a = LeaseLock::new(
-        api.client(),
+        d.client(),
         "egress",
         "leader",
         "replica-a",
         Duration::from_secs(15),
     );
     let b = LeaseLock::new(
-        api.client(),
+        d.client(),
         "egress",
         "leader",
         "replica-b",
@@ -792,27 +685,166 @@ async fn two_replicas_share_one_lease() {
         a.try_acquire_or_renew().await.unwrap(),
         "a free lease is taken"
     );
-    assert_eq!(api.holder(), "replica-a");
+    assert_eq!(lease_holder(&d), "replica-a");
     assert!(
         !b.try_acquire_or_renew().await.unwrap(),
         "a held, fresh lease is not taken"
     );
     assert!(a.try_acquire_or_renew().await.unwrap(), "the holder renews");
-    assert_eq!(api.holder(), "replica-a");
+    assert_eq!(lease_holder(&d), "replica-a");
 
     // The holder stops renewing: once the lease has expired the other replica takes it.
-    api.lease.lock().unwrap().as_mut().unwrap()["spec"]["renewTime"] =
-        json!("2020-01-01T00:00:00.000000Z");
+    let key = Key::new("coordination.k8s.io/v1", "Lease", Some("egress"), "leader");
+    d.with(|c| {
+        c.patch(
+            &key,
+            &Patch::Merge(json!({"spec": {"renewTime": "2020-01-01T00:00:00.000000Z"}})),
+            Subresource::Main,
+        )
+    })
+    .unwrap();
     assert!(
         b.try_acquire_or_renew().await.unwrap(),
         "an expired lease is taken over"
     );
-    assert_eq!(api.holder(), "replica-b");
-    let transitions =
-        api.lease.lock().unwrap().as_ref().unwrap()["spec"]["leaseTransitions"].as_i64();
+    assert_eq!(lease_holder(&d), "replica-b");
+    let transitions = d.object(&key).unwrap()["spec"]["leaseTransitions"].as_i64();
     assert_eq!(transitions, Some(1));
     assert!(
         !a.try_acquire_or_renew().await.unwrap(),
         "the old holder has lost it"
+    );
+}
+
+/// A Proxy whose Pod create is refused for quota, with the live count in each refusal's
+/// message, under the real controller for two minutes of (paused) time: the backoff schedule
+/// (60 s, then 120 s) decides how often the backend is called, not the API's latency. Status
+/// writes do not wake the controller, and a repeated refusal does not rewrite the status.
+#[tokio::test(start_paused = true)]
+async fn a_quota_failure_for_two_minutes_costs_what_the_backoff_says() {
+    use futures::StreamExt;
+    let d = Double::start_with(double_config()).await.unwrap();
+    let runaway = Arc::new(tokio::sync::Notify::new());
+    let alarm = runaway.clone();
+    d.fault(
+        Route::new(Method::POST, "/api/v1/namespaces/crawlers/pods"),
+        Fault::With(Arc::new(move |n| {
+            if n > 20 {
+                alarm.notify_one();
+            }
+            Some(ApiError::new(
+                403,
+                "Forbidden",
+                format!("pods \"proxy\" is forbidden: exceeded quota: pods, requested: pods=1, used: pods={}, limited: pods=10", 10 + n),
+            ))
+        })),
+        None,
+    );
+    let ctx = context(d.client_in_memory(), &d, PROVIDERS).await;
+    let proxies: Api<Proxy> = Api::namespaced(d.client_in_memory(), "crawlers");
+    let p: Proxy = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+        "metadata": {"name": "p1"}, "spec": {"provider": "cluster"}}))
+    .unwrap();
+    proxies.create(&PostParams::default(), &p).await.unwrap();
+    let controller = tokio::spawn(
+        egress_operator::proxy_controller(d.client_in_memory(), 4)
+            .run(reconcile, egress_operator::controller::error_policy, ctx)
+            .for_each(|_| async {}),
+    );
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs(120)) => {}
+        _ = runaway.notified() => {}
+    }
+    controller.abort();
+    let requests = d.requests();
+    let count = |f: &dyn Fn(&Recorded) -> bool| requests.iter().filter(|r| f(r)).count();
+    let creates = count(&|r| r.method == "POST" && r.path == "/api/v1/namespaces/crawlers/pods");
+    let status_writes = count(&|r| r.method == "PATCH" && r.path.ends_with("/p1/status"));
+    let events = count(&|r| r.path.contains("/events") && r.method != "GET");
+    assert_eq!(
+        (creates, status_writes, events),
+        (2, 1, 2),
+        "creates at 0 s and 60 s; one status; the second Event counted into the first's series"
+    );
+    let event_writes: Vec<String> = requests
+        .iter()
+        .filter(|r| r.path.contains("/events"))
+        .map(|r| r.method.clone())
+        .collect();
+    assert_eq!(event_writes, ["POST", "PATCH"]);
+    let stored = d
+        .object(&Key::new(
+            "crawl.example.com/v1alpha1",
+            "Proxy",
+            Some("crawlers"),
+            "p1",
+        ))
+        .unwrap();
+    let ready = ready_condition(&stored["status"]);
+    assert_eq!(ready["reason"], "QuotaExceeded");
+    assert!(
+        ready["message"].as_str().unwrap().contains("used: pods=11"),
+        "the first refusal's message is kept: {ready}"
+    );
+}
+
+/// The leader's renewal hangs in the API: it steps down by its renew deadline, before the
+/// lease it last renewed can expire for another replica.
+#[tokio::test(start_paused = true)]
+async fn a_leader_whose_renewal_hangs_steps_down_before_the_lease_expires() {
+    use egress_operator::leader::LeaseLock;
+    let d = Double::start_with(Config {
+        namespaces: vec!["egress".into()],
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let lease = Duration::from_secs(15);
+    let a = LeaseLock::new(d.client_in_memory(), "egress", "leader", "replica-a", lease);
+    let acquired = tokio::time::Instant::now();
+    a.acquire().await.unwrap();
+    d.fault(
+        Route::new(
+            Method::PATCH,
+            "/apis/coordination.k8s.io/v1/namespaces/egress/leases/leader",
+        ),
+        Fault::Hold,
+        None,
+    );
+    let held = tokio::time::timeout(Duration::from_secs(120), a.hold()).await;
+    assert!(held.is_ok(), "a hung renewal kept the old leader leading");
+    let stepped_down = acquired.elapsed();
+    assert!(
+        stepped_down <= a.renew_deadline() && a.renew_deadline() < lease,
+        "stepped down after {stepped_down:?}; the lease lasts {lease:?}"
+    );
+    assert!(
+        d.requests()
+            .iter()
+            .any(|r| r.method == "PATCH" && r.path.ends_with("/leases/leader")),
+        "a renewal was tried"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_namespace_that_does_not_exist_is_an_error_naming_it() {
+    use egress_operator::leader::LeaseLock;
+    let d = Double::start().await.unwrap();
+    let a = LeaseLock::new(
+        d.client_in_memory(),
+        "nowhere",
+        "leader",
+        "replica-a",
+        Duration::from_secs(15),
+    );
+    let e = tokio::time::timeout(Duration::from_secs(120), a.acquire())
+        .await
+        .expect("acquire gives up on a missing namespace instead of waiting")
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("\"nowhere\"") && text.contains("--namespace"),
+        "{text}"
     );
 }

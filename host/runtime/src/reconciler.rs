@@ -76,6 +76,17 @@ fn event(at: String, warning: bool, reason: &str, message: String) -> ProxyEvent
     }
 }
 
+/// The span of one reconcile of one Proxy: its attributes name the Proxy and its provider; the
+/// spec (cloud-init) stays out.
+pub fn reconcile_span(proxy: &Proxy, deleting: bool) -> tracing::Span {
+    tracing::info_span!(
+        "reconcile",
+        proxy = %proxy.key(),
+        provider = %proxy.spec.provider,
+        deleting = deleting
+    )
+}
+
 /// Running with an address: what the egress check probes.
 fn serving(status: &ProxyStatus) -> bool {
     status.state == Some(InstanceState::Running) && status.ip.is_some()
@@ -101,14 +112,9 @@ pub struct ReconcileEnv<'a> {
 /// Reconciles one Proxy: decides, calls the provider, folds the answer, and repeats while a
 /// follow-up is due (a replacement is a delete then a create).
 ///
-/// The `reconcile` span is opened here, where the CLI and the operator meet, so one reconcile
-/// is one trace of the same shape in both: `reconcile` → `provider.<op>` → `<capability>.<call>`.
-/// Its attributes name the Proxy and its provider; the spec (cloud-init) stays out.
-#[tracing::instrument(
-    name = "reconcile",
-    skip_all,
-    fields(proxy = %proxy.key(), provider = %proxy.spec.provider, deleting = deleting)
-)]
+/// Callers run it inside their `reconcile` span ([`reconcile_span`]), which in the operator also
+/// covers the status and finalizer writes, so one reconcile is one trace of the same shape in
+/// both modes: `reconcile` → `provider.<op>` → `<capability>.<call>`.
 pub async fn reconcile_proxy(
     env: &ReconcileEnv<'_>,
     proxy: &Proxy,

@@ -46,8 +46,8 @@ fn set_pod_status(h: &FakeHost, phase: &str, ip: Option<&str>) {
     if let Some(ip) = ip {
         status["podIP"] = json!(ip);
     }
-    h.kube()
-        .patch(&r, &json!({ "status": status }).to_string())
+    h.kube
+        .patch_status(&r, &json!({ "status": status }))
         .unwrap();
 }
 
@@ -241,12 +241,12 @@ fn a_pod_being_deleted_is_terminated_not_running() {
     let h = FakeHost::new();
     let inst = Kubernetes::create(&h, &ctx(), &req()).unwrap();
     set_pod_status(&h, "Running", Some("10.1.2.3"));
+    // Held by a finalizer, the deleted Pod stays Terminating with a deletionTimestamp.
+    let r = pod_ref("default", "proxy-3f2b9c1e7a44");
     h.kube()
-        .patch(
-            &pod_ref("default", "proxy-3f2b9c1e7a44"),
-            r#"{"metadata":{"deletionTimestamp":"2026-01-01T00:01:00Z"}}"#,
-        )
+        .patch(&r, r#"{"metadata":{"finalizers":["example.com/hold"]}}"#)
         .unwrap();
+    h.kube().delete(&r).unwrap();
     let got = Kubernetes::get(&h, &ctx(), &inst.provider_id).unwrap();
     assert_eq!(got.state, InstanceState::Terminated);
     assert_eq!(got.ip, None);

@@ -26,6 +26,10 @@ pub(super) struct PoolRun {
     pub settled: bool,
     /// When a rotation falls due next (Unix ms).
     pub next_at_ms: Option<u64>,
+    /// One of its Proxies changed since the last decision (Ready, deletion, release).
+    pub dirty: bool,
+    /// Each placement's revision, for the providers' revisions it was worked out from.
+    revisions: Option<(Vec<String>, Vec<String>)>,
 }
 
 /// A pool as the report shows it.
@@ -51,6 +55,8 @@ impl PoolRun {
             min_ready: None,
             settled: false,
             next_at_ms: None,
+            dirty: true,
+            revisions: None,
         }
     }
 
@@ -71,6 +77,11 @@ impl PoolRun {
             && t.proxy.metadata.labels.get(POOL_LABEL) == Some(&self.pool.metadata.name)
     }
 
+    /// Whether a decision is due: a Proxy of the pool changed, or a rotation fell due.
+    pub fn due(&self, now_ms: u64) -> bool {
+        self.dirty || self.next_at_ms.is_some_and(|at| now_ms >= at)
+    }
+
     /// Decides one step of the pool over its tracked Proxies and carries it out: new Proxies
     /// join `tracked` due now; deleted ones are marked for deletion.
     pub fn step(
@@ -81,17 +92,29 @@ impl PoolRun {
         seq: &mut dyn FnMut() -> u64,
     ) {
         let spec = &self.pool.spec;
-        let revisions: Vec<String> = spec
+        let provider_revisions: Vec<String> = spec
             .placements
             .iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let provider = providers
+            .map(|p| {
+                providers
                     .get(&p.provider)
-                    .map_or("missing", |p| p.revision.as_str());
-                pool::revision(spec, i, provider)
+                    .map_or("missing", |p| p.revision.as_str())
+                    .to_string()
             })
             .collect();
+        let revisions = match &self.revisions {
+            Some((of, r)) if *of == provider_revisions => r.clone(),
+            _ => {
+                let r: Vec<String> = provider_revisions
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| pool::revision(spec, i, p))
+                    .collect();
+                self.revisions = Some((provider_revisions, r.clone()));
+                r
+            }
+        };
+        self.dirty = false;
         let members: Vec<pool::Member> = tracked
             .iter()
             .filter(|(_, t)| self.owns(t) && !t.released)
@@ -133,7 +156,8 @@ impl PoolRun {
                     break n;
                 }
             };
-            let proxy = member_proxy(&self.pool, c, &name);
+            let mut proxy = member_proxy(&self.pool, c, &name);
+            proxy.metadata.uid = Some(proxy.uid());
             let placement = &spec.placements[c.placement];
             say(
                 &mut self.events,

@@ -513,3 +513,58 @@ fn a_new_generation_is_never_judged_by_the_previous_ones_failure() {
         Step::Get { .. }
     ));
 }
+
+#[test]
+fn a_repeated_failure_keeps_its_condition() {
+    let p = proxy(1);
+    let l = present("r1");
+    let quota = |used: u32| {
+        ProviderError::new(
+            "k8s",
+            "create",
+            ErrorClass::QuotaExceeded,
+            "Forbidden",
+            format!("exceeded quota: pods, used: pods={used}, limited: pods=10"),
+        )
+    };
+    let first = after_create(obs(&p, &ProxyStatus::default(), &l), Err(quota(10)), NOW);
+    let again = after_create(
+        obs(&p, &first.status, &l),
+        Err(quota(11)),
+        "2026-01-01T00:01:00Z",
+    );
+    assert_eq!(
+        again.status, first.status,
+        "live numbers in the message are no new status"
+    );
+    assert_eq!(again.next, Next::Backoff(ErrorClass::QuotaExceeded));
+
+    // A failure that means something else is written.
+    let other = ProviderError::new(
+        "k8s",
+        "create",
+        ErrorClass::QuotaExceeded,
+        "OutOfCPU",
+        "no cpu",
+    );
+    let changed = after_create(obs(&p, &first.status, &l), Err(other), NOW);
+    let ready = changed.status.condition(READY).unwrap();
+    assert_eq!(ready.message, "create failed (OutOfCPU): no cpu");
+    // So is the same reason under another class, and under a new generation.
+    let transient = ProviderError::new("k8s", "create", ErrorClass::Transient, "Forbidden", "x");
+    let changed = after_create(obs(&p, &first.status, &l), Err(transient), NOW);
+    assert_eq!(
+        changed.status.condition(READY).unwrap().reason,
+        reason::TRANSIENT_FAILURE
+    );
+    let p2 = proxy(2);
+    let changed = after_create(obs(&p2, &first.status, &l), Err(quota(12)), NOW);
+    assert!(
+        changed
+            .status
+            .condition(READY)
+            .unwrap()
+            .message
+            .ends_with("pods=12, limited: pods=10")
+    );
+}

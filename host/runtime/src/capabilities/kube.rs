@@ -7,9 +7,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 // The simulated API lives beside the real one; these paths are where callers know it.
-pub use crate::capabilities::kube_sim::{
-    SelectorTerm, SimFault, SimKube, SimKubeSpec, merge, parse_selector, rfc3339_ms,
-};
+pub use crate::capabilities::kube_sim::{SimFault, SimKube, SimKubeSpec, merge, rfc3339_ms};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KubeRef {
@@ -66,6 +64,10 @@ pub trait KubeBackend: Send + Sync {
         limit: Option<u32>,
     ) -> Result<Vec<Value>, KubeError>;
     async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Value, KubeError>;
+    /// A merge patch of the status subresource (what a kubelet or another controller
+    /// writes; no guest import reaches it).
+    async fn patch_status(&self, target: &KubeRef, merge_patch: &Value)
+    -> Result<Value, KubeError>;
     async fn server_version(&self) -> Result<(String, String), KubeError>;
 }
 
@@ -223,6 +225,29 @@ impl KubeBackend for RealKube {
             .await?;
         let obj = api
             .patch(
+                &target.name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(merge_patch),
+            )
+            .await
+            .map_err(from_kube)?;
+        to_value(&obj)
+    }
+
+    async fn patch_status(
+        &self,
+        target: &KubeRef,
+        merge_patch: &Value,
+    ) -> Result<Value, KubeError> {
+        let api = self
+            .api(
+                &target.api_version,
+                &target.kind,
+                target.namespace.as_deref(),
+            )
+            .await?;
+        let obj = api
+            .patch_status(
                 &target.name,
                 &kube::api::PatchParams::default(),
                 &kube::api::Patch::Merge(merge_patch),

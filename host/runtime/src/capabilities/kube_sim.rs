@@ -1,11 +1,15 @@
-//! The simulated Kubernetes API behind the `kube` capability: objects with uid,
-//! resourceVersion, labels, creationTimestamp and deletionTimestamp; Pods that run with an IP
-//! after `podStartSeconds` of simulated time; faults to inject; seeded from the world file.
+//! The simulated Kubernetes API behind the `kube` capability: the cluster model of
+//! `egress_sim::kube` (uid, one resourceVersion counter, generation, finalizers, the status
+//! subresource, selectors) with its kubelet running Pods with an IP after `podStartSeconds` of
+//! simulated time; faults to inject; seeded from the world file.
 
 use crate::capabilities::clock::ClockBackend;
 use crate::capabilities::kube::{KubeBackend, KubeError, KubeRef};
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use egress_sim::kube::{
+    ApiError, Cluster, DeleteOptions, Key, Kubelet, LabelSelector, Options, Patch, Selection,
+    Subresource,
+};
+use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
 /// How the simulated cluster behaves, from the world file's `kube` section.
@@ -63,150 +67,104 @@ impl Default for SimKubeSpec {
     }
 }
 
-type ObjKey = (String, String, String, String);
-
-struct SimObject {
-    value: Value,
-    created_ms: u64,
-    /// Set for managed Pods created through the API: they advance Pending -> Running.
-    simulated_pod: Option<String>,
-    deleted_ms: Option<u64>,
-}
-
-struct SimState {
-    objects: BTreeMap<ObjKey, SimObject>,
-    next_uid: u64,
-    next_ip: u32,
-    resource_version: u64,
-    faults: Vec<SimFault>,
-}
-
-/// An in-memory API server: objects with uid, resourceVersion, labels, creationTimestamp and
-/// deletionTimestamp; Pods that turn Running with an IP after `podStartSeconds` of simulated
-/// time and linger Terminating for `podTerminationSeconds`.
+/// The simulated API server: the cluster model of `egress_sim::kube` (the one the guest SDK's
+/// fake and the API double serve too) with its kubelet running Pods, the world file's objects
+/// and faults, on the capability's clock.
 pub struct SimKube {
     spec: SimKubeSpec,
     clock: Arc<dyn ClockBackend>,
     state: Mutex<SimState>,
 }
 
+struct SimState {
+    cluster: Cluster,
+    faults: Vec<SimFault>,
+}
+
 impl SimKube {
     pub fn new(spec: SimKubeSpec, clock: Arc<dyn ClockBackend>) -> Self {
-        let now = clock.now_millis();
-        let mut state = SimState {
-            objects: BTreeMap::new(),
-            next_uid: 0,
-            next_ip: 0,
-            resource_version: 0,
-            faults: spec.faults.clone(),
-        };
+        let mut cluster = Cluster::new(Options {
+            kubelet: Some(Kubelet {
+                start_ms: spec.pod_start_seconds.saturating_mul(1000),
+                termination_ms: spec.pod_termination_seconds.saturating_mul(1000),
+            }),
+            // A provider may be granted any kind; the dry-run serves what it asks for.
+            infer_unknown_kinds: true,
+            uid: sim_uid,
+            ..Options::default()
+        });
+        cluster.set_now(clock.now_millis());
         for obj in &spec.objects {
-            let api_version = obj["apiVersion"].as_str().unwrap_or("v1").to_string();
-            let kind = obj["kind"].as_str().unwrap_or("").to_string();
-            let ns = obj["metadata"]["namespace"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-            let mut value = obj.clone();
-            state.next_uid += 1;
-            state.resource_version += 1;
-            let meta = &mut value["metadata"];
-            if meta["uid"].is_null() {
-                meta["uid"] = json!(sim_uid(state.next_uid));
+            if let Err(e) = cluster.insert(obj.clone()) {
+                tracing::warn!("world file object skipped: {e}");
             }
-            meta["resourceVersion"] = json!(state.resource_version.to_string());
-            if meta["creationTimestamp"].is_null() {
-                meta["creationTimestamp"] = json!(rfc3339_ms(now));
-            }
-            state.objects.insert(
-                (api_version, kind, ns, name),
-                SimObject {
-                    value,
-                    created_ms: now,
-                    simulated_pod: None,
-                    deleted_ms: None,
-                },
-            );
         }
         Self {
+            state: Mutex::new(SimState {
+                cluster,
+                faults: spec.faults.clone(),
+            }),
             spec,
             clock,
-            state: Mutex::new(state),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, SimState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn fault(state: &mut SimState, call: &str) -> Result<(), KubeError> {
-        if let Some(f) = state
-            .faults
-            .iter_mut()
-            .find(|f| f.call == call && f.times > 0)
-        {
-            f.times -= 1;
-            return Err(KubeError::new(f.status, &f.reason, f.message.clone()));
+    /// Runs `f` on the model at the clock's time, after the call's injected fault if any.
+    fn call<T>(
+        &self,
+        call: &str,
+        f: impl FnOnce(&mut Cluster) -> Result<T, ApiError>,
+    ) -> Result<T, KubeError> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(fault) = st.faults.iter_mut().find(|f| f.call == call && f.times > 0) {
+            fault.times -= 1;
+            return Err(KubeError::new(
+                fault.status,
+                &fault.reason,
+                fault.message.clone(),
+            ));
         }
-        Ok(())
+        st.cluster.set_now(self.clock.now_millis());
+        f(&mut st.cluster).map_err(from_api)
     }
 
-    /// Brings every object up to the current simulated time: Pods start, deleted Pods go.
-    fn advance(&self, state: &mut SimState) {
-        let now = self.clock.now_millis();
-        let start = self.spec.pod_start_seconds * 1000;
-        let grace = self.spec.pod_termination_seconds * 1000;
-        state
-            .objects
-            .retain(|_, o| o.deleted_ms.is_none_or(|d| now < d.saturating_add(grace)));
-        for obj in state.objects.values_mut() {
-            if let Some(ip) = &obj.simulated_pod
-                && obj.deleted_ms.is_none()
-                && now >= obj.created_ms.saturating_add(start)
-                && obj.value["status"]["phase"] == "Pending"
-            {
-                obj.value["status"] = json!({"phase": "Running", "podIP": ip, "startTime": rfc3339_ms(obj.created_ms + start)});
-            }
-        }
-    }
-
-    fn key(r: &KubeRef) -> ObjKey {
-        (
-            r.api_version.clone(),
-            r.kind.clone(),
-            r.namespace.clone().unwrap_or_default(),
-            r.name.clone(),
-        )
+    /// Writes a merge patch to an object's status subresource, as a kubelet or another
+    /// controller does (a patch through the main resource leaves status alone).
+    pub fn patch_status(&self, target: &KubeRef, merge_patch: &Value) -> Result<Value, KubeError> {
+        let key = key(target);
+        self.call("patch", |c| {
+            c.patch(
+                &key,
+                &Patch::Merge(merge_patch.clone()),
+                Subresource::Status,
+            )
+        })
+        .map(|v| (*v).clone())
     }
 }
 
-fn not_found(r: &KubeRef) -> KubeError {
-    KubeError::new(
-        404,
-        "NotFound",
-        format!("{} {:?} not found", r.kind.to_lowercase(), r.name),
-    )
-}
-
+/// The uids the simulated cluster has always given, so dry-run plans keep theirs.
 fn sim_uid(n: u64) -> String {
     format!("5e1f0000-0000-4000-8000-{n:012x}")
 }
 
+fn key(r: &KubeRef) -> Key {
+    Key::new(&r.api_version, &r.kind, r.namespace.as_deref(), &r.name)
+}
+
+fn from_api(e: ApiError) -> KubeError {
+    KubeError::new(e.code, &e.reason, e.message)
+}
+
 pub fn rfc3339_ms(ms: u64) -> String {
-    egress_core::gc::format_rfc3339((ms / 1000) as i64)
+    egress_sim::kube::rfc3339(ms)
 }
 
 #[async_trait::async_trait]
 impl KubeBackend for SimKube {
     async fn get(&self, target: &KubeRef) -> Result<Value, KubeError> {
-        let mut st = self.lock();
-        Self::fault(&mut st, "get")?;
-        self.advance(&mut st);
-        st.objects
-            .get(&Self::key(target))
-            .map(|o| o.value.clone())
-            .ok_or_else(|| not_found(target))
+        let key = key(target);
+        self.call("get", |c| c.get(&key)).map(|v| (*v).clone())
     }
 
     async fn create(
@@ -214,84 +172,16 @@ impl KubeBackend for SimKube {
         api_version: &str,
         kind: &str,
         namespace: Option<&str>,
-        mut body: Value,
+        body: Value,
     ) -> Result<Value, KubeError> {
-        let mut st = self.lock();
-        Self::fault(&mut st, "create")?;
-        self.advance(&mut st);
-        let name = body["metadata"]["name"].as_str().unwrap_or("").to_string();
-        if name.is_empty() {
-            return Err(KubeError::new(
-                422,
-                "Invalid",
-                "metadata.name: Required value",
-            ));
-        }
-        let key = (
-            api_version.to_string(),
-            kind.to_string(),
-            namespace.unwrap_or("").to_string(),
-            name.clone(),
-        );
-        if st.objects.contains_key(&key) {
-            return Err(KubeError::new(
-                409,
-                "AlreadyExists",
-                format!("{} {name:?} already exists", kind.to_lowercase()),
-            ));
-        }
-        let now = self.clock.now_millis();
-        st.next_uid += 1;
-        st.resource_version += 1;
-        let uid = sim_uid(st.next_uid);
-        let rv = st.resource_version.to_string();
-        let meta = &mut body["metadata"];
-        meta["uid"] = json!(uid);
-        meta["resourceVersion"] = json!(rv);
-        meta["creationTimestamp"] = json!(rfc3339_ms(now));
-        if let Some(ns) = namespace {
-            meta["namespace"] = json!(ns);
-        }
-        let simulated_pod = if kind == "Pod" && api_version == "v1" {
-            st.next_ip += 1;
-            body["status"] = json!({"phase": "Pending"});
-            Some(format!(
-                "10.244.{}.{}",
-                st.next_ip / 250,
-                st.next_ip % 250 + 2
-            ))
-        } else {
-            None
-        };
-        st.objects.insert(
-            key,
-            SimObject {
-                value: body.clone(),
-                created_ms: now,
-                simulated_pod,
-                deleted_ms: None,
-            },
-        );
-        Ok(body)
+        self.call("create", |c| c.create(api_version, kind, namespace, body))
+            .map(|v| (*v).clone())
     }
 
     async fn delete(&self, target: &KubeRef) -> Result<(), KubeError> {
-        let mut st = self.lock();
-        Self::fault(&mut st, "delete")?;
-        self.advance(&mut st);
-        let now = self.clock.now_millis();
-        let key = Self::key(target);
-        let grace = self.spec.pod_termination_seconds;
-        let Some(obj) = st.objects.get_mut(&key) else {
-            return Err(not_found(target));
-        };
-        if grace == 0 || target.kind != "Pod" {
-            st.objects.remove(&key);
-        } else if obj.deleted_ms.is_none() {
-            obj.deleted_ms = Some(now);
-            obj.value["metadata"]["deletionTimestamp"] = json!(rfc3339_ms(now));
-        }
-        Ok(())
+        let key = key(target);
+        self.call("delete", |c| c.delete(&key, &DeleteOptions::default()))
+            .map(|_| ())
     }
 
     async fn list(
@@ -302,47 +192,32 @@ impl KubeBackend for SimKube {
         label_selector: &str,
         limit: Option<u32>,
     ) -> Result<Vec<Value>, KubeError> {
-        let mut st = self.lock();
-        Self::fault(&mut st, "list")?;
-        self.advance(&mut st);
-        let selector =
-            parse_selector(label_selector).map_err(|m| KubeError::new(400, "BadRequest", m))?;
-        let mut out = Vec::new();
-        for ((av, k, ns, _), obj) in &st.objects {
-            if av != api_version || k != kind || namespace.is_some_and(|n| n != ns) {
-                continue;
-            }
-            if selector
-                .iter()
-                .all(|t| t.matches(&obj.value["metadata"]["labels"]))
-            {
-                out.push(obj.value.clone());
-                if limit.is_some_and(|l| out.len() >= l as usize) {
-                    break;
-                }
-            }
-        }
-        Ok(out)
+        self.call("list", |c| {
+            let mut sel = Selection::of(api_version, kind, namespace);
+            sel.labels = LabelSelector::parse(label_selector).map_err(ApiError::bad_request)?;
+            let page = c.list(&sel, limit.map(|l| l as usize), None)?;
+            Ok(page.items.iter().map(|v| (**v).clone()).collect())
+        })
     }
 
     async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Value, KubeError> {
-        let mut st = self.lock();
-        Self::fault(&mut st, "patch")?;
-        self.advance(&mut st);
-        st.resource_version += 1;
-        let rv = st.resource_version.to_string();
-        let obj = st
-            .objects
-            .get_mut(&Self::key(target))
-            .ok_or_else(|| not_found(target))?;
-        merge(&mut obj.value, merge_patch);
-        obj.value["metadata"]["resourceVersion"] = json!(rv);
-        Ok(obj.value.clone())
+        let key = key(target);
+        self.call("patch", |c| {
+            c.patch(&key, &Patch::Merge(merge_patch.clone()), Subresource::Main)
+        })
+        .map(|v| (*v).clone())
+    }
+
+    async fn patch_status(
+        &self,
+        target: &KubeRef,
+        merge_patch: &Value,
+    ) -> Result<Value, KubeError> {
+        SimKube::patch_status(self, target, merge_patch)
     }
 
     async fn server_version(&self) -> Result<(String, String), KubeError> {
-        let mut st = self.lock();
-        Self::fault(&mut st, "server-version")?;
+        self.call("server-version", |_| Ok(()))?;
         Ok((
             self.spec.server_version.clone(),
             "https://sim-apiserver.invalid".to_string(),
@@ -350,71 +225,15 @@ impl KubeBackend for SimKube {
     }
 }
 
-/// RFC 7386 JSON merge patch.
-pub fn merge(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(p) => {
-            if !target.is_object() {
-                *target = Value::Object(Default::default());
-            }
-            if let Some(t) = target.as_object_mut() {
-                for (k, v) in p {
-                    if v.is_null() {
-                        t.remove(k);
-                    } else {
-                        merge(t.entry(k.clone()).or_insert(Value::Null), v);
-                    }
-                }
-            }
-        }
-        _ => *target = patch.clone(),
-    }
-}
-
-/// One term of an equality-based label selector.
-#[derive(Debug, PartialEq, Eq)]
-pub enum SelectorTerm {
-    Equals(String, String),
-    NotEquals(String, String),
-    Exists(String),
-}
-
-impl SelectorTerm {
-    fn matches(&self, labels: &Value) -> bool {
-        match self {
-            Self::Equals(k, v) => labels[k.as_str()].as_str() == Some(v.as_str()),
-            Self::NotEquals(k, v) => labels[k.as_str()].as_str() != Some(v.as_str()),
-            Self::Exists(k) => labels.get(k.as_str()).is_some(),
-        }
-    }
-}
-
-pub fn parse_selector(s: &str) -> Result<Vec<SelectorTerm>, String> {
-    s.split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(|t| {
-            if let Some((k, v)) = t.split_once("!=") {
-                Ok(SelectorTerm::NotEquals(k.trim().into(), v.trim().into()))
-            } else if let Some((k, v)) = t.split_once('=') {
-                Ok(SelectorTerm::Equals(
-                    k.trim().into(),
-                    v.trim_start_matches('=').trim().into(),
-                ))
-            } else if t.contains(' ') {
-                Err(format!("unsupported selector term {t:?}"))
-            } else {
-                Ok(SelectorTerm::Exists(t.into()))
-            }
-        })
-        .collect()
-}
+/// RFC 7386 JSON merge patch (the cluster model's).
+pub use egress_sim::kube::merge_patch as merge;
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::capabilities::clock::VirtualClock;
+    use serde_json::json;
     use std::time::Duration;
 
     fn pod(name: &str) -> Value {

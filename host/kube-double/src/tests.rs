@@ -1,0 +1,255 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::*;
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+
+fn config_map(name: &str) -> ConfigMap {
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "labels": {"app": "x"}}, "data": {"k": "v"}}),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_kube_client_reads_and_writes_over_the_socket() {
+    let d = Double::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(d.client(), "default");
+    let made = api
+        .create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+    assert!(made.metadata.uid.is_some());
+    let got = api.get("a").await.unwrap();
+    assert_eq!(got.data.unwrap()["k"], "v");
+    api.create(&PostParams::default(), &config_map("b"))
+        .await
+        .unwrap();
+    let listed = api
+        .list(&ListParams::default().labels("app in (x)"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 2);
+    let paged = api.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(paged.items.len(), 1);
+    let next = api
+        .list(
+            &ListParams::default()
+                .limit(1)
+                .continue_token(paged.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(next.items[0].metadata.name.as_deref(), Some("b"));
+    let e = api.get("c").await.unwrap_err();
+    assert!(
+        matches!(e, kube::Error::Api(s) if s.code == 404 && s.message == "configmaps \"c\" not found")
+    );
+
+    // A stale resourceVersion is a conflict.
+    let stale = made.metadata.resource_version.clone().unwrap();
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"data": {"k": "w"}})),
+    )
+    .await
+    .unwrap();
+    let e = api
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"resourceVersion": stale}, "data": {"k": "z"}}),
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict"));
+    let jp: json_patch::Patch = serde_json::from_value(json!([{"op": "test", "path": "/data/k", "value": "w"}, {"op": "replace", "path": "/data/k", "value": "j"}])).unwrap();
+    let patched = api
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &kube::api::Patch::<()>::Json(jp),
+        )
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["k"], "j");
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    assert_eq!(
+        api.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    let lines: Vec<String> = d.requests().iter().map(Recorded::line).collect();
+    assert_eq!(lines[0], "POST /api/v1/namespaces/default/configmaps");
+}
+
+#[tokio::test]
+async fn a_namespace_must_exist() {
+    let d = Double::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(d.client(), "absent");
+    let e = api
+        .create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(s) = e else {
+        panic!("{e}")
+    };
+    assert_eq!(
+        (s.code, s.message.as_str()),
+        (404, "namespaces \"absent\" not found")
+    );
+    let ns: Api<Namespace> = Api::all(d.client());
+    assert!(ns.get("kube-system").await.unwrap().metadata.uid.is_some());
+}
+
+#[tokio::test]
+async fn the_watcher_sees_changes_and_bookmarks() {
+    let d = Double::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(d.client(), "default");
+    api.create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+    let mut stream = watcher(api.clone(), watcher::Config::default().any_semantic())
+        .applied_objects()
+        .boxed();
+    let first = stream.try_next().await.unwrap().unwrap();
+    assert_eq!(first.metadata.name.as_deref(), Some("a"));
+    api.create(&PostParams::default(), &config_map("b"))
+        .await
+        .unwrap();
+    let second = stream.try_next().await.unwrap().unwrap();
+    assert_eq!(second.metadata.name.as_deref(), Some("b"));
+    assert!(
+        d.requests()
+            .iter()
+            .any(|r| r.is_watch() && r.query.contains("allowWatchBookmarks=true"))
+    );
+
+    // A raw watch from a version: events after it, then a bookmark when idle.
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let mut raw = api
+        .watch(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match raw.try_next().await.unwrap().unwrap() {
+        WatchEvent::Deleted(o) => assert_eq!(o.metadata.name.as_deref(), Some("a")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_watch_from_a_compacted_version_is_gone() {
+    let d = Double::start_with(Config {
+        options: Options {
+            history: 2,
+            require_namespaces: true,
+            ..Options::default()
+        },
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(d.client(), "default");
+    for n in ["a", "b", "c", "d"] {
+        api.create(&PostParams::default(), &config_map(n))
+            .await
+            .unwrap();
+    }
+    let mut raw = api
+        .watch(&WatchParams::default(), "1")
+        .await
+        .unwrap()
+        .boxed();
+    match raw.try_next().await.unwrap().unwrap() {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn pods_have_a_status_subresource() {
+    let d = Double::start_with(Config {
+        options: Options {
+            kubelet: Some(egress_sim::kube::Kubelet {
+                start_ms: 2000,
+                termination_ms: 0,
+            }),
+            require_namespaces: true,
+            ..Options::default()
+        },
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let api: Api<Pod> = Api::namespaced(d.client(), "default");
+    let pod: Pod = serde_json::from_value(
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}),
+    )
+    .unwrap();
+    let made = api.create(&PostParams::default(), &pod).await.unwrap();
+    assert_eq!(made.status.unwrap().phase.as_deref(), Some("Pending"));
+    d.advance(Duration::from_secs(2));
+    let running = api.get("p").await.unwrap().status.unwrap();
+    assert_eq!(
+        (running.phase.as_deref(), running.pod_ip.as_deref()),
+        (Some("Running"), Some("10.244.0.3"))
+    );
+    let failed = api
+        .patch_status(
+            "p",
+            &PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"phase": "Failed"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(failed.status.unwrap().phase.as_deref(), Some("Failed"));
+}
+
+#[tokio::test]
+async fn faults_answer_errors_and_hold_requests() {
+    let d = Double::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(d.client(), "default");
+    d.fault(
+        Route::new(Method::POST, "/api/v1/namespaces/default/configmaps"),
+        Fault::Error(ApiError::new(
+            500,
+            "InternalError",
+            "etcdserver: request timed out",
+        )),
+        Some(1),
+    );
+    let e = api
+        .create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, kube::Error::Api(s) if s.code == 500));
+    api.create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+
+    d.fault(
+        Route::new(Method::GET, "/api/v1/namespaces/default/configmaps/a"),
+        Fault::Hold,
+        Some(1),
+    );
+    let held = tokio::spawn({
+        let api = api.clone();
+        async move { api.get("a").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!held.is_finished(), "a held request is not answered");
+    d.release();
+    assert!(held.await.unwrap().is_ok());
+}
