@@ -22,7 +22,7 @@ pub mod reason {
 /// Why a check ended as it did. Only [`Reason::Verified`] is a working proxy;
 /// [`Reason::CheckerUnavailable`] says nothing about the proxy (the echo or the checker
 /// itself failed), so it must never count towards replacing one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Reason {
     /// The echo answered through the proxy, with this probe's nonce, and saw nothing of the
     /// client.
