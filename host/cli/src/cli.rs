@@ -33,6 +33,15 @@ pub enum Command {
     /// Write and test provider modules.
     #[command(subcommand)]
     Provider(ProviderCmd),
+    /// Serve the egress check's echo (httpbin's /anything format) on every path until Ctrl-C.
+    Echo(EchoArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EchoArgs {
+    /// Address to listen on, e.g. 0.0.0.0:8080; it must be reachable from the proxies.
+    #[arg(long)]
+    pub listen: std::net::SocketAddr,
 }
 
 #[derive(Debug, Subcommand)]

@@ -256,14 +256,17 @@ fn checker_for(
     let settings = egress_core::egress::Settings::from_config(c);
     let probe: Arc<dyn egress_runtime::egress::EgressProbe> = match &reach.sim_egress {
         Some(sim) => sim.clone(),
-        None => {
-            return Err(CliError::Input {
+        None => Arc::new(
+            egress_runtime::egress::NetworkProbe::new(
+                &settings,
+                &c.client_addresses,
+                c.source_address.as_deref(),
+            )
+            .map_err(|m| CliError::Input {
                 what: what.to_string(),
-                message:
-                    "egressCheck: the network probe is not part of this build yet; use --dry-run"
-                        .into(),
-            });
-        }
+                message: format!("egressCheck.urls: {m}"),
+            })?,
+        ),
     };
     Ok(Some(Arc::new(egress_runtime::egress::EgressChecker::new(
         settings,

@@ -195,6 +195,28 @@ async fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Echo(a) => {
+            let listener = match tokio::net::TcpListener::bind(a.listen).await {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("error: cannot listen on {}: {e}", a.listen);
+                    return ExitCode::FAILURE;
+                }
+            };
+            if let Ok(addr) = listener.local_addr() {
+                eprintln!("echo listening on http://{addr}/");
+            }
+            let stopped = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            match egress_check::echo::serve_until(listener, stopped).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Check(a) => {
             let all_embedded = a.providers.is_none();
             let world = match a.world {

@@ -53,6 +53,10 @@ pub struct EgressCheck {
     /// an echo that sees one of them was reached without the proxy hiding the client.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_addresses: Vec<String>,
+    /// The local address probes are sent from (default: the system's choice): a proxy admits
+    /// clients by source address, so the checker must come from one it allows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_address: Option<String>,
 }
 
 fn default_check_interval() -> String {
@@ -534,6 +538,14 @@ fn check_egress(c: &EgressCheck) -> Result<(), ConfigError> {
     c.max_unhealthy
         .check(100)
         .map_err(|m| ConfigError::new("egressCheck.maxUnhealthy", m))?;
+    if let Some(a) = &c.source_address
+        && a.parse::<std::net::IpAddr>().is_err()
+    {
+        return Err(ConfigError::new(
+            "egressCheck.sourceAddress",
+            format!("{a:?} is not an IP address"),
+        ));
+    }
     for (i, a) in c.client_addresses.iter().enumerate() {
         if a.parse::<std::net::IpAddr>().is_err() {
             return Err(ConfigError::new(

@@ -259,6 +259,117 @@ fn quiet_refresh(before: &ProxyStatus, after: &mut ProxyStatus, now: i64) {
     }
 }
 
+/// The probe of real runs: an HTTP request through the proxy to an echo endpoint
+/// (egress-check), a fresh connection per probe, a nonce per probe.
+pub struct NetworkProbe {
+    prober: egress_check::HttpProber,
+    echoes: Vec<Arc<egress_check::EchoUrl>>,
+    nonces: Arc<dyn egress_check::NonceSource>,
+}
+
+impl NetworkProbe {
+    /// Probes with the settings' timeout, counting the configured client addresses as the
+    /// checker's own. Errors name the echo URL that does not parse.
+    pub fn new(
+        settings: &Settings,
+        client_addresses: &[String],
+        source_address: Option<&str>,
+    ) -> Result<Self, String> {
+        let echoes = settings
+            .urls
+            .iter()
+            .map(|u| {
+                u.parse::<egress_check::EchoUrl>()
+                    .map(Arc::new)
+                    .map_err(|e| format!("echo URL {u:?}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let extra_own_addresses = client_addresses
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        Ok(Self {
+            prober: egress_check::HttpProber::new(egress_check::ProbeOptions {
+                timeout: settings.timeout,
+                extra_own_addresses,
+                local_address: source_address.and_then(|a| a.parse().ok()),
+                ..Default::default()
+            }),
+            echoes,
+            nonces: Arc::new(egress_check::SeededNonces::from_entropy()),
+        })
+    }
+}
+
+fn reason_of(r: egress_check::Reason) -> CheckReason {
+    use egress_check::Reason as R;
+    match r {
+        R::Verified => CheckReason::Verified,
+        R::ProxyUnreachable => CheckReason::ProxyUnreachable,
+        R::ProxyRefused => CheckReason::ProxyRefused,
+        R::Timeout => CheckReason::Timeout,
+        R::BadEcho => CheckReason::BadEcho,
+        R::NotAnonymous => CheckReason::NotAnonymous,
+        R::CheckerUnavailable => CheckReason::CheckerUnavailable,
+    }
+}
+
+#[async_trait::async_trait]
+impl EgressProbe for NetworkProbe {
+    async fn probe(&self, ip: &str, port: u16, _settings: &Settings) -> CheckResult {
+        let Some(echo) = self.echoes.first().cloned() else {
+            return CheckResult {
+                reason: CheckReason::CheckerUnavailable,
+                egress_ip: None,
+                latency_ms: None,
+                message: "no echo URL is configured".into(),
+            };
+        };
+        let Ok(addr) = ip.parse::<std::net::IpAddr>() else {
+            return CheckResult {
+                reason: CheckReason::ProxyUnreachable,
+                egress_ip: None,
+                latency_ms: None,
+                message: format!("{ip:?} is not an IP address"),
+            };
+        };
+        let out = egress_check::Prober::probe(
+            &self.prober,
+            &egress_check::ProbeRequest {
+                proxy: Some(std::net::SocketAddr::new(addr, port)),
+                echo,
+                nonce: self.nonces.next_nonce(),
+            },
+        )
+        .await;
+        CheckResult {
+            reason: reason_of(out.reason),
+            egress_ip: out.egress_ip.map(|a| a.to_string()),
+            latency_ms: out.latency_ms,
+            message: out.message,
+        }
+    }
+
+    async fn echo_reachable(&self, _settings: &Settings) -> bool {
+        for echo in &self.echoes {
+            let out = egress_check::Prober::probe(
+                &self.prober,
+                &egress_check::ProbeRequest {
+                    proxy: None,
+                    echo: echo.clone(),
+                    nonce: self.nonces.next_nonce(),
+                },
+            )
+            .await;
+            if out.is_verified() || out.reason == egress_check::Reason::NotAnonymous {
+                // It answered (seeing the checker itself is expected without a proxy).
+                return true;
+            }
+        }
+        false
+    }
+}
+
 /// The simulated proxies' behaviour, from the world file's `egress` section.
 #[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]

@@ -1,0 +1,351 @@
+//! One probe: a GET through a proxy (or straight to the echo) and the judgement of its answer.
+
+use crate::classify::{Expect, classify};
+use crate::outcome::{Outcome, Reason};
+use crate::url::EchoUrl;
+use http_body_util::{BodyExt, Empty, LengthLimitError, Limited};
+use hyper::body::Bytes;
+use hyper::header::{ACCEPT, CONNECTION, HOST, USER_AGENT};
+use hyper::{Request, Uri};
+use hyper_util::rt::TokioIo;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::time::{Instant, timeout_at};
+
+/// What to probe: through `proxy`, or with `proxy: None` straight to the echo (the direct
+/// check that tells an echo outage from broken proxies).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeRequest {
+    pub proxy: Option<SocketAddr>,
+    pub echo: Arc<EchoUrl>,
+    /// Sent as the [`crate::NONCE_PARAM`] query parameter; URL-safe text.
+    pub nonce: String,
+}
+
+/// Sends probes. The real one is [`HttpProber`]; a simulated backend implements this over its
+/// model (and may judge the answers it makes up with [`crate::classify()`]).
+#[async_trait::async_trait]
+pub trait Prober: Send + Sync {
+    /// Never fails: every way a probe can go wrong is an [`Outcome`] reason.
+    async fn probe(&self, request: &ProbeRequest) -> Outcome;
+}
+
+/// How [`HttpProber`] probes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeOptions {
+    /// Bounds the whole probe: connect, request, and the complete answer.
+    pub timeout: Duration,
+    /// Bounds the answer's body; an echo answer is a few hundred bytes.
+    pub max_answer_bytes: usize,
+    /// The local address probes are sent from (the kernel chooses when None): a proxy admits
+    /// clients by source address, so the checker must come from an allowed one.
+    pub local_address: Option<IpAddr>,
+    /// More addresses that are the client's own besides the probe connection's local address,
+    /// e.g. the public address a NAT gives the checker. The echo must see none of them.
+    pub extra_own_addresses: Vec<IpAddr>,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        ProbeOptions {
+            timeout: Duration::from_secs(10),
+            max_answer_bytes: 64 * 1024,
+            local_address: None,
+            extra_own_addresses: Vec::new(),
+        }
+    }
+}
+
+/// Read buffer of a probe connection (hyper's minimum): an answer's head must fit, and it
+/// bounds the memory of each probe in flight.
+const READ_BUFFER: usize = 8192;
+
+const USER_AGENT_VALUE: &str = concat!("egress-check/", env!("CARGO_PKG_VERSION"));
+
+/// Probes over a fresh TCP connection each, with hyper's client connection API: no pool and
+/// no client object per proxy, so holding 10,000 proxies costs nothing between probes, and the
+/// connection goes to the proxy while the request names the echo (absolute form), which a
+/// pooled client keyed by the request's host could not express.
+#[derive(Debug, Clone, Default)]
+pub struct HttpProber {
+    options: ProbeOptions,
+}
+
+impl HttpProber {
+    pub fn new(options: ProbeOptions) -> HttpProber {
+        HttpProber { options }
+    }
+
+    pub fn options(&self) -> &ProbeOptions {
+        &self.options
+    }
+}
+
+#[async_trait::async_trait]
+impl Prober for HttpProber {
+    #[tracing::instrument(level = "debug", skip_all, fields(proxy = ?request.proxy, echo = %request.echo))]
+    async fn probe(&self, request: &ProbeRequest) -> Outcome {
+        let start = Instant::now();
+        let deadline = start + self.options.timeout;
+        let outcome = self.exchange(request, start, deadline).await;
+        tracing::debug!(reason = %outcome.reason, message = %outcome.message, "probe");
+        outcome
+    }
+}
+
+/// A failed step: the reason, and what happened in words.
+type Failure = (Reason, String);
+
+/// Local errors that are the checker's, not the proxy's: out of descriptors, buffers, memory
+/// or ephemeral ports (Linux errno values; elsewhere only the portable kinds are known).
+fn is_local_resource_error(e: &io::Error) -> bool {
+    const ENOMEM: i32 = 12;
+    const ENFILE: i32 = 23;
+    const EMFILE: i32 = 24;
+    const ENOBUFS: i32 = 105;
+    matches!(
+        e.kind(),
+        io::ErrorKind::AddrNotAvailable | io::ErrorKind::OutOfMemory
+    ) || (cfg!(target_os = "linux")
+        && matches!(e.raw_os_error(), Some(ENOMEM | ENFILE | EMFILE | ENOBUFS)))
+}
+
+fn io_cause<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a io::Error> {
+    let mut source = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<io::Error>() {
+            return Some(io);
+        }
+        source = err.source();
+    }
+    None
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Why no answer head arrived.
+fn head_failure(e: &hyper::Error, who: &str) -> Failure {
+    if e.is_parse() || e.is_parse_status() || e.is_parse_too_large() {
+        return (
+            Reason::BadEcho,
+            format!("the {who} did not answer HTTP/1.1: {e}"),
+        );
+    }
+    if e.is_timeout() {
+        return (
+            Reason::Timeout,
+            format!("the {who} did not answer in time: {e}"),
+        );
+    }
+    if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
+        return (
+            Reason::ProxyUnreachable,
+            format!("the {who} closed the connection without answering"),
+        );
+    }
+    let detail = io_cause(e).map_or_else(|| e.to_string(), ToString::to_string);
+    (
+        Reason::ProxyUnreachable,
+        format!("the connection to the {who} failed: {detail}"),
+    )
+}
+
+/// Why the body of an answer could not be read.
+fn body_failure(e: &(dyn std::error::Error + Send + Sync + 'static), limit: usize) -> Failure {
+    if e.downcast_ref::<LengthLimitError>().is_some() {
+        return (
+            Reason::BadEcho,
+            format!("the answer is larger than {limit} bytes"),
+        );
+    }
+    (Reason::BadEcho, format!("the answer broke off: {e}"))
+}
+
+impl HttpProber {
+    async fn exchange(&self, request: &ProbeRequest, start: Instant, deadline: Instant) -> Outcome {
+        match self.try_exchange(request, start, deadline).await {
+            Ok(outcome) => outcome,
+            Err((reason, message)) => Outcome::failed(reason, message),
+        }
+    }
+
+    async fn connect(
+        &self,
+        target: SocketAddr,
+        who: &str,
+        deadline: Instant,
+    ) -> Result<TcpStream, Failure> {
+        let unavailable = |m: String| (Reason::CheckerUnavailable, m);
+        let socket = match target {
+            SocketAddr::V4(_) => TcpSocket::new_v4(),
+            SocketAddr::V6(_) => TcpSocket::new_v6(),
+        }
+        .map_err(|e| unavailable(format!("the checker cannot open a socket: {e}")))?;
+        if let Some(local) = self.options.local_address {
+            socket.bind(SocketAddr::new(local, 0)).map_err(|e| {
+                unavailable(format!(
+                    "the checker cannot send from {local} (the probe's local address): {e}"
+                ))
+            })?;
+        }
+        match timeout_at(deadline, socket.connect(target)).await {
+            Err(_) => Err((
+                Reason::Timeout,
+                format!(
+                    "no TCP connection to the {who} {target} within {:?}",
+                    self.options.timeout
+                ),
+            )),
+            Ok(Err(e)) if is_local_resource_error(&e) => Err(unavailable(format!(
+                "the checker cannot connect to {target}: {e}"
+            ))),
+            Ok(Err(e)) => Err((
+                Reason::ProxyUnreachable,
+                format!("cannot connect to the {who} {target}: {e}"),
+            )),
+            Ok(Ok(stream)) => Ok(stream),
+        }
+    }
+
+    async fn resolve(&self, echo: &EchoUrl, deadline: Instant) -> Result<SocketAddr, Failure> {
+        let found = timeout_at(
+            deadline,
+            tokio::net::lookup_host((echo.host(), echo.port())),
+        )
+        .await
+        .map_err(|_| {
+            (
+                Reason::Timeout,
+                format!(
+                    "resolving {} took longer than {:?}",
+                    echo.host(),
+                    self.options.timeout
+                ),
+            )
+        })?
+        .map_err(|e| {
+            (
+                Reason::ProxyUnreachable,
+                format!("cannot resolve {}: {e}", echo.host()),
+            )
+        })?;
+        // Sent from a fixed local address, only that family can connect.
+        let family = self.options.local_address.map(|a| a.is_ipv4());
+        let mut found = found.filter(|a| family.is_none_or(|v4| a.is_ipv4() == v4));
+        found.next().ok_or_else(|| {
+            (
+                Reason::ProxyUnreachable,
+                format!("{} has no address of the probe's family", echo.host()),
+            )
+        })
+    }
+
+    async fn try_exchange(
+        &self,
+        request: &ProbeRequest,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<Outcome, Failure> {
+        let (target, who, uri) = match request.proxy {
+            Some(proxy) => (proxy, "proxy", request.echo.absolute_form(&request.nonce)),
+            None => (
+                self.resolve(&request.echo, deadline).await?,
+                "echo",
+                request.echo.origin_form(&request.nonce),
+            ),
+        };
+        let uri: Uri = uri.parse().map_err(|e| {
+            (
+                Reason::CheckerUnavailable,
+                format!("the nonce does not fit in a URL: {e}"),
+            )
+        })?;
+        let stream = self.connect(target, who, deadline).await?;
+        let mut own = Vec::with_capacity(1 + self.options.extra_own_addresses.len());
+        if let Ok(local) = stream.local_addr() {
+            own.push(local.ip().to_canonical());
+        }
+        own.extend(self.options.extra_own_addresses.iter().copied());
+        // One request, one answer: no delay for small writes.
+        let _ = stream.set_nodelay(true);
+
+        let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(READ_BUFFER)
+            .title_case_headers(true)
+            .handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+            .await
+            .map_err(|e| head_failure(&e, who))?;
+        let req = Request::get(uri)
+            .header(HOST, request.echo.authority())
+            .header(ACCEPT, "application/json, text/plain;q=0.9")
+            .header(USER_AGENT, USER_AGENT_VALUE)
+            // Each probe proves a fresh connection; nothing is left open between intervals.
+            .header(CONNECTION, "close")
+            .body(Empty::new())
+            .map_err(|e| {
+                (
+                    Reason::CheckerUnavailable,
+                    format!("the probe request cannot be built: {e}"),
+                )
+            })?;
+        let limit = self.options.max_answer_bytes;
+        let exchange = async {
+            let response = sender
+                .send_request(req)
+                .await
+                .map_err(|e| head_failure(&e, who))?;
+            let (parts, body) = response.into_parts();
+            let body = Limited::new(body, limit)
+                .collect()
+                .await
+                .map_err(|e| body_failure(e.as_ref(), limit))?
+                .to_bytes();
+            Ok::<_, Failure>((parts, body))
+        };
+        // The connection is driven here, beside the exchange, rather than spawned: the probe
+        // is one task, and dropping it (at the deadline) closes the socket.
+        let driven = async {
+            tokio::pin!(exchange);
+            tokio::pin!(connection);
+            tokio::select! {
+                r = &mut exchange => r,
+                c = &mut connection => {
+                    // The connection ended first: the exchange now ends at once, and the
+                    // connection's own error, if any, says more.
+                    let r = exchange.await;
+                    match (r, c) {
+                        (Err(_), Err(e)) => Err(head_failure(&e, who)),
+                        (r, _) => r,
+                    }
+                }
+            }
+        };
+        let (parts, body) = timeout_at(deadline, driven).await.map_err(|_| {
+            (
+                Reason::Timeout,
+                format!(
+                    "the {who} accepted the connection but gave no complete answer within {:?}",
+                    self.options.timeout
+                ),
+            )
+        })??;
+        let latency = start.elapsed();
+        let mut outcome = classify(
+            parts.status.as_u16(),
+            &parts.headers,
+            &body,
+            &Expect {
+                nonce: &request.nonce,
+                own_addresses: &own,
+                via_proxy: request.proxy.is_some(),
+            },
+        );
+        outcome.latency_ms = Some(millis(latency));
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,160 @@
+//! The egress check in a real run, with real parts: Debian's Squid on loopback started from
+//! the generated config (only the listen address and file paths rewritten), the echo on
+//! 127.0.0.9:80, the CLI's real-mode loop with its network probe, and the state file read
+//! back by discovery. The instances come from the test module, which reports every instance
+//! Running at 127.0.0.1, where each Proxy's Squid listens. Skips without squid or port 80
+//! (root), unless EGRESS_REQUIRE_REAL_BACKENDS=1.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../host/egress-check/tests/support/mod.rs"]
+mod support;
+
+use egress_proxies::reconcile::Report;
+use egress_proxies::{ReconcileRequest, Source, run_reconcile};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
+
+fn providers(dir: &Path, startup: &str) -> std::path::PathBuf {
+    std::fs::write(dir.join("hostile.wasm"), egress_test_modules::HOSTILE).unwrap();
+    let p = dir.join("providers.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "installation: egress-real\n\
+             egressCheck: {{urls: ['http://{}/anything'], interval: 2s, timeout: 1s, failureThreshold: 2, startupTimeout: {startup}, sourceAddress: {}}}\n\
+             providers:\n- {{name: h, type: hostile, module: hostile.wasm, config: {{mode: ok}}}}\n",
+            support::ECHO_IP,
+            support::ALLOWED_CLIENT
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn proxies(dir: &Path, ports: &[(&str, u16)]) -> std::path::PathBuf {
+    let p = dir.join("proxies.yaml");
+    let docs: Vec<String> = ports
+        .iter()
+        .map(|(name, port)| {
+            format!(
+                "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: {name}, namespace: ns}}\nspec: {{provider: h, port: {port}}}\n"
+            )
+        })
+        .collect();
+    std::fs::write(&p, docs.join("---\n")).unwrap();
+    p
+}
+
+async fn run(dir: &Path, providers: &Path, proxies: &Path, timeout: Duration) -> Report {
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache");
+    run_reconcile(ReconcileRequest {
+        proxies: Source::File(proxies.into()),
+        providers: Source::File(providers.into()),
+        world: None,
+        dry_run: false,
+        state: Some(dir.join("state.yaml")),
+        timeout,
+        max_rounds: 1000,
+        gc_grace: Duration::from_secs(300),
+        concurrency: 4,
+        run_for: None,
+        runtime: egress_runtime::RuntimeOptions {
+            cache_dir: Some(cache),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap()
+}
+
+fn ready(r: &Report, name: &str) -> (String, String, String) {
+    let p = r.proxies.iter().find(|p| p.name == name).unwrap();
+    let c = p.status.condition("Ready").unwrap();
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_squid_is_verified_listed_and_an_announcing_one_replaced() {
+    let Some(squid) = support::squid_and_echo() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
+    // The same config announcing itself, as Squid does by default.
+    let loud_conf = support::generated_conf()
+        .replace("via off", "via on")
+        .replace("forwarded_for delete", "forwarded_for on");
+    let loud = support::Squid::start(&squid, &loud_conf, Ipv4Addr::LOCALHOST);
+    let providers = providers(dir.path(), "4s");
+    let proxies = proxies(
+        dir.path(),
+        &[("quiet", quiet.listen.port()), ("loud", loud.listen.port())],
+    );
+    let report = run(dir.path(), &providers, &proxies, Duration::from_secs(15)).await;
+
+    // The anonymous one: verified with the address the echo saw, and listed.
+    let (status, reason, message) = ready(&report, "quiet");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Running"),
+        "{message}"
+    );
+    let q = report.proxies.iter().find(|p| p.name == "quiet").unwrap();
+    assert_eq!(
+        q.status.egress_ip.as_deref(),
+        Some("127.0.0.1"),
+        "{:#?}",
+        q.status
+    );
+    assert!(q.status.egress_latency_ms.is_some());
+    // The announcing one: never verified, NotAnonymous, replaced once the startup timeout
+    // passed (its replacement announces itself too, so the run ends not steady).
+    let (status, _, message) = ready(&report, "loud");
+    assert_eq!(status, "False");
+    assert!(message.contains("NotAnonymous"), "{message}");
+    let l = report.proxies.iter().find(|p| p.name == "loud").unwrap();
+    assert!(
+        l.events.iter().any(|e| e.reason == "ReplacingUnhealthy"),
+        "{:#?}",
+        l.events
+    );
+    assert!(
+        l.changes.is_empty(),
+        "the test module's calls are not plan steps"
+    );
+    assert!(!report.steady);
+
+    // Discovery from the state file lists the verified one only.
+    let state = egress_proxies::state::StateFile::read(&dir.path().join("state.yaml")).unwrap();
+    let listed = egress_core::discovery::discover(
+        state.proxies.values().map(|p| p.candidate()),
+        &Default::default(),
+    );
+    let urls: Vec<&str> = listed.iter().map(|d| d.url.as_str()).collect();
+    assert_eq!(
+        urls,
+        vec![format!("http://127.0.0.1:{}", quiet.listen.port())]
+    );
+    assert_eq!(listed[0].egress_ip.as_deref(), Some("127.0.0.1"));
+    drop(loud);
+
+    // Squid dies: two failed checks in a row replace the verified proxy.
+    let mut quiet = quiet;
+    quiet.kill();
+    let proxies = proxies_one(dir.path(), quiet.listen.port());
+    let report = run(dir.path(), &providers, &proxies, Duration::from_secs(10)).await;
+    let q = report.proxies.iter().find(|p| p.name == "quiet").unwrap();
+    assert!(
+        q.events
+            .iter()
+            .any(|e| e.reason == "ReplacingUnhealthy" && e.message.contains("ProxyUnreachable")),
+        "{:#?}",
+        q.events
+    );
+}
+
+fn proxies_one(dir: &Path, port: u16) -> std::path::PathBuf {
+    proxies(dir, &[("quiet", port)])
+}
