@@ -369,12 +369,7 @@ impl ProvidersConfig {
         }
         let de = serde_yaml::Deserializer::from_str(text);
         let cfg: ProvidersConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let path = if path == "." || path == "?" {
-                String::new()
-            } else {
-                path
-            };
+            let path = error_path(e.path());
             let message = e.into_inner().to_string();
             // serde_yaml prefixes its own path; ours is more precise, keep one.
             let message = match message.split_once(": ") {
@@ -485,6 +480,28 @@ impl ProvidersConfig {
     pub fn provider(&self, name: &str) -> Option<&ProviderEntry> {
         self.providers.iter().find(|p| p.name == name)
     }
+}
+
+/// The path of a parse error as the config writes it (`providers[1].kvm.hosts[0]`), "" for
+/// the document itself. Built from the segments: serde_path_to_error prints the root as `.`
+/// and a key that is not a string as `?`, which a key spelt `.` or `?` would be taken for.
+/// A key that is not a string ends the path at the map that holds it.
+fn error_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => break,
+        }
+    }
+    out
 }
 
 /// Parses `500ms`, `90s`, `10m`, `1h`, or a combination such as `1m30s`.
@@ -775,6 +792,25 @@ mod tests {
                 serde_json::json!({"a": 1.5, "b": -2, "c": 18446744073709551615u64, "d": ["x", null, true], "e": null})
             )
         );
+    }
+
+    /// A key spelt like the printed root (`.`) or like an unknown segment (`?`) is named as
+    /// it is; a key that is not a string is named by the map holding it.
+    #[test]
+    fn error_paths_are_built_from_the_keys() {
+        let path = |text: &str| ProvidersConfig::from_yaml(text).unwrap_err().path;
+        assert_eq!(path("'.': x\nproviders: []\n"), ".");
+        assert_eq!(path("'?': x\nproviders: []\n"), "?");
+        assert_eq!(
+            path("providers:\n- {name: a, type: kubernetes, '.': 1}\n"),
+            "providers[0].."
+        );
+        assert_eq!(
+            path("providers:\n- {name: a, type: kubernetes, kubernetes: {[a]: 1}}\n"),
+            "providers[0].kubernetes"
+        );
+        assert_eq!(path("? [a]\n: x\n"), "");
+        assert_eq!(path("[a]\n"), "");
     }
 
     #[test]
