@@ -1153,6 +1153,35 @@ fn seed_iso_plain_tree_and_isoinfo() {
     }
 }
 
+/// The instance id and hostname are written into meta-data's YAML: whatever they hold, they
+/// read back as themselves and add no key (the create checks the name, the builder does not
+/// count on it).
+#[test]
+fn seed_meta_data_holds_any_name_as_itself() {
+    for (id, hostname) in [
+        ("proxy-45b9c519690a", "proxy-45b9c519690a"),
+        ("x\nuser-data: evil", "a: b # c"),
+        ("yes", "null"),
+        ("", " 1e3 "),
+        ("\"q\"\\", "\u{0}\u{85}\u{2028}é😀"),
+    ] {
+        let files = seed::seed_files(id, hostname, "", None, false);
+        let meta = String::from_utf8(files[0].data.clone()).unwrap();
+        assert!(meta.is_ascii(), "{meta}");
+        assert_eq!(meta.lines().count(), 2, "{meta}");
+        let doc: serde_yaml::Value = serde_yaml::from_str(&meta).unwrap();
+        assert_eq!(doc.as_mapping().unwrap().len(), 2, "{meta}");
+        assert_eq!(doc["instance-id"].as_str(), Some(id), "{meta}");
+        assert_eq!(doc["local-hostname"].as_str(), Some(hostname), "{meta}");
+    }
+    let files = seed::seed_files("proxy-1", "yes", "", None, false);
+    assert_eq!(
+        String::from_utf8(files[0].data.clone()).unwrap(),
+        "instance-id: proxy-1\nlocal-hostname: \"yes\"\n",
+        "a name stays plain, a YAML 1.1 keyword is quoted"
+    );
+}
+
 /// The base image and claim names of the test image on rack1's default pool.
 fn base_and_claim() -> (String, String) {
     let cfg = crate::config::validate("kvm2", &ctx("kvm2").config).unwrap();
