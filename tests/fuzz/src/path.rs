@@ -25,6 +25,23 @@ impl From<&serde_json::Value> for Tree {
     }
 }
 
+/// The generated document itself, repeated keys and all (a parsed JSON value keeps only the
+/// last of them, while a struct's deserializer sees each).
+impl From<&crate::Node> for Tree {
+    fn from(n: &crate::Node) -> Self {
+        match n {
+            crate::Node::Plain(_) | crate::Node::Text(_) => Tree::Leaf,
+            crate::Node::Seq(items) => Tree::Seq(items.iter().map(Tree::from).collect()),
+            crate::Node::Map(entries) => Tree::Map(
+                entries
+                    .iter()
+                    .map(|(k, v)| (Some(k.clone()), Tree::from(v)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
 impl From<&serde_yaml::Value> for Tree {
     fn from(v: &serde_yaml::Value) -> Self {
         match v {
