@@ -9,9 +9,10 @@
 
 use egress_core::Proxy;
 use egress_core::config::{ConfigError, ProvidersConfig};
+use egress_fuzz::docs::proxy;
 use egress_fuzz::{
     HOSTILE, HOSTILE_PIECES, MOSTLY_VALID, Mix, Node, Tree, any_node, check, choose, hostile_text,
-    list, object, one_of_or_hostile, or_wrong, path_exists, record, scalar, style, text,
+    list, object, one_of_or_hostile, or_wrong, path_exists, record, style,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -355,95 +356,6 @@ fn providers_config_round_trips() {
         parsed * 5 >= total,
         "only {parsed} of {total} documents parsed with providers: the generator lost its aim"
     );
-}
-
-const PROXY_KEYS: &[&str] = &[
-    "apiVersion",
-    "kind",
-    "metadata",
-    "spec",
-    "status",
-    "name",
-    "namespace",
-    "uid",
-    "generation",
-    "labels",
-    "annotations",
-    "provider",
-    "port",
-    "placement",
-    "zone",
-    "region",
-    "machineType",
-    "image",
-    "cloudInit",
-    "cloudInitSecretRef",
-    "key",
-    "state",
-    "ip",
-    "conditions",
-];
-
-/// A Proxy manifest at hostility `m`.
-pub fn proxy(m: Mix) -> BoxedStrategy<Node> {
-    let wrong = |s| or_wrong(s, PROXY_KEYS, m);
-    let rec = |required, optional| wrong(record(required, optional, PROXY_KEYS, m));
-    let one = |choices| wrong(one_of_or_hostile(choices, m));
-    let string_map = wrong(
-        proptest::collection::vec((hostile_text(), scalar()), 0..3)
-            .prop_map(Node::Map)
-            .boxed(),
-    );
-    let metadata = rec(
-        vec![("name", one(&["p", "crawler-1", ""]))],
-        vec![
-            ("namespace", one(&["default", "crawl"])),
-            ("uid", one(&["45b9c519-690a-432c-9014-a8d89206d2f2"])),
-            ("generation", one(&["1", "-1", "9223372036854775808"])),
-            ("labels", string_map.clone()),
-            ("annotations", string_map),
-        ],
-    );
-    let placement = rec(
-        vec![],
-        vec![
-            ("zone", one(&["europe-west1-b"])),
-            ("region", one(&["europe-west1"])),
-            ("machineType", one(&["small"])),
-            ("image", one(&["debian", "https://x/y.qcow2"])),
-        ],
-    );
-    let spec = rec(
-        vec![("provider", one(&["lab", "k8s", ""]))],
-        vec![
-            ("port", one(&["3128", "0", "65535", "65536", "-1", "1e400"])),
-            ("placement", placement),
-            ("cloudInit", wrong(text(hostile_text()))),
-            (
-                "cloudInitSecretRef",
-                rec(
-                    vec![("name", one(&["s"])), ("key", one(&["user-data"]))],
-                    vec![],
-                ),
-            ),
-        ],
-    );
-    let status = rec(
-        vec![],
-        vec![
-            ("state", one(&["Running", "Terminated", "running"])),
-            ("ip", one(&["10.0.0.1"])),
-        ],
-    );
-    rec(
-        vec![
-            ("apiVersion", one(&["crawl.example.com/v1alpha1", "v1"])),
-            ("kind", one(&["Proxy", "Pod"])),
-            ("metadata", metadata),
-            ("spec", spec),
-        ],
-        vec![("status", status)],
-    )
 }
 
 /// What the operator and the state file do: serde's own error with its path, then `validate`,

@@ -10,6 +10,7 @@
 //! unknown keys in between, XML trees, ISO contents), and a failure is shrunk to a small input
 //! before it is reported.
 
+pub mod docs;
 mod path;
 mod tree;
 
