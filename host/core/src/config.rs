@@ -482,11 +482,11 @@ impl ProvidersConfig {
     }
 }
 
-/// The path of a parse error as the config writes it (`providers[1].kvm.hosts[0]`), "" for
+/// The path of a parse error as a document writes it (`providers[1].kvm.hosts[0]`), "" for
 /// the document itself. Built from the segments: serde_path_to_error prints the root as `.`
 /// and a key that is not a string as `?`, which a key spelt `.` or `?` would be taken for.
 /// A key that is not a string ends the path at the map that holds it.
-fn error_path(path: &serde_path_to_error::Path) -> String {
+pub fn error_path(path: &serde_path_to_error::Path) -> String {
     use serde_path_to_error::Segment;
     let mut out = String::new();
     for segment in path.iter() {
