@@ -327,7 +327,7 @@ fn providers_config_from_arbitrary_text() {
 fn providers_config_from_hostile_trees() {
     check(
         "core.providers_config.hostile",
-        1500,
+        1000,
         (providers_config(HOSTILE), style()),
         |(doc, style)| config_property(&doc.yaml(style)),
     );
@@ -398,7 +398,7 @@ fn proxy_property(text: &str) -> Result<(), TestCaseError> {
 fn proxy_from_hostile_trees() {
     check(
         "core.proxy.hostile",
-        1000,
+        700,
         (proxy(HOSTILE), style()),
         |(doc, style)| proxy_property(&doc.yaml(style)),
     );
