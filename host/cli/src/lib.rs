@@ -129,7 +129,10 @@ pub fn parse_inputs(text: &str, what: &str) -> Result<Inputs, CliError> {
         let proxy: Proxy =
             serde_path_to_error::deserialize(value).map_err(|e| CliError::Input {
                 what: format!("{what} document {}", i + 1),
-                message: format!("{}: {}", e.path(), e.inner()),
+                message: match egress_core::config::error_path(e.path()).as_str() {
+                    "" => e.inner().to_string(),
+                    path => format!("{path}: {}", e.inner()),
+                },
             })?;
         let problems = egress_core::proxy::validate(&proxy);
         if let Some(p) = problems.first() {
@@ -548,5 +551,34 @@ pub async fn run_reconcile_watch(
             }
             Err(e) => refused(&format!("proxies refused: {e}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn message(text: &str) -> String {
+        match parse_proxies(text, "p.yaml") {
+            Err(CliError::Input { message, .. }) => message,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A document that is not a manifest at all is named without a path (not `.`), a field by
+    /// its path, and a key spelt `.` as itself.
+    #[test]
+    fn parse_errors_name_the_field_or_nothing_for_the_document() {
+        assert_eq!(
+            message("- a\n"),
+            "invalid type: sequence, expected struct Proxy"
+        );
+        let m = message(
+            "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: p}\nspec: {provider: p, port: -1}\n",
+        );
+        assert!(m.starts_with("spec.port: "), "{m}");
+        let m = message("'.': x\n");
+        assert!(m.starts_with(".: unknown field `.`"), "{m}");
     }
 }

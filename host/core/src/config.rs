@@ -132,19 +132,39 @@ pub struct ProviderEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
     /// The config block of a module loaded with `module`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "block::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
     pub config: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "block::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
     pub kubernetes: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "block::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
     pub gcp: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "block::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
     pub kvm: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "block::deserialize",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(with = "Option<BTreeMap<String, serde_json::Value>>")]
     pub kvm2: Option<serde_json::Value>,
     /// Capabilities this entry may use beyond what its type implies. Deny by default.
@@ -152,6 +172,91 @@ pub struct ProviderEntry {
     pub grants: Option<Grants>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
+}
+
+/// A provider's block, read as the JSON the module gets. serde_json's own `Value` turns a
+/// YAML `.inf` or `.nan` into null, which an optional field of the block then takes for "not
+/// set"; this reader refuses them, at their path, and reads everything else alike.
+mod block {
+    use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde_json::{Map, Number, Value};
+    use std::fmt;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+        Ok(Option::<Finite>::deserialize(d)?.map(|f| f.0))
+    }
+
+    struct Finite(Value);
+
+    impl<'de> Deserialize<'de> for Finite {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(FiniteVisitor)
+        }
+    }
+
+    struct FiniteVisitor;
+
+    impl<'de> Visitor<'de> for FiniteVisitor {
+        type Value = Finite;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+
+        fn visit_bool<E>(self, v: bool) -> Result<Finite, E> {
+            Ok(Finite(Value::Bool(v)))
+        }
+
+        fn visit_i64<E>(self, v: i64) -> Result<Finite, E> {
+            Ok(Finite(Value::from(v)))
+        }
+
+        fn visit_u64<E>(self, v: u64) -> Result<Finite, E> {
+            Ok(Finite(Value::from(v)))
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Finite, E> {
+            Number::from_f64(v)
+                .map(|n| Finite(Value::Number(n)))
+                .ok_or_else(|| E::custom(format!("{v} is not a number JSON can carry")))
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Finite, E> {
+            Ok(Finite(Value::String(v.to_string())))
+        }
+
+        fn visit_string<E>(self, v: String) -> Result<Finite, E> {
+            Ok(Finite(Value::String(v)))
+        }
+
+        fn visit_unit<E>(self) -> Result<Finite, E> {
+            Ok(Finite(Value::Null))
+        }
+
+        fn visit_none<E>(self) -> Result<Finite, E> {
+            Ok(Finite(Value::Null))
+        }
+
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Finite, D::Error> {
+            Finite::deserialize(d)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Finite, A::Error> {
+            let mut items = Vec::new();
+            while let Some(Finite(v)) = seq.next_element()? {
+                items.push(v);
+            }
+            Ok(Finite(Value::Array(items)))
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Finite, A::Error> {
+            let mut out = Map::new();
+            while let Some((k, Finite(v))) = map.next_entry::<String, Finite>()? {
+                out.insert(k, v);
+            }
+            Ok(Finite(Value::Object(out)))
+        }
+    }
 }
 
 /// Capability grants. For a built-in type the host derives the grant from its block (the
@@ -361,12 +466,7 @@ impl ProvidersConfig {
         }
         let de = serde_yaml::Deserializer::from_str(text);
         let cfg: ProvidersConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let path = if path == "." || path == "?" {
-                String::new()
-            } else {
-                path
-            };
+            let path = error_path(e.path());
             let message = e.into_inner().to_string();
             // serde_yaml prefixes its own path; ours is more precise, keep one.
             let message = match message.split_once(": ") {
@@ -555,6 +655,28 @@ fn check_egress(c: &EgressCheck) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// The path of a parse error as a document writes it (`providers[1].kvm.hosts[0]`), "" for
+/// the document itself. Built from the segments: serde_path_to_error prints the root as `.`
+/// and a key that is not a string as `?`, which a key spelt `.` or `?` would be taken for.
+/// A key that is not a string ends the path at the map that holds it.
+pub fn error_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => break,
+        }
+    }
+    out
 }
 
 /// Parses `500ms`, `90s`, `10m`, `1h`, or a combination such as `1m30s`.
@@ -867,6 +989,60 @@ mod tests {
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("m").is_err());
         assert!(parse_duration("3d").is_err());
+    }
+
+    /// serde_json has no infinity or NaN and turns them into null, which an optional field of
+    /// the module's block then reads as "not set": `knownHostsFile: .nan` would fall back to
+    /// the default. Refused where they are written instead.
+    #[test]
+    fn non_finite_numbers_in_a_block_are_refused_not_nulled() {
+        for (block, path) in [
+            (
+                "kvm: {knownHostsFile: .nan}",
+                "providers[0].kvm.knownHostsFile",
+            ),
+            (
+                "kvm: {hosts: [{name: h, port: -.inf}]}",
+                "providers[0].kvm.hosts[0].port",
+            ),
+            ("kvm: .inf", "providers[0].kvm"),
+        ] {
+            let err = ProvidersConfig::from_yaml(&format!(
+                "providers:\n- name: a\n  type: kvm\n  {block}\n"
+            ))
+            .unwrap_err();
+            assert_eq!(err.path, path, "{block}: {err}");
+            assert!(err.message.contains("not a number JSON can carry"), "{err}");
+        }
+        let cfg = ProvidersConfig::from_yaml(
+            "providers:\n- name: a\n  type: kvm\n  kvm: {a: 1.5, b: -2, c: 18446744073709551615, d: [x, null, true], e: ~}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.providers[0].kvm,
+            Some(
+                serde_json::json!({"a": 1.5, "b": -2, "c": 18446744073709551615u64, "d": ["x", null, true], "e": null})
+            )
+        );
+    }
+
+    /// A key spelt like the printed root (`.`) or like an unknown segment (`?`) is named as
+    /// it is; a key that is not a string is named by the map holding it.
+    #[test]
+    fn error_paths_are_built_from_the_keys() {
+        let path = |text: &str| ProvidersConfig::from_yaml(text).unwrap_err().path;
+        assert_eq!(path("'.': x\nproviders: []\n"), ".");
+        assert_eq!(path("'?': x\nproviders: []\n"), "?");
+        assert_eq!(
+            path("providers:\n- {name: a, type: kubernetes, '.': 1}\n"),
+            "providers[0].."
+        );
+        assert_eq!(
+            path("providers:\n- {name: a, type: kubernetes, kubernetes: {[a]: 1}}\n"),
+            "providers[0].kubernetes"
+        );
+        assert_eq!(path("? [a]\n: x\n"), "");
+        assert_eq!(path("[a]\n"), "");
     }
 
     #[test]

@@ -66,8 +66,12 @@ pub fn seed_files(
     install_guest_agent: bool,
 ) -> Vec<SeedFile> {
     let user_data = user_data.as_bytes().to_vec();
-    let meta_data =
-        format!("instance-id: {instance_id}\nlocal-hostname: {hostname}\n").into_bytes();
+    let meta_data = format!(
+        "instance-id: {}\nlocal-hostname: {}\n",
+        yaml_value(instance_id),
+        yaml_value(hostname)
+    )
+    .into_bytes();
     let vendor = vendor_data_text(vendor_data, install_guest_agent).into_bytes();
     vec![
         SeedFile {
@@ -86,6 +90,37 @@ pub fn seed_files(
             data: vendor,
         },
     ]
+}
+
+/// A meta-data value: as it is when YAML reads it back as that very string (the `[a-z0-9-]`
+/// names a create uses), else double-quoted with everything but printable ASCII escaped. No
+/// value can then add a key or end the document, and none changes type: cloud-init reads
+/// YAML 1.1, where `yes`, `off` and `null` are no strings.
+fn yaml_value(v: &str) -> String {
+    let plain = v.starts_with(|c: char| c.is_ascii_lowercase())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !matches!(
+            v,
+            "y" | "n" | "yes" | "no" | "on" | "off" | "true" | "false" | "null"
+        );
+    if plain {
+        return v.to_string();
+    }
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            ' '..='~' => out.push(c),
+            c if u32::from(c) <= 0xff => out.push_str(&format!("\\x{:02x}", u32::from(c))),
+            c if u32::from(c) <= 0xffff => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push_str(&format!("\\U{:08x}", u32::from(c))),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// vendor-data: the guest-agent script, the configured text, or both as a MIME multipart

@@ -962,6 +962,49 @@ fn mark_parses_as_libvirt_returns_it() {
     assert_eq!(m.created_at, "2026-11-30T12:35:54Z");
 }
 
+/// GC trusts the mark, so only what the builder writes is one: a field twice (the last would
+/// win), markup inside a field (its text would be glued together), a second element, text
+/// beside the fields, an unknown entity or a missing field make it someone else's.
+#[test]
+fn a_mark_not_shaped_like_ours_is_refused() {
+    let ok = "<uid>u</uid><installation>example</installation><createdAt/>";
+    assert!(crate::metadata::parse_mark(&format!("<instance>{ok}</instance>")).is_ok());
+    for bad in [
+        format!("<instance>{ok}<uid>other</uid></instance>"),
+        "<instance><uid>a<b>c</b>d</uid><installation>example</installation><createdAt/></instance>".to_string(),
+        format!("<instance>{ok}</instance><instance>{ok}</instance>"),
+        format!("<instance>x{ok}</instance>"),
+        format!("<instance>{ok}</instance>tail"),
+        "<instance><uid>a&foo;</uid><installation>example</installation><createdAt/></instance>".to_string(),
+        "<instance><uid>a&#1;</uid><installation>example</installation><createdAt/></instance>".to_string(),
+        "<instance><installation>example</installation><createdAt/></instance>".to_string(),
+        "<instance/>".to_string(),
+    ] {
+        let err = crate::metadata::parse_mark(&bad).unwrap_err();
+        assert_eq!(err.reason, "BadMetadata", "{bad}");
+    }
+}
+
+/// A value reads back as written: surrounding whitespace and a carriage return included. A
+/// character XML cannot carry is refused when the domain XML is built.
+#[test]
+fn mark_values_read_back_exactly_or_are_refused() {
+    let m = Mark {
+        uid: " 45b9c519 \r\n<&>'\"".into(),
+        ..mark()
+    };
+    let xml = domain_xml(&spec(Firmware::Uefi, &m)).unwrap();
+    let start = xml.find("<egress:instance").unwrap();
+    let end = xml.find("</egress:instance>").unwrap() + "</egress:instance>".len();
+    assert_eq!(crate::metadata::parse_mark(&xml[start..end]).unwrap(), m);
+    let m = Mark {
+        uid: "a\u{1}b".into(),
+        ..mark()
+    };
+    let err = domain_xml(&spec(Firmware::Uefi, &m)).unwrap_err();
+    assert!(err.contains("XML cannot carry"), "{err}");
+}
+
 /// An overlay's XML as libvirt 11.3 reports it for a directory pool (key, physical size,
 /// permissions and timestamps included): the reuse check must read the same facts from it.
 #[test]
@@ -1149,6 +1192,35 @@ fn seed_iso_plain_tree_and_isoinfo() {
     for name in ["user-data", "meta-data", "vendor-data"] {
         assert!(text.contains(name), "{text}");
     }
+}
+
+/// The instance id and hostname are written into meta-data's YAML: whatever they hold, they
+/// read back as themselves and add no key (the create checks the name, the builder does not
+/// count on it).
+#[test]
+fn seed_meta_data_holds_any_name_as_itself() {
+    for (id, hostname) in [
+        ("proxy-45b9c519690a", "proxy-45b9c519690a"),
+        ("x\nuser-data: evil", "a: b # c"),
+        ("yes", "null"),
+        ("", " 1e3 "),
+        ("\"q\"\\", "\u{0}\u{85}\u{2028}é😀"),
+    ] {
+        let files = seed::seed_files(id, hostname, "", None, false);
+        let meta = String::from_utf8(files[0].data.clone()).unwrap();
+        assert!(meta.is_ascii(), "{meta}");
+        assert_eq!(meta.lines().count(), 2, "{meta}");
+        let doc: serde_yaml::Value = serde_yaml::from_str(&meta).unwrap();
+        assert_eq!(doc.as_mapping().unwrap().len(), 2, "{meta}");
+        assert_eq!(doc["instance-id"].as_str(), Some(id), "{meta}");
+        assert_eq!(doc["local-hostname"].as_str(), Some(hostname), "{meta}");
+    }
+    let files = seed::seed_files("proxy-1", "yes", "", None, false);
+    assert_eq!(
+        String::from_utf8(files[0].data.clone()).unwrap(),
+        "instance-id: proxy-1\nlocal-hostname: \"yes\"\n",
+        "a name stays plain, a YAML 1.1 keyword is quoted"
+    );
 }
 
 /// The base image and claim names of the test image on rack1's default pool.

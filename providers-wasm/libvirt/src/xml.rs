@@ -4,7 +4,7 @@
 //! own `<metadata>` namespace. Cloud-init never appears here: it travels in the seed ISO.
 
 use crate::config::{DomainType, Firmware};
-use crate::metadata::{Mark, PREFIX};
+use crate::metadata::{Mark, PREFIX, is_xml_char};
 use quick_xml::Writer;
 use quick_xml::events::BytesText;
 use std::io;
@@ -32,6 +32,21 @@ fn text(w: &mut W, name: &str, value: &str) -> io::Result<()> {
     Ok(())
 }
 
+/// A field of the mark, written so that it reads back exactly: a carriage return as a
+/// reference (a parser turns a raw one into a line feed), and a character XML cannot carry at
+/// all refused rather than written into a document libvirt rejects or reads otherwise.
+fn mark_field(w: &mut W, name: &str, value: &str) -> io::Result<()> {
+    if let Some(c) = value.chars().find(|c| !is_xml_char(*c)) {
+        return Err(io::Error::other(format!(
+            "the mark's {name} holds {c:?}, which XML cannot carry"
+        )));
+    }
+    let escaped = quick_xml::escape::escape(value).replace('\r', "&#13;");
+    w.create_element(name)
+        .write_text_content(BytesText::from_escaped(escaped))?;
+    Ok(())
+}
+
 fn write_metadata(w: &mut W, spec: &DomainSpec<'_>) -> io::Result<()> {
     let el = |n: &str| format!("{PREFIX}:{n}");
     let xmlns = format!("xmlns:{PREFIX}");
@@ -39,9 +54,9 @@ fn write_metadata(w: &mut W, spec: &DomainSpec<'_>) -> io::Result<()> {
         w.create_element(el("instance"))
             .with_attribute((xmlns.as_str(), spec.namespace))
             .write_inner_content(|w| {
-                text(w, &el("uid"), &spec.mark.uid)?;
-                text(w, &el("installation"), &spec.mark.installation)?;
-                text(w, &el("createdAt"), &spec.mark.created_at)?;
+                mark_field(w, &el("uid"), &spec.mark.uid)?;
+                mark_field(w, &el("installation"), &spec.mark.installation)?;
+                mark_field(w, &el("createdAt"), &spec.mark.created_at)?;
                 Ok(())
             })?;
         Ok(())
