@@ -177,6 +177,7 @@ fn deploy_kustomization_builds() {
             "Namespace egress-proxies",
             "Role egress-proxies-leader",
             "RoleBinding egress-proxies-leader",
+            "Service egress-proxies",
             "ServiceAccount egress-proxies",
         ]
     );

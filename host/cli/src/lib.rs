@@ -256,26 +256,20 @@ fn checker_for(
     let Some(c) = &cfg.egress_check else {
         return Ok(None);
     };
-    let settings = egress_core::egress::Settings::from_config(c);
-    let probe: Arc<dyn egress_runtime::egress::EgressProbe> = match &reach.sim_egress {
-        Some(sim) => sim.clone(),
-        None => Arc::new(
-            egress_runtime::egress::NetworkProbe::new(
-                &settings,
-                &c.client_addresses,
-                c.source_address.as_deref(),
-            )
-            .map_err(|m| CliError::Input {
-                what: what.to_string(),
-                message: format!("egressCheck.urls: {m}"),
-            })?,
+    let checker = match &reach.sim_egress {
+        Some(sim) => egress_runtime::egress::EgressChecker::new(
+            egress_core::egress::Settings::from_config(c),
+            sim.clone(),
+            reach.backends.clock.clone(),
         ),
+        None => egress_runtime::egress::network_checker(c, reach.backends.clock.clone()).map_err(
+            |message| CliError::Input {
+                what: what.to_string(),
+                message,
+            },
+        )?,
     };
-    Ok(Some(Arc::new(egress_runtime::egress::EgressChecker::new(
-        settings,
-        probe,
-        reach.backends.clock.clone(),
-    ))))
+    Ok(Some(Arc::new(checker)))
 }
 
 async fn load_providers(

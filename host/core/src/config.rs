@@ -83,6 +83,15 @@ pub enum IntOrPercent {
     Percent(String),
 }
 
+impl std::fmt::Display for IntOrPercent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Int(n) => write!(f, "{n}"),
+            Self::Percent(p) => f.write_str(p),
+        }
+    }
+}
+
 impl IntOrPercent {
     /// The value against `total`: a percentage rounded up or down as `round_up` says, as
     /// Kubernetes' GetScaledValueFromIntOrPercent. An unparsable percentage counts as 0.

@@ -121,6 +121,7 @@ async fn one_run(proxies: usize, concurrency: u16) -> Run {
         Loaded {
             config: Arc::new(config),
             providers: Arc::new(providers),
+            egress: None,
         },
         metrics.clone(),
         Reporter {

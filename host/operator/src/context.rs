@@ -5,6 +5,7 @@ use crate::metrics::Metrics;
 use egress_core::ErrorClass;
 use egress_core::config::ProvidersConfig;
 use egress_runtime::Providers;
+use egress_runtime::egress::EgressChecker;
 use kube::runtime::events::{Recorder, Reporter};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -14,6 +15,9 @@ use std::time::Duration;
 pub struct Loaded {
     pub config: Arc<ProvidersConfig>,
     pub providers: Arc<Providers>,
+    /// The egress check, when the config has one. A reload that keeps the `egressCheck`
+    /// block keeps the checker, and with it what it learned.
+    pub egress: Option<Arc<EgressChecker>>,
 }
 
 pub struct Context {

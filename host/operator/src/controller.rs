@@ -94,6 +94,13 @@ pub fn status_patch(status: &egress_core::ProxyStatus) -> Value {
             "observedGeneration",
             "providerRevision",
             "conditions",
+            "egressIP",
+            "egressCheckedAt",
+            "egressVerifiedAt",
+            "egressLatencyMs",
+            "egressFailures",
+            "runningSince",
+            "replaceRequested",
         ] {
             map.entry(key).or_insert(Value::Null);
         }
@@ -173,7 +180,7 @@ async fn reconcile_in_span(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Actio
         cloud_init: &cloud_init,
         owner_references: true,
         now: &now,
-        egress: None,
+        egress: loaded.egress.as_deref(),
     };
     let result = reconcile_proxy(&env, &core, status.clone(), deleting, &key).await;
 
@@ -206,6 +213,12 @@ async fn reconcile_in_span(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Actio
                 tracing::warn!("event not recorded: {}", brief(&err));
             }
         }
+    }
+    if let Some(checker) = &loaded.egress
+        && (result.released || result.status.provider_id.is_none())
+    {
+        // Gone, or between instances: nothing of the last check describes it now.
+        checker.forget(&key);
     }
     if result.released {
         if let Some(patch) = release_patch(&proxy)? {

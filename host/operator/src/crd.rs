@@ -85,6 +85,23 @@ pub struct ProviderHealthStatus {
     /// "True" when every target is Healthy.
     pub healthy: String,
     pub targets: Vec<TargetHealth>,
+    /// The egress check of this provider's proxies, where the providers config has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<ProviderEgress>,
+}
+
+/// What the egress check saw of one provider's proxies, as the leader last checked them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderEgress {
+    /// Proxies whose last check ran (a checker that could not reach the echo is not counted).
+    pub checked: u32,
+    pub verified: u32,
+    pub failing: u32,
+    /// "True" while failing proxies are replaced; "False" when more than maxUnhealthy of them
+    /// fail at once (an outage: replacement stops until they recover).
+    pub replacing: String,
+    pub message: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -2,7 +2,11 @@
 //! each bounded by its entry's check timeout, written to one ProviderHealth per provider.
 
 use crate::context::Context;
-use crate::crd::{ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, TargetHealth};
+use crate::crd::{
+    ProviderEgress, ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, TargetHealth,
+};
+use egress_core::egress::CheckReason;
+use egress_runtime::egress::EgressChecker;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::time::Duration;
@@ -35,11 +39,20 @@ pub async fn check_once(ctx: &Context) -> Result<(), kube::Error> {
                 .target(&provider.name, &t.target, t.reason == "Healthy");
         }
         let healthy = !targets.is_empty() && targets.iter().all(|t| t.reason == "Healthy");
+        let egress = loaded
+            .egress
+            .as_deref()
+            .map(|checker| egress_of(checker, &provider.name));
+        if let Some(e) = &egress {
+            ctx.metrics
+                .egress_counts(&provider.name, e.verified, e.failing);
+        }
         let status = ProviderHealthStatus {
             type_: provider.type_name.clone(),
             module: provider.module.digest.clone(),
             healthy: if healthy { "True" } else { "False" }.into(),
             targets,
+            egress,
         };
         if api.get_opt(&provider.name).await?.is_none() {
             let obj = ProviderHealth::new(&provider.name, ProviderHealthSpec {});
@@ -58,6 +71,34 @@ pub async fn check_once(ctx: &Context) -> Result<(), kube::Error> {
         .await?;
     }
     Ok(())
+}
+
+/// The provider's proxies as the checker last saw them, and whether it replaces the failing.
+pub fn egress_of(checker: &EgressChecker, provider: &str) -> ProviderEgress {
+    let (allowed, failing, checked) = checker.provider_health(provider);
+    let verified = checker
+        .latest()
+        .values()
+        .filter(|l| l.provider == provider && l.reason == CheckReason::Verified)
+        .count();
+    let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let message = if allowed {
+        format!("{verified} of {checked} checked proxies verified, {failing} failing")
+    } else {
+        format!(
+            "{failing} of {checked} checked proxies fail at once, more than maxUnhealthy {}: \
+             an outage is likelier than that many dead proxies, so none is replaced until \
+             fewer fail",
+            checker.settings().max_unhealthy
+        )
+    };
+    ProviderEgress {
+        checked: count(checked),
+        verified: count(verified),
+        failing: count(failing),
+        replacing: if allowed { "True" } else { "False" }.into(),
+        message,
+    }
 }
 
 pub async fn run(ctx: std::sync::Arc<Context>, interval: Duration) {

@@ -13,7 +13,9 @@ pub mod sweeper;
 
 use context::{Context, Loaded};
 use egress_core::config::ProvidersConfig;
+use egress_runtime::capabilities::clock::ClockBackend;
 use egress_runtime::capabilities::kube::RealKube;
+use egress_runtime::egress::EgressChecker;
 use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
 use futures::StreamExt;
 use kube::runtime::controller::{self as kube_controller, Controller};
@@ -96,6 +98,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         kube: Arc::new(RealKube::with_client(client.clone(), address)),
         ..Backends::real()
     };
+    let clock = backends.clock.clone();
     let runtime =
         Runtime::new(RuntimeOptions::default()).map_err(|e| Error::Runtime(e.to_string()))?;
     let metrics = Arc::new(metrics::Metrics::new());
@@ -113,31 +116,17 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         message: e.to_string(),
     })?;
     let reloader = Arc::new(reloader);
+    let config = reloader.config();
     let loaded = Loaded {
-        config: reloader.config(),
+        egress: checker_for(&config, None, &clock, &metrics).map_err(|message| Error::Config {
+            path: opts.providers.display().to_string(),
+            message,
+        })?,
+        config,
         providers: reloader.current(),
     };
     let installation = installation(&client, &loaded.config).await?;
     tracing::info!(installation = %installation, providers = loaded.config.providers.len(), "providers loaded");
-
-    let ready = Arc::new(server::Readiness::default());
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .map_err(|e| Error::Listen {
-            addr: opts.listen.to_string(),
-            message: e.to_string(),
-        })?;
-    tokio::spawn(server::serve(listener, metrics.clone(), ready.clone()));
-    ready.set(true);
-
-    let lease = leader::LeaseLock::new(
-        client.clone(),
-        &namespace,
-        &opts.lease_name,
-        &opts.identity,
-        Duration::from_secs(15),
-    );
-    lease.acquire().await?;
 
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -150,8 +139,52 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         },
     ));
 
+    // Discovery answers on every replica, from a watch of its own: a crawler behind the
+    // Service may reach a standby.
+    let (store, writer) = reflector::store();
+    let discovery_watch = watcher(
+        kube::Api::<crd::Proxy>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .for_each(|_| async {});
+    tokio::spawn(discovery_watch);
+    let source = Arc::new(server::StoreSource::new(store));
+    let _ = source.context.set(ctx.clone());
+
+    let ready = Arc::new(server::Readiness::default());
+    let listener = tokio::net::TcpListener::bind(opts.listen)
+        .await
+        .map_err(|e| Error::Listen {
+            addr: opts.listen.to_string(),
+            message: e.to_string(),
+        })?;
+    tokio::spawn(server::serve(
+        listener,
+        metrics.clone(),
+        ready.clone(),
+        source,
+    ));
+    ready.set(true);
+
+    let lease = leader::LeaseLock::new(
+        client.clone(),
+        &namespace,
+        &opts.lease_name,
+        &opts.identity,
+        Duration::from_secs(15),
+    );
+    lease.acquire().await?;
+
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel::<()>(1);
-    let reload = reload_loop(reloader, ctx.clone(), opts.reload_interval, reload_tx);
+    let reload = reload_loop(
+        reloader,
+        ctx.clone(),
+        clock,
+        opts.reload_interval,
+        reload_tx,
+    );
     let controller = proxy_controller(client.clone(), opts.concurrency)
         .reconcile_all_on(tokio_stream_from(reload_rx))
         .shutdown_on_signal()
@@ -186,6 +219,28 @@ pub fn proxy_controller(client: kube::Client, concurrency: u16) -> Controller<cr
         .with_config(kube_controller::Config::default().concurrency(concurrency))
 }
 
+/// The egress checker of `config`: the one `before` has when its `egressCheck` block is the
+/// same (so what it learned carries over), else a new one on the network, its checks counted
+/// in the metrics. Errors name the field at fault.
+pub fn checker_for(
+    config: &ProvidersConfig,
+    before: Option<&Loaded>,
+    clock: &Arc<dyn ClockBackend>,
+    metrics: &Arc<metrics::Metrics>,
+) -> Result<Option<Arc<EgressChecker>>, String> {
+    let Some(check) = &config.egress_check else {
+        return Ok(None);
+    };
+    if let Some(b) = before
+        && b.config.egress_check.as_ref() == Some(check)
+        && let Some(e) = &b.egress
+    {
+        return Ok(Some(e.clone()));
+    }
+    let checker = egress_runtime::egress::network_checker(check, clock.clone())?;
+    Ok(Some(Arc::new(checker.with_observer(metrics.clone()))))
+}
+
 fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<()>,
 ) -> impl futures::Stream<Item = ()> + Send + 'static {
@@ -198,6 +253,7 @@ fn tokio_stream_from(
 async fn reload_loop(
     reloader: Arc<Reloader>,
     ctx: Arc<Context>,
+    clock: Arc<dyn ClockBackend>,
     interval: Duration,
     trigger: tokio::sync::mpsc::Sender<()>,
 ) {
@@ -218,10 +274,22 @@ async fn reload_loop(
             ctx.metrics.reload(&r.provider, "rejected");
             health::refused_event(&ctx, &r.provider, &r.error.to_string()).await;
         }
-        if !out.swapped.is_empty() || !out.removed.is_empty() {
+        let before = ctx.loaded();
+        let config = reloader.config();
+        let check_changed = before.config.egress_check != config.egress_check;
+        if !out.swapped.is_empty() || !out.removed.is_empty() || check_changed {
+            let egress = match checker_for(&config, Some(&before), &clock, &ctx.metrics) {
+                Ok(e) => e,
+                Err(message) => {
+                    ctx.metrics.reload("", "rejected");
+                    tracing::error!("providers config refused: {message}");
+                    continue;
+                }
+            };
             ctx.swap(Loaded {
-                config: reloader.config(),
+                config,
                 providers: reloader.current(),
+                egress,
             });
             // Every Proxy is looked at again: a held failure may now be released.
             let _ = trigger.try_send(());

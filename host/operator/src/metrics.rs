@@ -21,6 +21,9 @@ pub struct Metrics {
     pub gc_deletions: Family<Labels, Counter>,
     pub target_healthy: Family<Labels, Gauge>,
     pub reloads: Family<Labels, Counter>,
+    pub egress_checks: Family<Labels, Counter>,
+    pub egress_latency: Family<Labels, Histogram>,
+    pub egress_proxies: Family<Labels, Gauge>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -49,6 +52,13 @@ impl Metrics {
         let gc_deletions = Family::<Labels, Counter>::default();
         let target_healthy = Family::<Labels, Gauge>::default();
         let reloads = Family::<Labels, Counter>::default();
+        let egress_checks = Family::<Labels, Counter>::default();
+        let egress_latency = Family::<Labels, Histogram>::new_with_constructor(|| {
+            // 5 ms to ~20 s: a proxy in the same zone answers in milliseconds, the timeout
+            // caps the rest.
+            Histogram::new(exponential_buckets(0.005, 2.0, 13))
+        });
+        let egress_proxies = Family::<Labels, Gauge>::default();
         registry.register(
             "reconciles",
             "Proxy reconciles by result",
@@ -75,6 +85,21 @@ impl Metrics {
             "Provider version reloads and rejections by provider",
             reloads.clone(),
         );
+        registry.register(
+            "egress_checks",
+            "Egress checks by provider and result (Verified, ProxyUnreachable, ...)",
+            egress_checks.clone(),
+        );
+        registry.register(
+            "egress_check_latency_seconds",
+            "Latency of egress checks that got an answer, by provider",
+            egress_latency.clone(),
+        );
+        registry.register(
+            "egress_proxies",
+            "Proxies by provider and their last check (verified, failing)",
+            egress_proxies.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -83,6 +108,18 @@ impl Metrics {
             gc_deletions,
             target_healthy,
             reloads,
+            egress_checks,
+            egress_latency,
+            egress_proxies,
+        }
+    }
+
+    /// The provider's proxies whose last check verified them, and those failing.
+    pub fn egress_counts(&self, provider: &str, verified: u32, failing: u32) {
+        for (state, n) in [("verified", verified), ("failing", failing)] {
+            self.egress_proxies
+                .get_or_create(&labels(&[("provider", provider), ("state", state)]))
+                .set(i64::from(n));
         }
     }
 
@@ -124,6 +161,27 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+impl egress_runtime::egress::CheckObserver for Metrics {
+    fn checked(
+        &self,
+        provider: &str,
+        reason: egress_core::egress::CheckReason,
+        latency_ms: Option<u64>,
+    ) {
+        self.egress_checks
+            .get_or_create(&labels(&[
+                ("provider", provider),
+                ("result", reason.as_str()),
+            ]))
+            .inc();
+        if let Some(ms) = latency_ms {
+            self.egress_latency
+                .get_or_create(&labels(&[("provider", provider)]))
+                .observe(ms as f64 / 1000.0);
+        }
     }
 }
 

@@ -1,13 +1,19 @@
-//! /healthz, /readyz and /metrics over plain HTTP/1.
+//! /healthz, /readyz, /metrics and the crawlers' discovery, `GET /v1/proxies`, over plain
+//! HTTP/1.
 
+use crate::context::Context;
+use crate::crd::Proxy;
 use crate::metrics::Metrics;
-use http::{Request, Response, StatusCode};
+use egress_core::discovery::{self, CORDON_ANNOTATION, Candidate, Discovered, Filter, POOL_LABEL};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use std::sync::Arc;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
 
 /// Ready once the providers are loaded and this replica leads or stands by properly.
@@ -23,6 +29,81 @@ impl Readiness {
     }
 }
 
+/// The Proxies discovery lists.
+pub trait ProxySource: Send + Sync {
+    fn discover(&self, filter: &Filter) -> Vec<Discovered>;
+}
+
+/// Discovery from a watch of every Proxy, which every replica keeps (so a standby answers as
+/// the leader does): readiness, address and egress address come from the status the leader
+/// writes; on the leader, the latency and the time of the last verification come from its
+/// checker, which sees each check while the status records them only when something changed.
+pub struct StoreSource {
+    pub store: Store<Proxy>,
+    pub context: OnceLock<Arc<Context>>,
+}
+
+impl StoreSource {
+    pub fn new(store: Store<Proxy>) -> Self {
+        Self {
+            store,
+            context: OnceLock::new(),
+        }
+    }
+}
+
+impl ProxySource for StoreSource {
+    fn discover(&self, filter: &Filter) -> Vec<Discovered> {
+        let mut proxies = self.store.state();
+        proxies.sort_by(|a, b| {
+            (a.metadata.namespace.as_deref(), a.metadata.name.as_deref())
+                .cmp(&(b.metadata.namespace.as_deref(), b.metadata.name.as_deref()))
+        });
+        let latest = self
+            .context
+            .get()
+            .and_then(|c| c.loaded().egress.clone())
+            .map(|checker| checker.latest())
+            .unwrap_or_default();
+        let statuses: Vec<_> = proxies
+            .iter()
+            .map(|p| p.status.clone().unwrap_or_default())
+            .collect();
+        let namespaces: Vec<String> = proxies
+            .iter()
+            .map(|p| p.namespace().unwrap_or_default())
+            .collect();
+        let candidates = proxies
+            .iter()
+            .zip(&statuses)
+            .zip(&namespaces)
+            .filter(|((p, _), _)| p.metadata.deletion_timestamp.is_none())
+            .map(|((p, status), namespace)| Candidate {
+                namespace,
+                name: p.metadata.name.as_deref().unwrap_or_default(),
+                provider: &p.spec.provider,
+                port: p.spec.port,
+                zone: p.spec.placement.zone.as_deref(),
+                pool: p.labels().get(POOL_LABEL).map(String::as_str),
+                cordoned: p.annotations().get(CORDON_ANNOTATION).map(String::as_str)
+                    == Some("true"),
+                status,
+            });
+        let mut list = discovery::discover(candidates, filter);
+        for d in &mut list {
+            if let Some(l) = latest.get(&format!("{}/{}", d.namespace, d.name))
+                && l.reason == egress_core::egress::CheckReason::Verified
+            {
+                d.latency_ms = l.latency_ms.or(d.latency_ms);
+                if let Some(ms) = l.verified_at_ms {
+                    d.verified_at = Some(egress_core::gc::format_rfc3339((ms / 1000) as i64));
+                }
+            }
+        }
+        list
+    }
+}
+
 fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
@@ -32,7 +113,69 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Ful
     r
 }
 
-pub fn route(path: &str, metrics: &Metrics, ready: &Readiness) -> Response<Full<Bytes>> {
+fn bad_request(message: String) -> Response<Full<Bytes>> {
+    respond(
+        StatusCode::BAD_REQUEST,
+        "text/plain",
+        format!("{message}\n"),
+    )
+}
+
+/// `GET /v1/proxies[?provider=&namespace=&pool=&format=json|text]`.
+fn proxies(query: Option<&str>, source: &dyn ProxySource) -> Response<Full<Bytes>> {
+    let mut filter = Filter::default();
+    let mut text = false;
+    for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        let v = v.into_owned();
+        match k.as_ref() {
+            "provider" => filter.provider = Some(v),
+            "namespace" => filter.namespace = Some(v),
+            "pool" => filter.pool = Some(v),
+            "format" => match v.as_str() {
+                "text" => text = true,
+                "json" => text = false,
+                other => {
+                    return bad_request(format!(
+                        "format={other:?}: the formats are json (the default) and text"
+                    ));
+                }
+            },
+            other => {
+                return bad_request(format!(
+                    "unknown parameter {other:?}: the filters are provider, namespace, pool and format"
+                ));
+            }
+        }
+    }
+    let list = source.discover(&filter);
+    if text {
+        respond(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            discovery::text(&list),
+        )
+    } else {
+        let mut body = discovery::json(&list).to_string();
+        body.push('\n');
+        respond(StatusCode::OK, "application/json", body)
+    }
+}
+
+pub fn route(
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+    metrics: &Metrics,
+    ready: &Readiness,
+    source: &dyn ProxySource,
+) -> Response<Full<Bytes>> {
+    if method != Method::GET && method != Method::HEAD {
+        return respond(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "only GET\n".into(),
+        );
+    }
     match path {
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
         "/readyz" if ready.get() => respond(StatusCode::OK, "text/plain", "ready\n".into()),
@@ -46,31 +189,45 @@ pub fn route(path: &str, metrics: &Metrics, ready: &Readiness) -> Response<Full<
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             metrics.encode(),
         ),
+        "/v1/proxies" => proxies(query, source),
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }
 
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, ready: Arc<Readiness>) {
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<Readiness>,
+    source: Arc<dyn ProxySource>,
+) {
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!("metrics listener: {e}");
+                tracing::warn!("HTTP listener: {e}");
                 continue;
             }
         };
         let metrics = metrics.clone();
         let ready = ready.clone();
+        let source = source.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
-                let r = route(req.uri().path(), &metrics, &ready);
+                let r = route(
+                    req.method(),
+                    req.uri().path(),
+                    req.uri().query(),
+                    &metrics,
+                    &ready,
+                    source.as_ref(),
+                );
                 async move { Ok::<_, std::convert::Infallible>(r) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), svc)
                 .await
             {
-                tracing::debug!("metrics connection: {e}");
+                tracing::debug!("HTTP connection: {e}");
             }
         });
     }

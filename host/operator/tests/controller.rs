@@ -5,15 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use egress_core::config::ProvidersConfig;
+mod support;
+
 use egress_core::reconcile::{POLL_INTERVAL, RESYNC_INTERVAL};
 use egress_operator::context::{Context, Loaded};
 use egress_operator::controller::{FINALIZER, reconcile};
 use egress_operator::crd::Proxy;
 use egress_operator::metrics::Metrics;
-use egress_runtime::capabilities::kube::RealKube;
-use egress_runtime::world::World;
-use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
 use http::Method;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
@@ -21,7 +19,6 @@ use kube::runtime::events::Reporter;
 use kube_double::model::{ApiError, Key, Kubelet, Options, Patch, Subresource};
 use kube_double::{Config, Double, Fault, Recorded, Route};
 use serde_json::{Value, json};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,36 +58,14 @@ async fn env_with(providers_yaml: &str, config: Config) -> Env {
 
 /// A Context whose providers reach the double for their Pods, as in a cluster.
 async fn context(client: kube::Client, d: &Double, providers_yaml: &str) -> Arc<Context> {
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
-    let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: Some(cache),
-        ..Default::default()
-    })
-    .unwrap();
-    let config = ProvidersConfig::from_yaml(providers_yaml).unwrap();
-    let world = World::default().build().unwrap();
-    let backends = Backends {
-        kube: Arc::new(RealKube::with_client(client.clone(), d.url())),
-        ..world.backends
-    };
-    let providers = Providers::load(
-        &runtime,
-        &config,
-        LoadOptions {
-            base_dir: Path::new("."),
-            builtin: &egress_builtins::module_for_type,
-            backends,
-            recorder: None,
-        },
-    )
-    .await
-    .unwrap();
+    let (config, providers) = support::providers_on(d, providers_yaml).await;
     Arc::new(Context::new(
         client,
         "test".into(),
         Loaded {
             config: Arc::new(config),
             providers: Arc::new(providers),
+            egress: None,
         },
         Arc::new(Metrics::new()),
         Reporter {

@@ -29,6 +29,11 @@ pub trait EgressProbe: Send + Sync {
     async fn echo_reachable(&self, settings: &Settings) -> bool;
 }
 
+/// Told of every check's result (the operator's metrics).
+pub trait CheckObserver: Send + Sync {
+    fn checked(&self, provider: &str, reason: CheckReason, latency_ms: Option<u64>);
+}
+
 /// The latest check of one Proxy, as discovery shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Latest {
@@ -54,6 +59,23 @@ pub struct EgressChecker {
     probe: Arc<dyn EgressProbe>,
     clock: Arc<dyn ClockBackend>,
     table: Mutex<Table>,
+    observer: Option<Arc<dyn CheckObserver>>,
+}
+
+/// The checker of real runs: a [`NetworkProbe`] with the config's settings. Errors name the
+/// field at fault.
+pub fn network_checker(
+    config: &egress_core::config::EgressCheck,
+    clock: Arc<dyn ClockBackend>,
+) -> Result<EgressChecker, String> {
+    let settings = Settings::from_config(config);
+    let probe = NetworkProbe::new(
+        &settings,
+        &config.client_addresses,
+        config.source_address.as_deref(),
+    )
+    .map_err(|m| format!("egressCheck.urls: {m}"))?;
+    Ok(EgressChecker::new(settings, Arc::new(probe), clock))
 }
 
 impl EgressChecker {
@@ -67,7 +89,14 @@ impl EgressChecker {
             probe,
             clock,
             table: Mutex::new(Table::default()),
+            observer: None,
         }
+    }
+
+    /// The same checker, telling `observer` of every check.
+    pub fn with_observer(mut self, observer: Arc<dyn CheckObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     pub fn settings(&self) -> &Settings {
@@ -139,6 +168,9 @@ impl EgressChecker {
                     result.message
                 ),
             };
+        }
+        if let Some(o) = &self.observer {
+            o.checked(&proxy.spec.provider, result.reason, result.latency_ms);
         }
         let now_ms = self.clock.now_millis();
         {

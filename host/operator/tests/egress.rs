@@ -1,0 +1,497 @@
+//! The egress check in operator mode, the whole loop against the API double: the real
+//! kubernetes provider module creates the Pod, the controller checks the running proxy through
+//! the checker, writes what it saw to the status, lists the verified proxy at `GET
+//! /v1/proxies` (over HTTP on loopback, from a watch of the double), replaces a proxy that
+//! stopped forwarding, spares every proxy while the echo itself is down, counts checks in the
+//! metrics and writes the provider's counts to its ProviderHealth.
+//!
+//! The probe is a double standing for the network (the proxies' addresses are the simulated
+//! cluster's, which no test may dial); the network probe itself is tested against a real
+//! Squid in tests/tests/egress_real.rs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use egress_core::egress::{CheckReason, CheckResult, Settings};
+use egress_operator::context::{Context, Loaded};
+use egress_operator::controller::{FINALIZER, reconcile};
+use egress_operator::crd::Proxy;
+use egress_operator::metrics::Metrics;
+use egress_operator::server::{self, ProxySource, Readiness, StoreSource};
+use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
+use egress_runtime::egress::{EgressChecker, EgressProbe};
+use futures::StreamExt;
+use kube::api::{Api, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::Reporter;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube_double::model::{Key, Kubelet, Options};
+use kube_double::{Config, Double};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The providers config, with the egress check's `maxUnhealthy`.
+fn providers(max_unhealthy: &str) -> String {
+    format!(
+        "installation: test\n\
+         egressCheck: {{urls: ['http://127.0.0.1:9/anything'], interval: 30s, timeout: 1s, failureThreshold: 2, startupTimeout: 10m, maxUnhealthy: {max_unhealthy}}}\n\
+         providers:\n- {{name: cluster, type: kubernetes}}\n"
+    )
+}
+const EGRESS_IP: &str = "203.0.113.7";
+
+/// The network as the checker would meet it: every proxy forwards and the echo sees
+/// [`EGRESS_IP`], until the test says otherwise.
+struct Network {
+    forwarding: AtomicBool,
+    echo_up: AtomicBool,
+    probes: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl EgressProbe for Network {
+    async fn probe(&self, _ip: &str, _port: u16, _s: &Settings) -> CheckResult {
+        self.probes.fetch_add(1, Ordering::SeqCst);
+        if self.forwarding.load(Ordering::SeqCst) && self.echo_up.load(Ordering::SeqCst) {
+            CheckResult {
+                reason: CheckReason::Verified,
+                egress_ip: Some(EGRESS_IP.into()),
+                latency_ms: Some(12),
+                message: String::new(),
+            }
+        } else {
+            CheckResult {
+                reason: CheckReason::ProxyUnreachable,
+                egress_ip: None,
+                latency_ms: None,
+                message: "connection refused".into(),
+            }
+        }
+    }
+    async fn echo_reachable(&self, _s: &Settings) -> bool {
+        self.echo_up.load(Ordering::SeqCst)
+    }
+}
+
+struct Env {
+    d: Double,
+    ctx: Arc<Context>,
+    net: Arc<Network>,
+    clock: Arc<VirtualClock>,
+}
+
+async fn env(max_unhealthy: &str) -> Env {
+    let d = Double::start_with(Config {
+        options: Options {
+            kubelet: Some(Kubelet {
+                start_ms: 3000,
+                termination_ms: 0,
+            }),
+            require_namespaces: true,
+            ..Options::default()
+        },
+        namespaces: vec!["default".into(), "kube-system".into(), "crawlers".into()],
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let (config, providers) = support::providers_on(&d, &providers(max_unhealthy)).await;
+    let net = Arc::new(Network {
+        forwarding: AtomicBool::new(true),
+        echo_up: AtomicBool::new(true),
+        probes: AtomicUsize::new(0),
+    });
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let clock = Arc::new(VirtualClock::new(now_ms, 7));
+    let metrics = Arc::new(Metrics::new());
+    let settings = Settings::from_config(config.egress_check.as_ref().unwrap());
+    let checker = EgressChecker::new(
+        settings,
+        net.clone(),
+        clock.clone() as Arc<dyn ClockBackend>,
+    )
+    .with_observer(metrics.clone());
+    let ctx = Arc::new(Context::new(
+        d.client(),
+        "test".into(),
+        Loaded {
+            config: Arc::new(config),
+            providers: Arc::new(providers),
+            egress: Some(Arc::new(checker)),
+        },
+        metrics,
+        Reporter {
+            controller: "egress-proxies".into(),
+            instance: Some("test".into()),
+        },
+    ));
+    Env { d, ctx, net, clock }
+}
+
+impl Env {
+    fn proxies(&self) -> Api<Proxy> {
+        Api::namespaced(self.d.client(), "crawlers")
+    }
+
+    async fn proxy(&self) -> Arc<Proxy> {
+        Arc::new(self.proxies().get("p1").await.unwrap())
+    }
+
+    async fn reconcile(&self) -> Action {
+        reconcile(self.proxy().await, self.ctx.clone())
+            .await
+            .unwrap()
+    }
+
+    fn status(&self) -> Value {
+        self.d
+            .object(&Key::new(
+                "crawl.example.com/v1alpha1",
+                "Proxy",
+                Some("crawlers"),
+                "p1",
+            ))
+            .unwrap()["status"]
+            .clone()
+    }
+
+    fn condition(&self, type_: &str) -> Value {
+        self.status()["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == type_)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    fn pod_deletes(&self) -> usize {
+        self.d
+            .requests()
+            .iter()
+            .filter(|r| r.method == "DELETE" && r.path.contains("/pods/"))
+            .count()
+    }
+
+    fn events(&self) -> Vec<(String, String)> {
+        self.d
+            .requests()
+            .into_iter()
+            .filter(|s| s.path.contains("/events") && s.method == "POST")
+            .map(|s| {
+                (
+                    s.body["reason"].as_str().unwrap_or("").to_string(),
+                    s.body["note"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Moves the checker's clock past the next check.
+    fn next_interval(&self) {
+        self.clock.advance(Duration::from_secs(34));
+    }
+
+    /// Creates p1 with the finalizer and reconciles it until its Pod runs and is checked.
+    async fn running(&self) -> Action {
+        let p: Proxy = serde_json::from_value(json!({
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+            "metadata": {"name": "p1", "namespace": "crawlers", "finalizers": [FINALIZER]},
+            "spec": {"provider": "cluster", "port": 3128, "placement": {"zone": "z1"}},
+        }))
+        .unwrap();
+        self.proxies()
+            .create(&PostParams::default(), &p)
+            .await
+            .unwrap();
+        self.reconcile().await;
+        self.d.advance(Duration::from_secs(3));
+        self.reconcile().await
+    }
+}
+
+/// One HTTP/1.0 GET on loopback: (status code, body).
+async fn get(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {target} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let code = out[9..12].parse().unwrap();
+    let body = out.split_once("\r\n\r\n").unwrap().1.to_string();
+    (code, body)
+}
+
+#[tokio::test]
+async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
+    let e = env("40%").await;
+    let action = e.running().await;
+    assert_eq!(e.net.probes.load(Ordering::SeqCst), 1);
+    let status = e.status();
+    assert_eq!(status["state"], "Running");
+    assert_eq!(status["egressIP"], EGRESS_IP);
+    assert_eq!(status["egressLatencyMs"], 12);
+    assert!(status["egressVerifiedAt"].is_string());
+    assert_eq!(e.condition("EgressVerified")["status"], "True");
+    assert_eq!(e.condition("Ready")["status"], "True");
+    // The next check is due within the interval and its jitter, not at the resync.
+    assert!(
+        format!("{action:?}").contains("requeue_after: Some("),
+        "{action:?}"
+    );
+    assert!(
+        e.events()
+            .iter()
+            .any(|(r, note)| r == "EgressVerified" && note.contains(EGRESS_IP)),
+        "{:?}",
+        e.events()
+    );
+
+    // Discovery over HTTP, from a watch of the API as every replica keeps one.
+    let (store, writer) = reflector::store();
+    tokio::spawn(
+        watcher(Api::<Proxy>::all(e.d.client()), watcher::Config::default())
+            .reflect(writer)
+            .for_each(|_| async {}),
+    );
+    store.wait_until_ready().await.unwrap();
+    let source = Arc::new(StoreSource::new(store));
+    let _ = source.context.set(e.ctx.clone());
+    for _ in 0..100 {
+        if !source.discover(&Default::default()).is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server::serve(
+        listener,
+        e.ctx.metrics.clone(),
+        Arc::new(Readiness::default()),
+        source,
+    ));
+    let ip = status["ip"].as_str().unwrap();
+    let (code, body) = get(addr, "/v1/proxies").await;
+    assert_eq!(code, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let list = v["proxies"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{body}");
+    assert_eq!(list[0]["namespace"], "crawlers");
+    assert_eq!(list[0]["name"], "p1");
+    assert_eq!(list[0]["provider"], "cluster");
+    assert_eq!(list[0]["url"], format!("http://{ip}:3128"));
+    assert_eq!(list[0]["egressIP"], EGRESS_IP);
+    assert_eq!(list[0]["zone"], "z1");
+    assert_eq!(list[0]["latencyMs"], 12);
+    assert!(list[0]["verifiedAt"].is_string());
+    assert_eq!(
+        get(addr, "/v1/proxies?format=text").await,
+        (200, format!("http://{ip}:3128\n"))
+    );
+    assert_eq!(
+        get(
+            addr,
+            "/v1/proxies?provider=cluster&namespace=crawlers&format=text"
+        )
+        .await,
+        (200, format!("http://{ip}:3128\n"))
+    );
+    let (_, none) = get(addr, "/v1/proxies?provider=other").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&none).unwrap()["proxies"],
+        json!([])
+    );
+    let (_, none) = get(addr, "/v1/proxies?pool=web&format=text").await;
+    assert_eq!(none, "");
+    let (code, why) = get(addr, "/v1/proxies?zone=z1").await;
+    assert_eq!(code, 400);
+    assert!(why.contains("\"zone\""), "{why}");
+    let (code, why) = get(addr, "/v1/proxies?format=yaml").await;
+    assert_eq!(code, 400);
+    assert!(why.contains("format"), "{why}");
+
+    // A cordoned Proxy leaves discovery at once.
+    let patch = json!({"metadata": {"annotations": {"crawl.example.com/cordon": "true"}}});
+    e.proxies()
+        .patch(
+            "p1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let mut listed = String::from("?");
+    for _ in 0..100 {
+        listed = get(addr, "/v1/proxies?format=text").await.1;
+        if listed.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(listed, "", "a cordoned Proxy is still listed");
+
+    let metrics = e.ctx.metrics.encode();
+    assert!(
+        metrics.contains(
+            "egress_proxies_egress_checks_total{provider=\"cluster\",result=\"Verified\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("egress_proxies_egress_check_latency_seconds_count{provider=\"cluster\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_proxy_that_stops_forwarding_is_replaced_after_the_threshold() {
+    // 40% of one checked proxy rounds up to one: a lone proxy is replaced.
+    let e = env("40%").await;
+    e.running().await;
+    assert_eq!(e.condition("Ready")["status"], "True");
+
+    e.net.forwarding.store(false, Ordering::SeqCst);
+    e.next_interval();
+    e.reconcile().await;
+    let status = e.status();
+    assert_eq!(status["egressFailures"], 1);
+    assert_eq!(e.condition("EgressVerified")["reason"], "ProxyUnreachable");
+    assert_eq!(e.condition("Ready")["status"], "False");
+    assert_eq!(e.pod_deletes(), 0, "replaced before the threshold");
+
+    e.next_interval();
+    e.reconcile().await;
+    assert_eq!(e.pod_deletes(), 1, "not replaced at the threshold");
+    let replacing: Vec<_> = e
+        .events()
+        .into_iter()
+        .filter(|(r, _)| r == "ReplacingUnhealthy")
+        .collect();
+    assert_eq!(replacing.len(), 1, "{:?}", e.events());
+    assert!(
+        replacing[0].1.contains("failed 2 egress checks in a row")
+            && replacing[0].1.contains("ProxyUnreachable"),
+        "{replacing:?}"
+    );
+    // What the checks learned of the old instance is gone from the status with it.
+    let status = e.status();
+    assert!(status.get("egressIP").is_none(), "{status}");
+    assert!(status.get("egressFailures").is_none(), "{status}");
+
+    // The new instance runs and is checked as new: verified again once it forwards.
+    e.net.forwarding.store(true, Ordering::SeqCst);
+    e.d.advance(Duration::from_secs(3));
+    for _ in 0..4 {
+        e.reconcile().await;
+        if e.condition("Ready")["status"] == "True" {
+            break;
+        }
+        e.d.advance(Duration::from_secs(3));
+    }
+    assert_eq!(e.condition("Ready")["status"], "True", "{}", e.status());
+    assert_eq!(e.status()["egressIP"], EGRESS_IP);
+    assert_ne!(e.status()["providerID"], Value::Null);
+
+    let metrics = e.ctx.metrics.encode();
+    assert!(
+        metrics.contains(
+            "egress_proxies_egress_checks_total{provider=\"cluster\",result=\"ProxyUnreachable\"} 2"
+        ),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn while_the_echo_is_down_no_proxy_is_blamed_and_provider_health_says_so() {
+    // No failing proxy tolerated: the one failing proxy is an outage of the provider.
+    let e = env("0").await;
+    e.running().await;
+    egress_operator::health::check_once(&e.ctx).await.unwrap();
+    let health = |d: &Double| {
+        d.object(&Key::new(
+            "crawl.example.com/v1alpha1",
+            "ProviderHealth",
+            None,
+            "cluster",
+        ))
+        .unwrap()["status"]["egress"]
+            .clone()
+    };
+    let h = health(&e.d);
+    assert_eq!(
+        (
+            h["checked"].clone(),
+            h["verified"].clone(),
+            h["failing"].clone()
+        ),
+        (json!(1), json!(1), json!(0))
+    );
+    assert_eq!(h["replacing"], "True");
+
+    // The echo goes down: every probe fails, and so does the direct look at the echo.
+    e.net.echo_up.store(false, Ordering::SeqCst);
+    for _ in 0..4 {
+        e.next_interval();
+        e.reconcile().await;
+    }
+    assert_eq!(
+        e.pod_deletes(),
+        0,
+        "a proxy was replaced for the echo's outage"
+    );
+    let c = e.condition("EgressVerified");
+    assert_eq!(c["reason"], "CheckerUnavailable");
+    assert_eq!(c["status"], "Unknown");
+    assert!(e.status().get("egressFailures").is_none(), "{}", e.status());
+    assert!(
+        e.ctx
+            .metrics
+            .encode()
+            .contains("result=\"CheckerUnavailable\"} 4"),
+        "{}",
+        e.ctx.metrics.encode()
+    );
+
+    // The echo is back, the proxy forwards: verified again, the same Pod.
+    e.net.echo_up.store(true, Ordering::SeqCst);
+    e.next_interval();
+    e.reconcile().await;
+    assert_eq!(e.condition("EgressVerified")["status"], "True");
+    assert_eq!(e.pod_deletes(), 0);
+
+    // Every proxy of the provider failing at once (more than maxUnhealthy): an outage, which
+    // ProviderHealth reports, and no replacement.
+    e.net.forwarding.store(false, Ordering::SeqCst);
+    for _ in 0..3 {
+        e.next_interval();
+        e.reconcile().await;
+    }
+    assert_eq!(
+        e.pod_deletes(),
+        0,
+        "replaced during a provider-wide failure"
+    );
+    egress_operator::health::check_once(&e.ctx).await.unwrap();
+    let h = health(&e.d);
+    assert_eq!(h["replacing"], "False", "{h}");
+    assert_eq!(h["failing"], 1);
+    assert!(
+        h["message"].as_str().unwrap().contains("maxUnhealthy 0"),
+        "{h}"
+    );
+    let metrics = e.ctx.metrics.encode();
+    assert!(
+        metrics.contains("egress_proxies_egress_proxies{provider=\"cluster\",state=\"failing\"} 1"),
+        "{metrics}"
+    );
+}

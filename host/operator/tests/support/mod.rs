@@ -1,0 +1,40 @@
+//! What the operator's tests share: providers loaded as in a cluster, their Pods in the
+//! API double.
+
+use egress_core::config::ProvidersConfig;
+use egress_runtime::capabilities::kube::RealKube;
+use egress_runtime::world::World;
+use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
+use kube_double::Double;
+use std::path::Path;
+use std::sync::Arc;
+
+/// The providers of `yaml`, loaded from the shared module cache; kube calls reach `d`, every
+/// other backend is the default world's. Also the world's backends, for their clock.
+pub async fn providers_on(d: &Double, yaml: &str) -> (ProvidersConfig, Providers) {
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(cache),
+        ..Default::default()
+    })
+    .unwrap();
+    let config = ProvidersConfig::from_yaml(yaml).unwrap();
+    let world = World::default().build().unwrap();
+    let backends = Backends {
+        kube: Arc::new(RealKube::with_client(d.client(), d.url())),
+        ..world.backends
+    };
+    let providers = Providers::load(
+        &runtime,
+        &config,
+        LoadOptions {
+            base_dir: Path::new("."),
+            builtin: &egress_builtins::module_for_type,
+            backends,
+            recorder: None,
+        },
+    )
+    .await
+    .unwrap();
+    (config, providers)
+}
