@@ -19,46 +19,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../../host/egress-check/tests/support/mod.rs"]
+mod support;
+
+use support::{
+    ALLOWED, ALLOWED_CLIENT, ECHO_IP, OTHER_CLIENT, Squid, bind_patiently, skip, squid_binary,
+};
+
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
-const ECHO_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 9);
-const ALLOWED_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 5);
-const OTHER_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 6);
-/// The block every provider gets here: the one allowed client, and an IPv6 range so the real
-/// Squid parses both families.
-const ALLOWED: &[&str] = &["127.0.0.5/32", "fd00::/8"];
 const PROXY_PORT: u16 = 3128;
-
-fn required() -> bool {
-    std::env::var("EGRESS_REQUIRE_REAL_BACKENDS").as_deref() == Ok("1")
-}
-
-/// Skips (returns None) with a reason, or fails when real backends are required.
-fn skip<T>(why: &str) -> Option<T> {
-    assert!(!required(), "EGRESS_REQUIRE_REAL_BACKENDS=1 but {why}");
-    eprintln!("skipped: {why}");
-    None
-}
-
-fn squid_binary() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/usr/local/sbin".into()])
-        .map(|d| d.join("squid"))
-        .find(|p| p.is_file())
-}
-
-// ---- the site: a loopback echo that records what reaches it ----
 
 #[derive(Debug, Clone)]
 struct Seen {
@@ -88,23 +65,6 @@ struct Echo {
 impl Echo {
     fn seen(&self, path: &str) -> Option<Seen> {
         self.seen.lock().unwrap().get(path).cloned()
-    }
-}
-
-/// Binds, waiting a while when another run of this test holds the port.
-fn bind_patiently(addr: SocketAddr) -> Result<TcpListener, String> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match TcpListener::bind(addr) {
-            Ok(l) => return Ok(l),
-            Err(e) if e.kind() == ErrorKind::AddrInUse && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) if e.kind() == ErrorKind::PermissionDenied => {
-                return Err(format!("binding {addr} needs root ({e})"));
-            }
-            Err(e) => return Err(format!("cannot bind {addr}: {e}")),
-        }
     }
 }
 
@@ -168,158 +128,6 @@ fn echo() -> Result<Arc<Echo>, String> {
 }
 
 // ---- Squid ----
-
-/// Only what this machine forces: where Squid listens, and where it writes its pid file and
-/// logs (a directory the `proxy` user can write). Every other line stays as generated.
-fn for_this_machine(conf: &str, listen: SocketAddr, dir: &Path) -> String {
-    let mut replaced: HashMap<&str, usize> = HashMap::new();
-    let out: Vec<String> = conf
-        .lines()
-        .map(|line| {
-            let directive = line.split_whitespace().next().unwrap_or_default();
-            let new = match directive {
-                "http_port" => format!("http_port {listen}"),
-                "pid_filename" => format!("pid_filename {}", dir.join("squid.pid").display()),
-                "access_log" => format!("access_log stdio:{}", dir.join("access.log").display()),
-                "cache_log" => format!("cache_log {}", dir.join("cache.log").display()),
-                _ => return line.to_string(),
-            };
-            *replaced.entry(directive).or_default() += 1;
-            new
-        })
-        .collect();
-    for directive in ["http_port", "pid_filename", "access_log", "cache_log"] {
-        assert_eq!(
-            replaced.get(directive),
-            Some(&1),
-            "the generated config has one {directive} line:\n{conf}"
-        );
-    }
-    out.join("\n") + "\n"
-}
-
-/// The `proxy` user's uid and gid, which Squid switches to when started as root.
-fn proxy_user() -> Option<(u32, u32)> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.first() == Some(&"proxy") && f.len() > 3)
-            .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
-            .flatten()
-    })
-}
-
-struct Squid {
-    child: Child,
-    listen: SocketAddr,
-    dir: tempfile::TempDir,
-}
-
-impl Squid {
-    fn start(binary: &Path, generated: &str, ip: Ipv4Addr) -> Squid {
-        let dir = tempfile::tempdir().unwrap();
-        // A file we create is owned by our effective uid: root, or whoever runs the tests.
-        let probe = dir.path().join("owner");
-        std::fs::write(&probe, "").unwrap();
-        if std::fs::metadata(&probe).unwrap().uid() == 0 {
-            let (uid, gid) = proxy_user().expect("the squid package creates the proxy user");
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
-        }
-        let port = TcpListener::bind((ip, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let listen = SocketAddr::from((ip, port));
-        let conf = dir.path().join("squid.conf");
-        std::fs::write(&conf, for_this_machine(generated, listen, dir.path())).unwrap();
-        let child = Command::new(binary)
-            .arg("-N")
-            .arg("-f")
-            .arg(&conf)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(dir.path().join("stdout")).unwrap())
-            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
-            .spawn()
-            .unwrap();
-        let mut squid = Squid { child, listen, dir };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_ok() {
-                return squid;
-            }
-            if let Some(status) = squid.child.try_wait().unwrap() {
-                panic!(
-                    "squid exited ({status}) before listening:\n{}",
-                    squid.logs()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "squid did not listen on {listen} within 30 s:\n{}",
-                squid.logs()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn logs(&self) -> String {
-        ["stderr", "cache.log"]
-            .iter()
-            .map(|f| {
-                let text = std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
-                format!("== {f}\n{text}")
-            })
-            .collect()
-    }
-}
-
-/// The processes whose parent is `pid` (from /proc).
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|child| {
-            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
-            // `pid (comm) state ppid ...`; comm may hold spaces, so count from its `)`.
-            stat.rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
-                == Some(pid)
-        })
-        .collect()
-}
-
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
-}
-
-impl Drop for Squid {
-    /// SIGINT, by the PID this test started: Squid exits at once (SIGTERM waits out
-    /// shutdown_lifetime). A SIGINT leaves a pinger helper behind; the generated config starts
-    /// none, but should one run, it is ended by its PID too.
-    fn drop(&mut self) {
-        let pid = self.child.id();
-        let helpers = children_of(pid);
-        signal(pid, "-INT");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && !matches!(self.child.try_wait(), Ok(Some(_))) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if !matches!(self.child.try_wait(), Ok(Some(_))) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        for helper in helpers {
-            signal(helper, "-TERM");
-        }
-    }
-}
 
 // ---- clients ----
 
