@@ -91,6 +91,47 @@ async fn example_plans() {
     }
 }
 
+/// The pool example over a day of simulated time: every Proxy is rotated by age (8 h ± 1 h),
+/// one at a time, and the pool never has fewer than its 20 Ready. The snapshot holds the
+/// pool's section: each rotation with its time, and the minimum seen.
+#[tokio::test]
+async fn a_pool_rotates_over_a_day_without_dropping_below_its_replicas() {
+    let dir = root().join("examples");
+    let report = run_reconcile(ReconcileRequest {
+        proxies: Source::File(dir.join("proxies-pool.yaml")),
+        providers: Source::File(dir.join("providers-pool.yaml")),
+        world: None,
+        dry_run: true,
+        state: None,
+        timeout: Duration::from_secs(600),
+        max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
+        gc_grace: Duration::ZERO,
+        concurrency: 1,
+        run_for: Some(Duration::from_secs(24 * 3600)),
+        runtime: runtime(),
+    })
+    .await
+    .unwrap();
+    let text = output::reconcile(&report, Format::Text, true);
+    let start = text.find("\nPool crawlers/crawl").expect("no pool section") + 1;
+    let end = text[start..]
+        .find("\nSweep")
+        .map_or(text.len(), |e| start + e);
+    let section = &text[start..end];
+    assert!(
+        section.contains("at least 20 ready throughout once available"),
+        "{section}"
+    );
+    // Twenty Proxies, each older than 9 h at most twice in 24 h: at least 20 and at most 60
+    // rotations, never two at once (maxSurge 1, maxUnavailable 0).
+    let rotations = section.matches("Rotated: deleting").count();
+    assert!(
+        (20..=60).contains(&rotations),
+        "{rotations} rotations:\n{section}"
+    );
+    insta::assert_snapshot!("plan_pool_24h_pool_section", section);
+}
+
 #[tokio::test]
 async fn plans_are_deterministic() {
     for (_, proxies, providers, world) in example_sets() {
