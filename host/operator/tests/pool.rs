@@ -35,6 +35,7 @@ const PROVIDERS: &str = "installation: test\nproviders:\n- {name: east, type: ku
 
 struct Run {
     d: Double,
+    ctx: Arc<Context>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -64,13 +65,28 @@ fn double_config() -> Config {
 }
 
 async fn context(client: kube::Client, d: &Double) -> Arc<Context> {
+    let loaded = load(client.clone(), d, PROVIDERS).await;
+    Arc::new(Context::new(
+        client,
+        "test".into(),
+        loaded,
+        Arc::new(Metrics::new()),
+        Reporter {
+            controller: "egress-proxies".into(),
+            instance: Some("test".into()),
+        },
+    ))
+}
+
+/// The providers of `yaml`, reaching the double for their Pods, as in a cluster.
+async fn load(client: kube::Client, d: &Double, yaml: &str) -> Loaded {
     let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
     let runtime = Runtime::new(RuntimeOptions {
         cache_dir: Some(cache),
         ..Default::default()
     })
     .unwrap();
-    let config = ProvidersConfig::from_yaml(PROVIDERS).unwrap();
+    let config = ProvidersConfig::from_yaml(yaml).unwrap();
     let world = World::default().build().unwrap();
     let backends = Backends {
         kube: Arc::new(RealKube::with_client(client.clone(), d.url())),
@@ -88,19 +104,10 @@ async fn context(client: kube::Client, d: &Double) -> Arc<Context> {
     )
     .await
     .unwrap();
-    Arc::new(Context::new(
-        client,
-        "test".into(),
-        Loaded {
-            config: Arc::new(config),
-            providers: Arc::new(providers),
-        },
-        Arc::new(Metrics::new()),
-        Reporter {
-            controller: "egress-proxies".into(),
-            instance: Some("test".into()),
-        },
-    ))
+    Loaded {
+        config: Arc::new(config),
+        providers: Arc::new(providers),
+    }
 }
 
 /// The double, the Proxy controller and the pool controller, on one paused clock.
@@ -120,7 +127,7 @@ async fn start() -> Run {
             .for_each(|_| async {}),
     );
     let pctx = Arc::new(PoolContext {
-        ctx,
+        ctx: ctx.clone(),
         // The double's clock: its start plus tokio's (paused) time.
         now: Arc::new(move || start_s + t0.elapsed().as_secs() as i64),
     });
@@ -135,6 +142,7 @@ async fn start() -> Run {
     );
     Run {
         d,
+        ctx,
         tasks: vec![proxies, pools],
     }
 }
@@ -455,6 +463,42 @@ async fn a_template_change_rolls_every_proxy_without_going_below_the_floor() {
         by_provider(&r.members("web")),
         BTreeMap::from([("east".to_string(), 2), ("west".to_string(), 1)])
     );
+}
+
+/// A placement's provider entry changes (a reload): its Proxies are rolled, the other
+/// placement's are not, and the floor holds.
+#[tokio::test(start_paused = true)]
+async fn a_provider_entry_change_rolls_only_its_placement() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let before = r.members("web");
+    let from = r.revision();
+
+    let changed = "installation: test\nproviders:\n- {name: east, type: kubernetes, kubernetes: {allowedSourceCIDRs: [10.1.0.0/16]}}\n- {name: west, type: kubernetes}\n";
+    r.ctx.swap(load(r.client(), &r.d, changed).await);
+    // No reload trigger here: the pool's resync finds the new revision.
+    r.until("east's Proxies replaced", Duration::from_secs(900), |r| {
+        let m = r.members("web");
+        m.len() == 3
+            && m.values().all(available)
+            && before
+                .iter()
+                .filter(|(_, p)| p["spec"]["provider"] == "east")
+                .all(|(n, _)| !m.contains_key(n))
+    })
+    .await;
+    r.settled("web", 3).await;
+    let after = r.members("web");
+    let west: Vec<&String> = before
+        .iter()
+        .filter(|(_, p)| p["spec"]["provider"] == "west")
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(west.len(), 1);
+    assert!(after.contains_key(west[0]), "west's Proxy stays: {after:?}");
+    let (min_available, _) = r.replay("web", from);
+    assert!(min_available >= 3, "{min_available}");
 }
 
 #[tokio::test(start_paused = true)]
