@@ -66,6 +66,11 @@ fn default_port() -> u16 {
     kind = "ProxyPool",
     namespaced,
     status = "PoolStatus",
+    // `kubectl scale proxypool`: replicas through the scale subresource.
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas"
+    ),
     shortname = "pxpool",
     category = "egress",
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
