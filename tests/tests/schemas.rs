@@ -46,6 +46,14 @@ fn proxy_schema_is_fresh() {
     );
 }
 
+#[test]
+fn proxy_pool_schema_is_fresh() {
+    check(
+        "proxypool.schema.json",
+        schemars::schema_for!(egress_core::pool::ProxyPool),
+    );
+}
+
 fn check_yaml(name: &str, value: &impl serde::Serialize) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../schemas/crds")
@@ -76,6 +84,15 @@ fn proxy_crd_is_fresh() {
 }
 
 #[test]
+fn proxy_pool_crd_is_fresh() {
+    use kube::CustomResourceExt;
+    check_yaml(
+        "proxypools.crawl.example.com.yaml",
+        &egress_operator::crd::ProxyPool::crd(),
+    );
+}
+
+#[test]
 fn provider_health_crd_is_fresh() {
     use kube::CustomResourceExt;
     check_yaml(
@@ -91,6 +108,7 @@ fn deploy_kustomization_builds() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     for name in [
         "proxies.crawl.example.com.yaml",
+        "proxypools.crawl.example.com.yaml",
         "providerhealths.crawl.example.com.yaml",
     ] {
         let generated = std::fs::read_to_string(root.join("schemas/crds").join(name)).unwrap();
@@ -160,6 +178,29 @@ fn deploy_kustomization_builds() {
                 !rules.contains("pods"),
                 "the operator's own role must not grant Pods"
             );
+            let grants = |resource: &str, verb: &str| {
+                v["rules"].as_sequence().unwrap().iter().any(|r| {
+                    r["apiGroups"][0] == "crawl.example.com"
+                        && r["resources"]
+                            .as_sequence()
+                            .is_some_and(|rs| rs.iter().any(|x| x == resource))
+                        && r["verbs"]
+                            .as_sequence()
+                            .is_some_and(|vs| vs.iter().any(|x| x == verb))
+                })
+            };
+            // The pool controller watches pools, writes their status, creates and deletes
+            // their Proxies, and sets blockOwnerDeletion on the Proxies' ownerReference
+            // (update on the pool's finalizers under OwnerReferencesPermissionEnforcement).
+            for (resource, verb) in [
+                ("proxypools", "watch"),
+                ("proxypools/status", "patch"),
+                ("proxypools/finalizers", "update"),
+                ("proxies", "create"),
+                ("proxies", "delete"),
+            ] {
+                assert!(grants(resource, verb), "{verb} on {resource}: {rules}");
+            }
         }
     }
     kinds.sort();
@@ -173,6 +214,7 @@ fn deploy_kustomization_builds() {
             "ConfigMap egress-proxies-providers",
             "CustomResourceDefinition providerhealths.crawl.example.com",
             "CustomResourceDefinition proxies.crawl.example.com",
+            "CustomResourceDefinition proxypools.crawl.example.com",
             "Deployment egress-proxies",
             "Namespace egress-proxies",
             "Role egress-proxies-leader",
@@ -181,4 +223,30 @@ fn deploy_kustomization_builds() {
             "ServiceAccount egress-proxies",
         ]
     );
+}
+
+/// The deploy's sample ProxyPool is a valid pool of the deploy's providers config.
+#[test]
+fn the_deploy_sample_pool_is_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text =
+        std::fs::read_to_string(root.join("examples/deploy/samples/proxypool.yaml")).unwrap();
+    let pool: egress_operator::crd::ProxyPool = serde_yaml::from_str(&text).unwrap();
+    let core = pool.to_core();
+    assert_eq!(egress_core::pool::validate(&core), Vec::<String>::new());
+    let providers = egress_core::config::ProvidersConfig::from_yaml(
+        &std::fs::read_to_string(root.join("examples/deploy/providers.yaml")).unwrap(),
+    )
+    .unwrap();
+    for p in &core.spec.placements {
+        assert!(
+            providers.providers.iter().any(|e| e.name == p.provider),
+            "placement provider {} is not in examples/deploy/providers.yaml",
+            p.provider
+        );
+    }
+    // Strictly, too: a misspelt field is an error there, not a field the API server drops.
+    let strict: egress_core::pool::ProxyPool = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(strict.spec, core.spec);
+    assert_eq!(pool.metadata.namespace.as_deref(), Some("crawlers"));
 }

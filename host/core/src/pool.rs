@@ -551,6 +551,116 @@ pub fn decide(spec: &PoolSpec, revisions: &[String], members: &[Member], now: i6
     }
 }
 
+/// Each placement's [`revision`], from its provider entry's revision (`missing` for an entry
+/// the config does not have, so its Proxies are out of date until it appears).
+pub fn revisions(spec: &PoolSpec, provider_revisions: &[String]) -> Vec<String> {
+    (0..spec.placements.len())
+        .map(|i| {
+            let p = provider_revisions.get(i).map_or("missing", String::as_str);
+            revision(spec, i, p)
+        })
+        .collect()
+}
+
+/// One of the pool's Proxies as the decisions see it: its placement label, zone, revision
+/// annotation, Ready condition and cordon mark. The CLI and the operator both read their
+/// Proxies through this, so they decide alike.
+pub fn member(
+    proxy: &crate::Proxy,
+    status: &crate::ProxyStatus,
+    created_at: Option<i64>,
+    deleting: bool,
+) -> Member {
+    use crate::reconcile::{self, reason};
+    let meta = &proxy.metadata;
+    let failure = status
+        .condition(reconcile::READY)
+        .filter(|c| {
+            c.status != "True"
+                && matches!(
+                    c.reason.as_str(),
+                    reason::PERMANENT_FAILURE | reason::QUOTA_EXCEEDED
+                )
+        })
+        .map(|c| format!("{}: {}", c.reason, c.message));
+    Member {
+        name: meta.name.clone(),
+        placement: meta
+            .labels
+            .get(PLACEMENT_LABEL)
+            .and_then(|p| p.parse().ok()),
+        zone: proxy.spec.placement.zone.clone(),
+        revision: meta
+            .annotations
+            .get(REVISION_ANNOTATION)
+            .cloned()
+            .unwrap_or_default(),
+        created_at,
+        ready: reconcile::ready_is_true(status),
+        cordoned: meta
+            .annotations
+            .get(crate::discovery::CORDON_ANNOTATION)
+            .is_some_and(|v| v == "true"),
+        deleting,
+        failure,
+    }
+}
+
+/// `<pool>-<5 hex>`, from the pool's identity and a serial, so names are the same on every
+/// run.
+pub fn member_name(pool: &ProxyPool, serial: u64) -> String {
+    let identity =
+        pool.metadata.uid.clone().unwrap_or_else(|| {
+            crate::name::derived_uid(&pool.metadata.namespace, &pool.metadata.name)
+        });
+    let digest = hex::encode(Sha256::digest(format!("{identity}/{serial}").as_bytes()));
+    format!("{}-{}", pool.metadata.name, &digest[..5])
+}
+
+/// The Proxy a create names: the template, the placement's provider and fields, the pool's
+/// label, the placement and the revision.
+pub fn member_proxy(pool: &ProxyPool, c: &Create, name: &str) -> crate::Proxy {
+    use std::collections::BTreeMap;
+    let spec = &pool.spec;
+    let p = spec.placements.get(c.placement);
+    let t = &spec.template.placement;
+    let mut labels = BTreeMap::new();
+    labels.insert(
+        crate::discovery::POOL_LABEL.to_string(),
+        pool.metadata.name.clone(),
+    );
+    labels.insert(PLACEMENT_LABEL.to_string(), c.placement.to_string());
+    let mut annotations = BTreeMap::new();
+    annotations.insert(REVISION_ANNOTATION.to_string(), c.revision.clone());
+    crate::Proxy {
+        api_version: crate::proxy::API_VERSION.into(),
+        kind: crate::proxy::KIND.into(),
+        metadata: crate::proxy::ObjectMeta {
+            name: name.to_string(),
+            namespace: pool.metadata.namespace.clone(),
+            uid: None,
+            generation: Some(1),
+            labels,
+            annotations,
+        },
+        spec: crate::ProxySpec {
+            provider: p.map(|p| p.provider.clone()).unwrap_or_default(),
+            port: spec.template.port,
+            placement: Placement {
+                zone: c.zone.clone().or_else(|| t.zone.clone()),
+                region: t.region.clone(),
+                machine_type: p
+                    .and_then(|p| p.machine_type.clone())
+                    .or_else(|| t.machine_type.clone()),
+                image: p.and_then(|p| p.image.clone()).or_else(|| t.image.clone()),
+            },
+            cloud_init: spec.template.cloud_init.clone(),
+            cloud_init_secret_ref: spec.template.cloud_init_secret_ref.clone(),
+        },
+        status: None,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn status(
     spec: &PoolSpec,

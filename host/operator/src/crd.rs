@@ -1,7 +1,8 @@
 //! The custom resources: Proxy (group crawl.example.com, version v1alpha1, so manifests of the
-//! seeds' operator keep working) and ProviderHealth. Generated into schemas/crds/ by a test
+//! seeds' operator keep working), ProxyPool and ProviderHealth. Generated into schemas/crds/ by a test
 //! that fails when the checked-in files are stale.
 
+use egress_core::pool::{PoolPlacement, PoolStatus, PoolTemplate, Rotation, Strategy};
 use egress_core::{Placement, ProxyStatus};
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -52,6 +53,107 @@ pub struct ProxySpec {
 
 fn default_port() -> u16 {
     egress_core::proxy::DEFAULT_PORT
+}
+
+/// `replicas` Proxies spread over providers by weight, rolled on a template or provider change
+/// and rotated by age without dropping below `replicas - maxUnavailable` Ready. Its Proxies
+/// are named `<pool>-<suffix>`, labelled `crawl.example.com/pool=<pool>` and owned by it.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "crawl.example.com",
+    version = "v1alpha1",
+    kind = "ProxyPool",
+    namespaced,
+    status = "PoolStatus",
+    // `kubectl scale proxypool`: replicas through the scale subresource.
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas"
+    ),
+    shortname = "pxpool",
+    category = "egress",
+    printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "Up-to-date",
+        type_ = "integer",
+        json_path = ".status.updatedReplicas"
+    ),
+    printcolumn(
+        name = "Available",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Available\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxyPoolSpec {
+    /// How many proxies the pool keeps.
+    pub replicas: u32,
+    /// What each of its Proxies is, but for the provider (from the placement).
+    #[serde(default)]
+    pub template: PoolTemplate,
+    /// Where the proxies go, spread by weight (round robin over a placement's zones).
+    pub placements: Vec<PoolPlacement>,
+    /// Replace each proxy once it is this old (± jitter, fixed per proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<Rotation>,
+    /// maxSurge (default 25%) and maxUnavailable (default 0), numbers or percentages.
+    #[serde(default)]
+    #[schemars(schema_with = "strategy_schema")]
+    pub strategy: Strategy,
+    /// Nothing is created or deleted while paused; the status is still written.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// maxSurge and maxUnavailable as Kubernetes' IntOrString: a structural schema cannot hold
+/// the untagged enum's anyOf of two types.
+fn strategy_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let int_or_string = |what: &str| {
+        serde_json::json!({
+            "description": what,
+            "x-kubernetes-int-or-string": true,
+        })
+    };
+    schemars::json_schema!({
+        "type": "object",
+        "properties": {
+            "maxSurge": int_or_string("Proxies above replicas while replacing (a number or a percentage, rounded up; default 25%)."),
+            "maxUnavailable": int_or_string("Ready proxies below replicas a replacement may cost (rounded down; default 0)."),
+        },
+    })
+}
+
+impl ProxyPool {
+    /// The domain view the shared pool decisions work on.
+    pub fn to_core(&self) -> egress_core::pool::ProxyPool {
+        egress_core::pool::ProxyPool {
+            api_version: egress_core::proxy::API_VERSION.into(),
+            kind: egress_core::pool::KIND.into(),
+            metadata: egress_core::proxy::ObjectMeta {
+                name: self.metadata.name.clone().unwrap_or_default(),
+                namespace: self.metadata.namespace.clone().unwrap_or_default(),
+                uid: self.metadata.uid.clone(),
+                generation: self.metadata.generation,
+                ..Default::default()
+            },
+            spec: egress_core::pool::PoolSpec {
+                replicas: self.spec.replicas,
+                template: self.spec.template.clone(),
+                placements: self.spec.placements.clone(),
+                rotation: self.spec.rotation.clone(),
+                strategy: self.spec.strategy.clone(),
+                paused: self.spec.paused,
+            },
+            status: None,
+        }
+    }
 }
 
 /// The health of one configured provider, refreshed by a periodic check.

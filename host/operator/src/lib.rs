@@ -1,5 +1,5 @@
 //! Operator mode: `egress-proxies run` in a cluster. A Proxy controller on the shared
-//! reconcile decisions, a GC sweeper, a ProviderHealth monitor, leader election on a Lease,
+//! reconcile decisions, a ProxyPool controller on the shared pool decisions, a GC sweeper, a ProviderHealth monitor, leader election on a Lease,
 //! metrics and health endpoints, and reload of the providers config.
 
 pub mod context;
@@ -8,6 +8,7 @@ pub mod crd;
 pub mod health;
 pub mod leader;
 pub mod metrics;
+pub mod pool;
 pub mod server;
 pub mod sweeper;
 
@@ -39,7 +40,7 @@ pub struct Options {
     pub gc_grace: Duration,
     pub health_interval: Duration,
     pub reload_interval: Duration,
-    /// How many Proxies are reconciled at once.
+    /// How many Proxies are reconciled at once (and as many ProxyPools).
     pub concurrency: u16,
 }
 
@@ -178,21 +179,36 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     lease.acquire().await?;
 
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let (pool_reload_tx, pool_reload_rx) = tokio::sync::mpsc::channel::<()>(1);
     let reload = reload_loop(
         reloader,
         ctx.clone(),
         clock,
         opts.reload_interval,
-        reload_tx,
+        vec![reload_tx, pool_reload_tx],
     );
     let controller = proxy_controller(client.clone(), opts.concurrency)
         .reconcile_all_on(tokio_stream_from(reload_rx))
         .shutdown_on_signal()
         .run(controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|_| async {});
+    // A provider entry's new revision rolls the pools that place on it.
+    let pools = pool::pool_controller(client.clone(), opts.concurrency)
+        .reconcile_all_on(tokio_stream_from(pool_reload_rx))
+        .shutdown_on_signal()
+        .run(
+            pool::reconcile,
+            pool::error_policy,
+            Arc::new(pool::PoolContext {
+                ctx: ctx.clone(),
+                now: pool::system_clock(),
+            }),
+        )
+        .for_each(|_| async {});
 
     tokio::select! {
         _ = controller => Ok(()),
+        _ = pools => Ok(()),
         _ = sweeper::run(ctx.clone(), opts.gc_interval, opts.gc_grace) => Ok(()),
         _ = health::run(ctx.clone(), opts.health_interval) => Ok(()),
         _ = reload => Ok(()),
@@ -255,7 +271,7 @@ async fn reload_loop(
     ctx: Arc<Context>,
     clock: Arc<dyn ClockBackend>,
     interval: Duration,
-    trigger: tokio::sync::mpsc::Sender<()>,
+    triggers: Vec<tokio::sync::mpsc::Sender<()>>,
 ) {
     loop {
         tokio::time::sleep(interval).await;
@@ -291,8 +307,11 @@ async fn reload_loop(
                 providers: reloader.current(),
                 egress,
             });
-            // Every Proxy is looked at again: a held failure may now be released.
-            let _ = trigger.try_send(());
+            // Every Proxy is looked at again: a held failure may now be released; and every
+            // pool, whose placements' revisions may have changed.
+            for t in &triggers {
+                let _ = t.try_send(());
+            }
         }
     }
 }

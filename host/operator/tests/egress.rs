@@ -203,7 +203,8 @@ impl Env {
     async fn running(&self) -> Action {
         let p: Proxy = serde_json::from_value(json!({
             "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
-            "metadata": {"name": "p1", "namespace": "crawlers", "finalizers": [FINALIZER]},
+            "metadata": {"name": "p1", "namespace": "crawlers", "finalizers": [FINALIZER],
+                "labels": {"crawl.example.com/pool": "web"}},
             "spec": {"provider": "cluster", "port": 3128, "placement": {"zone": "z1"}},
         }))
         .unwrap();
@@ -291,6 +292,7 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
     assert_eq!(list[0]["url"], format!("http://{ip}:3128"));
     assert_eq!(list[0]["egressIP"], EGRESS_IP);
     assert_eq!(list[0]["zone"], "z1");
+    assert_eq!(list[0]["pool"], "web");
     assert_eq!(list[0]["latencyMs"], 12);
     assert!(list[0]["verifiedAt"].is_string());
     assert_eq!(
@@ -310,7 +312,11 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
         serde_json::from_str::<Value>(&none).unwrap()["proxies"],
         json!([])
     );
-    let (_, none) = get(addr, "/v1/proxies?pool=web&format=text").await;
+    assert_eq!(
+        get(addr, "/v1/proxies?pool=web&format=text").await,
+        (200, format!("http://{ip}:3128\n"))
+    );
+    let (_, none) = get(addr, "/v1/proxies?pool=other&format=text").await;
     assert_eq!(none, "");
     let (code, why) = get(addr, "/v1/proxies?zone=z1").await;
     assert_eq!(code, 400);

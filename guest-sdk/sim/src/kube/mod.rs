@@ -15,7 +15,12 @@
 //! Known simplifications: a continued list reads the current objects (not a snapshot at the
 //! first page's revision); server-side apply merges the applied object without field
 //! ownership; a strategic merge patch of a built-in kind is applied as a merge patch (lists
-//! are replaced, not merged by key); owner references do not cascade deletions.
+//! are replaced, not merged by key). Owner references cascade as the garbage collector's
+//! background propagation does, at once rather than a moment later: when an object goes, each
+//! dependent none of whose owners is left is deleted (its finalizers hold it as usual), and a
+//! dependent with another owner left loses the reference to the gone one. Foreground
+//! deletion and orphaning (`propagationPolicy`) are not modelled, nor dependents whose owner
+//! never existed.
 
 mod patch;
 mod selector;
@@ -123,6 +128,9 @@ pub const KINDS: &[Kind] = &[
     Kind::namespaced("events.k8s.io/v1", "Event", "events"),
     Kind::namespaced("coordination.k8s.io/v1", "Lease", "leases"),
     Kind::namespaced("crawl.example.com/v1alpha1", "Proxy", "proxies")
+        .status()
+        .custom(),
+    Kind::namespaced("crawl.example.com/v1alpha1", "ProxyPool", "proxypools")
         .status()
         .custom(),
     Kind::cluster(
@@ -469,6 +477,13 @@ fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
     }
 }
 
+fn owner_uids(v: &Value) -> Vec<&str> {
+    meta(v)["ownerReferences"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["uid"].as_str()).collect())
+        .unwrap_or_default()
+}
+
 fn finalizers(v: &Value) -> Vec<&str> {
     meta(v)["finalizers"]
         .as_array()
@@ -644,7 +659,8 @@ impl Cluster {
         value
     }
 
-    /// Removes an object at a new revision; the DELETED event carries that revision.
+    /// Removes an object at a new revision; the DELETED event carries that revision. Then its
+    /// dependents are collected.
     fn remove(&mut self, key: &Key) -> Option<Arc<Value>> {
         let stored = self.objects.remove(key)?;
         self.revision += 1;
@@ -657,7 +673,45 @@ impl Cluster {
             last.clone(),
             Some(stored.value),
         );
+        if let Some(uid) = meta_str(&last, "uid") {
+            self.collect_dependents(uid, key);
+        }
         Some(last)
+    }
+
+    /// The garbage collector for an owner that went: a namespaced owner's dependents live in
+    /// its namespace, a cluster-scoped owner's anywhere.
+    fn collect_dependents(&mut self, owner_uid: &str, owner: &Key) {
+        let dependents: Vec<Key> = self
+            .objects
+            .iter()
+            .filter(|(k, _)| owner.namespace.is_empty() || k.namespace == owner.namespace)
+            .filter(|(_, s)| owner_uids(&s.value).contains(&owner_uid))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in dependents {
+            let Some(stored) = self.objects.get(&key).cloned() else {
+                continue;
+            };
+            let others_left = owner_uids(&stored.value)
+                .into_iter()
+                .filter(|u| *u != owner_uid)
+                .any(|u| {
+                    self.objects
+                        .values()
+                        .any(|s| meta_str(&s.value, "uid") == Some(u))
+                });
+            if others_left {
+                let mut next = (*stored.value).clone();
+                if let Some(refs) = next["metadata"]["ownerReferences"].as_array_mut() {
+                    refs.retain(|r| r["uid"].as_str() != Some(owner_uid));
+                }
+                self.commit(key, next, stored, ChangeType::Modified);
+            } else {
+                // Not found, or already being deleted: nothing more to do for it.
+                let _ = self.delete(&key, &DeleteOptions::default());
+            }
+        }
     }
 
     /// Puts an object in as given (a world file's or a test's fixture): uid and

@@ -612,3 +612,79 @@ fn apply_creates_then_merges_and_strategic_is_refused_for_custom_resources() {
         415
     );
 }
+
+/// A dependent goes with its last owner, held by its finalizers as any deletion is; one with
+/// another owner left only loses the reference.
+#[test]
+fn owner_references_cascade_like_background_propagation() {
+    let mut c = cluster();
+    let pool = c
+        .create(
+            "crawl.example.com/v1alpha1",
+            "ProxyPool",
+            Some("ns"),
+            json!({"metadata": {"name": "pool"}, "spec": {"replicas": 1}}),
+        )
+        .unwrap();
+    let other = create(&mut c, "other");
+    let owner = |o: &Value, kind: &str| {
+        json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": kind,
+               "name": o["metadata"]["name"], "uid": o["metadata"]["uid"], "controller": true})
+    };
+    let mut only = proxy("only");
+    only["metadata"]["ownerReferences"] = json!([owner(&pool, "ProxyPool")]);
+    c.create("crawl.example.com/v1alpha1", "Proxy", Some("ns"), only)
+        .unwrap();
+    let mut held = proxy("held");
+    held["metadata"]["ownerReferences"] = json!([owner(&pool, "ProxyPool")]);
+    held["metadata"]["finalizers"] = json!(["f"]);
+    c.create("crawl.example.com/v1alpha1", "Proxy", Some("ns"), held)
+        .unwrap();
+    let mut shared = proxy("shared");
+    shared["metadata"]["ownerReferences"] =
+        json!([owner(&pool, "ProxyPool"), owner(&other, "Proxy")]);
+    c.create("crawl.example.com/v1alpha1", "Proxy", Some("ns"), shared)
+        .unwrap();
+    let mut elsewhere = proxy("only");
+    elsewhere["metadata"]["ownerReferences"] = json!([owner(&pool, "ProxyPool")]);
+    c.create(
+        "crawl.example.com/v1alpha1",
+        "Proxy",
+        Some("ns2"),
+        elsewhere,
+    )
+    .unwrap();
+
+    let pool_key = Key::new(
+        "crawl.example.com/v1alpha1",
+        "ProxyPool",
+        Some("ns"),
+        "pool",
+    );
+    c.delete(&pool_key, &DeleteOptions::default()).unwrap();
+
+    assert!(c.peek(&pool_key).is_none());
+    assert!(c.peek(&key("only")).is_none(), "its only owner went");
+    let held = c.peek(&key("held")).unwrap();
+    assert!(
+        !held["metadata"]["deletionTimestamp"].is_null(),
+        "deleted, held by its finalizer: {held}"
+    );
+    let shared = c.peek(&key("shared")).unwrap();
+    assert_eq!(
+        shared["metadata"]["ownerReferences"],
+        json!([owner(&other, "Proxy")]),
+        "another owner is left: only the reference goes"
+    );
+    assert!(shared["metadata"]["deletionTimestamp"].is_null());
+    assert!(
+        c.peek(&Key::new(
+            "crawl.example.com/v1alpha1",
+            "Proxy",
+            Some("ns2"),
+            "only"
+        ))
+        .is_some(),
+        "a namespaced owner has no dependents in another namespace"
+    );
+}

@@ -3,14 +3,10 @@
 //! and the lowest Ready count it had, for the report.
 
 use super::{ReportEvent, Tracked};
-use egress_core::discovery::{CORDON_ANNOTATION, POOL_LABEL};
-use egress_core::pool::{self, PLACEMENT_LABEL, PoolStatus, ProxyPool, REVISION_ANNOTATION};
-use egress_core::proxy::{ObjectMeta, Placement};
-use egress_core::reconcile::{self, ready_is_true};
-use egress_core::{Proxy, ProxySpec};
+use egress_core::discovery::POOL_LABEL;
+use egress_core::pool::{self, PoolStatus, ProxyPool, member_name, member_proxy};
 use egress_runtime::Providers;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
 /// One pool through a run.
@@ -105,11 +101,7 @@ impl PoolRun {
         let revisions = match &self.revisions {
             Some((of, r)) if *of == provider_revisions => r.clone(),
             _ => {
-                let r: Vec<String> = provider_revisions
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| pool::revision(spec, i, p))
-                    .collect();
+                let r = pool::revisions(spec, &provider_revisions);
                 self.revisions = Some((provider_revisions, r.clone()));
                 r
             }
@@ -216,84 +208,10 @@ impl PoolRun {
 
 /// One tracked Proxy as the pool decisions see it.
 fn member(t: &Tracked) -> pool::Member {
-    let meta = &t.proxy.metadata;
-    let ready_condition = t.status.condition(reconcile::READY);
-    let failure = ready_condition
-        .filter(|c| {
-            c.status != "True"
-                && matches!(
-                    c.reason.as_str(),
-                    reconcile::reason::PERMANENT_FAILURE | reconcile::reason::QUOTA_EXCEEDED
-                )
-        })
-        .map(|c| format!("{}: {}", c.reason, c.message));
-    pool::Member {
-        name: meta.name.clone(),
-        placement: meta
-            .labels
-            .get(PLACEMENT_LABEL)
-            .and_then(|p| p.parse().ok()),
-        zone: t.proxy.spec.placement.zone.clone(),
-        revision: meta
-            .annotations
-            .get(REVISION_ANNOTATION)
-            .cloned()
-            .unwrap_or_default(),
-        created_at: Some((t.created_ms / 1000) as i64),
-        ready: ready_is_true(&t.status),
-        cordoned: meta
-            .annotations
-            .get(CORDON_ANNOTATION)
-            .is_some_and(|v| v == "true"),
-        deleting: t.deleting,
-        failure,
-    }
-}
-
-/// `<pool>-<5 hex>`, from the pool's identity and the count of Proxies it made, so a plan is
-/// the same on every run and a name is never reused.
-pub(super) fn member_name(pool: &ProxyPool, serial: u64) -> String {
-    let identity = pool.metadata.uid.clone().unwrap_or_else(|| {
-        egress_core::name::derived_uid(&pool.metadata.namespace, &pool.metadata.name)
-    });
-    let digest = hex::encode(Sha256::digest(format!("{identity}/{serial}").as_bytes()));
-    format!("{}-{}", pool.metadata.name, &digest[..5])
-}
-
-/// The Proxy a create names: the template, the placement's provider and fields, the pool's
-/// label, the placement and the revision.
-pub(super) fn member_proxy(pool: &ProxyPool, c: &pool::Create, name: &str) -> Proxy {
-    let spec = &pool.spec;
-    let p = &spec.placements[c.placement];
-    let t = &spec.template.placement;
-    let mut labels = BTreeMap::new();
-    labels.insert(POOL_LABEL.to_string(), pool.metadata.name.clone());
-    labels.insert(PLACEMENT_LABEL.to_string(), c.placement.to_string());
-    let mut annotations = BTreeMap::new();
-    annotations.insert(REVISION_ANNOTATION.to_string(), c.revision.clone());
-    Proxy {
-        api_version: egress_core::proxy::API_VERSION.into(),
-        kind: egress_core::proxy::KIND.into(),
-        metadata: ObjectMeta {
-            name: name.to_string(),
-            namespace: pool.metadata.namespace.clone(),
-            uid: None,
-            generation: Some(1),
-            labels,
-            annotations,
-        },
-        spec: ProxySpec {
-            provider: p.provider.clone(),
-            port: spec.template.port,
-            placement: Placement {
-                zone: c.zone.clone().or_else(|| t.zone.clone()),
-                region: t.region.clone(),
-                machine_type: p.machine_type.clone().or_else(|| t.machine_type.clone()),
-                image: p.image.clone().or_else(|| t.image.clone()),
-            },
-            cloud_init: spec.template.cloud_init.clone(),
-            cloud_init_secret_ref: spec.template.cloud_init_secret_ref.clone(),
-        },
-        status: None,
-    }
+    pool::member(
+        &t.proxy,
+        &t.status,
+        Some((t.created_ms / 1000) as i64),
+        t.deleting,
+    )
 }

@@ -371,3 +371,90 @@ fn deletions_never_take_ready_below_the_floor() {
         }
     }
 }
+
+/// A scale-down with a not-Ready, a cordoned and Ready ones: the not-Ready and the cordoned
+/// go, then the oldest Ready, as far as the floor allows.
+#[test]
+fn scaling_down_removes_the_not_ready_then_the_cordoned_then_the_oldest() {
+    let sp = spec(2, &[1]);
+    let r = revs(&sp);
+    let mut ms = vec![
+        member("old-1", 0, &r[0], true, NOW - 500),
+        member("old-2", 0, &r[0], true, NOW - 400),
+        member("young", 0, &r[0], true, NOW - 100),
+        member("failing", 0, &r[0], false, NOW - 50),
+        member("cordoned", 0, &r[0], true, NOW - 300),
+    ];
+    ms[4].cordoned = true;
+    let d = decide(&sp, &r, &ms, NOW);
+    let mut gone: Vec<(&str, DeleteReason)> = d
+        .deletes
+        .iter()
+        .map(|(n, why)| (n.as_str(), *why))
+        .collect();
+    gone.sort_by_key(|g| g.0);
+    assert_eq!(
+        gone,
+        vec![
+            ("cordoned", DeleteReason::Cordoned),
+            ("failing", DeleteReason::ScaledDown),
+            ("old-1", DeleteReason::ScaledDown),
+        ]
+    );
+    assert!(d.creates.is_empty());
+}
+
+/// How a Proxy reads as a member: its placement label, revision annotation, cordon mark and a
+/// failure that names the placement.
+#[test]
+fn a_proxy_reads_as_a_member() {
+    let mut sp = spec(1, &[1]);
+    sp.placements[0].zones = vec!["z1".into()];
+    let pool = ProxyPool {
+        api_version: crate::proxy::API_VERSION.into(),
+        kind: KIND.into(),
+        metadata: crate::proxy::ObjectMeta {
+            name: "web".into(),
+            namespace: "ns".into(),
+            uid: Some("u1".into()),
+            ..Default::default()
+        },
+        spec: sp.clone(),
+        status: None,
+    };
+    let create = Create {
+        placement: 0,
+        zone: Some("z1".into()),
+        revision: revs(&sp)[0].clone(),
+    };
+    let name = member_name(&pool, 1);
+    assert!(name.starts_with("web-") && name.len() == "web-".len() + 5);
+    assert_ne!(name, member_name(&pool, 2));
+    let mut proxy = member_proxy(&pool, &create, &name);
+    assert_eq!(proxy.spec.provider, "p0");
+    assert_eq!(proxy.spec.placement.zone.as_deref(), Some("z1"));
+    assert_eq!(proxy.metadata.labels[crate::discovery::POOL_LABEL], "web");
+    proxy
+        .metadata
+        .annotations
+        .insert(crate::discovery::CORDON_ANNOTATION.into(), "true".into());
+    let status = crate::ProxyStatus {
+        conditions: vec![crate::Condition {
+            type_: crate::reconcile::READY.into(),
+            status: "False".into(),
+            reason: crate::reconcile::reason::PERMANENT_FAILURE.into(),
+            message: "refused".into(),
+            observed_generation: None,
+            last_transition_time: String::new(),
+        }],
+        ..Default::default()
+    };
+    let m = super::member(&proxy, &status, Some(NOW), false);
+    assert_eq!(m.placement, Some(0));
+    assert_eq!(m.revision, create.revision);
+    assert_eq!(m.zone.as_deref(), Some("z1"));
+    assert!(m.cordoned && !m.ready && !m.deleting);
+    assert_eq!(m.failure.as_deref(), Some("PermanentFailure: refused"));
+    // A placement the config has no entry for makes Proxies of another revision.
+    assert_ne!(revisions(&sp, &[])[0], revisions(&sp, &["r".into()])[0]);
+}

@@ -1,0 +1,441 @@
+//! The ProxyPool controller: the core's pool decisions (the same `egress_core::pool::decide`
+//! the CLI runs) over the pool's Proxies as the API has them now, carried out as Proxies
+//! created with an ownerReference to the pool and deletions of the ones it names; the pool's
+//! status through the status subresource when it changed; a requeue when a rotation falls due.
+//!
+//! The pool's Proxies are ordinary Proxies: the Proxy controller creates and replaces their
+//! instances, and the pool only counts them. It watches them (`owns`), so a Proxy becoming
+//! Ready, being cordoned or going wakes its pool.
+
+use crate::context::Context;
+use crate::crd::{Proxy, ProxyPool, ProxySpec};
+use egress_core::discovery::POOL_LABEL;
+use egress_core::pool::{self, Member, PoolStatus};
+use egress_core::reconcile::RESYNC_INTERVAL;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::controller::{self as kube_controller, Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::{WatchStreamExt, predicates, reflector, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::Instrument;
+
+/// The time the decisions run at, Unix seconds: the system clock in a cluster; a test passes
+/// the clock its API double keeps.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0)
+    })
+}
+
+/// What the pool controller needs beyond the shared context: a clock.
+pub struct PoolContext {
+    pub ctx: Arc<Context>,
+    pub now: Clock,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kube API: {0}")]
+    Kube(#[source] kube::Error),
+    #[error("the ProxyPool has no namespace")]
+    NoNamespace,
+    #[error("the ProxyPool has no uid")]
+    NoUid,
+    #[error("no free name for a new Proxy of pool {0} after {1} tries")]
+    NoFreeName(String, u64),
+}
+
+impl Error {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::NoNamespace | Error::NoUid => "invalid",
+            Error::NoFreeName(..) => "names",
+        }
+    }
+}
+
+/// The pool controller over a watch of every ProxyPool, woken by a new generation (its status
+/// writes are not one), and by any change of a Proxy it controls.
+pub fn pool_controller(client: kube::Client, concurrency: u16) -> Controller<ProxyPool> {
+    let api: Api<ProxyPool> = Api::all(client.clone());
+    let (reader, writer) = reflector::store();
+    let pools = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    // Only Proxies with the pool label: a cluster of hand-written Proxies costs the pool
+    // controller nothing.
+    let proxies: Api<Proxy> = Api::all(client);
+    Controller::for_stream(pools, reader)
+        .owns(
+            proxies,
+            watcher::Config::default().any_semantic().labels(POOL_LABEL),
+        )
+        .with_config(kube_controller::Config::default().concurrency(concurrency))
+}
+
+pub async fn reconcile(pool: Arc<ProxyPool>, ctx: Arc<PoolContext>) -> Result<Action, Error> {
+    let span = tracing::info_span!(
+        "pool_reconcile",
+        namespace = pool.namespace().unwrap_or_default(),
+        name = pool.name_any(),
+    );
+    reconcile_in_span(pool, ctx).instrument(span).await
+}
+
+/// One of the pool's Proxies as the decisions see it.
+fn member(p: &Proxy, now: i64) -> Member {
+    let core = egress_core::Proxy {
+        metadata: egress_core::proxy::ObjectMeta {
+            labels: p.labels().clone(),
+            annotations: p.annotations().clone(),
+            ..p.to_core().metadata
+        },
+        ..p.to_core()
+    };
+    let created_at = p
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
+        // An object the API answered always has one; without it the Proxy counts as new.
+        .or(Some(now));
+    pool::member(
+        &core,
+        &p.status.clone().unwrap_or_default(),
+        created_at,
+        p.metadata.deletion_timestamp.is_some(),
+    )
+}
+
+/// Whether `pool_uid` is the Proxy's controller: a Proxy that only carries the label (written
+/// by hand, or of an earlier pool of the same name) is not the pool's to delete.
+fn controlled_by(p: &Proxy, pool_uid: &str) -> bool {
+    p.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && o.uid == pool_uid)
+}
+
+/// Carries the transition times of conditions whose status did not change, and stamps the
+/// generation they describe.
+fn stamp(status: &mut PoolStatus, old: &PoolStatus, generation: Option<i64>, now: i64) {
+    status.observed_generation = generation;
+    for c in &mut status.conditions {
+        c.observed_generation = generation;
+        c.last_transition_time = old
+            .conditions
+            .iter()
+            .find(|o| o.type_ == c.type_ && o.status == c.status)
+            .map(|o| o.last_transition_time.clone())
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| egress_core::gc::format_rfc3339(now));
+    }
+}
+
+/// The status as a merge patch that also clears the fields the new status no longer has.
+fn status_patch(status: &PoolStatus) -> Value {
+    let mut v = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
+    if let Some(map) = v.as_object_mut() {
+        for key in ["observedGeneration", "conditions", "placements"] {
+            map.entry(key).or_insert(Value::Null);
+        }
+    }
+    json!({ "status": v })
+}
+
+/// A pool whose spec does not validate: its counts as they are, and every condition False
+/// with the problems, each naming its field.
+fn invalid_status(old: &PoolStatus, problems: &[String]) -> PoolStatus {
+    let message = problems.join("; ");
+    let cond = |type_: &str| egress_core::Condition {
+        type_: type_.into(),
+        status: if type_ == "PlacementDegraded" {
+            "Unknown"
+        } else {
+            "False"
+        }
+        .into(),
+        reason: "InvalidSpec".into(),
+        message: message.clone(),
+        observed_generation: None,
+        last_transition_time: String::new(),
+    };
+    PoolStatus {
+        conditions: vec![
+            cond("Available"),
+            cond("Progressing"),
+            cond("PlacementDegraded"),
+        ],
+        ..old.clone()
+    }
+}
+
+async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Result<Action, Error> {
+    let ctx = &pctx.ctx;
+    let namespace = pool.namespace().ok_or(Error::NoNamespace)?;
+    let name = pool.name_any();
+    if pool.metadata.deletion_timestamp.is_some() {
+        // Its Proxies go with it: each carries an ownerReference to it, and the garbage
+        // collector deletes them once the pool is gone.
+        return Ok(Action::await_change());
+    }
+    let pool_uid = pool.metadata.uid.clone().ok_or(Error::NoUid)?;
+    let pools: Api<ProxyPool> = Api::namespaced(ctx.client.clone(), &namespace);
+    let proxies: Api<Proxy> = Api::namespaced(ctx.client.clone(), &namespace);
+    let core = pool.to_core();
+    let now = (pctx.now)();
+    let generation = pool.metadata.generation;
+    let old = pool.status.clone().unwrap_or_default();
+
+    let problems = pool::validate(&core);
+    if !problems.is_empty() {
+        let mut status = invalid_status(&old, &problems);
+        stamp(&mut status, &old, generation, now);
+        if status != old {
+            write_status(&pools, &name, &status).await?;
+            publish(ctx, &pool, true, "InvalidSpec", problems.join("; ")).await;
+        }
+        // Nothing to do until the spec changes, which is a new generation.
+        return Ok(Action::await_change());
+    }
+
+    let listed = proxies
+        .list(&ListParams::default().labels(&format!("{POOL_LABEL}={name}")))
+        .await
+        .map_err(Error::Kube)?;
+    let owned: Vec<&Proxy> = listed
+        .items
+        .iter()
+        .filter(|p| controlled_by(p, &pool_uid))
+        .collect();
+    let members: Vec<Member> = owned.iter().map(|p| member(p, now)).collect();
+    let loaded = ctx.loaded();
+    let provider_revisions: Vec<String> = core
+        .spec
+        .placements
+        .iter()
+        .map(|p| {
+            loaded
+                .providers
+                .get(&p.provider)
+                .map_or("missing", |p| p.revision.as_str())
+                .to_string()
+        })
+        .collect();
+    let revisions = pool::revisions(&core.spec, &provider_revisions);
+    let d = pool::decide(&core.spec, &revisions, &members, now);
+
+    for (proxy_name, why) in &d.deletes {
+        let uid = owned
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(proxy_name.as_str()))
+            .and_then(|p| p.metadata.uid.clone());
+        // The uid precondition: never a Proxy of the same name made since the list.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid,
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match proxies.delete(proxy_name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => continue,
+            Err(e) => return Err(Error::Kube(e)),
+        }
+        publish(
+            ctx,
+            &pool,
+            false,
+            why.as_str(),
+            format!("deleting {proxy_name} ({})", why.as_str()),
+        )
+        .await;
+    }
+
+    // Names from the pool's identity, the time and a count: never one a Proxy of the pool had
+    // before (a crawler that tracks proxies by name would take a new one for the old), and
+    // stable for one clock reading.
+    let mut taken: BTreeSet<String> = listed.items.iter().map(ResourceExt::name_any).collect();
+    let base = (now.max(0) as u64).saturating_mul(1000);
+    let mut k = 0u64;
+    let tries = (listed.items.len() + d.creates.len()) as u64 + 64;
+    for c in &d.creates {
+        let proxy_name = loop {
+            k += 1;
+            if k > tries {
+                return Err(Error::NoFreeName(name.clone(), tries));
+            }
+            let n = pool::member_name(&core, base + k);
+            if !taken.insert(n.clone()) {
+                continue;
+            }
+            let proxy = owned_proxy(&pool, &pool::member_proxy(&core, c, &n));
+            match proxies.create(&PostParams::default(), &proxy).await {
+                Ok(_) => break n,
+                // A Proxy of that name that is not the pool's (no label): the next name.
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(Error::Kube(e)),
+            }
+        };
+        let provider = core
+            .spec
+            .placements
+            .get(c.placement)
+            .map_or("", |p| p.provider.as_str());
+        let zone = c
+            .zone
+            .as_deref()
+            .map(|z| format!(" in {z}"))
+            .unwrap_or_default();
+        publish(
+            ctx,
+            &pool,
+            false,
+            "Created",
+            format!(
+                "{proxy_name} on placements[{}] ({provider}){zone}",
+                c.placement
+            ),
+        )
+        .await;
+    }
+
+    let mut status = d.status;
+    stamp(&mut status, &old, generation, now);
+    if status != old {
+        write_status(&pools, &name, &status).await?;
+    }
+    // A rotation falling due wakes the pool; so does any change of its Proxies, through the
+    // watch. The resync covers what neither sees (a provider entry's revision changing
+    // without a reload trigger).
+    let wait = d
+        .requeue_after
+        .map_or(RESYNC_INTERVAL, |r| r.min(RESYNC_INTERVAL));
+    Ok(Action::requeue(wait))
+}
+
+/// The Proxy a create makes, owned by the pool: its controller, blocking the pool's deletion
+/// in foreground until it is gone.
+fn owned_proxy(pool: &ProxyPool, p: &egress_core::Proxy) -> Proxy {
+    let mut proxy = Proxy::new(
+        &p.metadata.name,
+        ProxySpec {
+            provider: p.spec.provider.clone(),
+            port: p.spec.port,
+            placement: p.spec.placement.clone(),
+            cloud_init: p.spec.cloud_init.clone(),
+            cloud_init_secret_ref: p.spec.cloud_init_secret_ref.clone(),
+        },
+    );
+    proxy.metadata.namespace = Some(p.metadata.namespace.clone());
+    proxy.metadata.labels = Some(p.metadata.labels.clone());
+    proxy.metadata.annotations = Some(p.metadata.annotations.clone());
+    proxy.metadata.owner_references = pool.controller_owner_ref(&()).map(|mut o| {
+        o.block_owner_deletion = Some(true);
+        vec![o]
+    });
+    proxy
+}
+
+async fn write_status(
+    pools: &Api<ProxyPool>,
+    name: &str,
+    status: &PoolStatus,
+) -> Result<(), Error> {
+    pools
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(status_patch(status)),
+        )
+        .await
+        .map_err(Error::Kube)?;
+    Ok(())
+}
+
+/// An Event on the pool; one that cannot be written does not fail the reconcile.
+async fn publish(ctx: &Context, pool: &ProxyPool, warning: bool, reason: &str, note: String) {
+    let event = Event {
+        type_: if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        },
+        reason: reason.into(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
+        tracing::warn!("event not recorded: {e}");
+    }
+}
+
+pub fn error_policy(_pool: Arc<ProxyPool>, error: &Error, _ctx: Arc<PoolContext>) -> Action {
+    tracing::warn!(
+        label = error.metric_label(),
+        "pool reconcile failed: {error}"
+    );
+    Action::requeue(Duration::from_secs(15))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_holds() {
+        let cond = |status: &str, t: &str| egress_core::Condition {
+            type_: "Available".into(),
+            status: status.into(),
+            reason: "r".into(),
+            message: "m".into(),
+            observed_generation: None,
+            last_transition_time: t.into(),
+        };
+        let old = PoolStatus {
+            conditions: vec![cond("True", "2026-01-01T00:00:00Z")],
+            ..Default::default()
+        };
+        let mut same = PoolStatus {
+            conditions: vec![cond("True", "")],
+            ..Default::default()
+        };
+        stamp(&mut same, &old, Some(3), 1_800_000_000);
+        assert_eq!(
+            same.conditions[0].last_transition_time,
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(same.conditions[0].observed_generation, Some(3));
+        assert_eq!(same.observed_generation, Some(3));
+        let mut flipped = PoolStatus {
+            conditions: vec![cond("False", "")],
+            ..Default::default()
+        };
+        stamp(&mut flipped, &old, Some(3), 1_800_000_000);
+        assert_eq!(
+            flipped.conditions[0].last_transition_time,
+            egress_core::gc::format_rfc3339(1_800_000_000)
+        );
+    }
+
+    #[test]
+    fn cleared_fields_are_sent_as_null() {
+        let p = status_patch(&PoolStatus::default());
+        assert_eq!(p["status"]["conditions"], Value::Null);
+        assert!(p["status"].as_object().unwrap().contains_key("placements"));
+    }
+}

@@ -1,0 +1,658 @@
+//! The ProxyPool controller against the API double, beside the Proxy controller, with the real
+//! kubernetes provider module running each Proxy as a Pod the double's kubelet starts: the
+//! spread, a rollout, rotation by age, cordon, scaling, deletion and an invalid spec. Time is
+//! paused tokio time, which the double's clock and the pool's clock both follow, so minutes of
+//! rollout run in moments.
+//!
+//! The floor (`replicas - maxUnavailable` Ready) is checked at every point the API passed
+//! through: the double's change log is replayed, one Proxy change at a time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use egress_operator::context::{Context, Loaded};
+use egress_operator::crd::{Proxy, ProxyPool};
+use egress_operator::metrics::Metrics;
+use egress_operator::pool::PoolContext;
+use futures::StreamExt;
+use http::Method;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::Reporter;
+use kube_double::model::{ApiError, Key, Kubelet, LabelSelector, Options, Selection};
+use kube_double::{Config, Double, Fault, Route};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+const NS: &str = "crawlers";
+const GROUP: &str = "crawl.example.com/v1alpha1";
+const PROVIDERS: &str = "installation: test\nproviders:\n- {name: east, type: kubernetes}\n- {name: west, type: kubernetes}\n";
+
+struct Run {
+    d: Double,
+    ctx: Arc<Context>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+fn double_config() -> Config {
+    Config {
+        options: Options {
+            kubelet: Some(Kubelet {
+                start_ms: 3000,
+                termination_ms: 0,
+            }),
+            require_namespaces: true,
+            // The floor is checked over the whole change log.
+            history: 1_000_000,
+            ..Options::default()
+        },
+        namespaces: vec!["default".into(), "kube-system".into(), NS.into()],
+        ..Config::default()
+    }
+}
+
+async fn context(client: kube::Client, d: &Double) -> Arc<Context> {
+    let loaded = load(client.clone(), d, PROVIDERS).await;
+    Arc::new(Context::new(
+        client,
+        "test".into(),
+        loaded,
+        Arc::new(Metrics::new()),
+        Reporter {
+            controller: "egress-proxies".into(),
+            instance: Some("test".into()),
+        },
+    ))
+}
+
+/// The providers of `yaml`, reaching the double for their Pods, as in a cluster.
+async fn load(_client: kube::Client, d: &Double, yaml: &str) -> Loaded {
+    let (config, providers) = support::providers_on(d, yaml).await;
+    Loaded {
+        config: Arc::new(config),
+        providers: Arc::new(providers),
+        egress: None,
+    }
+}
+
+/// The double, the Proxy controller and the pool controller, on one paused clock.
+async fn start() -> Run {
+    let config = double_config();
+    let start_s = (config.start_ms / 1000) as i64;
+    let t0 = tokio::time::Instant::now();
+    let d = Double::start_with(config).await.unwrap();
+    let ctx = context(d.client_in_memory(), &d).await;
+    let proxies = tokio::spawn(
+        egress_operator::proxy_controller(d.client_in_memory(), 8)
+            .run(
+                egress_operator::controller::reconcile,
+                egress_operator::controller::error_policy,
+                ctx.clone(),
+            )
+            .for_each(|_| async {}),
+    );
+    let pctx = Arc::new(PoolContext {
+        ctx: ctx.clone(),
+        // The double's clock: its start plus tokio's (paused) time.
+        now: Arc::new(move || start_s + t0.elapsed().as_secs() as i64),
+    });
+    let pools = tokio::spawn(
+        egress_operator::pool::pool_controller(d.client_in_memory(), 4)
+            .run(
+                egress_operator::pool::reconcile,
+                egress_operator::pool::error_policy,
+                pctx,
+            )
+            .for_each(|_| async {}),
+    );
+    Run {
+        d,
+        ctx,
+        tasks: vec![proxies, pools],
+    }
+}
+
+fn pool_key(name: &str) -> Key {
+    Key::new(GROUP, "ProxyPool", Some(NS), name)
+}
+
+fn ready(p: &Value) -> bool {
+    p["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+fn deleting(p: &Value) -> bool {
+    !p["metadata"]["deletionTimestamp"].is_null()
+}
+
+fn cordoned(p: &Value) -> bool {
+    p["metadata"]["annotations"]["crawl.example.com/cordon"] == "true"
+}
+
+/// Ready as the pool counts it: Ready, not being deleted, not cordoned.
+fn available(p: &Value) -> bool {
+    ready(p) && !deleting(p) && !cordoned(p)
+}
+
+fn name_of(p: &Value) -> String {
+    p["metadata"]["name"].as_str().unwrap().to_string()
+}
+
+fn pool_selection(pool: &str) -> Selection {
+    let mut sel = Selection::of(GROUP, "Proxy", Some(NS));
+    sel.labels = LabelSelector::parse(&format!("crawl.example.com/pool={pool}")).unwrap();
+    sel
+}
+
+impl Run {
+    fn client(&self) -> kube::Client {
+        self.d.client_in_memory()
+    }
+
+    fn pools(&self) -> Api<ProxyPool> {
+        Api::namespaced(self.client(), NS)
+    }
+
+    fn proxies_api(&self) -> Api<Proxy> {
+        Api::namespaced(self.client(), NS)
+    }
+
+    async fn create_pool(&self, name: &str, spec: Value) {
+        let pool: ProxyPool = serde_json::from_value(json!({
+            "apiVersion": GROUP, "kind": "ProxyPool",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": spec,
+        }))
+        .unwrap();
+        self.pools()
+            .create(&PostParams::default(), &pool)
+            .await
+            .unwrap();
+    }
+
+    async fn patch_pool(&self, name: &str, patch: Value) {
+        self.pools()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    fn pool(&self, name: &str) -> Value {
+        self.d.object(&pool_key(name)).unwrap_or(Value::Null)
+    }
+
+    /// The pool's Proxies as stored now, by name.
+    fn members(&self, pool: &str) -> BTreeMap<String, Value> {
+        let sel = pool_selection(pool);
+        self.d.with(|c| {
+            c.snapshot(&sel)
+                .0
+                .into_iter()
+                .map(|p| (name_of(&p), (*p).clone()))
+                .collect()
+        })
+    }
+
+    fn pods(&self) -> usize {
+        let sel = Selection::of("v1", "Pod", Some(NS));
+        self.d.with(|c| c.snapshot(&sel).0.len())
+    }
+
+    fn revision(&self) -> u64 {
+        self.d.with(|c| c.revision())
+    }
+
+    /// Waits (in simulated time, up to `limit`) until `done` holds.
+    async fn until(&self, what: &str, limit: Duration, done: impl Fn(&Run) -> bool) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while !done(self) {
+            if tokio::time::Instant::now() >= deadline {
+                for p in self.members("web").values().filter(|p| !ready(p)) {
+                    eprintln!("not ready: {p:#}");
+                }
+                for r in self
+                    .d
+                    .requests()
+                    .iter()
+                    .filter(|r| r.path.contains("/pods"))
+                {
+                    eprintln!("{} {} {}", r.method, r.path, r.query);
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {limit:?}; pool {:#}\nproxies {:#?}",
+                self.pool("web")["status"],
+                self.members("web")
+                    .values()
+                    .map(|p| (
+                        name_of(p),
+                        p["spec"]["provider"].clone(),
+                        ready(p),
+                        deleting(p),
+                        cordoned(p)
+                    ))
+                    .collect::<Vec<_>>(),
+            );
+
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Until the pool reports `n` replicas, all Ready and up to date, its rollout complete,
+    /// and exactly `n` Proxies are left.
+    async fn settled(&self, pool: &str, n: u32) {
+        self.until(
+            &format!("{pool} settled at {n}"),
+            Duration::from_secs(600),
+            |r| {
+                let s = &r.pool(pool)["status"];
+                s["replicas"] == n
+                    && s["readyReplicas"] == n
+                    && s["updatedReplicas"] == n
+                    && condition(s, "Progressing")["reason"] == "Complete"
+                    && r.members(pool).len() == n as usize
+                    && r.members(pool).values().all(available)
+            },
+        )
+        .await;
+    }
+
+    /// Replays every change of the pool's Proxies after `from`, one at a time: the fewest
+    /// available and the most not being deleted at any point.
+    fn replay(&self, pool: &str, from: u64) -> (usize, usize) {
+        let sel = pool_selection(pool);
+        let (mut state, events) = self.d.with(|c| {
+            let all = c.changes_since(&sel, 0).unwrap();
+            let mut state: BTreeMap<String, Value> = BTreeMap::new();
+            let mut later = Vec::new();
+            for e in all {
+                if e.revision <= from {
+                    apply(&mut state, &e);
+                } else {
+                    later.push(e);
+                }
+            }
+            (state, later)
+        });
+        assert!(!events.is_empty(), "nothing happened after revision {from}");
+        let count = |s: &BTreeMap<String, Value>| {
+            (
+                s.values().filter(|p| available(p)).count(),
+                s.values().filter(|p| !deleting(p)).count(),
+            )
+        };
+        let (mut min_available, mut max_live) = count(&state);
+        for e in &events {
+            apply(&mut state, e);
+            let (a, l) = count(&state);
+            min_available = min_available.min(a);
+            max_live = max_live.max(l);
+        }
+        (min_available, max_live)
+    }
+
+    /// The reasons of the Events written about the pool.
+    fn pool_event_reasons(&self) -> Vec<String> {
+        self.d
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains("/events") && (r.method == "POST" || r.method == "PATCH"))
+            .filter(|r| {
+                r.body["regarding"]["kind"] == "ProxyPool"
+                    || r.body["involvedObject"]["kind"] == "ProxyPool"
+            })
+            .map(|r| r.body["reason"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+}
+
+fn apply(state: &mut BTreeMap<String, Value>, e: &kube_double::model::WatchEvent) {
+    let name = name_of(&e.object);
+    match e.type_ {
+        kube_double::model::ChangeType::Deleted => {
+            state.remove(&name);
+        }
+        _ => {
+            state.insert(name, (*e.object).clone());
+        }
+    }
+}
+
+fn condition(status: &Value, type_: &str) -> Value {
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or(Value::Null)
+}
+
+fn spec_of(replicas: u32) -> Value {
+    json!({
+        "replicas": replicas,
+        "template": {"port": 3128},
+        "placements": [
+            {"provider": "east", "weight": 2},
+            {"provider": "west", "weight": 1},
+        ],
+        "strategy": {"maxSurge": 1, "maxUnavailable": 0},
+    })
+}
+
+fn by_provider(members: &BTreeMap<String, Value>) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for p in members.values() {
+        *out.entry(p["spec"]["provider"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_over_two_placements_weighted_two_to_one_spread_two_and_one() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+
+    let members = r.members("web");
+    assert_eq!(
+        by_provider(&members),
+        BTreeMap::from([("east".to_string(), 2), ("west".to_string(), 1)])
+    );
+    let pool = r.pool("web");
+    let uid = pool["metadata"]["uid"].as_str().unwrap();
+    for (name, p) in &members {
+        assert!(name.starts_with("web-"), "{name}");
+        assert_eq!(p["metadata"]["labels"]["crawl.example.com/pool"], "web");
+        let owner = &p["metadata"]["ownerReferences"][0];
+        assert_eq!(owner["kind"], "ProxyPool");
+        assert_eq!(owner["uid"], uid);
+        assert_eq!(owner["controller"], true);
+        assert_eq!(owner["blockOwnerDeletion"], true);
+    }
+    assert_eq!(r.pods(), 3, "each Proxy runs as a Pod");
+    let status = &pool["status"];
+    assert_eq!(status["observedGeneration"], 1);
+    assert_eq!(condition(status, "Available")["status"], "True");
+    assert_eq!(condition(status, "PlacementDegraded")["status"], "False");
+    assert_eq!(
+        status["placements"],
+        json!([
+            {"provider": "east", "replicas": 2, "readyReplicas": 2},
+            {"provider": "west", "replicas": 1, "readyReplicas": 1},
+        ])
+    );
+    assert_eq!(
+        r.pool_event_reasons()
+            .iter()
+            .filter(|e| *e == "Created")
+            .count(),
+        3
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_template_change_rolls_every_proxy_without_going_below_the_floor() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let before: BTreeSet<String> = r.members("web").into_keys().collect();
+    let from = r.revision();
+
+    r.patch_pool("web", json!({"spec": {"template": {"port": 3129}}}))
+        .await;
+    r.until(
+        "every Proxy on the new port",
+        Duration::from_secs(900),
+        |r| {
+            let m = r.members("web");
+            m.len() == 3
+                && m.values()
+                    .all(|p| p["spec"]["port"] == 3129 && available(p))
+                && r.pool("web")["status"]["observedGeneration"] == 2
+        },
+    )
+    .await;
+    r.settled("web", 3).await;
+
+    let after: BTreeSet<String> = r.members("web").into_keys().collect();
+    assert!(before.is_disjoint(&after), "{before:?} {after:?}");
+    let (min_available, max_live) = r.replay("web", from);
+    assert!(
+        min_available >= 3,
+        "readyReplicas went down to {min_available} (floor 3)"
+    );
+    assert_eq!(max_live, 4, "surge first, by maxSurge 1");
+    assert_eq!(
+        by_provider(&r.members("web")),
+        BTreeMap::from([("east".to_string(), 2), ("west".to_string(), 1)])
+    );
+}
+
+/// A placement's provider entry changes (a reload): its Proxies are rolled, the other
+/// placement's are not, and the floor holds.
+#[tokio::test(start_paused = true)]
+async fn a_provider_entry_change_rolls_only_its_placement() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let before = r.members("web");
+    let from = r.revision();
+
+    let changed = "installation: test\nproviders:\n- {name: east, type: kubernetes, kubernetes: {allowedSourceCIDRs: [10.1.0.0/16]}}\n- {name: west, type: kubernetes}\n";
+    r.ctx.swap(load(r.client(), &r.d, changed).await);
+    // No reload trigger here: the pool's resync finds the new revision.
+    r.until("east's Proxies replaced", Duration::from_secs(900), |r| {
+        let m = r.members("web");
+        m.len() == 3
+            && m.values().all(available)
+            && before
+                .iter()
+                .filter(|(_, p)| p["spec"]["provider"] == "east")
+                .all(|(n, _)| !m.contains_key(n))
+    })
+    .await;
+    r.settled("web", 3).await;
+    let after = r.members("web");
+    let west: Vec<&String> = before
+        .iter()
+        .filter(|(_, p)| p["spec"]["provider"] == "west")
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(west.len(), 1);
+    assert!(after.contains_key(west[0]), "west's Proxy stays: {after:?}");
+    let (min_available, _) = r.replay("web", from);
+    assert!(min_available >= 3, "{min_available}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_max_age_rotates_every_proxy_within_the_budget() {
+    let r = start().await;
+    let mut spec = spec_of(3);
+    spec["rotation"] = json!({"maxAge": "3m"});
+    r.create_pool("web", spec).await;
+    r.settled("web", 3).await;
+    let first: BTreeSet<String> = r.members("web").into_keys().collect();
+    let from = r.revision();
+
+    r.until(
+        "every first Proxy rotated out",
+        Duration::from_secs(900),
+        |r| {
+            let m = r.members("web");
+            m.keys().all(|n| !first.contains(n)) && m.values().filter(|p| available(p)).count() >= 3
+        },
+    )
+    .await;
+
+    let (min_available, max_live) = r.replay("web", from);
+    assert!(
+        min_available >= 3,
+        "readyReplicas went down to {min_available} (floor 3)"
+    );
+    assert!(max_live <= 4, "{max_live} Proxies at once: beyond maxSurge");
+    assert!(
+        r.pool_event_reasons().iter().any(|e| e == "Rotated"),
+        "{:?}",
+        r.pool_event_reasons()
+    );
+}
+
+async fn cordon(r: &Run, name: &str) {
+    r.proxies_api()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"crawl.example.com/cordon": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cordoned_proxy_is_replaced() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let victim = r.members("web").into_keys().next().unwrap();
+    let from = r.revision();
+
+    cordon(&r, &victim).await;
+    r.until("the cordoned Proxy gone", Duration::from_secs(600), |r| {
+        !r.members("web").contains_key(&victim)
+    })
+    .await;
+    r.settled("web", 3).await;
+
+    // The cordoned Proxy stopped counting at once; the others never did.
+    let (min_available, _) = r.replay("web", from);
+    assert!(min_available >= 2, "{min_available}");
+    assert!(
+        r.pool_event_reasons().iter().any(|e| e == "Cordoned"),
+        "{:?}",
+        r.pool_event_reasons()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn scaling_three_five_two_removes_the_unready_then_the_cordoned_then_the_oldest() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let originals: BTreeSet<String> = r.members("web").into_keys().collect();
+
+    // The next Pod the kubernetes provider creates is refused for good: one of the two new
+    // Proxies stays not Ready.
+    r.d.fault(
+        Route::new(Method::POST, "/api/v1/namespaces/crawlers/pods"),
+        Fault::Error(ApiError::new(422, "Invalid", "pods is invalid: refused")),
+        Some(1),
+    );
+    r.patch_pool("web", json!({"spec": {"replicas": 5}})).await;
+    r.until("5 Proxies, 4 Ready", Duration::from_secs(600), |r| {
+        let m = r.members("web");
+        m.len() == 5 && m.values().filter(|p| available(p)).count() == 4
+    })
+    .await;
+    let members = r.members("web");
+    let unready = members.values().find(|p| !ready(p)).map(name_of).unwrap();
+    let young_ready: BTreeSet<String> = members
+        .values()
+        .filter(|p| ready(p) && !originals.contains(&name_of(p)))
+        .map(name_of)
+        .collect();
+    assert_eq!(young_ready.len(), 1);
+    r.until(
+        "the failing placement named",
+        Duration::from_secs(60),
+        |r| condition(&r.pool("web")["status"], "PlacementDegraded")["status"] == "True",
+    )
+    .await;
+
+    // Paused: a cordon changes nothing but the status.
+    r.patch_pool("web", json!({"spec": {"paused": true}})).await;
+    r.until("paused", Duration::from_secs(60), |r| {
+        condition(&r.pool("web")["status"], "Progressing")["reason"] == "Paused"
+    })
+    .await;
+    let cordoned_name = originals.iter().next().unwrap().clone();
+    cordon(&r, &cordoned_name).await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(r.members("web").len(), 5, "a paused pool deletes nothing");
+    assert_eq!(r.pool("web")["status"]["readyReplicas"], 3);
+
+    r.patch_pool("web", json!({"spec": {"replicas": 2, "paused": false}}))
+        .await;
+    r.settled("web", 2).await;
+    let left: BTreeSet<String> = r.members("web").into_keys().collect();
+    assert!(!left.contains(&unready), "the not-Ready one went first");
+    assert!(!left.contains(&cordoned_name), "then the cordoned one");
+    assert!(
+        young_ready.is_subset(&left),
+        "then the oldest: the younger Ready one stays: {left:?}"
+    );
+    assert_eq!(left.intersection(&originals).count(), 1, "{left:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_the_pool_deletes_its_proxies_and_their_instances() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    assert_eq!(r.pods(), 3);
+
+    r.pools()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    r.until(
+        "the Proxies and their Pods gone",
+        Duration::from_secs(600),
+        |r| r.members("web").is_empty() && r.pods() == 0,
+    )
+    .await;
+    assert!(r.d.object(&pool_key("web")).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_invalid_spec_is_a_condition_naming_the_field() {
+    let r = start().await;
+    let mut spec = spec_of(3);
+    spec["placements"][1]["weight"] = json!(0);
+    spec["strategy"] = json!({"maxSurge": 0, "maxUnavailable": "150%"});
+    r.create_pool("web", spec).await;
+    r.until("the invalid spec reported", Duration::from_secs(60), |r| {
+        condition(&r.pool("web")["status"], "Available")["reason"] == "InvalidSpec"
+    })
+    .await;
+    let status = r.pool("web")["status"].clone();
+    let message = condition(&status, "Progressing")["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("spec.placements[1].weight"), "{message}");
+    assert!(
+        message.contains("spec.strategy.maxUnavailable"),
+        "{message}"
+    );
+    assert_eq!(status["observedGeneration"], 1);
+    assert!(r.members("web").is_empty(), "nothing is created");
+    assert!(r.pool_event_reasons().iter().any(|e| e == "InvalidSpec"));
+
+    // Fixed, it goes on.
+    r.patch_pool("web", json!({"spec": spec_of(3)})).await;
+    r.settled("web", 3).await;
+}
