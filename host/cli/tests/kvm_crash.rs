@@ -26,14 +26,14 @@
 mod common;
 
 use common::gate::{self, Gate};
-use common::kvm::{Bridge, feed_arp, must, random_hex, secs};
+use common::kvm::{Bridge, LOCAL_URI, must, random_hex, secs};
 use common::lab::*;
 use common::{libvirt_env, real_backends_required};
 use libvirt_rpc as rpc;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Where the first run is killed.
@@ -251,15 +251,9 @@ async fn point(s: Arc<Shared>, i: usize, stop: Stop) -> Timings {
     );
 
     // -- 2. the rerun, with the same state file, converges (the hold was taken when hit)
-    let stop_arp = Arc::new(AtomicBool::new(false));
-    let feeder = feed_arp(
-        vec![(d.clone(), p.ip.clone())],
-        s.bridge.clone(),
-        stop_arp.clone(),
-    );
+    let feeder = Feeder::start(LOCAL_URI, vec![(d.clone(), p.ip.clone())], &s.bridge);
     let rerun = run_cli(s.dir.path(), &format!("{label}-2"), &args).await;
-    stop_arp.store(true, Ordering::SeqCst);
-    feeder.await.unwrap();
+    feeder.stop().await;
     assert_running_report(&rerun, &p, &format!("{stop:?} rerun"));
     let mine = domains_of(&s.inspector, &p.uid).await;
     assert_eq!(

@@ -15,14 +15,12 @@
 mod common;
 
 use common::gate::{self, Gate};
-use common::kvm::{Bridge, Leftovers, Run, TestProxy, feed_arp, must, random_hex, secs};
+use common::kvm::{Bridge, LOCAL_URI, Leftovers, Run, TestProxy, must, random_hex, secs};
 use common::lab::*;
 use common::{libvirt_env, real_backends_required};
 use libvirt_rpc as rpc;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 fn id(p: &TestProxy) -> String {
@@ -144,13 +142,12 @@ async fn two_installations_sweep_only_their_own_orphans() {
         domains: all.iter().map(|p| p.domain.clone()).collect(),
         volumes: vec![img.base.clone(), img.marker(), img.claim()],
     };
-    let stop_arp = Arc::new(AtomicBool::new(false));
-    let feeder = feed_arp(
+    let feeder = Feeder::start(
+        LOCAL_URI,
         all.iter()
             .map(|p| (p.domain.clone(), p.ip.clone()))
             .collect(),
-        bridge.clone(),
-        stop_arp.clone(),
+        &bridge,
     );
 
     let providers = |who: &str| {
@@ -306,8 +303,7 @@ async fn two_installations_sweep_only_their_own_orphans() {
         lab.reconcile("a-4", &a, "0s"),
         lab.reconcile("b-3", &b, "0s")
     );
-    stop_arp.store(true, Ordering::SeqCst);
-    feeder.await.unwrap();
+    feeder.stop().await;
     assert_eq!(ra.code, Some(0), "a-4:\n{}\n{}", ra.stdout, ra.stderr);
     assert_eq!(rb.code, Some(0), "b-3:\n{}\n{}", rb.stdout, rb.stderr);
     for p in all {

@@ -480,3 +480,74 @@ pub fn nvram_of(domain: &str) -> Vec<PathBuf> {
         })
         .unwrap_or_default()
 }
+
+/// ARP entries for the domains of a daemon (`uri`), as `kvm::feed_arp` writes them: the MAC of
+/// each domain's NIC on `bridge` read with virsh once it is defined, the neighbour entry
+/// written and kept fresh. It stops when stopped or dropped, so a failed assertion does not
+/// leave the runtime waiting on its thread.
+pub struct Feeder {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Feeder {
+    pub fn start(uri: &str, domains: Vec<(String, String)>, bridge: &str) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (uri, bridge, flag) = (uri.to_string(), bridge.to_string(), stop.clone());
+        let task = tokio::task::spawn_blocking(move || {
+            let mut macs: HashMap<String, String> = HashMap::new();
+            while !flag.load(Ordering::SeqCst) {
+                for (domain, ip) in &domains {
+                    if !macs.contains_key(domain) {
+                        let out = super::kvm::run_quiet(
+                            "virsh",
+                            &["-q", "-c", &uri, "domiflist", domain],
+                        );
+                        let mac = String::from_utf8_lossy(&out.stdout)
+                            .lines()
+                            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                            .find(|cols| cols.len() == 5 && cols[2] == bridge)
+                            .map(|cols| cols[4].to_string());
+                        if let Some(mac) = mac {
+                            macs.insert(domain.clone(), mac);
+                        }
+                    }
+                    if let Some(mac) = macs.get(domain) {
+                        let _ = super::kvm::run_quiet(
+                            "ip",
+                            &[
+                                "neigh",
+                                "replace",
+                                ip,
+                                "lladdr",
+                                mac,
+                                "dev",
+                                &bridge,
+                                "nud",
+                                "reachable",
+                            ],
+                        );
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        Self {
+            stop,
+            task: Some(task),
+        }
+    }
+
+    pub async fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.task.take() {
+            t.await.unwrap();
+        }
+    }
+}
+
+impl Drop for Feeder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
