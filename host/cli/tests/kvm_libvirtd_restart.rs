@@ -113,23 +113,24 @@ impl PrivateLibvirtd {
         }
     }
 
-    /// Starts the daemon and waits until it answers.
-    fn start(&mut self) -> Duration {
-        let t = Instant::now();
+    fn spawn(&self) -> std::io::Result<Child> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.root.join("start.log"))
-            .unwrap();
-        let child = Command::new("unshare")
+            .open(self.root.join("start.log"))?;
+        Command::new("unshare")
             .args(["--mount", "--propagation", "private", "sh"])
             .arg(self.root.join("start.sh"))
             .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
+            .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .unwrap();
-        self.child = Some(child);
+    }
+
+    /// Starts the daemon and waits until it answers.
+    fn start(&mut self) -> Duration {
+        let t = Instant::now();
+        self.child = Some(self.spawn().unwrap());
         while !self.virsh(&["version"]).status.success() {
             if let Some(Some(status)) = self.child.as_mut().map(|c| c.try_wait().unwrap()) {
                 panic!(
@@ -180,6 +181,18 @@ impl Drop for PrivateLibvirtd {
     /// Everything of the daemon goes with it: its guests (destroyed through it, so no QEMU is
     /// left behind), then the daemon itself (SIGTERM by PID, then reaped).
     fn drop(&mut self) {
+        // Killed and not restarted (an assertion failed in between): its guests still run, so
+        // it is started once more to destroy them. Nothing here may panic.
+        if self.child.is_none() {
+            self.child = self.spawn().ok();
+            let t = Instant::now();
+            while self.child.is_some()
+                && t.elapsed() < Duration::from_secs(30)
+                && !self.virsh(&["version"]).status.success()
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         let Some(mut child) = self.child.take() else {
             return;
         };
