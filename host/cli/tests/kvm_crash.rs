@@ -183,21 +183,17 @@ async fn point(s: Arc<Shared>, i: usize, stop: Stop) -> Timings {
     let t = Instant::now();
     let first = spawn_cli(s.dir.path(), &format!("{label}-1"), &args);
     match reached {
-        Some(rx) => tokio::time::timeout(Duration::from_secs(120), rx)
+        Some(rx) => tokio::time::timeout(REACH, rx)
             .await
-            .unwrap_or_else(|_| panic!("{stop:?}: the point was not reached in 120 s"))
+            .unwrap_or_else(|_| panic!("{stop:?}: the point was not reached in {REACH:?}"))
             .unwrap(),
         None => {
-            wait_for(
-                &format!("{stop:?}: {d} running"),
-                Duration::from_secs(120),
-                || async {
-                    matches!(
-                        s.inspector.domain_get_state(HOST, &d).await,
-                        Ok(rpc::DomainState::Running)
-                    )
-                },
-            )
+            wait_for(&format!("{stop:?}: {d} running"), REACH, || async {
+                matches!(
+                    s.inspector.domain_get_state(HOST, &d).await,
+                    Ok(rpc::DomainState::Running)
+                )
+            })
             .await
         }
     }
@@ -295,7 +291,7 @@ async fn point(s: Arc<Shared>, i: usize, stop: Stop) -> Timings {
         // This one is killed in the middle of its delete too: domain gone, volumes not yet.
         let reached = s.gate.hold(gate::STORAGE_VOL_DELETE, &format!("{d}.qcow2"));
         let del = spawn_cli(s.dir.path(), &format!("{label}-3"), &args);
-        tokio::time::timeout(Duration::from_secs(120), reached)
+        tokio::time::timeout(REACH, reached)
             .await
             .expect("the delete did not reach the overlay's deletion")
             .unwrap();

@@ -21,7 +21,7 @@ use common::{libvirt_env, real_backends_required};
 use libvirt_rpc as rpc;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 fn id(p: &TestProxy) -> String {
     format!("hosts/{HOST}/domains/{}", p.domain)
@@ -179,7 +179,7 @@ async fn two_installations_sweep_only_their_own_orphans() {
             &format!("{who}-debris"),
             &f.reconcile_args("5m", "1h"),
         );
-        tokio::time::timeout(Duration::from_secs(120), reached)
+        tokio::time::timeout(REACH, reached)
             .await
             .expect("the debris create did not reach its seed")
             .unwrap();

@@ -289,7 +289,7 @@ async fn a_create_survives_libvirtd_killed_and_restarted() {
     let stall = img.stall_next_get(img.len / 2);
     let t = Instant::now();
     let run = spawn_cli(dir.path(), "one", &f1.reconcile_args("5m", "5m"));
-    tokio::time::timeout(Duration::from_secs(120), stall.reached)
+    tokio::time::timeout(REACH, stall.reached)
         .await
         .expect("the image was not fetched")
         .unwrap();
@@ -349,7 +349,7 @@ async fn a_create_survives_libvirtd_killed_and_restarted() {
     );
     let t = Instant::now();
     let run = spawn_cli(dir.path(), "two-1", &f2.reconcile_args("20s", "5m"));
-    tokio::time::timeout(Duration::from_secs(120), held)
+    tokio::time::timeout(REACH, held)
         .await
         .expect("the seed upload was not reached")
         .unwrap();

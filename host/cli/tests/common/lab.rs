@@ -551,3 +551,7 @@ impl Drop for Feeder {
         self.stop.store(true, Ordering::SeqCst);
     }
 }
+
+/// How long a run may take to reach the point a test stops it at: the first runs on a machine
+/// compile the provider modules (tens of seconds, several at once), and CI is loaded.
+pub const REACH: Duration = Duration::from_secs(300);
