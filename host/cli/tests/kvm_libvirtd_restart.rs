@@ -303,7 +303,7 @@ async fn a_create_survives_libvirtd_killed_and_restarted() {
     let cut_at = t.elapsed();
     lv.kill();
     // The server carries on: the transfer's next packet meets the dead connection. (A body
-    // that stalls for good is bounded only by the transfer's budget.)
+    // that stalled for good would fail the transfer after transfer::BODY_IDLE_TIMEOUT.)
     stall.release.send(()).unwrap();
     eprintln!(
         "1. libvirtd killed {} into the create, mid-upload",
