@@ -2,7 +2,7 @@
 //!
 //! The body is never held whole: it is read piece by piece, hashed (sha256) on the fly and
 //! forwarded as STORAGE_VOL_UPLOAD stream packets, so memory stays at a few packets however big
-//! the image is. HTTP is reqwest over rustls with ring (HTTP/1, no environment proxies, no
+//! the image is. A body that sends nothing for [`BODY_IDLE_TIMEOUT`] fails the transfer. HTTP is reqwest over rustls with ring (HTTP/1, no environment proxies, no
 //! Referer), and every request is held to a [`UrlGrant`]: the URL and every redirect hop must
 //! name a granted host, and a link-local or metadata address, or a name that resolves to one,
 //! is reached only when it was named explicitly. A refusal is [`Error::Denied`], decided before
@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use reqwest::header;
@@ -296,12 +296,22 @@ pub struct Net {
     /// Asked before each connection attempt, ahead of resolving and connecting; an error
     /// refuses the attempt.
     pub before_connect: Option<Arc<dyn Fn() -> Result<(), BoxError> + Send + Sync>>,
+    /// How long an image's body may send nothing before the transfer fails; None for
+    /// [`BODY_IDLE_TIMEOUT`].
+    pub body_idle_timeout: Option<Duration>,
 }
+
+/// An image server that sends nothing for this long has stalled: the transfer fails (a
+/// transient error) rather than hold its create, and the image's claim, for the transfer's
+/// whole budget. The same span as the claim's stall timeout, after which another writer may
+/// take the image over.
+pub const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The HTTP side of image transfers, held to one grant.
 pub struct Fetcher {
     client: reqwest::Client,
     grant: Arc<UrlGrant>,
+    body_idle: Duration,
 }
 
 impl Fetcher {
@@ -312,6 +322,7 @@ impl Fetcher {
 
     pub fn with_net(grant: &UrlGrant, net: Net) -> Result<Self, Error> {
         let grant = Arc::new(grant.clone());
+        let body_idle = net.body_idle_timeout.unwrap_or(BODY_IDLE_TIMEOUT);
         let hops = grant.clone();
         let policy = reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() > MAX_REDIRECTS {
@@ -343,7 +354,11 @@ impl Fetcher {
         let client = builder
             .build()
             .map_err(|e| Error::Http(format!("building the HTTP client: {}", chain(&e))))?;
-        Ok(Self { client, grant })
+        Ok(Self {
+            client,
+            grant,
+            body_idle,
+        })
     }
 
     /// Sends `method` to `url`, following up to five redirects; fails on a non-2xx answer.
@@ -395,9 +410,9 @@ impl Fetcher {
         // coalesce the body's small pieces into full stream packets: fewer, larger messages
         let mut pending = BytesMut::with_capacity(STREAM_CHUNK_MAX);
         let outcome: Result<(), Error> = async {
-            while let Some(data) = resp
-                .chunk()
+            while let Some(data) = tokio::time::timeout(self.body_idle, resp.chunk())
                 .await
+                .map_err(|_| Error::timeout(format!("reading {shown}: no bytes"), self.body_idle))?
                 .map_err(|e| http_error(&format!("reading {shown}"), e))?
             {
                 total = total.saturating_add(data.len() as u64);

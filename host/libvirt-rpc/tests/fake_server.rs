@@ -360,3 +360,58 @@ async fn handshake_refuses_sasl_only_daemons() {
     assert!(matches!(err, libvirt_rpc::Error::Protocol(_)), "{err:?}");
     drop(server.await);
 }
+
+#[tokio::test]
+async fn an_image_body_that_stalls_fails_the_transfer_once_idle_too_long() {
+    use libvirt_rpc::transfer::{Fetcher, Net, UrlGrant};
+    // An image server that announces 1000 bytes, sends 10 and then nothing, the connection
+    // left open.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/image", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            head.extend_from_slice(&buf[..n]);
+        }
+        conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n0123456789")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        drop(conn);
+    });
+    let (client, mut server) = connected().await;
+    let daemon = tokio::spawn(async move {
+        let (call, _) = read_frame(&mut server).await;
+        assert_eq!(call.procedure, procedure::STORAGE_VOL_UPLOAD);
+        reply(&mut server, &call, &()).await;
+        // What follows is the client's abort; the connection stays up.
+        let (h, _) = read_frame(&mut server).await;
+        assert_eq!((h.msg_type, h.status), (MessageType::Stream, Status::Error));
+        server
+    });
+    let idle = Duration::from_millis(300);
+    let fetcher = Fetcher::with_net(
+        &UrlGrant::new([url.as_str()], []),
+        Net {
+            body_idle_timeout: Some(idle),
+            ..Net::default()
+        },
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(
+        Duration::from_secs(10),
+        fetcher.upload(&client, &vol(), &url, None, 1 << 20),
+    )
+    .await
+    .expect("the stalled transfer was not bounded")
+    .unwrap_err();
+    assert!(matches!(err, libvirt_rpc::Error::Timeout { .. }), "{err:?}");
+    assert!(err.to_string().contains("no bytes"), "{err}");
+    assert!(started.elapsed() >= idle, "{:?}", started.elapsed());
+    let _server = daemon.await.unwrap();
+}

@@ -159,6 +159,7 @@ fn gate(allow: usize) -> (Net, Arc<AtomicUsize>, Arc<TableResolver>) {
                 Err("connection refused by the test gate".into())
             }
         })),
+        body_idle_timeout: None,
     };
     (net, attempts, resolver)
 }
@@ -355,6 +356,7 @@ async fn a_name_that_resolves_to_a_link_local_address_is_refused_before_connecti
     let net = Net {
         resolver: Some(resolver.clone()),
         before_connect: None,
+        body_idle_timeout: None,
     };
     let err = Fetcher::with_net(&UrlGrant::new([url.as_str()], []), net.clone())
         .unwrap()

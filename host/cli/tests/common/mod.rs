@@ -33,4 +33,6 @@ pub fn libvirt_env() -> Option<HashMap<String, String>> {
     )
 }
 
+pub mod gate;
 pub mod kvm;
+pub mod lab;
