@@ -414,8 +414,8 @@ mod tests {
         let (path, message) = refused(
             "faults:\n  - {capability: kube, call: get, rate: 0.1, class: quota, times: 2}\n",
         );
-        assert_eq!(path, "faults[0]");
-        assert!(message.contains("times"), "{message}");
+        assert_eq!(path, "faults[0].times");
+        assert!(message.contains("unknown field"), "{message}");
         let (path, _) = refused("faults:\n  - {capability: kube, call: get, class: quota}\n");
         assert_eq!(path, "faults[0]");
     }
