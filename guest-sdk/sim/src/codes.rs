@@ -37,6 +37,8 @@ pub const STORAGE_VOL_EXIST: i32 = 90;
 
 /// virErrorDomain values: which part of libvirt raised the error (VIR_FROM_*).
 pub mod from {
+    /// VIR_FROM_RPC.
+    pub const RPC: i32 = 7;
     /// VIR_FROM_QEMU.
     pub const QEMU: i32 = 10;
     /// VIR_FROM_STORAGE.

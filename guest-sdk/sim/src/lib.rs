@@ -5,6 +5,7 @@
 //! from the real one is fixed in one place.
 
 pub mod codes;
+pub mod faults;
 pub mod gce;
 pub mod kube;
 pub mod libvirt;

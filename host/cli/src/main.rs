@@ -78,7 +78,14 @@ async fn run(cli: Cli) -> ExitCode {
             }
             match egress_proxies::run_reconcile(req).await {
                 Ok(report) => {
-                    print!("{}", output::reconcile(&report, a.output, dry_run));
+                    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+                    let written = output::write_reconcile(&mut out, &report, a.output, dry_run)
+                        .and_then(|()| std::io::Write::flush(&mut out));
+                    drop(out);
+                    if let Err(e) = written {
+                        eprintln!("error: writing the report: {e}");
+                        return ExitCode::FAILURE;
+                    }
                     if report.steady {
                         ExitCode::SUCCESS
                     } else {

@@ -5,6 +5,23 @@ use crate::cli::Format;
 use crate::reconcile::{Change, Report, ReportEvent};
 use std::fmt::Write;
 
+/// Writes the report to `out` as [`reconcile`] renders it. JSON is written as it is serialized,
+/// never held whole: the plan of 10,000 Proxies is over 50 MB of it.
+pub fn write_reconcile(
+    out: &mut impl std::io::Write,
+    report: &Report,
+    format: Format,
+    dry_run: bool,
+) -> std::io::Result<()> {
+    match format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut *out, report)?;
+            out.write_all(b"\n")
+        }
+        _ => out.write_all(reconcile(report, format, dry_run).as_bytes()),
+    }
+}
+
 pub fn reconcile(report: &Report, format: Format, dry_run: bool) -> String {
     match format {
         Format::Json => serde_json::to_string_pretty(report).unwrap_or_default() + "\n",

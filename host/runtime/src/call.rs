@@ -200,6 +200,30 @@ pub enum CallFailure {
     Instantiate(String),
 }
 
+tokio::task_local! {
+    /// Why the provider call being run has trapped, once a simulated backend injected a trap
+    /// into one of its capability calls.
+    static INJECTED_TRAP: Arc<std::sync::Mutex<Option<String>>>;
+}
+
+/// A simulated backend's injected trap (a world's `trap` fault): the provider call that made
+/// the backend call ends as a trap once that backend call has returned, as a module crashing
+/// at that point would. Outside a provider call it does nothing.
+pub fn inject_trap(reason: String) {
+    let _ = INJECTED_TRAP.try_with(|t| {
+        let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
+        t.get_or_insert(reason);
+    });
+}
+
+/// Whether the provider call being run has trapped: a trapped module makes no more calls, so
+/// a simulated backend refuses, without effect, what the guest still asks for.
+pub fn trapped() -> bool {
+    INJECTED_TRAP
+        .try_with(|t| t.lock().unwrap_or_else(|p| p.into_inner()).is_some())
+        .unwrap_or(false)
+}
+
 /// Runs one export call on a fresh instance.
 pub(crate) async fn execute(
     engine: &wasmtime::Engine,
@@ -255,10 +279,15 @@ pub(crate) async fn execute(
             }
         })
     };
-    let result = match tokio::time::timeout(timeout, run).await {
-        Ok(r) => r,
-        Err(_) => Err(CallFailure::Timeout(timeout)),
-    };
+    let injected = Arc::new(std::sync::Mutex::new(None));
+    let mut result =
+        match tokio::time::timeout(timeout, INJECTED_TRAP.scope(injected.clone(), run)).await {
+            Ok(r) => r,
+            Err(_) => Err(CallFailure::Timeout(timeout)),
+        };
+    if let Some(reason) = injected.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        result = Err(CallFailure::Trap(reason));
+    }
     // The Store is dropped here, on the caller's thread, before the slot is released: handing
     // it to another thread was measured slower (its teardown then frees pages across cores,
     // which costs TLB shootdowns and contends on the pool's free list; BENCHMARKS.md), and the

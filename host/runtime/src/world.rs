@@ -29,6 +29,147 @@ pub struct World {
     /// How the proxies answer the egress check (when the providers config has one).
     #[serde(default)]
     pub egress: crate::egress::SimEgressSpec,
+    /// Failures injected at a rate into the simulated backends' calls, drawn from `seed`, so
+    /// the same inputs fail the same calls on every run.
+    #[serde(default)]
+    pub faults: Vec<WorldFault>,
+}
+
+/// One rule of the world's `faults`: calls of `capability` named `call` fail at `rate`.
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct WorldFault {
+    /// The capability whose calls fail; `*` for any.
+    pub capability: FaultCapability,
+    /// The contract's call name (kube `get`, `create`, ...; http `send`; libvirt
+    /// `domain-define-xml`, ...), or `*` for any call of the capability.
+    pub call: String,
+    /// The share of matching calls that fail, in [0, 1].
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub rate: f64,
+    /// How a failure presents: `transient` (kube 503, Compute API 503 backendError, libvirt
+    /// internal error), `quota` (kube 403 exceeded quota, Compute API 403
+    /// rateLimitExceeded, libvirt out of space), `timeout` (no answer in time), or `trap`
+    /// (the module traps once the call has returned: a create cut off midway).
+    pub class: FaultClassName,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+pub enum FaultCapability {
+    #[serde(rename = "*")]
+    Any,
+    #[serde(rename = "kube")]
+    Kube,
+    #[serde(rename = "http")]
+    Http,
+    #[serde(rename = "libvirt")]
+    Libvirt,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FaultClassName {
+    Transient,
+    Quota,
+    Timeout,
+    Trap,
+}
+
+/// The calls each simulated capability answers, by their contract names.
+const KUBE_CALLS: &[&str] = &["get", "create", "delete", "list", "patch", "server-version"];
+const HTTP_CALLS: &[&str] = &["send"];
+pub const LIBVIRT_CALLS: &[&str] = &[
+    "lib-version",
+    "hostname",
+    "node-get-info",
+    "node-free-memory",
+    "list-domains",
+    "domain-lookup",
+    "domain-define-xml",
+    "domain-create",
+    "domain-resume",
+    "domain-destroy",
+    "domain-undefine",
+    "domain-get-state",
+    "domain-get-metadata",
+    "domain-interface-addresses",
+    "pool-get-info",
+    "pool-refresh",
+    "pool-list-volumes",
+    "volume-lookup",
+    "volume-create-xml",
+    "volume-delete",
+    "volume-get-info",
+    "volume-xml",
+    "volume-upload",
+    "volume-download",
+    "volume-upload-from-url",
+    "url-size",
+    "probe",
+];
+
+impl FaultCapability {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Any => "*",
+            Self::Kube => "kube",
+            Self::Http => "http",
+            Self::Libvirt => "libvirt",
+        }
+    }
+
+    fn calls(self) -> Vec<&'static str> {
+        match self {
+            Self::Any => [KUBE_CALLS, HTTP_CALLS, LIBVIRT_CALLS].concat(),
+            Self::Kube => KUBE_CALLS.to_vec(),
+            Self::Http => HTTP_CALLS.to_vec(),
+            Self::Libvirt => LIBVIRT_CALLS.to_vec(),
+        }
+    }
+}
+
+impl WorldFault {
+    fn rule(&self) -> egress_sim::faults::FaultRule {
+        use egress_sim::faults::FaultClass;
+        egress_sim::faults::FaultRule {
+            capability: self.capability.name().to_string(),
+            call: self.call.clone(),
+            rate: self.rate,
+            class: match self.class {
+                FaultClassName::Transient => FaultClass::Transient,
+                FaultClassName::Quota => FaultClass::Quota,
+                FaultClassName::Timeout => FaultClass::Timeout,
+                FaultClassName::Trap => FaultClass::Trap,
+            },
+        }
+    }
+
+    /// Refuses a rate outside [0, 1] and a call the capability does not have, naming the
+    /// field.
+    fn check(&self, at: &str) -> Result<(), ConfigError> {
+        if !(0.0..=1.0).contains(&self.rate) {
+            return Err(ConfigError::new(
+                format!("{at}.rate"),
+                format!("{} is not between 0 and 1", self.rate),
+            ));
+        }
+        let calls = self.capability.calls();
+        if self.call != "*" && !calls.contains(&self.call.as_str()) {
+            return Err(ConfigError::new(
+                format!("{at}.call"),
+                format!(
+                    "{:?} is not a call of {}: one of *, {}",
+                    self.call,
+                    match self.capability {
+                        FaultCapability::Any => "any capability".to_string(),
+                        c => format!("the {} capability", c.name()),
+                    },
+                    calls.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 fn default_start() -> String {
@@ -47,6 +188,7 @@ impl Default for World {
             libvirt: SimLibvirtSpec::default(),
             gce: SimGceSpec::default(),
             egress: Default::default(),
+            faults: Vec::new(),
         }
     }
 }
@@ -57,6 +199,8 @@ pub struct SimWorld {
     pub backends: Backends,
     /// The egress check's probe against the simulated proxies.
     pub egress: Arc<crate::egress::SimEgress>,
+    /// The world's `faults`, on until switched off.
+    pub faults: egress_sim::faults::FaultSwitch,
 }
 
 /// How big a hypervisor a providers config's host is taken to be when no world file says:
@@ -154,7 +298,7 @@ impl World {
 
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         let de = serde_yaml::Deserializer::from_str(text);
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        let world: Self = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let message = e.into_inner().to_string();
             let message = match message.split_once(": ") {
@@ -167,7 +311,21 @@ impl World {
                 path
             };
             ConfigError::new(path, message)
-        })
+        })?;
+        for (i, f) in world.faults.iter().enumerate() {
+            f.check(&format!("faults[{i}]"))?;
+        }
+        Ok(world)
+    }
+
+    /// The draws of one capability's simulated backend.
+    fn rate_faults(
+        &self,
+        capability: &str,
+        switch: &egress_sim::faults::FaultSwitch,
+    ) -> egress_sim::faults::RateFaults {
+        let rules: Vec<_> = self.faults.iter().map(WorldFault::rule).collect();
+        egress_sim::faults::RateFaults::new(self.seed, capability, &rules).switched_by(switch)
     }
 
     pub fn build(&self) -> Result<SimWorld, ConfigError> {
@@ -176,11 +334,21 @@ impl World {
         })?;
         let clock = Arc::new(VirtualClock::new((start.max(0) as u64) * 1000, self.seed));
         let dyn_clock: Arc<dyn ClockBackend> = clock.clone();
+        let faults = egress_sim::faults::FaultSwitch::default();
         let backends = Backends {
             clock: dyn_clock.clone(),
-            kube: Arc::new(SimKube::new(self.kube.clone(), dyn_clock.clone())),
-            http: Arc::new(SimGce::new(self.gce.clone(), dyn_clock.clone())),
-            libvirt: Arc::new(SimLibvirt::new(self.libvirt.clone(), dyn_clock)),
+            kube: Arc::new(
+                SimKube::new(self.kube.clone(), dyn_clock.clone())
+                    .with_rate_faults(self.rate_faults("kube", &faults)),
+            ),
+            http: Arc::new(
+                SimGce::new(self.gce.clone(), dyn_clock.clone())
+                    .with_rate_faults(self.rate_faults("http", &faults)),
+            ),
+            libvirt: Arc::new(
+                SimLibvirt::new(self.libvirt.clone(), dyn_clock)
+                    .with_rate_faults(self.rate_faults("libvirt", &faults)),
+            ),
         };
         let egress = Arc::new(crate::egress::SimEgress::new(
             self.egress.clone(),
@@ -190,6 +358,65 @@ impl World {
             clock,
             backends,
             egress,
+            faults,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn refused(yaml: &str) -> (String, String) {
+        let e = World::from_yaml(yaml).expect_err("refused");
+        (e.path.clone(), e.to_string())
+    }
+
+    #[test]
+    fn fault_rules_parse_with_any_capability_and_call() {
+        let w = World::from_yaml(
+            "seed: 3\nfaults:\n  - {capability: '*', call: '*', rate: 0.1, class: transient}\n  - {capability: libvirt, call: domain-create, rate: 1, class: trap}\n  - {capability: kube, call: create, rate: 0, class: quota}\n  - {capability: http, call: send, rate: 0.5, class: timeout}\n",
+        )
+        .unwrap();
+        assert_eq!(w.faults.len(), 4);
+        assert_eq!(w.faults[1].class, FaultClassName::Trap);
+        assert!(w.build().is_ok());
+    }
+
+    /// Bad values and unknown keys are refused, naming the field.
+    #[test]
+    fn bad_fault_rules_name_the_field() {
+        let ok = "  - {capability: '*', call: '*', rate: 0.1, class: transient}\n";
+        let (path, message) = refused(&format!(
+            "faults:\n{ok}{ok}  - {{capability: kube, call: get, rate: 1.5, class: transient}}\n"
+        ));
+        assert_eq!(path, "faults[2].rate");
+        assert!(message.contains("1.5 is not between 0 and 1"), "{message}");
+        let (path, _) =
+            refused("faults:\n  - {capability: kube, call: get, rate: -0.1, class: quota}\n");
+        assert_eq!(path, "faults[0].rate");
+        let (path, message) =
+            refused("faults:\n  - {capability: kube, call: get, rate: 0.1, class: flaky}\n");
+        assert_eq!(path, "faults[0].class");
+        assert!(message.contains("flaky"), "{message}");
+        let (path, _) =
+            refused("faults:\n  - {capability: dns, call: get, rate: 0.1, class: quota}\n");
+        assert_eq!(path, "faults[0].capability");
+        let (path, message) = refused(
+            "faults:\n  - {capability: kube, call: domain-create, rate: 0.1, class: quota}\n",
+        );
+        assert_eq!(path, "faults[0].call");
+        assert!(
+            message.contains("not a call of the kube capability"),
+            "{message}"
+        );
+        let (path, message) = refused(
+            "faults:\n  - {capability: kube, call: get, rate: 0.1, class: quota, times: 2}\n",
+        );
+        assert_eq!(path, "faults[0].times");
+        assert!(message.contains("unknown field"), "{message}");
+        let (path, _) = refused("faults:\n  - {capability: kube, call: get, class: quota}\n");
+        assert_eq!(path, "faults[0]");
     }
 }

@@ -169,7 +169,8 @@ pub struct Compute {
     seeded: u64,
 }
 
-fn api_error(code: u16, reason: &str, message: &str) -> Answer {
+/// The Compute API's error document for `code`, with one error of `reason`.
+pub fn api_error(code: u16, reason: &str, message: &str) -> Answer {
     let status = match code {
         400 => "INVALID_ARGUMENT",
         403 => "PERMISSION_DENIED",

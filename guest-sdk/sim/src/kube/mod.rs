@@ -32,7 +32,7 @@ pub use selector::{FieldSelector, LabelSelector, Requirement};
 
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// One kind the cluster serves.
@@ -449,6 +449,11 @@ pub struct Cluster {
     /// The log holds every change after this revision.
     compacted: u64,
     now_ms: u64,
+    /// When each Terminating object may go (its deletion time), so the kubelet's tick
+    /// visits only what is due instead of every object.
+    removals: BTreeSet<(u64, Key)>,
+    /// When each Pod the kubelet runs starts.
+    starts: BTreeSet<(u64, Key)>,
 }
 
 pub fn rfc3339(ms: u64) -> String {
@@ -536,6 +541,8 @@ impl Cluster {
             log: VecDeque::new(),
             compacted: 0,
             now_ms: 0,
+            removals: BTreeSet::new(),
+            starts: BTreeSet::new(),
         }
     }
 
@@ -757,35 +764,63 @@ impl Cluster {
         Ok(self.commit(key, value, stored, type_))
     }
 
-    /// Brings Pods up to the current time: they start, and Terminating ones go.
+    /// Brings Pods up to the current time: they start, and Terminating ones go. Only what is
+    /// due is visited (the queues are ordered by time), in key order as a scan would find it.
     pub fn tick(&mut self) {
         let now = self.now_ms;
         let Some(kubelet) = self.opts.kubelet else {
             return;
         };
-        let due: Vec<Key> = self
-            .objects
-            .iter()
-            .filter(|(_, s)| {
-                s.remove_at_ms.is_some_and(|t| now >= t) && finalizers(&s.value).is_empty()
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
+        let mut due: BTreeSet<Key> = BTreeSet::new();
+        let mut done: Vec<(u64, Key)> = Vec::new();
+        for (at, key) in self.removals.iter().take_while(|(at, _)| *at <= now) {
+            match self.objects.get(key) {
+                // Gone already, or deleted again later (its own entry): this one is spent.
+                None => done.push((*at, key.clone())),
+                Some(s) if s.remove_at_ms != Some(*at) => done.push((*at, key.clone())),
+                // Finalizers hold it: it stays queued until they are cleared.
+                Some(s) if !finalizers(&s.value).is_empty() => {}
+                Some(_) => {
+                    done.push((*at, key.clone()));
+                    due.insert(key.clone());
+                }
+            }
+        }
+        for entry in &done {
+            self.removals.remove(entry);
+        }
         for key in due {
             self.remove(&key);
         }
-        let starting: Vec<(Key, String, u64)> = self
-            .objects
-            .iter()
-            .filter_map(|(k, s)| {
-                let ip = s.pod_ip.clone()?;
-                let ready = now >= s.created_ms.saturating_add(kubelet.start_ms)
-                    && s.value["status"]["phase"] == "Pending"
-                    && meta(&s.value)["deletionTimestamp"].is_null();
-                ready.then(|| (k.clone(), ip, s.created_ms))
-            })
-            .collect();
-        for (key, ip, created) in starting {
+        let mut starting: BTreeMap<Key, (String, u64)> = BTreeMap::new();
+        let mut done: Vec<(u64, Key)> = Vec::new();
+        for (at, key) in self.starts.iter().take_while(|(at, _)| *at <= now) {
+            let Some(s) = self.objects.get(key) else {
+                done.push((*at, key.clone()));
+                continue;
+            };
+            let (Some(ip), true) = (
+                s.pod_ip.clone(),
+                s.created_ms.saturating_add(kubelet.start_ms) == *at,
+            ) else {
+                // Another object of the name since: its own entry starts it.
+                done.push((*at, key.clone()));
+                continue;
+            };
+            if !meta(&s.value)["deletionTimestamp"].is_null() {
+                // A Pod being deleted never starts.
+                done.push((*at, key.clone()));
+            } else if s.value["status"]["phase"] == "Pending" {
+                done.push((*at, key.clone()));
+                starting.insert(key.clone(), (ip, s.created_ms));
+            }
+            // Any other phase (set by a status write): left queued, as a scan would start it
+            // once it is Pending again.
+        }
+        for entry in &done {
+            self.starts.remove(entry);
+        }
+        for (key, (ip, created)) in starting {
             let Some(stored) = self.objects.get(&key).cloned() else {
                 continue;
             };
@@ -929,6 +964,12 @@ impl Cluster {
             self.next_ip += 1;
             format!("10.244.{}.{}", self.next_ip / 250, self.next_ip % 250 + 2)
         });
+        if pod_ip.is_some()
+            && let Some(k) = self.opts.kubelet
+        {
+            self.starts
+                .insert((self.now_ms.saturating_add(k.start_ms), key.clone()));
+        }
         let stored = Stored {
             value: Arc::new(Value::Null),
             pod_ip,
@@ -1191,6 +1232,7 @@ impl Cluster {
         }
         let mut stored = stored;
         stored.remove_at_ms = Some(self.now_ms + grace_ms);
+        self.removals.insert((self.now_ms + grace_ms, key.clone()));
         Ok(self.commit(key, next, stored, ChangeType::Modified))
     }
 

@@ -32,6 +32,7 @@ pub use types::{
 };
 
 use crate::codes::{self, from};
+use crate::faults::{FaultClass, RateFaults};
 use crate::xml::{self, Element};
 use host::Definition;
 use std::collections::BTreeMap;
@@ -64,6 +65,12 @@ pub struct Libvirt {
     hosts: BTreeMap<String, Host>,
     urls: BTreeMap<String, Url>,
     faults: Vec<Fault>,
+    /// Faults at a rate, drawn after the counted ones.
+    rate: RateFaults,
+    /// The caller has trapped: every call is refused without effect until it says otherwise.
+    refusing: bool,
+    /// A `trap` draw answered the last call: the caller is to end as a trap.
+    trap: Option<String>,
     next_uuid: u64,
 }
 
@@ -252,11 +259,57 @@ impl Libvirt {
         Ok(h)
     }
 
+    /// Draws calls against `faults` after the counted faults.
+    pub fn set_rate_faults(&mut self, faults: RateFaults) {
+        self.rate = faults;
+    }
+
+    /// While set, every call fails without effect: the caller trapped and makes no more.
+    pub fn set_refusing(&mut self, refusing: bool) {
+        self.refusing = refusing;
+    }
+
+    /// Why the caller is to trap, when a `trap` draw answered its last call.
+    pub fn take_trap(&mut self) -> Option<String> {
+        self.trap.take()
+    }
+
+    /// A rate fault in libvirt's own shapes: a dropped connection (transient), a pool out of
+    /// space (quota: libvirt has no quotas; running out of room is its nearest refusal), a
+    /// call that never answered (timeout); a trap lets the call through and asks the caller
+    /// to trap once it returns.
+    fn draw(&mut self, call: &str) -> Result<(), Error> {
+        match self.rate.draw(call) {
+            None => Ok(()),
+            Some(FaultClass::Transient) => Err(Error::libvirt(
+                codes::INTERNAL_ERROR,
+                from::RPC,
+                format!("internal error: client socket is closed (injected into {call})"),
+            )),
+            Some(FaultClass::Quota) => Err(no_space(format!(
+                "internal error: No space left on device (injected into {call})"
+            ))),
+            Some(FaultClass::Timeout) => Err(Error {
+                timeout: true,
+                ..Error::other(format!("{call} timed out (injected)"))
+            }),
+            Some(FaultClass::Trap) => {
+                self.trap = Some(format!("injected trap after libvirt.{call}"));
+                Ok(())
+            }
+        }
+    }
+
     fn take_fault(&mut self, call: &str, host: Option<&str>) -> Result<(), Error> {
+        if self.refusing {
+            return Err(Error::other(format!(
+                "{call} refused: the module trapped before making it"
+            )));
+        }
         let Some(at) = self.faults.iter().position(|f| {
             f.call == call && f.times > 0 && (f.host.is_none() || f.host.as_deref() == host)
         }) else {
-            return Ok(());
+            return self.draw(call);
         };
         let f = &mut self.faults[at];
         f.times -= 1;

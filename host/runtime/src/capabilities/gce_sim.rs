@@ -199,6 +199,7 @@ impl SimGceSpec {
 pub struct SimGce {
     clock: Arc<dyn ClockBackend>,
     model: Mutex<Compute>,
+    rate: Mutex<egress_sim::faults::RateFaults>,
 }
 
 impl SimGce {
@@ -233,7 +234,15 @@ impl SimGce {
         Self {
             clock,
             model: Mutex::new(m),
+            rate: Mutex::default(),
         }
+    }
+
+    /// Draws every request against `faults` (a world's `faults` section; the call is `send`),
+    /// before the API's counted faults.
+    pub fn with_rate_faults(self, faults: egress_sim::faults::RateFaults) -> Self {
+        *self.rate.lock().unwrap_or_else(|p| p.into_inner()) = faults;
+        self
     }
 
     fn answer(&self, req: &HttpRequest) -> model::Answer {
@@ -250,7 +259,34 @@ impl SimGce {
 #[async_trait::async_trait]
 impl HttpBackend for SimGce {
     async fn send(&self, req: HttpRequest, _grant: &HttpGrant) -> Result<HttpResponse, HttpError> {
-        let answer = self.answer(&req);
+        use egress_sim::faults::FaultClass;
+        if crate::call::trapped() {
+            return Err(HttpError::Transport(
+                "send refused: the module trapped before making it".into(),
+            ));
+        }
+        let drawn = self
+            .rate
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .draw("send");
+        let answer = match drawn {
+            Some(FaultClass::Transient) => model::api_error(
+                503,
+                "backendError",
+                "The service is currently unavailable (injected).",
+            ),
+            Some(FaultClass::Quota) => {
+                model::api_error(403, "rateLimitExceeded", "Rate Limit Exceeded (injected)")
+            }
+            Some(FaultClass::Timeout) => return Err(HttpError::Timeout),
+            Some(FaultClass::Trap) => {
+                let answer = self.answer(&req);
+                crate::call::inject_trap("injected trap after http.send".into());
+                answer
+            }
+            None => self.answer(&req),
+        };
         Ok(HttpResponse {
             status: answer.status,
             headers: vec![("content-type".into(), model::CONTENT_TYPE.into())],

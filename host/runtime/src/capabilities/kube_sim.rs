@@ -79,6 +79,7 @@ pub struct SimKube {
 struct SimState {
     cluster: Cluster,
     faults: Vec<SimFault>,
+    rate: egress_sim::faults::RateFaults,
 }
 
 impl SimKube {
@@ -91,6 +92,10 @@ impl SimKube {
             // A provider may be granted any kind; the dry-run serves what it asks for.
             infer_unknown_kinds: true,
             uid: sim_uid,
+            // The capability has no watch and pages no lists, so no change is ever read back
+            // from the model's log: keeping the default 10,000 (each holding an object and
+            // its previous version) only held every Pod twice in a large dry-run.
+            history: 1,
             ..Options::default()
         });
         cluster.set_now(clock.now_millis());
@@ -103,18 +108,35 @@ impl SimKube {
             state: Mutex::new(SimState {
                 cluster,
                 faults: spec.faults.clone(),
+                rate: Default::default(),
             }),
             spec,
             clock,
         }
     }
 
-    /// Runs `f` on the model at the clock's time, after the call's injected fault if any.
+    /// Draws every call against `faults` (a world's `faults` section), after the counted
+    /// faults.
+    pub fn with_rate_faults(self, faults: egress_sim::faults::RateFaults) -> Self {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).rate = faults;
+        self
+    }
+
+    /// Runs `f` on the model at the clock's time, after the call's injected fault if any:
+    /// a counted one first, then one drawn at a rate, in the API server's own shapes.
     fn call<T>(
         &self,
         call: &str,
         f: impl FnOnce(&mut Cluster) -> Result<T, ApiError>,
     ) -> Result<T, KubeError> {
+        use egress_sim::faults::FaultClass;
+        if crate::call::trapped() {
+            return Err(KubeError::new(
+                0,
+                "Trapped",
+                format!("{call} refused: the module trapped before making it"),
+            ));
+        }
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(fault) = st.faults.iter_mut().find(|f| f.call == call && f.times > 0) {
             fault.times -= 1;
@@ -124,8 +146,41 @@ impl SimKube {
                 fault.message.clone(),
             ));
         }
+        let trap = match st.rate.draw(call) {
+            None => false,
+            Some(FaultClass::Transient) => {
+                return Err(KubeError::new(
+                    503,
+                    "ServiceUnavailable",
+                    format!(
+                        "the server is currently unable to handle the request (injected into {call})"
+                    ),
+                ));
+            }
+            Some(FaultClass::Quota) => {
+                return Err(KubeError::new(
+                    403,
+                    "Forbidden",
+                    format!("{call} is forbidden: exceeded quota: injected"),
+                ));
+            }
+            Some(FaultClass::Timeout) => {
+                return Err(KubeError::new(
+                    504,
+                    "Timeout",
+                    format!(
+                        "Timeout: request did not complete within the allowed duration (injected into {call})"
+                    ),
+                ));
+            }
+            Some(FaultClass::Trap) => true,
+        };
         st.cluster.set_now(self.clock.now_millis());
-        f(&mut st.cluster).map_err(from_api)
+        let out = f(&mut st.cluster).map_err(from_api);
+        if trap {
+            crate::call::inject_trap(format!("injected trap after kube.{call}"));
+        }
+        out
     }
 
     /// Writes a merge patch to an object's status subresource, as a kubelet or another
@@ -247,6 +302,42 @@ mod tests {
             namespace: Some("ns".into()),
             name: name.into(),
         }
+    }
+
+    /// Faults at a rate fail calls in the API server's shapes, before the call reaches the
+    /// cluster, and only while switched on.
+    #[tokio::test]
+    async fn rate_faults_answer_like_the_api_server() {
+        use egress_sim::faults::{FaultClass, FaultRule, FaultSwitch, RateFaults};
+        let rule = |call: &str, class| FaultRule {
+            capability: "kube".into(),
+            call: call.into(),
+            rate: 1.0,
+            class,
+        };
+        let rules = [
+            rule("create", FaultClass::Transient),
+            rule("get", FaultClass::Quota),
+            rule("delete", FaultClass::Timeout),
+        ];
+        let switch = FaultSwitch::default();
+        let sim = SimKube::new(SimKubeSpec::default(), Arc::new(VirtualClock::new(0, 1)))
+            .with_rate_faults(RateFaults::new(1, "kube", &rules).switched_by(&switch));
+        let e = sim
+            .create("v1", "Pod", Some("ns"), pod("a"))
+            .await
+            .unwrap_err();
+        assert_eq!((e.status, e.reason.as_str()), (503, "ServiceUnavailable"));
+        let e = sim.get(&pod_ref("a")).await.unwrap_err();
+        assert_eq!(e.status, 403);
+        assert!(e.message.contains("exceeded quota"), "{}", e.message);
+        assert_eq!(sim.delete(&pod_ref("a")).await.unwrap_err().status, 504);
+        switch.set_enabled(false);
+        sim.create("v1", "Pod", Some("ns"), pod("a")).await.unwrap();
+        assert_eq!(
+            sim.get(&pod_ref("a")).await.unwrap()["metadata"]["name"],
+            "a"
+        );
     }
 
     #[tokio::test]

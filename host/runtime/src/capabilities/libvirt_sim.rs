@@ -333,8 +333,17 @@ impl SimLibvirt {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, model::Libvirt> {
-        self.model.lock().unwrap_or_else(|p| p.into_inner())
+    /// Draws every call of the model against `faults` (a world's `faults` section).
+    pub fn with_rate_faults(self, faults: egress_sim::faults::RateFaults) -> Self {
+        self.lock().set_rate_faults(faults);
+        self
+    }
+
+    /// The model, refusing calls while the provider call being run has trapped.
+    fn lock(&self) -> Locked<'_> {
+        let mut m = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        m.set_refusing(crate::call::trapped());
+        Locked(m)
     }
 
     /// The hypervisor a host name of this view reaches.
@@ -371,6 +380,31 @@ impl SimLibvirt {
             h.name.clone()
         } else {
             format!("{}@{}", h.name, h.address)
+        }
+    }
+}
+
+/// The model while one call uses it. When a `trap` draw answered the call, the provider call
+/// ends as a trap once the call returns: the guard passes that on as it is let go.
+struct Locked<'a>(std::sync::MutexGuard<'a, model::Libvirt>);
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = model::Libvirt;
+    fn deref(&self) -> &model::Libvirt {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut model::Libvirt {
+        &mut self.0
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if let Some(reason) = self.0.take_trap() {
+            crate::call::inject_trap(reason);
         }
     }
 }
