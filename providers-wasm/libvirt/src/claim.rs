@@ -92,8 +92,12 @@ pub fn take(call: &Call<'_>, host: &str, pool: &str, base: &str) -> Result<Taken
         }
         Err(e) => return Err(classify(Op::Create, &format!("create claim {name}"), &e)),
     }
-    lv.volume_upload(host, pool, &name, &bytes)
-        .map_err(|e| classify(Op::Create, &format!("write claim {name}"), &e))?;
+    if let Err(e) = lv.volume_upload(host, pool, &name, &bytes) {
+        // An empty claim reads as another writer's caught mid-take, which every writer waits
+        // out for the stall timeout: take it back now if we can.
+        let _ = lv.volume_delete(host, pool, &name);
+        return Err(classify(Op::Create, &format!("write claim {name}"), &e));
+    }
     Ok(Taken::Mine(mine))
 }
 

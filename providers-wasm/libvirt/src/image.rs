@@ -10,7 +10,7 @@ use crate::claim::{self, Claim, Taken, Watch};
 use crate::config::{ImageFormat, ResolvedImage};
 use crate::errors::{Op, classify, classify_transfer, code, is_code};
 use crate::volume::{VolumeSpec, base_marker_name, volume_xml};
-use guest_sdk::{Level, ProviderError, transient};
+use guest_sdk::{ErrorClass, Level, ProviderError, transient};
 
 /// How long another writer's claim may stand over a base that does not grow before it is
 /// taken for the claim of a writer that is gone. A live transfer writes continuously; the
@@ -120,48 +120,87 @@ pub fn ensure(
 ) -> Result<(), ProviderError> {
     let mut watch: Option<Watch> = None;
     loop {
-        match claim::take(call, host, pool, base)? {
-            Taken::Mine(mine) => {
-                // Another writer may have finished between our look and our claim.
-                let fetched = match cached(call, host, pool, base, image)? {
-                    Some(_) => Ok(()),
-                    None => fetch(call, host, pool, base, image, size, max_bytes, &mine),
+        let failed_look = match step(call, host, pool, base, image, size, max_bytes, &mut watch) {
+            Ok(Step::Done(result)) => return result,
+            Ok(Step::Again) => continue,
+            Ok(Step::Wait) => None,
+            // A look at the claim or the base that failed transiently tells nothing new: the
+            // wait goes on with what was seen before, so a flaky link cannot restart the stall
+            // timeout on every poll (under a steady error rate it would never run out, and a
+            // stale claim would never be broken).
+            Err(e) if e.class == ErrorClass::Transient => Some(e),
+            Err(e) => return Err(e),
+        };
+        let now = call.host.now_millis();
+        if now + CLAIM_POLL_MS + WAIT_MARGIN_MS > call.host.call_deadline_millis() {
+            return Err(failed_look.unwrap_or_else(|| {
+                transient(
+                    "ImageBeingFetched",
+                    format!(
+                        "image {:?} is being fetched into {host}/{pool} by another writer",
+                        image.key
+                    ),
+                )
+            }));
+        }
+        call.host.sleep_millis(CLAIM_POLL_MS);
+    }
+}
+
+/// What one look at the image's claim led to.
+enum Step {
+    /// The claim was ours: the image is cached, or the fetch's error.
+    Done(Result<(), ProviderError>),
+    /// A stale claim was broken: try to claim again at once.
+    Again,
+    /// Another writer's claim stands: look again after a poll.
+    Wait,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn step(
+    call: &Call<'_>,
+    host: &str,
+    pool: &str,
+    base: &str,
+    image: &ResolvedImage,
+    size: Option<u64>,
+    max_bytes: u64,
+    watch: &mut Option<Watch>,
+) -> Result<Step, ProviderError> {
+    match claim::take(call, host, pool, base)? {
+        Taken::Mine(mine) => {
+            // Another writer may have finished between our look and our claim.
+            let fetched = match cached(call, host, pool, base, image) {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => fetch(call, host, pool, base, image, size, max_bytes, &mine),
+                Err(e) => Err(e),
+            };
+            let released = claim::remove_if(call, host, pool, base, &Some(mine));
+            Ok(Step::Done(fetched.and(released)))
+        }
+        Taken::Theirs(seen) => {
+            if cached(call, host, pool, base, image)?.is_some() {
+                return Ok(Step::Done(Ok(())));
+            }
+            let now = call.host.now_millis();
+            let ours = seen
+                .as_ref()
+                .is_some_and(|c| c.holder == call.host.locks().holder_id());
+            let allocation = claim::base_allocation(call, host, pool, base)?;
+            let w = watch.get_or_insert_with(|| Watch::new(seen.clone(), allocation, now));
+            if ours || w.stalled(&seen, allocation, now, CLAIM_STALL_MS) {
+                let why = if ours {
+                    "its writer, a call of this process, has ended"
+                } else {
+                    "the base did not grow while the claim stood"
                 };
-                let released = claim::remove_if(call, host, pool, base, &Some(mine));
-                return fetched.and(released);
+                claim::log_broken(call, host, base, why);
+                claim::remove_if(call, host, pool, base, &seen)?;
+                *watch = None;
+                return Ok(Step::Again);
             }
-            Taken::Theirs(seen) => {
-                if cached(call, host, pool, base, image)?.is_some() {
-                    return Ok(());
-                }
-                let now = call.host.now_millis();
-                let ours = seen
-                    .as_ref()
-                    .is_some_and(|c| c.holder == call.host.locks().holder_id());
-                let allocation = claim::base_allocation(call, host, pool, base)?;
-                let w = watch.get_or_insert_with(|| Watch::new(seen.clone(), allocation, now));
-                if ours || w.stalled(&seen, allocation, now, CLAIM_STALL_MS) {
-                    let why = if ours {
-                        "its writer, a call of this process, has ended"
-                    } else {
-                        "the base did not grow while the claim stood"
-                    };
-                    claim::log_broken(call, host, base, why);
-                    claim::remove_if(call, host, pool, base, &seen)?;
-                    watch = None;
-                    continue;
-                }
-                if now + CLAIM_POLL_MS + WAIT_MARGIN_MS > call.host.call_deadline_millis() {
-                    return Err(transient(
-                        "ImageBeingFetched",
-                        format!(
-                            "image {:?} is being fetched into {host}/{pool} by another writer",
-                            image.key
-                        ),
-                    ));
-                }
-                call.host.sleep_millis(CLAIM_POLL_MS);
-            }
+            Ok(Step::Wait)
         }
     }
 }
