@@ -226,6 +226,42 @@ fn the_binary_embeds_no_test_module() {
     );
 }
 
+/// Panic locations compiled into the modules name their source files: the build writes them
+/// as /cargo/... and /src/..., so neither the embedded modules nor the conformance fixture
+/// carry the builder's home or checkout paths.
+#[test]
+fn the_modules_carry_no_path_of_this_machine() {
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(&std::env::var_os("HOME").unwrap()).join(".cargo"));
+    let checkout = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap();
+    let fixture = std::fs::read(
+        checkout.join("host/conformance/tests/fixtures/examplecloud-contract-0.1.0.wasm"),
+    )
+    .unwrap();
+    let modules: [(&str, &[u8]); 5] = [
+        ("kubernetes", egress_builtins::KUBERNETES),
+        ("gcp", egress_builtins::GCP),
+        ("libvirt", egress_builtins::LIBVIRT),
+        ("hostile", egress_test_modules::HOSTILE),
+        ("contract 0.1.0 fixture", &fixture),
+    ];
+    for (name, bytes) in modules {
+        for path in [&cargo_home, &checkout] {
+            let needle = path.to_string_lossy();
+            let needle = needle.as_bytes();
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "the {name} module names {}",
+                path.display()
+            );
+        }
+    }
+}
+
 /// Without --dry-run a run writes its installation on every instance and deletes the orphans
 /// of that installation only: it must be named, or two users against one backend would
 /// collect each other's instances. Refused before any backend is reached.

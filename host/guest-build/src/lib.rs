@@ -95,6 +95,9 @@ pub fn build_guests(guests: &[Guest], watched: &[&str]) {
     for var in SCRUBBED {
         cmd.env_remove(var);
     }
+    // Panic locations name the source files: without this the modules (and the binary that
+    // embeds them) would carry the builder's home and checkout paths.
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", remap_flags(&cargo_home(), &root));
     match cmd.status() {
         Ok(s) if s.success() => {}
         Ok(_) => fail("building the provider modules for wasm32-wasip2 failed (see above)"),
@@ -111,6 +114,24 @@ pub fn build_guests(guests: &[Guest], watched: &[&str]) {
             wasm.display()
         );
     }
+}
+
+/// Where cargo keeps downloaded crates: `CARGO_HOME`, else `~/.cargo`.
+fn cargo_home() -> PathBuf {
+    env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| env::var_os("HOME").map(|h| Path::new(&h).join(".cargo")))
+        .unwrap_or_else(|| PathBuf::from(".cargo"))
+}
+
+/// rustc flags, in CARGO_ENCODED_RUSTFLAGS form, that write the crates' sources as `/cargo/...`
+/// and the workspace's as `/src/...` wherever a path is compiled in.
+fn remap_flags(cargo_home: &Path, root: &Path) -> String {
+    format!(
+        "--remap-path-prefix={}=/cargo\u{1f}--remap-path-prefix={}=/src",
+        cargo_home.display(),
+        root.display()
+    )
 }
 
 /// `wasm-guests-<hash of the workspace root>`.
