@@ -123,6 +123,25 @@ pub struct ImageServer {
     pub heads: Arc<AtomicUsize>,
 }
 
+/// Reads a request's head from `stream`: its method and target, None when the client went
+/// before sending one.
+pub async fn request_line(stream: &mut tokio::net::TcpStream) -> Option<(String, String)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&buf);
+    let mut words = head.split_whitespace();
+    Some((
+        words.next().unwrap_or("").to_string(),
+        words.next().unwrap_or("").to_string(),
+    ))
+}
+
 pub async fn serve_image(path: &'static str, body: Vec<u8>) -> ImageServer {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -137,17 +156,10 @@ pub async fn serve_image(path: &'static str, body: Vec<u8>) -> ImageServer {
             };
             let (body, gets, heads) = (body.clone(), g.clone(), h.clone());
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&buf).to_string();
-                let mut words = head.split_whitespace();
-                let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                let Some((method, target)) = request_line(&mut stream).await else {
+                    return;
+                };
+                let (method, target) = (method.as_str(), target.as_str());
                 let found = target == path;
                 let status = if found { "200 OK" } else { "404 Not Found" };
                 let length = if found { body.len() } else { 0 };

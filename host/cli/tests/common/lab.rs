@@ -204,17 +204,10 @@ pub async fn image(dir: &Path, name: &str, data_mib: usize) -> Image {
         while let Ok((mut stream, _)) = listener.accept().await {
             let (body, gets, stall, target) = (b.clone(), g.clone(), s.clone(), target.clone());
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 1024];
-                while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
-                    match stream.read(&mut chunk).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&buf).to_string();
-                let mut words = head.split_whitespace();
-                let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                let Some((method, path)) = super::kvm::request_line(&mut stream).await else {
+                    return;
+                };
+                let (method, path) = (method.as_str(), path.as_str());
                 let found = path == target;
                 let header = format!(
                     "HTTP/1.1 {}\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -236,8 +229,10 @@ pub async fn image(dir: &Path, name: &str, data_mib: usize) -> Image {
                         let _ = spec.reached.send(());
                         let (mut rd, mut wr) = stream.into_split();
                         // Mid-body until released or until the reader goes away.
-                        let gone =
-                            async { while matches!(rd.read(&mut chunk).await, Ok(n) if n > 0) {} };
+                        let gone = async {
+                            let mut chunk = [0u8; 1024];
+                            while matches!(rd.read(&mut chunk).await, Ok(n) if n > 0) {}
+                        };
                         let released = async {
                             if spec.release.await.is_err() {
                                 std::future::pending::<()>().await;
