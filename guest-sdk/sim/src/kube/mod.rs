@@ -24,6 +24,7 @@
 
 mod patch;
 mod selector;
+
 #[cfg(test)]
 mod tests;
 
@@ -1180,30 +1181,20 @@ impl Cluster {
             .cloned()
             .ok_or_else(|| ApiError::not_found(&kind, &key.name))?;
         let old = stored.value.clone();
-        if let Some(rv) = opts.resource_version.as_deref().filter(|r| !r.is_empty())
-            && Some(rv) != meta_str(&old, "resourceVersion")
-        {
-            return Err(ApiError::conflict(
-                &kind,
-                &key.name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta_str(&old, "resourceVersion").unwrap_or("")
-                ),
-            ));
-        }
-        if let Some(uid) = opts.uid.as_deref().filter(|u| !u.is_empty())
-            && Some(uid) != meta_str(&old, "uid")
-        {
-            return Err(ApiError::conflict(
-                &kind,
-                &key.name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta_str(&old, "uid").unwrap_or("")
-                ),
-            ));
-        }
+        precondition(
+            &kind,
+            &key.name,
+            "ResourceVersion",
+            opts.resource_version.as_deref(),
+            meta_str(&old, "resourceVersion"),
+        )?;
+        precondition(
+            &kind,
+            &key.name,
+            "UID",
+            opts.uid.as_deref(),
+            meta_str(&old, "uid"),
+        )?;
         let grace_ms = match self.opts.kubelet {
             Some(k) if key.api_version == "v1" && key.kind == "Pod" => k.termination_ms,
             _ => 0,
@@ -1384,5 +1375,27 @@ fn n_system(next: &mut Value, old: &Value, key: &Key, kind: &Kind) {
     }
     if !kind.namespaced {
         m.remove("namespace");
+    }
+}
+
+/// A delete precondition (`ResourceVersion` or `UID`): a wanted value other than the stored
+/// one is a 409, as the API server answers it.
+fn precondition(
+    kind: &Kind,
+    name: &str,
+    what: &str,
+    wanted: Option<&str>,
+    stored: Option<&str>,
+) -> Result<(), ApiError> {
+    match wanted.filter(|w| !w.is_empty()) {
+        Some(w) if Some(w) != stored => Err(ApiError::conflict(
+            kind,
+            name,
+            &format!(
+                "Precondition failed: {what} in precondition: {w}, {what} in object meta: {}",
+                stored.unwrap_or("")
+            ),
+        )),
+        _ => Ok(()),
     }
 }
