@@ -44,12 +44,26 @@ fn spec(rate: f64) -> Spec {
 /// A faulted run, then a run of the same Proxies on the same world with the faults switched
 /// off: the second sees the world as the first left it (its sweep lists every instance, as no
 /// listing call fails) and must find nothing to do.
+///
+/// The faulted run ends once every Proxy is steady at the same moment, or after
+/// [`FAULTED_ROUNDS`]: with faults that never stop, each resync of a Running Proxy may fail and
+/// leave it backing off for a few seconds, so over many Proxies there may be no such moment.
+/// What the tests ask of it is that every Proxy got to Running on one instance of its own.
 async fn converge(spec: &Spec) -> (Report, Report) {
     converge_on(spec, &scale::PROVIDERS).await
 }
 
+/// Rounds a faulted run may take; each is one instant of simulated time at which some Proxy
+/// was due (20,000 rounds were 5 to 8 simulated hours for 1,000 Proxies).
+const FAULTED_ROUNDS: u32 = 20_000;
+
 /// [`converge`] with only the Proxies of the providers in `keep`.
 async fn converge_on(spec: &Spec, keep: &[&str]) -> (Report, Report) {
+    run_on(spec, keep, FAULTED_ROUNDS).await
+}
+
+/// [`converge_on`], giving up after `max_rounds` rounds.
+async fn run_on(spec: &Spec, keep: &[&str], max_rounds: u32) -> (Report, Report) {
     let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache");
     let runtime = Runtime::new(RuntimeOptions {
         cache_dir: Some(cache),
@@ -82,7 +96,7 @@ async fn converge_on(spec: &Spec, keep: &[&str]) -> (Report, Report) {
         egress: None,
         options: DriverOptions {
             installation: "scale".into(),
-            max_rounds: 1_000_000,
+            max_rounds,
             timeout: Duration::from_secs(600),
             gc_grace: Duration::ZERO,
             concurrency: 1,
@@ -109,7 +123,6 @@ async fn a_thousand_proxies_converge_through_transient_faults() {
     let spec = spec(0.1);
     let (faulted, after) = converge(&spec).await;
 
-    assert!(faulted.steady, "the faulted run did not settle");
     for p in &faulted.proxies {
         assert_eq!(
             p.status.state,
@@ -198,11 +211,57 @@ async fn a_faulted_plan_is_the_same_on_every_run() {
     );
 }
 
+/// A trap drawn by a call ends the module as that call returns: when every volume creation
+/// traps, each create attempt ends at its first one (the instance's marker volume), before
+/// writing the marker (a module that went on running after its trap would upload it next, and
+/// go on to claim and fetch the image). The next attempt removes the empty marker it finds,
+/// and traps again at its own creation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trap_stops_the_module_at_the_call_that_drew_it() {
+    let spec = Spec {
+        proxies: 4,
+        seed: 3,
+        faults: vec![FaultRule {
+            capability: "libvirt".into(),
+            call: "volume-create-xml".into(),
+            rate: 1.0,
+            class: "trap".into(),
+        }],
+    };
+    let (faulted, _) = run_on(&spec, &["lab"], 20).await;
+    assert!(!faulted.steady);
+    let p = &faulted.proxies[0];
+    let calls: Vec<&str> = p.changes.iter().map(|c| c.call.as_str()).collect();
+    let creations = calls.iter().filter(|c| **c == "volume-create-xml").count();
+    assert!(creations >= 2, "{calls:?}");
+    assert!(
+        calls
+            .iter()
+            .all(|c| *c == "volume-create-xml" || *c == "volume-delete"),
+        "the module went on after its trap: {calls:?}"
+    );
+    let failures: Vec<_> = p
+        .events
+        .iter()
+        .filter(|e| e.reason == "CreateFailed")
+        .collect();
+    assert_eq!(
+        failures.len(),
+        creations,
+        "one creation per attempt: {calls:?}"
+    );
+    assert!(
+        failures.iter().all(|e| e
+            .message
+            .contains("injected trap after libvirt.volume-create-xml")),
+        "{failures:?}"
+    );
+}
+
 /// Every class at once: quota refusals and timeouts back off, and a module that traps after a
 /// call (a create cut off midway) leaves what it made to the next create, which adopts or
 /// cleans it up: still one instance per Proxy and nothing leaked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "with quota refusals, timeouts and traps mixed in, the kvm and kvm2 creates do not settle within minutes of a debug build yet; see BENCHMARKS.md, Faults at a rate"]
 async fn traps_quotas_and_timeouts_converge_too() {
     let rule = |rate, class: &str| FaultRule {
         capability: "*".into(),
@@ -220,7 +279,6 @@ async fn traps_quotas_and_timeouts_converge_too() {
         ],
     };
     let (faulted, after) = converge(&spec).await;
-    assert!(faulted.steady);
     assert!(
         faulted
             .proxies

@@ -216,14 +216,6 @@ pub fn inject_trap(reason: String) {
     });
 }
 
-/// Whether the provider call being run has trapped: a trapped module makes no more calls, so
-/// a simulated backend refuses, without effect, what the guest still asks for.
-pub fn trapped() -> bool {
-    INJECTED_TRAP
-        .try_with(|t| t.lock().unwrap_or_else(|p| p.into_inner()).is_some())
-        .unwrap_or(false)
-}
-
 /// Runs one export call on a fresh instance.
 pub(crate) async fn execute(
     engine: &wasmtime::Engine,
@@ -239,6 +231,22 @@ pub(crate) async fn execute(
     // Yield at every epoch tick: a spinning guest then gives its thread back, and the timeout
     // below cancels it by dropping the future.
     store.epoch_deadline_async_yield_and_update(1);
+    // An injected trap stops the guest as the host call that drew it returns, as a module
+    // crashing there would: it makes no further call (a module in a wait loop would otherwise
+    // go on calling until its budget ran out).
+    let injected = Arc::new(std::sync::Mutex::new(None::<String>));
+    let hook_sees = injected.clone();
+    store.call_hook(move |_, hook| {
+        if matches!(hook, wasmtime::CallHook::ReturningFromHost)
+            && hook_sees
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some()
+        {
+            return Err(wasmtime::Error::msg("injected trap"));
+        }
+        Ok(())
+    });
 
     let run = async {
         let instance = pre
@@ -279,7 +287,6 @@ pub(crate) async fn execute(
             }
         })
     };
-    let injected = Arc::new(std::sync::Mutex::new(None));
     let mut result =
         match tokio::time::timeout(timeout, INJECTED_TRAP.scope(injected.clone(), run)).await {
             Ok(r) => r,

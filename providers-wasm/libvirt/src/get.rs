@@ -31,9 +31,20 @@ pub fn read_mark(
     }
 }
 
+/// libvirt's error domain of its RPC layer: the connection to the daemon failed, not the call.
+const FROM_RPC: i32 = 7;
+
+/// Whether a failed call says the connection failed rather than the call: timed out, lost,
+/// not established. Such a failure says nothing about what was asked.
+fn connection_failed(e: &guest_sdk::libvirt::LibvirtError) -> bool {
+    e.timeout || e.stage.is_some() || e.domain == FROM_RPC
+}
+
 /// The first routable IPv4 from the sources in order; a source that fails (no agent, no
-/// lease, an empty ARP table) is skipped.
-pub fn address(call: &Call<'_>, host: &str, name: &str) -> Option<String> {
+/// lease, an empty ARP table) is skipped. A connection that fails on the way is the get's
+/// error: skipping the source would report a running, addressed domain as one without an
+/// address (not serving) because of a network blip.
+pub fn address(call: &Call<'_>, host: &str, name: &str) -> Result<Option<String>, ProviderError> {
     for source in [
         AddressSource::Agent,
         AddressSource::Lease,
@@ -46,8 +57,15 @@ pub fn address(call: &Call<'_>, host: &str, name: &str) -> Option<String> {
         {
             Ok(ifaces) => {
                 if let Some(ip) = first_ipv4(&ifaces) {
-                    return Some(ip);
+                    return Ok(Some(ip));
                 }
+            }
+            Err(e) if connection_failed(&e) => {
+                return Err(classify(
+                    Op::Other,
+                    &format!("addresses of domain {host}/{name} ({source:?})"),
+                    &e,
+                ));
             }
             Err(e) => {
                 let source = format!("{source:?}");
@@ -64,7 +82,7 @@ pub fn address(call: &Call<'_>, host: &str, name: &str) -> Option<String> {
             }
         }
     }
-    None
+    Ok(None)
 }
 
 /// State, address and mark of an existing domain, as an instance.
@@ -76,7 +94,7 @@ pub fn inspect(call: &Call<'_>, op: Op, host: &str, name: &str) -> Result<Instan
         .domain_get_state(host, name)
         .map_err(|e| classify(op, &format!("state of domain {host}/{name}"), &e))?;
     let ip = if is_active(state) && state != DomainState::Paused {
-        address(call, host, name)
+        address(call, host, name)?
     } else {
         None
     };

@@ -16,6 +16,12 @@ use guest_sdk::{ErrorClass, Level, ProviderError, transient};
 /// taken for the claim of a writer that is gone. A live transfer writes continuously; the
 /// host's own transfer budget ends one that stalls.
 pub const CLAIM_STALL_MS: u64 = 60_000;
+/// How long a claim may stand empty before it is taken for debris. A writer writes its claim
+/// in the call right after creating it, so one left empty for longer is a take cut off
+/// between the two (a crash there cannot take it back); waiting the full stall timeout for it
+/// would let every crash at that point cost a minute of polling in every writer, and a writer
+/// whose calls fail now and then might never see a minute of it in one call.
+pub const CLAIM_TAKE_MS: u64 = 10_000;
 /// How often a writer waiting on another's claim looks again.
 pub const CLAIM_POLL_MS: u64 = 1_000;
 /// Left of the call's time when a waiting writer gives up, so it returns its own error.
@@ -187,11 +193,20 @@ fn step(
             let ours = seen
                 .as_ref()
                 .is_some_and(|c| c.holder == call.host.locks().holder_id());
-            let allocation = claim::base_allocation(call, host, pool, base)?;
+            // An empty claim has no writer to watch the base of: only how long it stays so.
+            let (allocation, stall_ms) = match &seen {
+                Some(_) => (
+                    claim::base_allocation(call, host, pool, base)?,
+                    CLAIM_STALL_MS,
+                ),
+                None => (None, CLAIM_TAKE_MS),
+            };
             let w = watch.get_or_insert_with(|| Watch::new(seen.clone(), allocation, now));
-            if ours || w.stalled(&seen, allocation, now, CLAIM_STALL_MS) {
+            if ours || w.stalled(&seen, allocation, now, stall_ms) {
                 let why = if ours {
                     "its writer, a call of this process, has ended"
+                } else if seen.is_none() {
+                    "the claim stayed empty: its take was cut off"
                 } else {
                     "the base did not grow while the claim stood"
                 };

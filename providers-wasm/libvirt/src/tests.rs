@@ -621,6 +621,32 @@ fn the_address_comes_from_the_agent_then_lease_then_arp() {
 }
 
 #[test]
+fn a_connection_lost_while_reading_the_address_fails_the_get() {
+    let (lv, host) = setup();
+    create(&host, "kvm2").unwrap();
+    boot(&lv, &host);
+    let lost = [
+        LibvirtError {
+            timeout: true,
+            ..lv_error(0, "connection closed")
+        },
+        LibvirtError {
+            domain: 7,
+            ..lv_error(codes::INTERNAL_ERROR, "client socket is closed")
+        },
+        dial_error(DialStage::Tcp, "connection refused"),
+    ];
+    for e in lost {
+        lv.fail_next("domain-interface-addresses", e.clone());
+        let got = LibvirtProvider::get(&host, &ctx("kvm2"), ID);
+        let err = got.expect_err("a running domain read as not serving");
+        assert_eq!(err.class, ErrorClass::Transient, "{e:?}: {err:?}");
+    }
+    let inst = LibvirtProvider::get(&host, &ctx("kvm2"), ID).unwrap();
+    assert_eq!(inst.state, InstanceState::Running);
+}
+
+#[test]
 fn cloud_init_is_never_logged_nor_in_errors_or_xml() {
     let (lv, host) = setup();
     create(&host, "kvm2").unwrap();
@@ -1353,6 +1379,31 @@ fn a_claim_over_a_base_that_stopped_growing_is_broken_after_the_stall_timeout() 
     let volumes = lv.host("rack1").pools["default"].volumes().clone();
     assert!(!volumes.contains_key(&claim));
     assert!(volumes.contains_key(&format!("{base}.sha256")));
+}
+
+#[test]
+fn an_empty_claim_is_broken_after_the_take_timeout_not_the_stall_timeout() {
+    use guest_sdk::Libvirt;
+    let (lv, host) = setup();
+    // A take cut off between creating the claim and writing it: nobody's name is in it.
+    let (_, claim) = base_and_claim();
+    let xml = volume_xml(&VolumeSpec {
+        name: &claim,
+        format: ImageFormat::Raw,
+        capacity: 512,
+        allocation: Some(512),
+        backing: None,
+    });
+    lv.volume_create_xml("rack1", "default", &xml).unwrap();
+    lv.clear_calls();
+    let started = guest_sdk::Clock::now_millis(&host);
+    create(&host, "kvm2").unwrap();
+    let waited = guest_sdk::Clock::now_millis(&host) - started;
+    assert!(
+        (crate::image::CLAIM_TAKE_MS..crate::image::CLAIM_STALL_MS).contains(&waited),
+        "waited {waited} ms"
+    );
+    assert_eq!(transfers(&lv), 1);
 }
 
 #[test]

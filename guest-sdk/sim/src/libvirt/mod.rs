@@ -67,8 +67,6 @@ pub struct Libvirt {
     faults: Vec<Fault>,
     /// Faults at a rate, drawn after the counted ones.
     rate: RateFaults,
-    /// The caller has trapped: every call is refused without effect until it says otherwise.
-    refusing: bool,
     /// A `trap` draw answered the last call: the caller is to end as a trap.
     trap: Option<String>,
     next_uuid: u64,
@@ -264,11 +262,6 @@ impl Libvirt {
         self.rate = faults;
     }
 
-    /// While set, every call fails without effect: the caller trapped and makes no more.
-    pub fn set_refusing(&mut self, refusing: bool) {
-        self.refusing = refusing;
-    }
-
     /// Why the caller is to trap, when a `trap` draw answered its last call.
     pub fn take_trap(&mut self) -> Option<String> {
         self.trap.take()
@@ -301,11 +294,6 @@ impl Libvirt {
     }
 
     fn take_fault(&mut self, call: &str, host: Option<&str>) -> Result<(), Error> {
-        if self.refusing {
-            return Err(Error::other(format!(
-                "{call} refused: the module trapped before making it"
-            )));
-        }
         let Some(at) = self.faults.iter().position(|f| {
             f.call == call && f.times > 0 && (f.host.is_none() || f.host.as_deref() == host)
         }) else {

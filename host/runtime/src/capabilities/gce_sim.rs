@@ -260,11 +260,6 @@ impl SimGce {
 impl HttpBackend for SimGce {
     async fn send(&self, req: HttpRequest, _grant: &HttpGrant) -> Result<HttpResponse, HttpError> {
         use egress_sim::faults::FaultClass;
-        if crate::call::trapped() {
-            return Err(HttpError::Transport(
-                "send refused: the module trapped before making it".into(),
-            ));
-        }
         let drawn = self
             .rate
             .lock()

@@ -130,13 +130,6 @@ impl SimKube {
         f: impl FnOnce(&mut Cluster) -> Result<T, ApiError>,
     ) -> Result<T, KubeError> {
         use egress_sim::faults::FaultClass;
-        if crate::call::trapped() {
-            return Err(KubeError::new(
-                0,
-                "Trapped",
-                format!("{call} refused: the module trapped before making it"),
-            ));
-        }
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(fault) = st.faults.iter_mut().find(|f| f.call == call && f.times > 0) {
             fault.times -= 1;

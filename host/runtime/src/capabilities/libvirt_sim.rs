@@ -339,11 +339,9 @@ impl SimLibvirt {
         self
     }
 
-    /// The model, refusing calls while the provider call being run has trapped.
+    /// The model, for one call.
     fn lock(&self) -> Locked<'_> {
-        let mut m = self.model.lock().unwrap_or_else(|p| p.into_inner());
-        m.set_refusing(crate::call::trapped());
-        Locked(m)
+        Locked(self.model.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The hypervisor a host name of this view reaches.
