@@ -366,10 +366,16 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
             run_for: req.run_for,
         },
     };
-    driver
+    let out = driver
         .run_all(inputs.proxies, inputs.pools, prior)
         .await
-        .map(|(r, _)| r)
+        .map(|(r, _)| r);
+    drop(driver);
+    // Freeing a large run's world (every simulated object) and its sandboxes takes a good
+    // part of a second that the report does not wait for: it happens on a thread of its own
+    // while the caller renders the report.
+    std::thread::spawn(move || drop((providers, backends, cfg)));
+    out
 }
 
 /// One provider's health, for `check`.

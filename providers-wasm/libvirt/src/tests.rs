@@ -658,16 +658,20 @@ fn cloud_init_is_never_logged_nor_in_errors_or_xml() {
     create(&host, "kvm2").unwrap();
     let h = lv.host("rack1");
     assert!(!h.domains()["proxy-45b9c519690a"].xml().contains(SENTINEL));
-    let iso = &h.pools["default"].volumes()["proxy-45b9c519690a-cidata.iso"].data;
-    let files = read_iso(iso);
+    let iso = h.pools["default"].volumes()["proxy-45b9c519690a-cidata.iso"]
+        .data
+        .to_vec();
+    let files = read_iso(&iso);
     let user = &files.iter().find(|(n, _)| n == "user-data").unwrap().1;
     assert!(String::from_utf8_lossy(user).contains(SENTINEL));
 }
 
 fn seed_user_data(lv: &FakeLibvirt) -> String {
     let h = lv.host("rack1");
-    let iso = &h.pools["default"].volumes()["proxy-45b9c519690a-cidata.iso"].data;
-    let files = read_iso(iso);
+    let iso = h.pools["default"].volumes()["proxy-45b9c519690a-cidata.iso"]
+        .data
+        .to_vec();
+    let files = read_iso(&iso);
     let user = &files.iter().find(|(n, _)| n == "user-data").unwrap().1;
     String::from_utf8(user.clone()).unwrap()
 }

@@ -780,26 +780,36 @@ impl Compute {
             .and_then(|m| m.parse::<usize>().ok())
             .unwrap_or(500)
             .clamp(1, 500);
-        let offset = query
+        // The token is the key of the page's last instance, so each page starts where the
+        // last one ended instead of rendering every instance before it again (paging through
+        // N instances renders each once).
+        let after = query
             .get("pageToken")
-            .and_then(|t| t.parse::<usize>().ok())
-            .unwrap_or(0);
-        let matching: Vec<(&str, Value)> = self
+            .and_then(|t| t.split_once('/'))
+            .map(|(z, n)| (z.to_string(), n.to_string()));
+        let start = match &after {
+            Some(key) => std::ops::Bound::Excluded(key),
+            None => std::ops::Bound::Unbounded,
+        };
+        let mut matching = self
             .instances
-            .values()
-            .filter(|i| !unreachable.contains(&i.zone))
-            .map(|i| (i.zone.as_str(), self.instance_json(project, i, now)))
-            .filter(|(_, v)| filter_matches(filter, v))
-            .collect();
-        let page = matching.iter().skip(offset).take(max);
+            .range((start, std::ops::Bound::Unbounded))
+            .filter(|(_, i)| !unreachable.contains(&i.zone))
+            .map(|(key, i)| (key, i.zone.as_str(), self.instance_json(project, i, now)))
+            .filter(|(_, _, v)| filter_matches(filter, v));
+        let page: Vec<_> = matching.by_ref().take(max).collect();
+        let more = matching.next().is_some();
         let mut zones: Vec<&str> = self.config.zones.iter().map(String::as_str).collect();
         zones.extend(self.instances.values().map(|i| i.zone.as_str()));
         zones.extend(unreachable.iter().map(String::as_str));
         zones.sort_unstable();
         zones.dedup();
+        let last = page
+            .last()
+            .map(|(key, _, _)| format!("{}/{}", key.0, key.1));
         let mut by_zone: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
-        for (zone, v) in page {
-            by_zone.entry(zone).or_default().push(v.clone());
+        for (_, zone, v) in page {
+            by_zone.entry(zone).or_default().push(v);
         }
         let mut items = Map::new();
         for z in zones {
@@ -826,8 +836,8 @@ impl Compute {
         let mut v = json!({"kind": "compute#instanceAggregatedList",
             "id": format!("projects/{project}/aggregated/instances"),
             "items": items, "selfLink": format!("{}/aggregated/instances", project_url(project))});
-        if offset + max < matching.len() {
-            v["nextPageToken"] = json!((offset + max).to_string());
+        if let (true, Some(last)) = (more, last) {
+            v["nextPageToken"] = json!(last);
         }
         let unreachables: Vec<String> = unreachable.iter().map(|z| format!("zones/{z}")).collect();
         if !unreachables.is_empty() {

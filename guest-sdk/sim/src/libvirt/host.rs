@@ -82,7 +82,7 @@ pub struct Volume {
     pub format: String,
     pub backing: Option<Backing>,
     /// What uploads wrote (small volumes: markers, seed images).
-    pub data: Vec<u8>,
+    pub data: super::bytes::Bytes,
     pub streamed: Option<Streamed>,
 }
 
@@ -96,7 +96,7 @@ impl Volume {
             allocation: if allocation == 0 { len } else { allocation },
             format: format.to_string(),
             backing: None,
-            data: content,
+            data: super::bytes::Bytes::new(&content),
             streamed: None,
         }
     }

@@ -19,9 +19,11 @@
 //! Time is the caller's: the calls that depend on it take the current time in milliseconds.
 
 mod bindings;
+mod bytes;
 mod host;
 mod types;
 
+pub use bytes::Bytes;
 pub use host::{
     Backing, DEFAULT_POOL_CAPACITY, DEFAULT_POOL_PATH, Domain, GIB, Host, HostConfig, MIB, Pool,
     Streamed, Volume,
@@ -666,7 +668,7 @@ impl Libvirt {
                 allocation,
                 format,
                 backing,
-                data: vec![],
+                data: Bytes::default(),
                 streamed: None,
             },
         );
@@ -719,12 +721,7 @@ impl Libvirt {
             v.capacity = v.capacity.max(len);
             // libvirt writes the stream from offset 0 and never truncates: a shorter
             // upload leaves the old bytes (zeros, in a fresh raw volume) after its own.
-            let mut data = data;
-            let old = std::mem::take(&mut v.data);
-            if old.len() > data.len() {
-                data.extend_from_slice(&old[data.len()..]);
-            }
-            v.data = data;
+            v.data.overwrite_from_start(&data);
             v.streamed = None;
             Ok(())
         })
@@ -748,7 +745,7 @@ impl Libvirt {
             v.data.len() as u64
         };
         let n = usize::try_from(max_bytes.min(size)).unwrap_or(usize::MAX);
-        let mut out = v.data[..n.min(v.data.len())].to_vec();
+        let mut out = v.data.prefix(n);
         out.resize(n, 0);
         Ok(out)
     }
