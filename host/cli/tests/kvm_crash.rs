@@ -26,9 +26,8 @@
 mod common;
 
 use common::gate::{self, Gate};
-use common::kvm::{Bridge, LOCAL_URI, must, random_hex, secs};
+use common::kvm::{Bridge, LOCAL_URI, random_hex, root_libvirt_env, secs};
 use common::lab::*;
-use common::{libvirt_env, real_backends_required};
 use libvirt_rpc as rpc;
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -355,15 +354,9 @@ async fn point(s: Arc<Shared>, i: usize, stop: Stop) -> Timings {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_killed_anywhere_converges_on_the_next_run() {
-    let Some(env) = libvirt_env() else { return };
-    if !must("id", &["-u"]).trim().eq("0") {
-        assert!(
-            !real_backends_required(),
-            "EGRESS_REQUIRE_REAL_BACKENDS=1 but the test is not root (it creates a bridge)"
-        );
-        eprintln!("skipped: not root (the test creates a bridge and ARP entries)");
+    let Some(env) = root_libvirt_env("creates a bridge and ARP entries") else {
         return;
-    }
+    };
     let daemon = Daemon::shared(&env);
     let dir = tempfile::tempdir().unwrap();
     let suffix = random_hex(6);

@@ -15,7 +15,6 @@
 mod common;
 
 use common::kvm::*;
-use common::{libvirt_env, real_backends_required};
 use libvirt_rpc as rpc;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -325,15 +324,9 @@ fn arp_for(writers: &[&Writer]) -> Vec<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writers_sharing_an_uncached_image_fetch_it_once() {
-    let Some(env) = libvirt_env() else { return };
-    if !must("id", &["-u"]).trim().eq("0") {
-        assert!(
-            !real_backends_required(),
-            "EGRESS_REQUIRE_REAL_BACKENDS=1 but the test is not root (it creates a bridge)"
-        );
-        eprintln!("skipped: not root (the test creates a bridge and ARP entries)");
+    let Some(env) = root_libvirt_env("creates a bridge and ARP entries") else {
         return;
-    }
+    };
     let f = Fixture::new(env);
 
     // -- One Proxy alone, for the time a single create takes with an uncached image.

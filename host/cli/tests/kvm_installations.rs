@@ -15,9 +15,10 @@
 mod common;
 
 use common::gate::{self, Gate};
-use common::kvm::{Bridge, LOCAL_URI, Leftovers, Run, TestProxy, must, random_hex, secs};
+use common::kvm::{
+    Bridge, LOCAL_URI, Leftovers, Run, TestProxy, random_hex, root_libvirt_env, secs,
+};
 use common::lab::*;
-use common::{libvirt_env, real_backends_required};
 use libvirt_rpc as rpc;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -105,15 +106,9 @@ impl Lab {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_installations_sweep_only_their_own_orphans() {
-    let Some(env) = libvirt_env() else { return };
-    if !must("id", &["-u"]).trim().eq("0") {
-        assert!(
-            !real_backends_required(),
-            "EGRESS_REQUIRE_REAL_BACKENDS=1 but the test is not root (it creates a bridge)"
-        );
-        eprintln!("skipped: not root (the test creates a bridge and ARP entries)");
+    let Some(env) = root_libvirt_env("creates a bridge and ARP entries") else {
         return;
-    }
+    };
     let started = Instant::now();
     let daemon = Daemon::shared(&env);
     let suffix = random_hex(6);

@@ -24,9 +24,9 @@
 mod common;
 
 use common::gate::{self, Gate};
-use common::kvm::{Bridge, must, provider_calls, random_hex, run_quiet, secs};
+use common::kvm::{Bridge, provider_calls, random_hex, root_libvirt_env, run_quiet, secs};
 use common::lab::*;
-use common::{libvirt_env, real_backends_required};
+use common::real_backends_required;
 use libvirt_rpc as rpc;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -236,15 +236,9 @@ fn attempts(run: &common::kvm::Run, name: &str) -> (usize, Vec<String>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_create_survives_libvirtd_killed_and_restarted() {
-    let Some(env) = libvirt_env() else { return };
-    if !must("id", &["-u"]).trim().eq("0") {
-        assert!(
-            !real_backends_required(),
-            "EGRESS_REQUIRE_REAL_BACKENDS=1 but the test is not root (it starts a libvirtd)"
-        );
-        eprintln!("skipped: not root (the test starts a libvirtd and creates a bridge)");
+    let Some(env) = root_libvirt_env("starts a libvirtd and creates a bridge") else {
         return;
-    }
+    };
     // The private daemon needs a mount namespace of its own.
     if !run_quiet("unshare", &["--mount", "true"]).status.success() {
         assert!(

@@ -18,7 +18,6 @@
 mod common;
 
 use common::kvm::*;
-use common::{libvirt_env, real_backends_required};
 use libvirt_rpc as rpc;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
@@ -29,16 +28,10 @@ use std::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn proxies_become_domains_on_a_real_libvirtd_and_go_away_again() {
-    let Some(env) = libvirt_env() else { return };
     // Bridge and neighbour table need root; setup.sh ran as root, the test may not.
-    if !must("id", &["-u"]).trim().eq("0") {
-        assert!(
-            !real_backends_required(),
-            "EGRESS_REQUIRE_REAL_BACKENDS=1 but the test is not root (it creates a bridge)"
-        );
-        eprintln!("skipped: not root (the test creates a bridge and ARP entries)");
+    let Some(env) = root_libvirt_env("creates a bridge and ARP entries") else {
         return;
-    }
+    };
     let pool_name = env["LIBVIRT_POOL"].clone();
     let dir = tempfile::tempdir().unwrap();
     let suffix = random_hex(6);

@@ -53,6 +53,22 @@ pub fn must(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// The test daemons' environment, for a test that must run as root (`needs` says what for:
+/// "creates a bridge", "starts a libvirtd"). None, printing why, when the daemons are not set
+/// up or the test is not root; with EGRESS_REQUIRE_REAL_BACKENDS=1 not being root fails.
+pub fn root_libvirt_env(needs: &str) -> Option<HashMap<String, String>> {
+    let env = super::libvirt_env()?;
+    if !must("id", &["-u"]).trim().eq("0") {
+        assert!(
+            !real_backends_required(),
+            "EGRESS_REQUIRE_REAL_BACKENDS=1 but the test is not root (it {needs})"
+        );
+        eprintln!("skipped: not root (the test {needs})");
+        return None;
+    }
+    Some(env)
+}
+
 /// The test's bridge: no address of either family, deleted on drop even when an assertion
 /// failed first.
 pub struct Bridge(pub String);
