@@ -4,18 +4,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use egress_core::InstanceState;
-use egress_core::config::ProvidersConfig;
 use egress_proxies::cli::Format;
 use egress_proxies::reconcile::{Driver, DriverOptions, Report, Time};
 use egress_proxies::state::StateFile;
 use egress_proxies::{output, parse_proxies};
-use egress_runtime::world::World;
-use egress_runtime::{LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
 use egress_tests::scale::{self, FaultRule, Spec};
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// 1,000 by the measure; `EGRESS_FAULT_PROXIES` sets another count. A debug build
@@ -64,35 +61,12 @@ async fn converge_on(spec: &Spec, keep: &[&str]) -> (Report, Report) {
 
 /// [`converge_on`], giving up after `max_rounds` rounds.
 async fn run_on(spec: &Spec, keep: &[&str], max_rounds: u32) -> (Report, Report) {
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache");
-    let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: Some(cache),
-        ..Default::default()
-    })
-    .unwrap();
-    let cfg = ProvidersConfig::from_yaml(&scale::providers()).unwrap();
-    let world = World::from_yaml(&scale::world(spec))
-        .unwrap()
-        .build()
-        .unwrap();
-    let recorder = Arc::new(PlanRecorder::new());
-    let providers = Providers::load(
-        &runtime,
-        &cfg,
-        LoadOptions {
-            base_dir: Path::new("."),
-            builtin: &egress_builtins::module_for_type,
-            backends: world.backends.clone(),
-            recorder: Some(recorder.clone()),
-        },
-    )
-    .await
-    .unwrap();
+    let sim = support::load(&scale::providers(), &scale::world(spec)).await;
     let driver = Driver {
-        providers: &providers,
-        config: &cfg,
-        recorder,
-        time: Time::Virtual(world.clock.clone()),
+        providers: &sim.providers,
+        config: &sim.cfg,
+        recorder: sim.recorder.clone(),
+        time: Time::Virtual(sim.world.clock.clone()),
         egress: None,
         options: DriverOptions {
             installation: "scale".into(),
@@ -113,7 +87,7 @@ async fn run_on(spec: &Spec, keep: &[&str], max_rounds: u32) -> (Report, Report)
         .run_with_state(proxies.clone(), StateFile::default())
         .await
         .unwrap();
-    world.faults.set_enabled(false);
+    sim.world.faults.set_enabled(false);
     let (after, _) = driver.run_with_state(proxies, state).await.unwrap();
     (faulted, after)
 }

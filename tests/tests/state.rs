@@ -4,14 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use egress_core::config::ProvidersConfig;
+mod support;
+
 use egress_proxies::parse_proxies;
 use egress_proxies::reconcile::{Driver, DriverOptions, Report, Time};
 use egress_proxies::state::StateFile;
-use egress_runtime::world::{SimWorld, World};
-use egress_runtime::{LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 const PROVIDERS: &str = "installation: test\nproviders:\n- {name: cluster, type: kubernetes}\n";
@@ -22,45 +20,14 @@ fn proxy(name: &str) -> String {
     )
 }
 
-struct Env {
-    world: SimWorld,
-    providers: Providers,
-    recorder: Arc<PlanRecorder>,
-    cfg: ProvidersConfig,
-}
+use support::Sim as Env;
 
 async fn env(world_yaml: &str) -> Env {
     env_with(PROVIDERS, world_yaml).await
 }
 
 async fn env_with(providers_yaml: &str, world_yaml: &str) -> Env {
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache");
-    let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: Some(cache),
-        ..Default::default()
-    })
-    .unwrap();
-    let cfg = ProvidersConfig::from_yaml(providers_yaml).unwrap();
-    let world = World::from_yaml(world_yaml).unwrap().build().unwrap();
-    let recorder = Arc::new(PlanRecorder::new());
-    let providers = Providers::load(
-        &runtime,
-        &cfg,
-        LoadOptions {
-            base_dir: Path::new("."),
-            builtin: &egress_builtins::module_for_type,
-            backends: world.backends.clone(),
-            recorder: Some(recorder.clone()),
-        },
-    )
-    .await
-    .unwrap();
-    Env {
-        world,
-        providers,
-        recorder,
-        cfg,
-    }
+    support::load(providers_yaml, world_yaml).await
 }
 
 async fn run(e: &Env, proxies: &str, state: &Path) -> Report {
