@@ -345,6 +345,25 @@ pub fn kvm_block(
     image_url: &str,
     sha: &str,
 ) -> String {
+    kvm_block_on(
+        env,
+        &env["LIBVIRT_SOCKET"],
+        &env["LIBVIRT_POOL"],
+        bridge,
+        image_url,
+        sha,
+    )
+}
+
+/// [`kvm_block`] for a daemon at `socket` with its pool `pool` (a private libvirtd).
+pub fn kvm_block_on(
+    env: &HashMap<String, String>,
+    socket: &str,
+    pool: &str,
+    bridge: &str,
+    image_url: &str,
+    sha: &str,
+) -> String {
     format!(
         r#"
       sshKeyFile: {key}
@@ -361,8 +380,6 @@ pub fn kvm_block(
         known = env["LIBVIRT_SSH_KNOWN_HOSTS"],
         addr = format_args!("{}:{}", env["LIBVIRT_SSH_HOST"], env["LIBVIRT_SSH_PORT"]),
         user = env["LIBVIRT_SSH_USER"],
-        socket = env["LIBVIRT_SOCKET"],
-        pool = env["LIBVIRT_POOL"],
     )
 }
 

@@ -87,30 +87,10 @@ impl Daemon {
         image_url: &str,
         sha: &str,
     ) -> String {
-        let env = &self.env;
+        let block =
+            super::kvm::kvm_block_on(&self.env, &self.socket, &self.pool, bridge, image_url, sha);
         format!(
-            r#"installation: {installation}
-providers:
-  - name: {PROVIDER}
-    type: kvm2
-    kvm2:
-      sshKeyFile: {key}
-      knownHostsFile: {known}
-      domainType: qemu
-      diskSizeGb: 1
-      images:
-        tiny: {{url: "{image_url}", sha256: {sha}, format: qcow2, firmware: uefi}}
-      machineTypes:
-        small: {{vcpus: 1, memoryMiB: 128}}
-      hosts:
-        - {{name: {HOST}, address: "{addr}", user: {user}, socket: {socket}, pool: {pool}, bridge: {bridge}}}
-"#,
-            key = env["LIBVIRT_SSH_KEY"],
-            known = env["LIBVIRT_SSH_KNOWN_HOSTS"],
-            addr = format_args!("{}:{}", env["LIBVIRT_SSH_HOST"], env["LIBVIRT_SSH_PORT"]),
-            user = env["LIBVIRT_SSH_USER"],
-            socket = self.socket,
-            pool = self.pool,
+            "installation: {installation}\nproviders:\n  - name: {PROVIDER}\n    type: kvm2\n    kvm2:{block}\n"
         )
     }
 }
