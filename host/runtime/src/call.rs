@@ -203,7 +203,25 @@ pub enum CallFailure {
 tokio::task_local! {
     /// Why the provider call being run has trapped, once a simulated backend injected a trap
     /// into one of its capability calls.
-    static INJECTED_TRAP: Arc<std::sync::Mutex<Option<String>>>;
+    static INJECTED_TRAP: Arc<InjectedTrap>;
+}
+
+/// A call's injected trap: the flag is what the call hook reads on every host call's return,
+/// so that check costs an atomic load, not a lock.
+#[derive(Default)]
+struct InjectedTrap {
+    fired: std::sync::atomic::AtomicBool,
+    reason: std::sync::Mutex<Option<String>>,
+}
+
+impl InjectedTrap {
+    fn fired(&self) -> bool {
+        self.fired.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn take(&self) -> Option<String> {
+        self.reason.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
 }
 
 /// A simulated backend's injected trap (a world's `trap` fault): the provider call that made
@@ -211,8 +229,11 @@ tokio::task_local! {
 /// at that point would. Outside a provider call it does nothing.
 pub fn inject_trap(reason: String) {
     let _ = INJECTED_TRAP.try_with(|t| {
-        let mut t = t.lock().unwrap_or_else(|p| p.into_inner());
-        t.get_or_insert(reason);
+        t.reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(reason);
+        t.fired.store(true, std::sync::atomic::Ordering::Release);
     });
 }
 
@@ -234,15 +255,10 @@ pub(crate) async fn execute(
     // An injected trap stops the guest as the host call that drew it returns, as a module
     // crashing there would: it makes no further call (a module in a wait loop would otherwise
     // go on calling until its budget ran out).
-    let injected = Arc::new(std::sync::Mutex::new(None::<String>));
+    let injected = Arc::new(InjectedTrap::default());
     let hook_sees = injected.clone();
     store.call_hook(move |_, hook| {
-        if matches!(hook, wasmtime::CallHook::ReturningFromHost)
-            && hook_sees
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some()
-        {
+        if matches!(hook, wasmtime::CallHook::ReturningFromHost) && hook_sees.fired() {
             return Err(wasmtime::Error::msg("injected trap"));
         }
         Ok(())
@@ -292,7 +308,7 @@ pub(crate) async fn execute(
             Ok(r) => r,
             Err(_) => Err(CallFailure::Timeout(timeout)),
         };
-    if let Some(reason) = injected.lock().unwrap_or_else(|p| p.into_inner()).take() {
+    if let Some(reason) = injected.take() {
         result = Err(CallFailure::Trap(reason));
     }
     // The Store is dropped here, on the caller's thread, before the slot is released: handing
