@@ -16,6 +16,14 @@ use std::process::Command;
 
 pub const WASM_TARGET: &str = "wasm32-wasip2";
 
+/// The guests' shadow stack (the part of the wasm stack kept in linear memory; frames
+/// themselves live on the host's stack). It sits first in memory, below the data, so an
+/// overflow traps instead of overwriting data. The toolchain's default of 1 MiB put the
+/// stack's hot top and the data 1 MiB into memory, above the region the pooling allocator
+/// keeps resident between calls, so every call faulted those pages in again and every
+/// release unmapped them (BENCHMARKS.md, "Scale").
+const STACK_FLAG: &str = "-Clink-arg=-zstack-size=131072"; // 128 KiB
+
 /// Variables cargo sets for a build script that must not reach the nested wasm build.
 const SCRUBBED: &[&str] = &[
     "CARGO_ENCODED_RUSTFLAGS",
@@ -97,7 +105,10 @@ pub fn build_guests(guests: &[Guest], watched: &[&str]) {
     }
     // Panic locations name the source files: without this the modules (and the binary that
     // embeds them) would carry the builder's home and checkout paths.
-    cmd.env("CARGO_ENCODED_RUSTFLAGS", remap_flags(&cargo_home(), &root));
+    cmd.env(
+        "CARGO_ENCODED_RUSTFLAGS",
+        format!("{}\u{1f}{STACK_FLAG}", remap_flags(&cargo_home(), &root)),
+    );
     match cmd.status() {
         Ok(s) if s.success() => {}
         Ok(_) => fail("building the provider modules for wasm32-wasip2 failed (see above)"),

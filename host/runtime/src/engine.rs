@@ -102,6 +102,9 @@ fn base_config(opts: &RuntimeOptions) -> Result<Config, RuntimeError> {
     Ok(config)
 }
 
+/// How much of each pooled linear memory stays resident between calls (see `pooling_config`).
+const KEEP_RESIDENT_BYTES: usize = 512 << 10;
+
 fn pooling_config(slots: u32) -> PoolingAllocationConfig {
     let mut p = PoolingAllocationConfig::default();
     p.total_component_instances(slots)
@@ -113,10 +116,13 @@ fn pooling_config(slots: u32) -> PoolingAllocationConfig {
         .max_core_instances_per_component(20)
         .max_memories_per_component(4)
         .max_tables_per_component(8)
-        // A reused slot keeps its first 64 KiB resident (zeroed) instead of faulting them in
-        // again: 30 -> 24 µs per fresh call here; 128 KiB and more measured no better
-        // (BENCHMARKS.md).
-        .linear_memory_keep_resident(64 << 10)
+        // A reused slot keeps its first 512 KiB resident, zeroed with memset, instead of
+        // faulting them in again and unmapping them at every release. The guests' shadow stack
+        // (128 KiB, host/guest-build), their data and the heap of most calls lie below that.
+        // Unmapping also costs every other thread of the process a TLB shootdown, which
+        // doubled the system time of a dry-run's lanes. 10,000 Proxies: 495,000 -> 118,000
+        // page faults, 7.6 -> 3.9 s (BENCHMARKS.md, "Scale").
+        .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
         .table_keep_resident(64 << 10);
     p
 }
