@@ -37,12 +37,27 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 const BYTES_PER_INPUT_BYTE: usize = 32;
 const BASE_BYTES: usize = 1024;
 
-fn allocated_during<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    let region = Region::new(GLOBAL);
-    let out = f();
-    let stats = region.change();
-    let grown = usize::try_from(stats.bytes_reallocated.max(0)).unwrap_or(0);
-    (out, stats.bytes_allocated + grown)
+/// What `f` allocates: fresh allocations and the growth of reallocations. The counters are
+/// the process's, and the test harness's own thread allocates as a test ends while the next
+/// one may be measuring (seen once in a full run: 1,216 bytes "for 4 input bytes", which
+/// the same seed did not repeat). A decoder allocates the same on every run of one input,
+/// and another thread's allocation only adds to it: so `f` runs until two measurements
+/// agree, at most three times, and the least is what it allocated.
+fn allocated_during<R>(f: impl Fn() -> R) -> (R, usize) {
+    let once = || {
+        let region = Region::new(GLOBAL);
+        let out = f();
+        let stats = region.change();
+        let grown = usize::try_from(stats.bytes_reallocated.max(0)).unwrap_or(0);
+        (out, stats.bytes_allocated + grown)
+    };
+    let (_, first) = once();
+    let (out, second) = once();
+    if first == second {
+        return (out, second);
+    }
+    let (out, third) = once();
+    (out, first.min(second).min(third))
 }
 
 /// What a value keeps through re-encoding: all of it, but for the node model, a C `char[32]`

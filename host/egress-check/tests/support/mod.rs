@@ -152,6 +152,8 @@ pub struct Squid {
     child: Option<Child>,
     pub listen: SocketAddr,
     dir: tempfile::TempDir,
+    /// Its service name, which its shared memory segments are named after.
+    service: String,
 }
 
 impl Squid {
@@ -172,8 +174,18 @@ impl Squid {
         let listen = SocketAddr::from((ip, port));
         let path = dir.path().join("squid.conf");
         std::fs::write(&path, for_this_machine(conf, listen, dir.path())).unwrap();
+        // Squid names its shared memory segments after its service name (`/squid-cf__...`):
+        // two started at once under the default name collide ("shm_open ... File exists").
+        static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let service = format!(
+            "egress{}n{}",
+            std::process::id(),
+            STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let child = Command::new(binary)
             .arg("-N")
+            .arg("-n")
+            .arg(&service)
             .arg("-f")
             .arg(&path)
             .stdin(Stdio::null())
@@ -185,6 +197,7 @@ impl Squid {
             child: Some(child),
             listen,
             dir,
+            service,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
@@ -226,6 +239,21 @@ impl Squid {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            self.remove_segments();
+        }
+    }
+
+    /// The shared memory segments a killed Squid could not remove (`/dev/shm/<service>-*`):
+    /// only this one's, by the name it was started with.
+    fn remove_segments(&self) {
+        let prefix = format!("{}-", self.service);
+        let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+            return;
+        };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_file(e.path());
+            }
         }
     }
 }
@@ -276,5 +304,6 @@ impl Drop for Squid {
         for helper in helpers {
             signal(helper, "-TERM");
         }
+        self.remove_segments();
     }
 }
