@@ -12,8 +12,8 @@ pub const PROVIDERS: [&str; 4] = ["cluster", "gce", "lab", "legacy"];
 /// Hosts per libvirt provider.
 pub const HOSTS: usize = 4;
 
-const IMAGE_URL: &str = "https://images.example.com/debian-12-genericcloud-amd64.qcow2";
-const IMAGE_SHA: &str = "8b3c1f5a2e9d4c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b";
+pub const IMAGE_URL: &str = "https://images.example.com/debian-12-genericcloud-amd64.qcow2";
+pub const IMAGE_SHA: &str = "8b3c1f5a2e9d4c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b";
 const GCE_IMAGE: &str = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64";
 const ZONES: [&str; 3] = ["europe-west1-b", "europe-west1-c", "europe-west1-d"];
 

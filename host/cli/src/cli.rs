@@ -196,8 +196,8 @@ pub struct ReconcileArgs {
     /// may not be written yet).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub gc_grace: std::time::Duration,
-    /// Proxies reconciled at once (real mode; a dry-run steps one at a time so its plan is
-    /// the same on every run).
+    /// Proxies reconciled at once (real mode; a dry-run steps one at a time per lane of
+    /// providers, so its plan is the same on every run).
     #[arg(long, default_value_t = crate::reconcile::DEFAULT_CONCURRENCY, value_parser = parse_concurrency)]
     pub concurrency: usize,
     /// With --dry-run: go on this long in simulated time even once steady (e.g. 24h), so

@@ -7,6 +7,7 @@ use egress_core::pool::ProxyPool;
 pub use pools::PoolReport;
 use pools::PoolRun;
 
+pub mod lanes;
 mod pools;
 use egress_core::config::ProvidersConfig;
 use egress_core::gc::{self, Verdict};
@@ -44,6 +45,7 @@ impl Time {
     }
 }
 
+#[derive(Clone)]
 pub struct DriverOptions {
     pub installation: String,
     /// Rounds of "run every due Proxy" before a dry-run gives up (real mode is bounded by
@@ -87,7 +89,8 @@ pub struct Report {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pools: Vec<PoolReport>,
     pub gc: GcReport,
-    /// Dry-run: rounds of stepping every due Proxy. Real mode: Proxy steps run.
+    /// Dry-run: rounds of stepping every due Proxy (in the lane that took most). Real mode:
+    /// Proxy steps run.
     pub rounds: u32,
     /// Simulated (dry-run) or real seconds the run covered.
     pub elapsed_seconds: u64,
@@ -165,11 +168,15 @@ pub struct Change {
     pub at_ms: u64,
     #[serde(skip)]
     pub seq: u64,
+    /// The provider that made the call.
+    #[serde(skip)]
+    pub provider: String,
 }
 
 impl From<PlanStep> for Change {
     fn from(s: PlanStep) -> Self {
         Self {
+            provider: s.provider,
             capability: s.capability,
             call: s.call,
             target: s.target,
@@ -179,6 +186,58 @@ impl From<PlanStep> for Change {
             at_ms: s.at_ms,
             seq: s.seq,
         }
+    }
+}
+
+impl Report {
+    /// One report of the reports of a dry-run's lanes, as one sequential run would order it:
+    /// Proxies by key, pools in `pool_order` (the input's), the sweep by provider name. The
+    /// run is steady when every lane is, and took as long as its longest lane.
+    pub fn merge(lanes: Vec<Report>, pool_order: &[String]) -> Report {
+        let started_ms = lanes.iter().map(|r| r.started_ms).min().unwrap_or(0);
+        let mut merged = Report {
+            proxies: Vec::new(),
+            pools: Vec::new(),
+            gc: GcReport {
+                changes: Vec::new(),
+                verdicts: Vec::new(),
+            },
+            rounds: 0,
+            elapsed_seconds: 0,
+            steady: true,
+            started_at: egress_core::egress::rfc3339_ms(started_ms),
+            started_ms,
+        };
+        for r in lanes {
+            merged.proxies.extend(r.proxies);
+            merged.pools.extend(r.pools);
+            merged.gc.changes.extend(r.gc.changes);
+            merged.gc.verdicts.extend(r.gc.verdicts);
+            merged.rounds = merged.rounds.max(r.rounds);
+            merged.elapsed_seconds = merged.elapsed_seconds.max(r.elapsed_seconds);
+            merged.steady &= r.steady;
+        }
+        merged
+            .proxies
+            .sort_by_cached_key(|p| format!("{}/{}", p.namespace, p.name));
+        let place = |p: &PoolReport| {
+            let key = format!("{}/{}", p.namespace, p.name);
+            pool_order
+                .iter()
+                .position(|k| *k == key)
+                .unwrap_or(usize::MAX)
+        };
+        merged.pools.sort_by_key(place);
+        // Stable: within a provider, the order its sweep made.
+        merged
+            .gc
+            .changes
+            .sort_by(|a, b| a.provider.cmp(&b.provider));
+        merged
+            .gc
+            .verdicts
+            .sort_by(|a, b| a.provider.cmp(&b.provider));
+        merged
     }
 }
 

@@ -57,6 +57,8 @@ pub struct Provider {
     entry: ProviderEntry,
     runtime: Runtime,
     backends: Backends,
+    /// The hypervisors of a libvirt entry, as its block configures them; empty otherwise.
+    libvirt_hosts: Vec<crate::capabilities::libvirt::LibvirtHost>,
     recorder: Option<Arc<PlanRecorder>>,
 }
 
@@ -224,6 +226,26 @@ impl Providers {
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
         self.by_name.values()
     }
+
+    /// The providers named in `names`, bound to `backends` (see [`Provider::rebind`]). Names
+    /// not configured are left out, as a lookup of them would find nothing.
+    pub fn rebound<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+        backends: &Backends,
+        recorder: Option<Arc<PlanRecorder>>,
+    ) -> Result<Self, String> {
+        let mut by_name = BTreeMap::new();
+        for name in names {
+            if let Some(p) = self.by_name.get(name) {
+                by_name.insert(
+                    name.to_string(),
+                    Arc::new(p.rebind(backends, recorder.clone())?),
+                );
+            }
+        }
+        Ok(Self { by_name })
+    }
 }
 
 impl Provider {
@@ -342,20 +364,21 @@ impl Provider {
         }
         let create_timeout = create_timeout(&at, entry, grants.libvirt.is_some())?;
         let mut backends = opts.backends.clone();
+        let mut libvirt_hosts = Vec::new();
         if grants.libvirt.is_some() {
             // The host dials the hypervisors; their details come from the normalized block,
             // and this entry's calls go through its own view of them.
             let normalized: serde_json::Value = serde_json::from_str(&config).unwrap_or_default();
-            let mut hosts = crate::capabilities::libvirt::LibvirtHost::from_block(&normalized)
+            libvirt_hosts = crate::capabilities::libvirt::LibvirtHost::from_block(&normalized)
                 .map_err(|(field, m)| ConfigError::new(format!("{path}.{field}"), m))?;
-            for h in &mut hosts {
+            for h in &mut libvirt_hosts {
                 h.transfer_timeout = entry.image_transfer_timeout();
             }
             backends.libvirt = opts
                 .backends
                 .libvirt
                 .clone()
-                .for_entry(&entry.name, &hosts)
+                .for_entry(&entry.name, &libvirt_hosts)
                 .map_err(|m| ConfigError::new(format!("{path}.hosts"), m))?;
         }
         Ok(Self {
@@ -370,8 +393,61 @@ impl Provider {
             entry: entry.clone(),
             runtime: runtime.clone(),
             backends,
+            libvirt_hosts,
             recorder: opts.recorder.clone(),
         })
+    }
+
+    /// The same provider bound to other backends, its plan steps going to `recorder`: a
+    /// dry-run gives each lane of providers a simulated world of its own.
+    pub fn rebind(
+        &self,
+        backends: &Backends,
+        recorder: Option<Arc<PlanRecorder>>,
+    ) -> Result<Self, String> {
+        let mut own = backends.clone();
+        if self.grants.libvirt.is_some() {
+            own.libvirt = backends
+                .libvirt
+                .clone()
+                .for_entry(&self.name, &self.libvirt_hosts)?;
+        }
+        Ok(Self {
+            name: self.name.clone(),
+            type_name: self.type_name.clone(),
+            revision: self.revision.clone(),
+            module: self.module.clone(),
+            grants: self.grants.clone(),
+            config: self.config.clone(),
+            create_timeout: self.create_timeout,
+            entry: self.entry.clone(),
+            runtime: self.runtime.clone(),
+            backends: own,
+            libvirt_hosts: self.libvirt_hosts.clone(),
+            recorder,
+        })
+    }
+
+    /// What this provider's calls can change, as keys that two providers share when their
+    /// calls can meet: the cluster, the HTTP APIs, and each hypervisor both by the name and by
+    /// the address it is configured with (two entries reach one hypervisor through either).
+    pub fn reaches(&self) -> Vec<String> {
+        let mut keys = Vec::new();
+        if self.grants.kube.is_some() {
+            keys.push("kube".to_string());
+        }
+        if self.grants.http.is_some() {
+            keys.push("http".to_string());
+        }
+        if self.grants.libvirt.is_some() {
+            for h in &self.libvirt_hosts {
+                keys.push(format!("libvirt-name:{}", h.name));
+                if !h.address.is_empty() {
+                    keys.push(format!("libvirt-address:{}", h.address));
+                }
+            }
+        }
+        keys
     }
 
     fn ctx(&self) -> b::CallContext {
