@@ -9,7 +9,7 @@ use egress_proxies::parse_proxies;
 use egress_proxies::reconcile::{Driver, DriverOptions, Time};
 use egress_proxies::state::StateFile;
 use egress_runtime::capabilities::clock::{ClockBackend, SystemClock};
-use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef};
+use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object};
 use egress_runtime::world::World;
 use egress_runtime::{Backends, LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
 use serde_json::Value;
@@ -28,7 +28,7 @@ struct Counting {
 
 #[async_trait]
 impl KubeBackend for Counting {
-    async fn get(&self, target: &KubeRef) -> Result<Value, KubeError> {
+    async fn get(&self, target: &KubeRef) -> Result<Object, KubeError> {
         self.inner.get(target).await
     }
     async fn create(
@@ -37,7 +37,7 @@ impl KubeBackend for Counting {
         kind: &str,
         namespace: Option<&str>,
         body: Value,
-    ) -> Result<Value, KubeError> {
+    ) -> Result<Object, KubeError> {
         let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
         self.max.fetch_max(n, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -55,19 +55,19 @@ impl KubeBackend for Counting {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Value>, KubeError> {
+    ) -> Result<Vec<Object>, KubeError> {
         self.inner
             .list(api_version, kind, namespace, label_selector, limit)
             .await
     }
-    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Value, KubeError> {
+    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError> {
         self.inner.patch(target, merge_patch).await
     }
     async fn patch_status(
         &self,
         target: &KubeRef,
         merge_patch: &Value,
-    ) -> Result<Value, KubeError> {
+    ) -> Result<Object, KubeError> {
         self.inner.patch_status(target, merge_patch).await
     }
     async fn server_version(&self) -> Result<(String, String), KubeError> {

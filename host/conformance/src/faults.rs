@@ -5,7 +5,7 @@
 
 use egress_core::config::HttpGrant;
 use egress_runtime::capabilities::http::{HttpBackend, HttpError, HttpRequest, HttpResponse};
-use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef};
+use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object};
 use egress_runtime::capabilities::libvirt::{
     AddressSource, DomainState, InterfaceAddresses, LibvirtBackend, LibvirtError, LibvirtHost,
     NodeInfo, PoolInfo, ProbeResult, ProbeTarget, R, Transfer, UrlGrant, VolumeInfo,
@@ -102,7 +102,7 @@ impl FaultyKube {
 
 #[async_trait::async_trait]
 impl KubeBackend for FaultyKube {
-    async fn get(&self, target: &KubeRef) -> Result<Value, KubeError> {
+    async fn get(&self, target: &KubeRef) -> Result<Object, KubeError> {
         self.inner.get(target).await
     }
     async fn create(
@@ -111,7 +111,7 @@ impl KubeBackend for FaultyKube {
         kind: &str,
         namespace: Option<&str>,
         body: Value,
-    ) -> Result<Value, KubeError> {
+    ) -> Result<Object, KubeError> {
         self.gate().await?;
         self.inner.create(api_version, kind, namespace, body).await
     }
@@ -126,12 +126,12 @@ impl KubeBackend for FaultyKube {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Value>, KubeError> {
+    ) -> Result<Vec<Object>, KubeError> {
         self.inner
             .list(api_version, kind, namespace, label_selector, limit)
             .await
     }
-    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Value, KubeError> {
+    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError> {
         self.gate().await?;
         self.inner.patch(target, merge_patch).await
     }
@@ -139,7 +139,7 @@ impl KubeBackend for FaultyKube {
         &self,
         target: &KubeRef,
         merge_patch: &Value,
-    ) -> Result<Value, KubeError> {
+    ) -> Result<Object, KubeError> {
         self.inner.patch_status(target, merge_patch).await
     }
     async fn server_version(&self) -> Result<(String, String), KubeError> {

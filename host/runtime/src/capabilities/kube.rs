@@ -44,16 +44,20 @@ impl KubeError {
     }
 }
 
+/// An object as the API server answered it. Shared: the simulated cluster hands out the
+/// version it stores, not a deep copy of it for every get, create and list.
+pub type Object = std::sync::Arc<Value>;
+
 #[async_trait::async_trait]
 pub trait KubeBackend: Send + Sync {
-    async fn get(&self, target: &KubeRef) -> Result<Value, KubeError>;
+    async fn get(&self, target: &KubeRef) -> Result<Object, KubeError>;
     async fn create(
         &self,
         api_version: &str,
         kind: &str,
         namespace: Option<&str>,
         body: Value,
-    ) -> Result<Value, KubeError>;
+    ) -> Result<Object, KubeError>;
     async fn delete(&self, target: &KubeRef) -> Result<(), KubeError>;
     async fn list(
         &self,
@@ -62,12 +66,15 @@ pub trait KubeBackend: Send + Sync {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Value>, KubeError>;
-    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Value, KubeError>;
+    ) -> Result<Vec<Object>, KubeError>;
+    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError>;
     /// A merge patch of the status subresource (what a kubelet or another controller
     /// writes; no guest import reaches it).
-    async fn patch_status(&self, target: &KubeRef, merge_patch: &Value)
-    -> Result<Value, KubeError>;
+    async fn patch_status(
+        &self,
+        target: &KubeRef,
+        merge_patch: &Value,
+    ) -> Result<Object, KubeError>;
     async fn server_version(&self) -> Result<(String, String), KubeError>;
 }
 
@@ -146,13 +153,15 @@ fn from_kube(e: kube::Error) -> KubeError {
     }
 }
 
-fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, KubeError> {
-    serde_json::to_value(v).map_err(|e| KubeError::new(0, "Decode", e.to_string()))
+fn to_value<T: serde::Serialize>(v: &T) -> Result<Object, KubeError> {
+    serde_json::to_value(v)
+        .map(Object::new)
+        .map_err(|e| KubeError::new(0, "Decode", e.to_string()))
 }
 
 #[async_trait::async_trait]
 impl KubeBackend for RealKube {
-    async fn get(&self, target: &KubeRef) -> Result<Value, KubeError> {
+    async fn get(&self, target: &KubeRef) -> Result<Object, KubeError> {
         let api = self
             .api(
                 &target.api_version,
@@ -170,7 +179,7 @@ impl KubeBackend for RealKube {
         kind: &str,
         namespace: Option<&str>,
         body: Value,
-    ) -> Result<Value, KubeError> {
+    ) -> Result<Object, KubeError> {
         let api = self.api(api_version, kind, namespace).await?;
         let obj: kube::api::DynamicObject = serde_json::from_value(body)
             .map_err(|e| KubeError::new(400, "BadRequest", format!("object: {e}")))?;
@@ -202,7 +211,7 @@ impl KubeBackend for RealKube {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Value>, KubeError> {
+    ) -> Result<Vec<Object>, KubeError> {
         let api = self.api(api_version, kind, namespace).await?;
         let mut params = kube::api::ListParams::default();
         if !label_selector.is_empty() {
@@ -215,7 +224,7 @@ impl KubeBackend for RealKube {
         list.items.iter().map(to_value).collect()
     }
 
-    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Value, KubeError> {
+    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError> {
         let api = self
             .api(
                 &target.api_version,
@@ -238,7 +247,7 @@ impl KubeBackend for RealKube {
         &self,
         target: &KubeRef,
         merge_patch: &Value,
-    ) -> Result<Value, KubeError> {
+    ) -> Result<Object, KubeError> {
         let api = self
             .api(
                 &target.api_version,
@@ -429,7 +438,7 @@ impl wit::Host for CallState {
                     )
                     .await
                     .map_err(to_wit)?;
-                out.extend(items.iter().map(Value::to_string));
+                out.extend(items.iter().map(|o| o.to_string()));
             }
             tracing::debug!(count = out.len(), "kube list {}", options.kind);
             Ok(out)

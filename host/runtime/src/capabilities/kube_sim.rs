@@ -4,7 +4,7 @@
 //! simulated time; faults to inject; seeded from the world file.
 
 use crate::capabilities::clock::ClockBackend;
-use crate::capabilities::kube::{KubeBackend, KubeError, KubeRef};
+use crate::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object};
 use egress_sim::kube::{
     ApiError, Cluster, DeleteOptions, Key, Kubelet, LabelSelector, Options, Patch, Selection,
     Subresource,
@@ -178,7 +178,7 @@ impl SimKube {
 
     /// Writes a merge patch to an object's status subresource, as a kubelet or another
     /// controller does (a patch through the main resource leaves status alone).
-    pub fn patch_status(&self, target: &KubeRef, merge_patch: &Value) -> Result<Value, KubeError> {
+    pub fn patch_status(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError> {
         let key = key(target);
         self.call("patch", |c| {
             c.patch(
@@ -187,7 +187,6 @@ impl SimKube {
                 Subresource::Status,
             )
         })
-        .map(|v| (*v).clone())
     }
 }
 
@@ -210,9 +209,9 @@ pub fn rfc3339_ms(ms: u64) -> String {
 
 #[async_trait::async_trait]
 impl KubeBackend for SimKube {
-    async fn get(&self, target: &KubeRef) -> Result<Value, KubeError> {
+    async fn get(&self, target: &KubeRef) -> Result<Object, KubeError> {
         let key = key(target);
-        self.call("get", |c| c.get(&key)).map(|v| (*v).clone())
+        self.call("get", |c| c.get(&key))
     }
 
     async fn create(
@@ -221,9 +220,8 @@ impl KubeBackend for SimKube {
         kind: &str,
         namespace: Option<&str>,
         body: Value,
-    ) -> Result<Value, KubeError> {
+    ) -> Result<Object, KubeError> {
         self.call("create", |c| c.create(api_version, kind, namespace, body))
-            .map(|v| (*v).clone())
     }
 
     async fn delete(&self, target: &KubeRef) -> Result<(), KubeError> {
@@ -239,28 +237,27 @@ impl KubeBackend for SimKube {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Value>, KubeError> {
+    ) -> Result<Vec<Object>, KubeError> {
         self.call("list", |c| {
             let mut sel = Selection::of(api_version, kind, namespace);
             sel.labels = LabelSelector::parse(label_selector).map_err(ApiError::bad_request)?;
             let page = c.list(&sel, limit.map(|l| l as usize), None)?;
-            Ok(page.items.iter().map(|v| (**v).clone()).collect())
+            Ok(page.items)
         })
     }
 
-    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Value, KubeError> {
+    async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError> {
         let key = key(target);
         self.call("patch", |c| {
             c.patch(&key, &Patch::Merge(merge_patch.clone()), Subresource::Main)
         })
-        .map(|v| (*v).clone())
     }
 
     async fn patch_status(
         &self,
         target: &KubeRef,
         merge_patch: &Value,
-    ) -> Result<Value, KubeError> {
+    ) -> Result<Object, KubeError> {
         SimKube::patch_status(self, target, merge_patch)
     }
 
