@@ -5,6 +5,8 @@
 //!     cargo build --release -p egress-proxies
 //!     cargo bench -p egress-tests --bench dry_run_scale [-- N...]     # default 100 1000 10000
 //!
+//! Each size runs `EGRESS_BENCH_RUNS` times (default 3), the sizes in turn; the table gives
+//! the median wall time with the range, and the most peak RSS.
 //! `EGRESS_PROXIES_BIN` names another binary. The inputs and each run's plan (JSON) are left
 //! in `target/scale-bench/<N>/`; the table goes to stdout and `target/scale-bench/results.md`.
 
@@ -100,36 +102,56 @@ fn main() {
     let cache = base.join("module-cache");
     // The modules are compiled once into the cache, outside the measured runs.
     run(&bin, &base.join("warm-up"), 4, &cache);
-    let mut rows = Vec::new();
-    for n in sizes {
-        let row = run(&bin, &base.join(n.to_string()), n, &cache);
-        eprintln!(
-            "{n} Proxies: {:.2} s, {:.1} MiB, {} Running",
-            row.wall_s, row.rss_mib, row.running
-        );
-        rows.push(row);
+    let runs: usize = std::env::var("EGRESS_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    // Runs of all sizes in turn, so that a slow spell of this shared machine falls on every
+    // size alike; each size reports the median of its runs.
+    let mut by_size: Vec<Vec<Row>> = sizes.iter().map(|_| Vec::new()).collect();
+    for _ in 0..runs {
+        for (i, &n) in sizes.iter().enumerate() {
+            let row = run(&bin, &base.join(n.to_string()), n, &cache);
+            eprintln!(
+                "{n} Proxies: {:.2} s, {:.1} MiB, {} Running",
+                row.wall_s, row.rss_mib, row.running
+            );
+            by_size[i].push(row);
+        }
     }
-    let mut table = String::from(
-        "| Proxies | wall time | per Proxy | peak RSS | Running | steady |\n|---:|---:|---:|---:|---:|---|\n",
+    let median = |rows: &[Row]| {
+        let mut walls: Vec<f64> = rows.iter().map(|r| r.wall_s).collect();
+        walls.sort_by(f64::total_cmp);
+        walls[walls.len() / 2]
+    };
+    let mut table = format!(
+        "{runs} runs of each size, in turn.\n\n| Proxies | wall time, median (range) | per Proxy | peak RSS, most | Running | steady |\n|---:|---:|---:|---:|---:|---|\n",
     );
-    for r in &rows {
+    for rows in &by_size {
+        let wall = median(rows);
+        let least = rows.iter().map(|r| r.wall_s).fold(f64::MAX, f64::min);
+        let most = rows.iter().map(|r| r.wall_s).fold(0.0, f64::max);
+        let rss = rows.iter().map(|r| r.rss_mib).fold(0.0, f64::max);
+        let last = &rows[rows.len() - 1];
         table.push_str(&format!(
-            "| {} | {:.2} s | {:.2} ms | {:.1} MiB | {} | {} |\n",
-            r.proxies,
-            r.wall_s,
-            r.wall_s * 1000.0 / r.proxies as f64,
-            r.rss_mib,
-            r.running,
-            r.steady
+            "| {} | {wall:.2} s ({least:.2}–{most:.2}) | {:.2} ms | {rss:.1} MiB | {} | {} |\n",
+            last.proxies,
+            wall * 1000.0 / last.proxies as f64,
+            rows.iter().map(|r| r.running).min().unwrap_or(0),
+            rows.iter().all(|r| r.steady)
         ));
     }
-    if let (Some(a), Some(b)) = (
-        rows.iter().find(|r| r.proxies == 1000),
-        rows.iter().find(|r| r.proxies == 10_000),
-    ) {
+    let of = |n: usize| {
+        sizes
+            .iter()
+            .position(|&s| s == n)
+            .map(|i| median(&by_size[i]))
+    };
+    if let (Some(a), Some(b)) = (of(1000), of(10_000)) {
         table.push_str(&format!(
-            "\n10,000 / 1,000 wall time: {:.1}x\n",
-            b.wall_s / a.wall_s
+            "\n10,000 / 1,000 wall time (medians): {:.1}x\n",
+            b / a
         ));
     }
     print!("{table}");
