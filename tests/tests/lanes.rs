@@ -17,6 +17,18 @@ fn root() -> PathBuf {
 
 /// The JSON plan of a dry-run of the three files, at most `max_rounds` rounds.
 async fn plan(dir: &Path, providers: &str, proxies: &str, world: &str, max_rounds: u32) -> Value {
+    plan_with_state(dir, providers, proxies, world, max_rounds, None).await
+}
+
+/// The same, reading the statuses of an earlier run from `state`.
+async fn plan_with_state(
+    dir: &Path,
+    providers: &str,
+    proxies: &str,
+    world: &str,
+    max_rounds: u32,
+    state: Option<PathBuf>,
+) -> Value {
     std::fs::create_dir_all(dir).unwrap();
     let file = |name: &str, text: &str| {
         let p = dir.join(name);
@@ -28,7 +40,7 @@ async fn plan(dir: &Path, providers: &str, proxies: &str, world: &str, max_round
         providers: file("providers.yaml", providers),
         world: Some(file("world.yaml", world)),
         dry_run: true,
-        state: None,
+        state,
         timeout: Duration::from_secs(600),
         max_rounds,
         gc_grace: Duration::ZERO,
@@ -170,4 +182,40 @@ async fn entries_on_one_hypervisor_plan_in_one_world() {
         1,
         "one VM fits the shared host: {states:?}\n{plan:#}"
     );
+}
+
+/// A dry-run that reads a state file hands each lane the stored Proxies of its own providers:
+/// each Proxy gone from the file is deleted by its provider, in its lane.
+#[tokio::test]
+async fn stored_proxies_gone_from_the_file_are_deleted_in_their_providers_lanes() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = scale::Spec::new(8);
+    let state = dir.path().join("state.yaml");
+    std::fs::write(
+        &state,
+        "installation: scale\nproxies:\n  crawlers/gone-k:\n    key: crawlers/gone-k\n    uid: 00000000-0000-4000-8000-00000000000a\n    provider: cluster\n    status: {state: Running, providerID: crawlers/proxy-000000000000}\n  crawlers/gone-g:\n    key: crawlers/gone-g\n    uid: 00000000-0000-4000-8000-00000000000b\n    provider: gce\n    status: {state: Running, providerID: zones/europe-west1-b/instances/proxy-000000000000}\n",
+    )
+    .unwrap();
+    let plan = plan_with_state(
+        dir.path(),
+        &scale::providers(),
+        &scale::proxies(spec.proxies),
+        &scale::world(&spec),
+        1_000,
+        Some(state),
+    )
+    .await;
+    let proxies = by_name(&plan);
+    assert_eq!(proxies.len(), spec.proxies + 2, "{plan:#}");
+    for (name, provider, capability) in [("gone-k", "cluster", "kube"), ("gone-g", "gce", "http")] {
+        let p = &proxies[name];
+        assert_eq!(p["provider"], provider);
+        assert_eq!(p["deleted"], true, "{name}: {p:#}");
+        let calls: Vec<&Value> = p["changes"].as_array().unwrap().iter().collect();
+        assert!(
+            calls.iter().any(|c| c["capability"] == capability),
+            "{name} deleted through {capability}: {p:#}"
+        );
+    }
+    assert_eq!(plan["steady"], true);
 }
