@@ -43,6 +43,7 @@ pub struct LoadOptions<'a> {
 }
 
 /// One configured provider, ready to call.
+#[derive(Clone)]
 pub struct Provider {
     pub name: String,
     pub type_name: String,
@@ -413,18 +414,9 @@ impl Provider {
                 .for_entry(&self.name, &self.libvirt_hosts)?;
         }
         Ok(Self {
-            name: self.name.clone(),
-            type_name: self.type_name.clone(),
-            revision: self.revision.clone(),
-            module: self.module.clone(),
-            grants: self.grants.clone(),
-            config: self.config.clone(),
-            create_timeout: self.create_timeout,
-            entry: self.entry.clone(),
-            runtime: self.runtime.clone(),
             backends: own,
-            libvirt_hosts: self.libvirt_hosts.clone(),
             recorder,
+            ..self.clone()
         })
     }
 
