@@ -388,12 +388,9 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
         std::thread::spawn(move || drop((providers, reach)));
         return out;
     }
+    // A dry-run has a world and went through the lanes: this is a real run.
     let egress = checker_for(&cfg, &cfg_what, &reach)?;
-    let Reach {
-        backends,
-        virtual_clock,
-        ..
-    } = reach;
+    let backends = reach.backends;
     let recorder = Arc::new(PlanRecorder::new());
     let providers = load_providers(
         &cfg,
@@ -404,15 +401,11 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
         req.runtime.clone(),
     )
     .await?;
-    let time = match virtual_clock {
-        Some(c) => Time::Virtual(c),
-        None => Time::Real(backends.clock.clone() as Arc<dyn ClockBackend>),
-    };
     let driver = Driver {
         providers: &providers,
         config: &cfg,
         recorder,
-        time,
+        time: Time::Real(backends.clock.clone() as Arc<dyn ClockBackend>),
         egress,
         options,
     };
@@ -427,19 +420,17 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
     out
 }
 
-/// A dry-run in lanes ([`reconcile::lanes`]): each lane's providers bound to a world of their
-/// own, built from the one world file, the lanes run at once and their reports merged. Each
-/// lane's plan depends on nothing but its own inputs, so the merged plan is the same on every
-/// run however the lanes are scheduled.
-async fn run_lanes(
-    world: &World,
-    providers: &Providers,
-    cfg: Arc<ProvidersConfig>,
-    cfg_what: &str,
-    inputs: Inputs,
-    prior: state::StateFile,
-    options: DriverOptions,
-) -> Result<Report, CliError> {
+/// A dry-run's inputs dealt to its lanes: each lane's provider names, Proxies and pools, and
+/// stored statuses; and the pools' order in the input, which the merged report keeps.
+struct Dealt {
+    lanes: Vec<Vec<String>>,
+    parts: Vec<Inputs>,
+    priors: Vec<state::StateFile>,
+    pool_order: Vec<String>,
+}
+
+/// Lanes of the providers (see [`reconcile::lanes::partition`]), and what each one plans.
+fn deal_to_lanes(providers: &Providers, inputs: Inputs, prior: state::StateFile) -> Dealt {
     let pool_key =
         |p: &egress_core::pool::ProxyPool| format!("{}/{}", p.metadata.namespace, p.metadata.name);
     let placements = |p: &egress_core::pool::ProxyPool| -> Vec<String> {
@@ -523,6 +514,33 @@ async fn run_lanes(
         priors[i].pools.insert(key, stored);
     }
 
+    Dealt {
+        lanes,
+        parts,
+        priors,
+        pool_order,
+    }
+}
+
+/// A dry-run in lanes ([`reconcile::lanes`]): each lane's providers bound to a world of their
+/// own, built from the one world file, the lanes run at once and their reports merged. Each
+/// lane's plan depends on nothing but its own inputs, so the merged plan is the same on every
+/// run however the lanes are scheduled.
+async fn run_lanes(
+    world: &World,
+    providers: &Providers,
+    cfg: Arc<ProvidersConfig>,
+    cfg_what: &str,
+    inputs: Inputs,
+    prior: state::StateFile,
+    options: DriverOptions,
+) -> Result<Report, CliError> {
+    let Dealt {
+        lanes,
+        parts,
+        priors,
+        pool_order,
+    } = deal_to_lanes(providers, inputs, prior);
     let mut running = Vec::new();
     for ((names, part), prior) in lanes.iter().zip(parts).zip(priors) {
         let sim = world.build().map_err(|source| CliError::Config {
