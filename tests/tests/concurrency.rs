@@ -8,15 +8,16 @@ use egress_core::config::ProvidersConfig;
 use egress_proxies::parse_proxies;
 use egress_proxies::reconcile::{Driver, DriverOptions, Time};
 use egress_proxies::state::StateFile;
+use egress_runtime::Backends;
 use egress_runtime::capabilities::clock::{ClockBackend, SystemClock};
 use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object};
 use egress_runtime::world::World;
-use egress_runtime::{Backends, LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
 use serde_json::Value;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+mod support;
 
 /// The simulated cluster, with every create taking a while and the most creates seen under
 /// way at once counted.
@@ -97,25 +98,7 @@ async fn due_proxies_are_reconciled_at_once_within_the_limit() {
         kube: counting.clone(),
         ..world.backends.clone()
     };
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache");
-    let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: Some(cache),
-        ..Default::default()
-    })
-    .unwrap();
-    let recorder = Arc::new(PlanRecorder::new());
-    let providers = Providers::load(
-        &runtime,
-        &cfg,
-        LoadOptions {
-            base_dir: Path::new("."),
-            builtin: &egress_builtins::module_for_type,
-            backends,
-            recorder: Some(recorder.clone()),
-        },
-    )
-    .await
-    .unwrap();
+    let (providers, recorder) = support::providers_on(&cfg, backends).await;
     let proxies: String = (0..8)
         .map(|i| format!("apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: p{i}, namespace: ns}}\nspec: {{provider: cluster}}\n---\n"))
         .collect();
