@@ -39,9 +39,16 @@ pub struct EgressCheck {
     /// One check's bound.
     #[serde(default = "default_check_timeout")]
     pub timeout: String,
-    /// Failed checks in a row, after the proxy was verified once, that replace it.
+    /// Failed checks in a row, after the proxy was verified once, that replace it. Until
+    /// then the proxy counts as available to its pool: a blip shorter than this many checks
+    /// is invisible to the pool.
     #[serde(default = "default_failure_threshold")]
     pub failure_threshold: u32,
+    /// Failed checks in a row, after the proxy was verified once, that take it out of
+    /// discovery (Ready False), as a kubelet readiness probe's failureThreshold; one verified
+    /// check puts it back. At most failureThreshold, which is the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_failure_threshold: Option<u32>,
     /// How long a running proxy may take to verify for the first time before it is replaced.
     #[serde(default = "default_startup_timeout")]
     pub startup_timeout: String,
@@ -642,6 +649,17 @@ fn check_egress(c: &EgressCheck) -> Result<(), ConfigError> {
         return Err(ConfigError::new(
             "egressCheck.failureThreshold",
             "must be at least 1",
+        ));
+    }
+    if let Some(r) = c.readiness_failure_threshold
+        && (r == 0 || r > c.failure_threshold)
+    {
+        return Err(ConfigError::new(
+            "egressCheck.readinessFailureThreshold",
+            format!(
+                "must be between 1 and failureThreshold ({}), got {r}",
+                c.failure_threshold
+            ),
         ));
     }
     c.max_unhealthy

@@ -76,13 +76,17 @@ pub fn discover<'a>(
             } else {
                 ip.to_string()
             };
+            // What the instance serves and where it runs, whatever the spec says now.
+            let served = c.status.instance_spec.as_ref();
+            let port = served.map_or(c.port, |i| i.port);
+            let zone = served.and_then(|i| i.placement.zone.as_deref()).or(c.zone);
             Some(Discovered {
                 namespace: c.namespace.to_string(),
                 name: c.name.to_string(),
                 provider: c.provider.to_string(),
-                url: format!("http://{host}:{}", c.port),
+                url: format!("http://{host}:{port}"),
                 egress_ip: c.status.egress_ip.clone(),
-                zone: c.zone.map(str::to_string),
+                zone: zone.map(str::to_string),
                 pool: c.pool.map(str::to_string),
                 verified_at: c.status.egress_verified_at.clone(),
                 latency_ms: c.status.egress_latency_ms,

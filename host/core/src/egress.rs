@@ -79,22 +79,55 @@ pub struct Settings {
     pub interval: Duration,
     pub timeout: Duration,
     pub failure_threshold: u32,
+    /// At most `failure_threshold`.
+    pub readiness_threshold: u32,
     pub startup_timeout: Duration,
     pub max_unhealthy: IntOrPercent,
+}
+
+/// How many failed checks in a row a verified proxy takes before it leaves discovery
+/// (`readiness`) and before it no longer counts as available and is replaced (`failure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Thresholds {
+    pub readiness: u32,
+    pub failure: u32,
 }
 
 impl Settings {
     pub fn from_config(c: &crate::config::EgressCheck) -> Self {
         let d = |s: &str, default: u64| parse_duration(s).unwrap_or(Duration::from_secs(default));
+        let failure_threshold = c.failure_threshold.max(1);
         Self {
             urls: c.urls.clone(),
             interval: d(&c.interval, 30),
             timeout: d(&c.timeout, 5),
-            failure_threshold: c.failure_threshold.max(1),
+            failure_threshold,
+            readiness_threshold: c
+                .readiness_failure_threshold
+                .unwrap_or(failure_threshold)
+                .clamp(1, failure_threshold),
             startup_timeout: d(&c.startup_timeout, 600),
             max_unhealthy: c.max_unhealthy.clone(),
         }
     }
+}
+
+impl Settings {
+    pub fn thresholds(&self) -> Thresholds {
+        Thresholds {
+            readiness: self.readiness_threshold,
+            failure: self.failure_threshold,
+        }
+    }
+}
+
+/// Whether a Proxy's instance counts as available, as a pool counts toward its floor: it was
+/// verified since it was created, and has not failed `failure` checks in a row since (a blip
+/// shorter than that is not a failure of the proxy; past it, the proxy is replaced).
+pub fn available(status: &ProxyStatus, t: Thresholds) -> bool {
+    status.egress_verified_at.is_some()
+        && status.egress_failures < t.failure
+        && status.replace_requested.is_none()
 }
 
 /// A stable spread of `interval` for one Proxy, so checks of many Proxies started together do
@@ -127,6 +160,18 @@ pub fn replacement_allowed(failing: usize, checked: usize, max_unhealthy: &IntOr
         return true;
     }
     failing <= max_unhealthy.resolve(checked, true)
+}
+
+/// What a Proxy's status says toward its provider's outage rule ([`replacement_allowed`]):
+/// None when it was never checked or the checker was unavailable at its last check, else
+/// whether its last check failed. Read from the status, so a process that starts (a new
+/// leader, a restarted CLI) counts what the last one counted.
+pub fn outage_vote(status: &ProxyStatus) -> Option<bool> {
+    let c = status.condition(EGRESS_VERIFIED)?;
+    if c.reason == CheckReason::CheckerUnavailable.as_str() {
+        return None;
+    }
+    Some(c.status == "False")
 }
 
 /// What a check did to a Proxy.

@@ -16,4 +16,4 @@ pub mod settle;
 pub use instance::{
     CreateRequest, ErrorClass, Instance, InstanceState, OwnerReference, ProviderError, TargetStatus,
 };
-pub use proxy::{Condition, Placement, Proxy, ProxySpec, ProxyStatus};
+pub use proxy::{Condition, InstanceSpec, Placement, Proxy, ProxySpec, ProxyStatus};

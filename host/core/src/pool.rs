@@ -1,13 +1,24 @@
 //! ProxyPool: `replicas` proxies spread over providers by weight, rolled when the template or a
-//! placement's provider changes and rotated by age, surge first, never taking the Ready count
-//! below `replicas - maxUnavailable` once the pool was there. Kubernetes' Deployment semantics
-//! (rolling.go: old replicas are scaled down only as far as the available count allows, new
-//! ones scaled up within maxSurge) applied to proxies; rotation is just another reason for a
-//! proxy to be out of date, so it spends the same budget and never fires all at once.
+//! placement's provider changes and rotated by age, surge first. The rule, as for Kubernetes'
+//! Deployments and disruption budgets: **the pool's own decisions never take its available
+//! members below `replicas - maxUnavailable`**; only involuntary failures can, and the pool then
+//! replaces them within its surge. Rotation is just another reason for a proxy to be out of
+//! date, so it spends the same budget and never fires all at once.
 //!
-//! [`decide`] is pure: the pool's spec, its Proxies as observed, the current revision of each
-//! placement and the time in; creates, deletes and the status out. The operator and the CLI
-//! carry them out.
+//! "Available" is not "Ready this instant": a member counts from its first verified check until
+//! it has failed the egress check's `failureThreshold` checks in a row (see
+//! [`crate::egress::available`]), so a blip, an API error or an echo outage moves nothing. A
+//! member that never served (still starting) or that failed past the threshold is disposable.
+//!
+//! A placement whose creates keep failing (a permanent failure at once; quota or capacity after
+//! `spillAfter`) lends its share to the others within their `maxReplicas`, keeps one member
+//! trying (its probe, beside `replicas` and the surge), and takes its share back once a member
+//! of it serves again. A member held in a permanent failure is replaced by the pool after a
+//! backoff that doubles per failure of its placement.
+//!
+//! [`decide`] is pure: the pool's spec, its Proxies as observed, what its last status recorded,
+//! the current revision of each placement and the time in; creates, deletes and the status out.
+//! The operator and the CLI carry them out.
 
 use crate::config::IntOrPercent;
 use crate::proxy::{Condition, Placement, SecretKeyRef};
@@ -54,7 +65,18 @@ pub struct PoolSpec {
     /// Nothing is created or deleted while paused; the status is still written.
     #[serde(default)]
     pub paused: bool,
+    /// How long a placement's creates may keep failing on quota or capacity before its share
+    /// is lent to the other placements (a permanent failure lends it at once); default 10m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spill_after: Option<String>,
 }
+
+/// The default of `spec.spillAfter`.
+pub const DEFAULT_SPILL_AFTER: Duration = Duration::from_secs(600);
+/// The first wait before the pool replaces a member held in a permanent failure; it doubles
+/// with each failure of the placement in a row, up to [`FAILED_REPLACEMENT_MAX`].
+pub const FAILED_REPLACEMENT_BASE: Duration = Duration::from_secs(60);
+pub const FAILED_REPLACEMENT_MAX: Duration = Duration::from_secs(1800);
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -143,15 +165,35 @@ pub struct PoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Proxies the pool has (not being deleted).
+    #[serde(default)]
     pub replicas: u32,
-    /// Ready ones (verified where the egress check is configured), none cordoned.
+    /// Ready ones (verified where the egress check is configured), none cordoned: what
+    /// discovery lists.
+    #[serde(default)]
     pub ready_replicas: u32,
+    /// Ones that count toward the floor: verified and not failed past the egress check's
+    /// failureThreshold (Ready where no check is configured), none cordoned.
+    #[serde(default)]
+    pub available_replicas: u32,
     /// Ones of the current template and provider revision, younger than maxAge.
+    #[serde(default)]
     pub updated_replicas: u32,
+    /// How many member names the pool has handed out: the next Proxy is named from the next
+    /// number, so no name repeats within the pool's life.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub member_serial: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<PlacementStatus>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -160,6 +202,21 @@ pub struct PlacementStatus {
     pub provider: String,
     pub replicas: u32,
     pub ready_replicas: u32,
+    #[serde(default)]
+    pub available_replicas: u32,
+    /// Its share of the replicas now: by weight, less what it lends while degraded, plus
+    /// what it borrows from degraded placements.
+    #[serde(default)]
+    pub target_replicas: u32,
+    /// RFC 3339: since when its creates fail (a permanent failure, or quota or capacity for
+    /// longer than spillAfter); its share is lent to the others until a member of it serves
+    /// again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded_since: Option<String>,
+    /// Members held in a permanent failure the pool replaced in a row (the backoff of the
+    /// next replacement doubles with each).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub failed_replacements: u32,
     /// The last failure of one of its proxies, if any is failing now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -180,8 +237,11 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
             "metadata.name: {:?} is not a DNS label (the pool's Proxies are named after it)",
             pool.metadata.name
         ));
-    } else if pool.metadata.name.len() > 50 {
-        problems.push("metadata.name: at most 50 characters (its Proxies add a suffix)".into());
+    } else if pool.metadata.name.len() > 63 - 1 - NAME_LEN {
+        problems.push(format!(
+            "metadata.name: at most {} characters (its Proxies add a suffix)",
+            63 - 1 - NAME_LEN
+        ));
     }
     let s = &pool.spec;
     if s.placements.is_empty() {
@@ -217,20 +277,114 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
         );
     }
     if let Some(r) = &s.rotation {
-        match crate::config::parse_duration(&r.max_age) {
+        let max_age = match crate::config::parse_duration(&r.max_age) {
             Ok(d) if d.is_zero() => {
-                problems.push("spec.rotation.maxAge: must be longer than 0".into())
+                problems.push("spec.rotation.maxAge: must be longer than 0".into());
+                None
             }
-            Ok(_) => {}
-            Err(m) => problems.push(format!("spec.rotation.maxAge: {m}")),
-        }
-        if let Some(j) = &r.jitter
-            && let Err(m) = crate::config::parse_duration(j)
+            Ok(d) => Some(d),
+            Err(m) => {
+                problems.push(format!("spec.rotation.maxAge: {m}"));
+                None
+            }
+        };
+        let jitter = match r.jitter.as_deref().map(crate::config::parse_duration) {
+            Some(Ok(j)) => Some(j),
+            Some(Err(m)) => {
+                problems.push(format!("spec.rotation.jitter: {m}"));
+                None
+            }
+            None => None,
+        };
+        if let (Some(age), Some(j)) = (max_age, jitter)
+            && j >= age
         {
-            problems.push(format!("spec.rotation.jitter: {m}"));
+            // An age limit of maxAge - jitter at or below zero rotates a member the moment it
+            // is made.
+            problems.push(format!(
+                "spec.rotation.jitter: {} must be shorter than maxAge ({})",
+                r.jitter.as_deref().unwrap_or(""),
+                r.max_age
+            ));
+        }
+    }
+    if let Some(a) = &s.spill_after
+        && let Err(m) = crate::config::parse_duration(a)
+    {
+        problems.push(format!("spec.spillAfter: {m}"));
+    }
+    problems
+}
+
+/// What a pool is checked against beyond its own spec: the providers config it runs with.
+#[derive(Debug, Clone, Copy)]
+pub struct Environment<'a> {
+    /// The providers config's entry names.
+    pub providers: &'a [String],
+    /// The egress check's startupTimeout, when the check is configured: how long a member
+    /// may take to verify.
+    pub startup_timeout: Option<Duration>,
+}
+
+/// The shortest age limit a rotation may have when no egress check bounds a member's start.
+pub const MIN_AGE_LIMIT: Duration = Duration::from_secs(600);
+
+/// [`validate`], and what the providers config decides: every placement names a provider it
+/// has, and a member lives long enough to serve before it is rotated (maxAge - jitter at least
+/// twice the egress check's startupTimeout, and at least [`MIN_AGE_LIMIT`]); otherwise the
+/// surge slot churns forever on members that never serve, and the others are never rotated.
+pub fn validate_in(pool: &ProxyPool, env: Environment<'_>) -> Vec<String> {
+    let mut problems = validate(pool);
+    let s = &pool.spec;
+    for (i, p) in s.placements.iter().enumerate() {
+        if !p.provider.is_empty() && !env.providers.contains(&p.provider) {
+            problems.push(format!(
+                "spec.placements[{i}].provider: {:?} is not in the providers config (it has {})",
+                p.provider,
+                if env.providers.is_empty() {
+                    "none".to_string()
+                } else {
+                    env.providers.join(", ")
+                }
+            ));
+        }
+    }
+    if let Some(r) = &s.rotation
+        && let Ok(age) = crate::config::parse_duration(&r.max_age)
+    {
+        let jitter = r
+            .jitter
+            .as_deref()
+            .and_then(|j| crate::config::parse_duration(j).ok())
+            .unwrap_or_default();
+        let shortest = age.saturating_sub(jitter);
+        let needed = env
+            .startup_timeout
+            .map_or(MIN_AGE_LIMIT, |t| (t * 2).max(MIN_AGE_LIMIT));
+        if jitter < age && shortest < needed {
+            problems.push(format!(
+                "spec.rotation.maxAge: maxAge - jitter is {}s, shorter than {}s ({}): a member must live long enough to serve before it is rotated",
+                shortest.as_secs(),
+                needed.as_secs(),
+                match env.startup_timeout {
+                    Some(t) => format!(
+                        "twice the egress check's startupTimeout of {}s",
+                        t.as_secs()
+                    ),
+                    None => "the least the pool allows".to_string(),
+                }
+            ));
         }
     }
     problems
+}
+
+/// The pool's `spillAfter`, parsed (its default when absent or unreadable).
+pub fn spill_after(s: &PoolSpec) -> Duration {
+    s.spill_after
+        .as_deref()
+        .and_then(|a| crate::config::parse_duration(a).ok())
+        .unwrap_or(DEFAULT_SPILL_AFTER)
 }
 
 /// (maxSurge, maxUnavailable) against `replicas`: surge rounded up, unavailability down, as
@@ -264,21 +418,53 @@ pub struct Member {
     pub revision: String,
     /// Unix seconds: when the Proxy was created.
     pub created_at: Option<i64>,
+    /// Unix seconds: when its instance was first seen serving (running with an address).
+    pub running_since: Option<i64>,
+    /// Counts toward the floor: verified and not failed past the egress check's threshold
+    /// (Ready, where no check is configured). Deleting it is a disruption the budget pays for.
+    pub available: bool,
+    /// In discovery now (Ready True).
     pub ready: bool,
     pub cordoned: bool,
     /// Being deleted already: neither counted nor chosen again.
     pub deleting: bool,
-    /// Why it is failing now (a permanent or quota failure), for PlacementDegraded.
-    pub failure: Option<String>,
+    /// Its instance no longer follows its spec (edited under it): out of date.
+    pub drifted: bool,
+    /// Why it cannot be created now, if so.
+    pub failure: Option<MemberFailure>,
+}
+
+/// A member's create failing, as its Ready condition says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberFailure {
+    pub kind: FailureKind,
+    /// Unix seconds: since when (the condition's transition).
+    pub since: Option<i64>,
+    /// `Reason: message`, for PlacementDegraded.
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// Held until a change: a permanent failure, or a provider the config no longer has.
+    Permanent,
+    /// Quota or capacity: retried with backoff.
+    Quota,
 }
 
 /// Why the pool deletes a Proxy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum DeleteReason {
     /// Cordoned: out of discovery, replaced.
     Cordoned,
-    /// Of an older template or provider revision, or of a placement that is gone.
+    /// Of an older template or provider revision, of a placement that is gone, or with a spec
+    /// its instance does not follow.
     OutOfDate,
+    /// Held in a permanent failure past its backoff: a new member tries instead.
+    Failed,
+    /// Its placement has more than its share now (a degraded placement took its share back,
+    /// or lent it away while this member never served).
+    Rebalanced,
     /// Older than maxAge (± its jitter).
     Rotated,
     /// More proxies than replicas.
@@ -290,9 +476,22 @@ impl DeleteReason {
         match self {
             Self::Cordoned => "Cordoned",
             Self::OutOfDate => "OutOfDate",
+            Self::Failed => "Failed",
+            Self::Rebalanced => "Rebalanced",
             Self::Rotated => "Rotated",
             Self::ScaledDown => "ScaledDown",
         }
+    }
+
+    pub fn all() -> [Self; 6] {
+        [
+            Self::Cordoned,
+            Self::OutOfDate,
+            Self::Failed,
+            Self::Rebalanced,
+            Self::Rotated,
+            Self::ScaledDown,
+        ]
     }
 }
 
@@ -302,6 +501,8 @@ pub struct Create {
     pub placement: usize,
     pub zone: Option<String>,
     pub revision: String,
+    /// A degraded placement's one member trying, beside replicas and the surge.
+    pub probe: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -309,7 +510,8 @@ pub struct Decision {
     pub creates: Vec<Create>,
     pub deletes: Vec<(String, DeleteReason)>,
     pub status: PoolStatus,
-    /// When to look again at the latest (the next rotation due), absent other changes.
+    /// When to look again at the latest (the next rotation or failed-member replacement due),
+    /// absent other changes.
     pub requeue_after: Option<Duration>,
 }
 
@@ -339,9 +541,21 @@ pub fn age_limit(rotation: &Rotation, name: &str) -> Option<i64> {
 /// rest of a capped placement's share going to the others, remainders by largest fraction
 /// (ties to the earlier placement).
 pub fn targets(spec: &PoolSpec) -> Vec<usize> {
+    let caps: Vec<usize> = spec
+        .placements
+        .iter()
+        .map(|p| p.max_replicas.map_or(usize::MAX, |m| m as usize))
+        .collect();
+    shares(spec, &caps)
+}
+
+/// [`targets`] with each placement capped at `caps[i]`; what no placement has room for is
+/// left unassigned.
+fn shares(spec: &PoolSpec, caps: &[usize]) -> Vec<usize> {
     let n = spec.placements.len();
+    let cap = |i: usize| caps.get(i).copied().unwrap_or(usize::MAX);
     let mut target = vec![0usize; n];
-    let mut open: Vec<usize> = (0..n).collect();
+    let mut open: Vec<usize> = (0..n).filter(|&i| cap(i) > 0).collect();
     let mut left = spec.replicas as usize;
     while left > 0 && !open.is_empty() {
         let weight: u64 = open
@@ -372,10 +586,7 @@ pub fn targets(spec: &PoolSpec) -> Vec<usize> {
         }
         let mut capped = false;
         for (i, share, _) in shares {
-            let cap = spec.placements[i]
-                .max_replicas
-                .map_or(usize::MAX, |m| m as usize);
-            let room = cap.saturating_sub(target[i]);
+            let room = cap(i).saturating_sub(target[i]);
             let take = share.min(room);
             target[i] += take;
             left -= take;
@@ -383,11 +594,7 @@ pub fn targets(spec: &PoolSpec) -> Vec<usize> {
                 capped = true;
             }
         }
-        open.retain(|&i| {
-            spec.placements[i]
-                .max_replicas
-                .is_none_or(|m| target[i] < m as usize)
-        });
+        open.retain(|&i| target[i] < cap(i));
         if !capped {
             break;
         }
@@ -395,13 +602,41 @@ pub fn targets(spec: &PoolSpec) -> Vec<usize> {
     target
 }
 
-/// Decides one step of the pool. `revisions[i]` is placement i's current [`revision`]; `now`
-/// is Unix seconds.
-pub fn decide(spec: &PoolSpec, revisions: &[String], members: &[Member], now: i64) -> Decision {
+/// How long the pool waits before replacing a member held in a permanent failure, after
+/// `failures` such replacements in its placement in a row.
+pub fn failed_replacement_backoff(failures: u32) -> Duration {
+    FAILED_REPLACEMENT_BASE
+        .saturating_mul(1u32 << failures.min(16))
+        .min(FAILED_REPLACEMENT_MAX)
+}
+
+/// What a placement's record says and what its members show now.
+struct Health {
+    /// Unix seconds: since when its creates fail (None: it creates).
+    degraded_since: Option<i64>,
+    failed_replacements: u32,
+    /// Its failing member's `Reason: message`, if one is failing now.
+    failure: Option<String>,
+}
+
+/// Decides one step of the pool. `revisions[i]` is placement i's current [`revision`]; `prior`
+/// is the status the last decision left (which placements are degraded, since when, and how
+/// many failed members each replaced); `now` is Unix seconds.
+pub fn decide(
+    spec: &PoolSpec,
+    revisions: &[String],
+    members: &[Member],
+    prior: &PoolStatus,
+    now: i64,
+) -> Decision {
+    use std::collections::BTreeMap;
     let replicas = spec.replicas as usize;
     let (surge, unavailable) = budgets(spec);
     let min_available = replicas.saturating_sub(unavailable);
+    let n = spec.placements.len();
     let live: Vec<&Member> = members.iter().filter(|m| !m.deleting).collect();
+    let available_of = |m: &Member| m.available && !m.cordoned;
+    let spill = spill_after(spec).as_secs() as i64;
 
     let rotation_due = |m: &Member| {
         spec.rotation.as_ref().is_some_and(|r| {
@@ -411,11 +646,14 @@ pub fn decide(spec: &PoolSpec, revisions: &[String], members: &[Member], now: i6
         })
     };
     let out_of_date = |m: &Member| match m.placement {
-        Some(i) => revisions.get(i) != Some(&m.revision),
-        None => true,
+        Some(i) if i < n => revisions.get(i) != Some(&m.revision) || m.drifted,
+        _ => true,
     };
-    let stale_reason = |m: &Member| {
-        if m.cordoned {
+    // Why each member is stale, by name; Rebalanced and Failed are added below, once the
+    // placements' shares are known.
+    let mut stale: BTreeMap<&str, DeleteReason> = BTreeMap::new();
+    for m in &live {
+        let why = if m.cordoned {
             Some(DeleteReason::Cordoned)
         } else if out_of_date(m) {
             Some(DeleteReason::OutOfDate)
@@ -423,93 +661,220 @@ pub fn decide(spec: &PoolSpec, revisions: &[String], members: &[Member], now: i6
             Some(DeleteReason::Rotated)
         } else {
             None
+        };
+        if let Some(why) = why {
+            stale.insert(&m.name, why);
         }
-    };
-    let available_of = |m: &Member| m.ready && !m.cordoned;
+    }
 
-    let ready_now = live.iter().filter(|m| available_of(m)).count();
-    let updated_now = live.iter().filter(|m| stale_reason(m).is_none()).count();
+    // 1. Each placement's health: degraded while its creates fail, until a member of it
+    //    serves again; its share is capped at what of it serves now.
+    let mine = |i: usize| live.iter().copied().filter(move |m| m.placement == Some(i));
+    let health: Vec<Health> = (0..n)
+        .map(|i| {
+            let recorded = prior
+                .placements
+                .get(i)
+                .filter(|p| p.provider == spec.placements[i].provider);
+            let since = recorded
+                .and_then(|p| p.degraded_since.as_deref())
+                .and_then(crate::gc::parse_rfc3339);
+            let failing = mine(i)
+                .filter_map(|m| m.failure.as_ref())
+                .filter(|f| match f.kind {
+                    FailureKind::Permanent => true,
+                    FailureKind::Quota => f.since.is_none_or(|t| now.saturating_sub(t) >= spill),
+                })
+                .min_by_key(|f| (f.since, f.message.clone()));
+            let recovered = since.is_some_and(|t| {
+                mine(i).any(|m| available_of(m) && m.running_since.is_some_and(|r| r >= t))
+            });
+            let degraded_since = match (since, failing) {
+                (Some(t), _) if !recovered => Some(t),
+                (_, Some(_)) => Some(now),
+                _ => None,
+            };
+            let failed_replacements = if since.is_some() && recovered {
+                0
+            } else {
+                recorded.map_or(0, |p| p.failed_replacements)
+            };
+            let failure = mine(i)
+                .filter_map(|m| m.failure.as_ref())
+                .min_by_key(|f| (f.since, f.message.clone()))
+                .map(|f| f.message.clone());
+            Health {
+                degraded_since,
+                failed_replacements,
+                failure,
+            }
+        })
+        .collect();
+    let degraded = |i: usize| health[i].degraded_since.is_some();
+
+    // 2. The shares: by weight within maxReplicas, a degraded placement holding only what of
+    //    it serves now and lending the rest.
+    let caps: Vec<usize> = (0..n)
+        .map(|i| {
+            let max = spec.placements[i]
+                .max_replicas
+                .map_or(usize::MAX, |m| m as usize);
+            if degraded(i) {
+                let serving = mine(i)
+                    .filter(|m| available_of(m) && !stale.contains_key(m.name.as_str()))
+                    .count();
+                max.min(serving)
+            } else {
+                max
+            }
+        })
+        .collect();
+    let target = shares(spec, &caps);
+
+    // 3. A member held in a permanent failure past its backoff makes way for a new one, one
+    //    per placement at a time.
+    let mut next_failed_due: Option<i64> = None;
+    if !spec.paused {
+        for (i, h) in health.iter().enumerate() {
+            let wait = failed_replacement_backoff(h.failed_replacements).as_secs() as i64;
+            let mut held: Vec<(i64, &Member)> = mine(i)
+                .filter(|m| !stale.contains_key(m.name.as_str()))
+                .filter_map(|m| {
+                    let f = m.failure.as_ref()?;
+                    (f.kind == FailureKind::Permanent).then(|| (f.since.unwrap_or(now), m))
+                })
+                .collect();
+            held.sort_by_key(|(since, m)| (*since, m.name.clone()));
+            if let Some((since, m)) = held.first() {
+                if now.saturating_sub(*since) >= wait {
+                    stale.insert(&m.name, DeleteReason::Failed);
+                } else {
+                    let due = since + wait - now;
+                    next_failed_due = Some(next_failed_due.map_or(due, |d| d.min(due)));
+                }
+            }
+        }
+    }
+
+    // 4. A degraded placement keeps one member that does not serve, its probe (one still
+    //    trying before one that failed, then the newest); the others make way.
+    let mut probes: Vec<&str> = Vec::new();
+    for i in (0..n).filter(|&i| degraded(i)) {
+        let mut trying: Vec<&Member> = mine(i)
+            .filter(|m| !available_of(m) && !stale.contains_key(m.name.as_str()))
+            .collect();
+        trying.sort_by_key(|m| {
+            (
+                m.failure.is_none(),
+                m.created_at.unwrap_or(i64::MIN),
+                m.name.clone(),
+            )
+        });
+        if let Some(probe) = trying.pop() {
+            probes.push(&probe.name);
+        }
+        for m in trying {
+            stale.insert(&m.name, DeleteReason::Rebalanced);
+        }
+    }
+    // 5. More current members than replicas (scaled down): the ones that do not serve first,
+    //    then the oldest. Then what a placement still has beyond its share is out of place
+    //    (another placement took its share back): its oldest serving members.
+    let age_key = |m: &&Member| (m.created_at.unwrap_or(i64::MIN), m.name.clone());
+    let mut current: Vec<&Member> = live
+        .iter()
+        .copied()
+        .filter(|m| !stale.contains_key(m.name.as_str()) && !probes.contains(&m.name.as_str()))
+        .collect();
+    current.sort_by_key(|m| (available_of(m), age_key(m)));
+    let scaled_down: Vec<&Member> = current
+        .iter()
+        .copied()
+        .take(current.len().saturating_sub(replicas))
+        .collect();
+    for (i, t) in target.iter().enumerate() {
+        let mut serving: Vec<&Member> = current
+            .iter()
+            .copied()
+            .filter(|m| m.placement == Some(i) && available_of(m))
+            .filter(|m| !scaled_down.iter().any(|s| s.name == m.name))
+            .collect();
+        serving.sort_by_key(age_key);
+        for m in serving.iter().take(serving.len().saturating_sub(*t)) {
+            stale.insert(&m.name, DeleteReason::Rebalanced);
+        }
+    }
+    current.retain(|m| !stale.contains_key(m.name.as_str()));
+
+    let ready_now = live.iter().filter(|m| m.ready && !m.cordoned).count();
+    let available_now = live.iter().filter(|m| available_of(m)).count();
+    let updated_now = live
+        .iter()
+        .filter(|m| {
+            !matches!(
+                stale.get(m.name.as_str()),
+                Some(DeleteReason::Cordoned | DeleteReason::OutOfDate | DeleteReason::Rotated)
+            )
+        })
+        .count();
     let mut deletes: Vec<(String, DeleteReason)> = Vec::new();
     let mut creates = Vec::new();
 
     if !spec.paused {
-        let mut available = ready_now;
-        let mut current: Vec<&Member> = live
+        let mut available = available_now;
+        let mut stale_members: Vec<(&Member, DeleteReason)> = live
             .iter()
-            .copied()
-            .filter(|m| stale_reason(m).is_none())
+            .filter_map(|m| stale.get(m.name.as_str()).map(|r| (*m, *r)))
             .collect();
-        // Oldest first; unknown creation times count as oldest.
-        let age_key = |m: &&Member| (m.created_at.unwrap_or(i64::MIN), m.name.clone());
-        let mut stale: Vec<(&Member, DeleteReason)> = live
-            .iter()
-            .filter_map(|m| stale_reason(m).map(|r| (*m, r)))
-            .collect();
-        stale.sort_by_key(|(m, r)| (*r as u8, m.created_at.unwrap_or(i64::MIN), m.name.clone()));
+        stale_members.sort_by_key(|(m, r)| (*r, m.created_at.unwrap_or(i64::MIN), m.name.clone()));
 
-        // 1. Out-of-date proxies that serve no one cost nothing to remove.
-        for (m, r) in &stale {
+        // 6. Stale members that serve no one cost nothing to remove; nor do members scaled
+        //    down that serve no one. A serving one scaled down goes only while the floor holds.
+        for (m, r) in &stale_members {
             if !available_of(m) {
                 deletes.push((m.name.clone(), *r));
             }
         }
-        // 2. More current proxies than replicas (scaled down): the not-Ready first, then the
-        //    oldest, a Ready one only while the floor holds.
-        if current.len() > replicas {
-            current.sort_by_key(|m| (m.ready, age_key(m)));
-            let excess = current.len() - replicas;
-            for m in current.clone().into_iter().take(excess) {
-                if m.ready {
-                    if available <= min_available {
-                        break;
-                    }
-                    available -= 1;
+        for m in &scaled_down {
+            if available_of(m) {
+                if available <= min_available {
+                    break;
                 }
-                deletes.push((m.name.clone(), DeleteReason::ScaledDown));
-                current.retain(|c| c.name != m.name);
+                available -= 1;
             }
+            deletes.push((m.name.clone(), DeleteReason::ScaledDown));
+            current.retain(|c| c.name != m.name);
         }
-        // 3. Out-of-date proxies that still serve: only as far as the available count stays
-        //    at or above replicas - maxUnavailable.
-        for (m, r) in &stale {
+        // 7. Stale members that still serve: only as far as the available count stays at or
+        //    above replicas - maxUnavailable.
+        for (m, r) in &stale_members {
             if available_of(m) && available > min_available {
                 deletes.push((m.name.clone(), *r));
                 available -= 1;
             }
         }
-        // 4. New proxies of the current revision, within maxSurge.
-        let remaining = live.len() - deletes.len();
+        // 8. New members of the current revision, within maxSurge; a degraded placement's
+        //    probe beside them.
+        let kept_probes = probes
+            .iter()
+            .filter(|p| !deletes.iter().any(|(d, _)| d == *p))
+            .count();
+        let remaining = live.len().saturating_sub(deletes.len() + kept_probes);
         let room = (replicas + surge).saturating_sub(remaining);
         let wanted = replicas.saturating_sub(current.len());
-        let mut per_placement = vec![0usize; spec.placements.len()];
-        let mut per_zone: Vec<std::collections::BTreeMap<String, usize>> =
-            vec![Default::default(); spec.placements.len()];
+        let mut per_placement = vec![0usize; n];
+        let mut per_zone: Vec<BTreeMap<String, usize>> = vec![Default::default(); n];
         for m in &current {
-            if let Some(i) = m.placement.filter(|i| *i < per_placement.len()) {
+            if let Some(i) = m.placement.filter(|i| *i < n) {
                 per_placement[i] += 1;
                 if let Some(z) = &m.zone {
                     *per_zone[i].entry(z.clone()).or_default() += 1;
                 }
             }
         }
-        let target = targets(spec);
-        for _ in 0..wanted.min(room) {
-            // The placement furthest below its share; none below: the one with room left.
-            let pick = (0..per_placement.len())
-                .filter(|&i| {
-                    spec.placements[i]
-                        .max_replicas
-                        .is_none_or(|m| per_placement[i] < m as usize)
-                })
-                .max_by_key(|&i| {
-                    (
-                        target[i] as i64 - per_placement[i] as i64,
-                        std::cmp::Reverse(i),
-                    )
-                });
-            let Some(i) = pick else { break };
-            let zones = &spec.placements[i].zones;
-            let zone = zones
+        let zone_for = |i: usize, per_zone: &mut Vec<BTreeMap<String, usize>>| {
+            let zone = spec.placements[i]
+                .zones
                 .iter()
                 .min_by_key(|z| per_zone[i].get(*z).copied().unwrap_or(0))
                 .cloned()
@@ -517,32 +882,78 @@ pub fn decide(spec: &PoolSpec, revisions: &[String], members: &[Member], now: i6
             if let Some(z) = &zone {
                 *per_zone[i].entry(z.clone()).or_default() += 1;
             }
+            zone
+        };
+        for _ in 0..wanted.min(room) {
+            // The placement furthest below its share; none below: one with room left.
+            let pick = (0..n)
+                .filter(|&i| per_placement[i] < caps[i])
+                .max_by_key(|&i| {
+                    (
+                        target[i] as i64 - per_placement[i] as i64,
+                        std::cmp::Reverse(i),
+                    )
+                });
+            let Some(i) = pick else { break };
             per_placement[i] += 1;
             creates.push(Create {
                 placement: i,
-                zone,
+                zone: zone_for(i, &mut per_zone),
                 revision: revisions.get(i).cloned().unwrap_or_default(),
+                probe: false,
             });
+        }
+        for i in (0..n).filter(|&i| degraded(i)) {
+            let trying = mine(i).any(|m| {
+                probes.contains(&m.name.as_str()) && !deletes.iter().any(|(d, _)| *d == m.name)
+            });
+            if !trying {
+                creates.push(Create {
+                    placement: i,
+                    zone: zone_for(i, &mut per_zone),
+                    revision: revisions.get(i).cloned().unwrap_or_default(),
+                    probe: true,
+                });
+            }
         }
     }
 
     let status = status(
         spec,
-        members,
+        prior,
         &live,
-        ready_now,
-        updated_now,
-        min_available,
+        Counts {
+            ready: ready_now,
+            available: available_now,
+            updated: updated_now,
+            min_available,
+            deleting: members.len() - live.len(),
+        },
+        &health,
+        &target,
         &creates,
         &deletes,
     );
-    let requeue_after = spec.rotation.as_ref().and_then(|r| {
+    let next_rotation = spec.rotation.as_ref().and_then(|r| {
         live.iter()
-            .filter(|m| stale_reason(m).is_none())
+            .filter(|m| !stale.contains_key(m.name.as_str()))
             .filter_map(|m| Some(m.created_at? + age_limit(r, &m.name)? - now))
             .min()
-            .map(|s| Duration::from_secs(s.max(1) as u64))
     });
+    // A quota failure that will have lasted spillAfter.
+    let next_spill = live
+        .iter()
+        .filter_map(|m| m.failure.as_ref())
+        .filter(|f| f.kind == FailureKind::Quota)
+        .filter_map(|f| f.since)
+        .map(|t| t + spill - now)
+        .filter(|d| *d > 0)
+        .min();
+    let requeue_after = [next_rotation, next_failed_due, next_spill]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|s| Duration::from_secs(s.max(1) as u64));
     Decision {
         creates,
         deletes,
@@ -563,26 +974,36 @@ pub fn revisions(spec: &PoolSpec, provider_revisions: &[String]) -> Vec<String> 
 }
 
 /// One of the pool's Proxies as the decisions see it: its placement label, zone, revision
-/// annotation, Ready condition and cordon mark. The CLI and the operator both read their
-/// Proxies through this, so they decide alike.
+/// annotation, whether it serves (with the egress check's thresholds, when configured), its
+/// cordon mark and a failure to create. The CLI and the operator both read their Proxies
+/// through this, so they decide alike.
 pub fn member(
     proxy: &crate::Proxy,
     status: &crate::ProxyStatus,
     created_at: Option<i64>,
     deleting: bool,
+    egress: Option<crate::egress::Thresholds>,
 ) -> Member {
     use crate::reconcile::{self, reason};
     let meta = &proxy.metadata;
-    let failure = status
-        .condition(reconcile::READY)
-        .filter(|c| {
-            c.status != "True"
-                && matches!(
-                    c.reason.as_str(),
-                    reason::PERMANENT_FAILURE | reason::QUOTA_EXCEEDED
-                )
+    let ready = status.condition(reconcile::READY);
+    let failure = ready.filter(|c| c.status != "True").and_then(|c| {
+        let kind = match c.reason.as_str() {
+            reason::PERMANENT_FAILURE | reason::PROVIDER_NOT_FOUND => FailureKind::Permanent,
+            reason::QUOTA_EXCEEDED => FailureKind::Quota,
+            _ => return None,
+        };
+        Some(MemberFailure {
+            kind,
+            since: crate::gc::parse_rfc3339(&c.last_transition_time),
+            message: format!("{}: {}", c.reason, c.message),
         })
-        .map(|c| format!("{}: {}", c.reason, c.message));
+    });
+    let running = status.state == Some(crate::InstanceState::Running) && status.ip.is_some();
+    let available = match egress {
+        Some(t) => running && failure.is_none() && crate::egress::available(status, t),
+        None => reconcile::ready_is_true(status),
+    };
     Member {
         name: meta.name.clone(),
         placement: meta
@@ -596,25 +1017,65 @@ pub fn member(
             .cloned()
             .unwrap_or_default(),
         created_at,
+        running_since: status
+            .running_since
+            .as_deref()
+            .and_then(crate::gc::parse_rfc3339),
+        available,
         ready: reconcile::ready_is_true(status),
         cordoned: meta
             .annotations
             .get(crate::discovery::CORDON_ANNOTATION)
             .is_some_and(|v| v == "true"),
         deleting,
+        drifted: reconcile::spec_drift(proxy, status).is_some(),
         failure,
     }
 }
 
-/// `<pool>-<5 hex>`, from the pool's identity and a serial, so names are the same on every
-/// run.
+/// The letters of a member name's suffix: Kubernetes' own for generated names (no vowels, no
+/// look-alikes), so a suffix never spells a word.
+const NAME_LETTERS: &[u8; 27] = b"bcdfghjklmnpqrstvwxz2456789";
+/// Letters of a suffix: 27^9 covers the 40 bits of a serial.
+const NAME_LEN: usize = 9;
+
+/// `<pool>-<9 letters>`, the pool's `serial`-th member name. The suffix is a permutation of the
+/// serial keyed by the pool's identity (a four-round Feistel network over 40 bits), so the
+/// names of one pool look unrelated, yet two serials below 2^40 never give the same name; the
+/// serial is kept (the pool's status, the CLI's state), so no name repeats in the pool's life
+/// and a new member never takes the name (and, in the CLI, the derived UID) of an old one.
 pub fn member_name(pool: &ProxyPool, serial: u64) -> String {
+    const HALF: u32 = 20;
+    const MASK: u64 = (1 << HALF) - 1;
     let identity =
         pool.metadata.uid.clone().unwrap_or_else(|| {
             crate::name::derived_uid(&pool.metadata.namespace, &pool.metadata.name)
         });
-    let digest = hex::encode(Sha256::digest(format!("{identity}/{serial}").as_bytes()));
-    format!("{}-{}", pool.metadata.name, &digest[..5])
+    let key = Sha256::digest(identity.as_bytes());
+    let round = |k: u8, half: u64| {
+        let mut h = Sha256::new();
+        h.update(key);
+        h.update([k]);
+        h.update(half.to_be_bytes());
+        let d = h.finalize();
+        u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]) & MASK
+    };
+    let x = serial & ((1 << (2 * HALF)) - 1);
+    let (mut left, mut right) = (x >> HALF, x & MASK);
+    for k in 0..4 {
+        (left, right) = (right, left ^ round(k, right));
+    }
+    let mut y = (left << HALF) | right;
+    let mut suffix = [0u8; NAME_LEN];
+    for c in suffix.iter_mut().rev() {
+        *c = NAME_LETTERS[(y % 27) as usize];
+        y /= 27;
+    }
+    format!(
+        "{}-{}",
+        pool.metadata.name,
+        String::from_utf8_lossy(&suffix)
+    )
 }
 
 /// The Proxy a create names: the template, the placement's provider and fields, the pool's
@@ -661,28 +1122,51 @@ pub fn member_proxy(pool: &ProxyPool, c: &Create, name: &str) -> crate::Proxy {
     }
 }
 
+/// The counts a status reports.
+struct Counts {
+    ready: usize,
+    available: usize,
+    updated: usize,
+    min_available: usize,
+    /// Members still being deleted.
+    deleting: usize,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn status(
     spec: &PoolSpec,
-    members: &[Member],
+    prior: &PoolStatus,
     live: &[&Member],
-    ready: usize,
-    updated: usize,
-    min_available: usize,
+    counts: Counts,
+    health: &[Health],
+    target: &[usize],
     creates: &[Create],
     deletes: &[(String, DeleteReason)],
 ) -> PoolStatus {
+    let base = targets(spec);
     let placements: Vec<PlacementStatus> = spec
         .placements
         .iter()
         .enumerate()
         .map(|(i, p)| {
             let mine: Vec<&&Member> = live.iter().filter(|m| m.placement == Some(i)).collect();
+            let h = &health[i];
             PlacementStatus {
                 provider: p.provider.clone(),
                 replicas: mine.len() as u32,
                 ready_replicas: mine.iter().filter(|m| m.ready && !m.cordoned).count() as u32,
-                last_error: mine.iter().find_map(|m| m.failure.clone()),
+                available_replicas: mine.iter().filter(|m| m.available && !m.cordoned).count()
+                    as u32,
+                target_replicas: target.get(i).copied().unwrap_or(0) as u32,
+                degraded_since: h.degraded_since.map(crate::gc::format_rfc3339),
+                failed_replacements: h.failed_replacements
+                    + deletes
+                        .iter()
+                        .filter(|(name, why)| {
+                            *why == DeleteReason::Failed && mine.iter().any(|m| m.name == *name)
+                        })
+                        .count() as u32,
+                last_error: h.failure.clone(),
             }
         })
         .collect();
@@ -695,22 +1179,53 @@ fn status(
         last_transition_time: String::new(),
     };
     let replicas = spec.replicas as usize;
-    let available = ready >= min_available;
+    let Counts {
+        ready,
+        available: serving,
+        updated,
+        min_available,
+        deleting,
+    } = counts;
+    let available = serving >= min_available;
     let settled = creates.is_empty()
         && deletes.is_empty()
         && updated == replicas
         && live.len() == replicas
-        && members.iter().all(|m| !m.deleting);
+        && deleting == 0;
+    let name = |i: usize| format!("placements[{i}] ({})", spec.placements[i].provider);
     let degraded: Vec<String> = placements
         .iter()
         .enumerate()
-        .filter_map(|(i, p)| {
-            p.last_error
-                .as_ref()
-                .map(|e| format!("placements[{i}] ({}): {e}", p.provider))
+        .filter(|(_, p)| p.degraded_since.is_some() || p.last_error.is_some())
+        .map(|(i, p)| {
+            let mut m = format!(
+                "{}: {}",
+                name(i),
+                p.last_error
+                    .as_deref()
+                    .unwrap_or("no member of it serves yet")
+            );
+            let lent = base.get(i).copied().unwrap_or(0).saturating_sub(target[i]);
+            if p.degraded_since.is_some() && lent > 0 {
+                let to: Vec<String> = (0..placements.len())
+                    .filter(|&j| target[j] > base.get(j).copied().unwrap_or(0))
+                    .map(|j| format!("{} to {}", target[j] - base[j], name(j)))
+                    .collect();
+                m.push_str(&format!(
+                    "; {lent} of its {} lent{}",
+                    base[i],
+                    if to.is_empty() {
+                        " (no other placement has room)".to_string()
+                    } else {
+                        format!(": {}", to.join(", "))
+                    }
+                ));
+            }
+            m
         })
         .collect();
-    let mut conditions = vec![
+    let any_degraded = placements.iter().any(|p| p.degraded_since.is_some());
+    let conditions = vec![
         cond(
             "Available",
             available,
@@ -719,7 +1234,9 @@ fn status(
             } else {
                 "MinimumReplicasUnavailable"
             },
-            format!("{ready} of {replicas} ready; at least {min_available} must be"),
+            format!(
+                "{serving} of {replicas} available ({ready} ready); at least {min_available} must be"
+            ),
         ),
         cond(
             "Progressing",
@@ -737,26 +1254,30 @@ fn status(
                 deletes.len()
             ),
         ),
+        cond(
+            "PlacementDegraded",
+            !degraded.is_empty(),
+            if any_degraded {
+                "ShareLent"
+            } else if degraded.is_empty() {
+                "AllPlacementsCreate"
+            } else {
+                "CannotCreate"
+            },
+            if degraded.is_empty() {
+                "every placement creates".into()
+            } else {
+                degraded.join("; ")
+            },
+        ),
     ];
-    conditions.push(cond(
-        "PlacementDegraded",
-        !degraded.is_empty(),
-        if degraded.is_empty() {
-            "AllPlacementsCreate"
-        } else {
-            "CannotCreate"
-        },
-        if degraded.is_empty() {
-            "every placement creates".into()
-        } else {
-            degraded.join("; ")
-        },
-    ));
     PoolStatus {
         observed_generation: None,
         replicas: live.len() as u32,
         ready_replicas: ready as u32,
+        available_replicas: serving as u32,
         updated_replicas: updated as u32,
+        member_serial: prior.member_serial,
         conditions,
         placements,
     }

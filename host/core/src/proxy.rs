@@ -131,6 +131,35 @@ pub struct ProxyStatus {
     /// The instance is to be replaced, and why (the egress check decided it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replace_requested: Option<String>,
+    /// What the instance was created with: the port it serves and where it runs, whatever the
+    /// spec says now. Discovery advertises this port; a spec that no longer matches it
+    /// replaces the instance (a pool's member: through its pool's budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_spec: Option<InstanceSpec>,
+}
+
+/// The part of a Proxy's spec an instance cannot follow once created.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InstanceSpec {
+    pub port: u16,
+    #[serde(default, skip_serializing_if = "Placement::is_empty")]
+    pub placement: Placement,
+}
+
+impl InstanceSpec {
+    pub fn of(spec: &ProxySpec) -> Self {
+        Self {
+            port: spec.port,
+            placement: spec.placement.clone(),
+        }
+    }
+}
+
+impl Placement {
+    pub fn is_empty(&self) -> bool {
+        *self == Placement::default()
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -169,6 +198,23 @@ impl Proxy {
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.metadata.namespace, self.metadata.name)
+    }
+
+    /// The port its instance serves: what the instance was created with, else the spec's.
+    pub fn served_port(&self, status: &ProxyStatus) -> u16 {
+        status
+            .instance_spec
+            .as_ref()
+            .map_or(self.spec.port, |i| i.port)
+    }
+
+    /// Owned by a ProxyPool (its label): the pool, not the Proxy, replaces its instance when
+    /// the spec changes under it.
+    pub fn pool(&self) -> Option<&str> {
+        self.metadata
+            .labels
+            .get(crate::discovery::POOL_LABEL)
+            .map(String::as_str)
     }
 }
 

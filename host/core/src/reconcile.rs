@@ -50,8 +50,9 @@ pub struct Observation<'a> {
     /// The Proxy is being deleted (a deletion timestamp, or gone from the proxies file).
     pub deleting: bool,
     pub provider: &'a ProviderLookup,
-    /// The egress check is configured: Ready then also needs EgressVerified.
-    pub egress_check: bool,
+    /// The egress check is configured, with its thresholds: Ready then also needs a verified
+    /// check, and stays through fewer failed checks in a row than `readiness`.
+    pub egress_check: Option<crate::egress::Thresholds>,
 }
 
 /// What to do next.
@@ -101,12 +102,13 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// Steady: serving, or holding on a condition that only a change can clear.
+    /// Steady: serving (a look at it that failed on the way says nothing about that), or
+    /// holding on a condition that only a change can clear.
     pub fn is_steady(&self) -> bool {
         match self.next {
             Next::AwaitChange => true,
-            Next::After(_) => ready_is_true(&self.status),
-            Next::Now | Next::Backoff(_) => false,
+            Next::After(_) | Next::Backoff(_) => ready_is_true(&self.status),
+            Next::Now => false,
         }
     }
 }
@@ -194,7 +196,8 @@ pub fn decide(obs: Observation<'_>, now: &str) -> Step {
         None => Step::Create,
         Some(id)
             if status.state.is_some_and(InstanceState::needs_replacement)
-                || status.replace_requested.is_some() =>
+                || status.replace_requested.is_some()
+                || (obs.proxy.pool().is_none() && spec_drift(obs.proxy, status).is_some()) =>
         {
             Step::Delete {
                 provider_id: id.clone(),
@@ -212,6 +215,38 @@ pub fn decide(obs: Observation<'_>, now: &str) -> Step {
             provider_id: id.clone(),
         },
     }
+}
+
+/// What of the spec the Proxy's instance does not follow (`port 3128 -> 3130`), if anything:
+/// the instance was created with another port or placement. A Proxy on its own replaces the
+/// instance for it; a pool's member is out of date, and its pool replaces it within its budget.
+pub fn spec_drift(proxy: &Proxy, status: &ProxyStatus) -> Option<String> {
+    let was = status.instance_spec.as_ref()?;
+    status.provider_id.as_ref()?;
+    let now = crate::proxy::InstanceSpec::of(&proxy.spec);
+    if *was == now {
+        return None;
+    }
+    let mut changes = Vec::new();
+    if was.port != now.port {
+        changes.push(format!("port {} -> {}", was.port, now.port));
+    }
+    let (a, b) = (&was.placement, &now.placement);
+    for (field, x, y) in [
+        ("zone", &a.zone, &b.zone),
+        ("region", &a.region, &b.region),
+        ("machineType", &a.machine_type, &b.machine_type),
+        ("image", &a.image, &b.image),
+    ] {
+        if x != y {
+            changes.push(format!(
+                "placement.{field} {} -> {}",
+                x.as_deref().unwrap_or("(none)"),
+                y.as_deref().unwrap_or("(none)")
+            ));
+        }
+    }
+    Some(changes.join(", "))
 }
 
 /// The status still shows a permanent failure that [`held`] no longer holds on.
@@ -243,6 +278,7 @@ pub fn after_create(
             let mut status = obs.status.clone();
             status.provider_id = Some(instance.provider_id.clone());
             status.instance_name = Some(instance.name.clone());
+            status.instance_spec = Some(crate::proxy::InstanceSpec::of(&obs.proxy.spec));
             status.set_condition(
                 cond(
                     PROVISIONED,
@@ -275,6 +311,7 @@ pub fn after_get(
             status.provider_id = None;
             status.state = None;
             status.ip = None;
+            status.instance_spec = None;
             status.observed_generation = Some(generation);
             status.set_condition(
                 cond(
@@ -299,6 +336,17 @@ pub fn after_get(
             Outcome {
                 status,
                 next: Next::Now,
+            }
+        }
+        // A look that failed on the way says nothing about a serving instance: it keeps its
+        // last known state (and Ready) and is looked at again after a backoff.
+        Err(err)
+            if matches!(err.class, ErrorClass::Transient | ErrorClass::QuotaExceeded)
+                && ready_is_true(obs.status) =>
+        {
+            Outcome {
+                status: obs.status.clone(),
+                next: Next::Backoff(ErrorClass::Transient),
             }
         }
         Err(err) => failure(obs, err, now, FailureKind::Get),
@@ -333,6 +381,7 @@ fn success_delete(
     status.provider_id = None;
     status.state = None;
     status.ip = None;
+    status.instance_spec = None;
     status.observed_generation = Some(generation);
     let (r, msg) = match purpose {
         DeletePurpose::Finalize => (reason::DELETING, "instance deleted"),
@@ -361,29 +410,37 @@ fn observed(
     status.state = Some(instance.state);
     status.observed_generation = Some(generation);
     status.provider_revision = None;
+    if status.instance_spec.is_none() {
+        // Recorded before instances carried it: it was made from the spec as it is.
+        status.instance_spec = Some(crate::proxy::InstanceSpec::of(&obs.proxy.spec));
+    }
+    let port = obs.proxy.served_port(&status);
     let serving = instance.state == InstanceState::Running && instance.ip.is_some();
     status.ip = if serving { instance.ip } else { None };
-    match instance.state {
-        InstanceState::Running if serving && !obs.egress_check => {
-            let msg = format!("serving on port {}", obs.proxy.spec.port);
+    match (instance.state, obs.egress_check) {
+        (InstanceState::Running, None) if serving => {
+            if status.running_since.is_none() {
+                status.running_since = Some(now.to_string());
+            }
+            let msg = format!("serving on port {port}");
             status.set_condition(cond(READY, "True", reason::RUNNING, &msg, generation), now);
             Outcome {
                 status,
                 next: Next::After(RESYNC_INTERVAL),
             }
         }
-        InstanceState::Running if serving => {
+        (InstanceState::Running, Some(thresholds)) if serving => {
             if status.running_since.is_none() {
                 status.running_since = Some(now.to_string());
             }
-            let (value, r, msg) = egress_readiness(&status, obs.proxy.spec.port);
+            let (value, r, msg) = egress_readiness(&status, port, thresholds);
             status.set_condition(cond(READY, value, r, &msg, generation), now);
             Outcome {
                 status,
                 next: Next::After(RESYNC_INTERVAL),
             }
         }
-        InstanceState::Running | InstanceState::Provisioning => {
+        (InstanceState::Running | InstanceState::Provisioning, _) => {
             status.set_condition(
                 cond(
                     READY,
@@ -399,7 +456,7 @@ fn observed(
                 next: Next::After(POLL_INTERVAL),
             }
         }
-        InstanceState::Stopped | InstanceState::Terminated => {
+        (InstanceState::Stopped | InstanceState::Terminated, _) => {
             let msg = format!("instance is {}; replacing it", instance.state);
             status.set_condition(
                 cond(READY, "False", reason::REPLACING, &msg, generation),
@@ -414,32 +471,46 @@ fn observed(
 }
 
 /// Sets Ready of a running instance from its egress check, after a check changed the status.
-pub fn refresh_egress_ready(proxy: &Proxy, status: &mut ProxyStatus, now: &str) {
+pub fn refresh_egress_ready(
+    proxy: &Proxy,
+    status: &mut ProxyStatus,
+    thresholds: crate::egress::Thresholds,
+    now: &str,
+) {
     if status.state == Some(InstanceState::Running) && status.ip.is_some() {
-        let (value, r, msg) = egress_readiness(status, proxy.spec.port);
+        let (value, r, msg) = egress_readiness(status, proxy.served_port(status), thresholds);
         status.set_condition(cond(READY, value, r, &msg, proxy.generation()), now);
     }
 }
 
-/// Ready of a running instance when the egress check is configured: True once a check
-/// verified it; while the checker itself is unavailable, what it was (a checker outage says
+/// Ready of a running instance when the egress check is configured, with hysteresis as a
+/// kubelet readiness probe has it: True once a check verified this instance, and through
+/// fewer than `readiness` failed checks in a row since (a blip is not an outage of the proxy);
+/// an unavailable checker fails no check, so it changes nothing (a checker outage says
 /// nothing about the proxy); False with the check's reason otherwise.
-fn egress_readiness(status: &ProxyStatus, port: u16) -> (&'static str, &'static str, String) {
+fn egress_readiness(
+    status: &ProxyStatus,
+    port: u16,
+    thresholds: crate::egress::Thresholds,
+) -> (&'static str, &'static str, String) {
     let check = status.condition(crate::egress::EGRESS_VERIFIED);
-    match check.map(|c| c.status.as_str()) {
-        Some("True") => (
-            "True",
-            reason::RUNNING,
-            format!(
-                "serving on port {port}; egress {}",
-                status.egress_ip.as_deref().unwrap_or("?")
+    let verified = status.egress_verified_at.is_some();
+    if verified && status.egress_failures < thresholds.readiness {
+        let egress = status.egress_ip.as_deref().unwrap_or("?");
+        let message = match check.map(|c| (c.status.as_str(), c)) {
+            Some(("True", _)) => format!("serving on port {port}; egress {egress}"),
+            Some(("Unknown", _)) => {
+                format!("serving on port {port}; the egress checker is unavailable")
+            }
+            Some((_, c)) => format!(
+                "serving on port {port}; egress {egress}; {} failed check(s) in a row ({}), {} take it out of discovery",
+                status.egress_failures, c.reason, thresholds.readiness
             ),
-        ),
-        Some("Unknown") if ready_is_true(status) => (
-            "True",
-            reason::RUNNING,
-            format!("serving on port {port}; the egress checker is unavailable"),
-        ),
+            None => format!("serving on port {port}; egress {egress}"),
+        };
+        return ("True", reason::RUNNING, message);
+    }
+    match check.map(|c| c.status.as_str()) {
         Some(_) => (
             "False",
             reason::EGRESS_CHECK_FAILED,

@@ -13,6 +13,7 @@ fn settings() -> Settings {
         interval: Duration::from_secs(30),
         timeout: Duration::from_secs(5),
         failure_threshold: 3,
+        readiness_threshold: 2,
         startup_timeout: Duration::from_secs(600),
         max_unhealthy: IntOrPercent::Percent("40%".into()),
     }
@@ -174,7 +175,7 @@ fn obs<'a>(p: &'a Proxy, s: &'a ProxyStatus, l: &'a ProviderLookup) -> Observati
         status: s,
         deleting: false,
         provider: l,
-        egress_check: true,
+        egress_check: Some(settings().thresholds()),
     }
 }
 
@@ -218,12 +219,64 @@ fn with_the_check_ready_needs_a_verified_check() {
     .status;
     let third = after_get(obs(&p, &dark, &l), Ok(instance()), &now);
     assert!(reconcile::ready_is_true(&third.status));
-    // The proxy fails: not Ready, with the check's reason.
+    // The proxy fails once: still Ready (a blip is not an outage), and the message says so.
     let failed = check(&third.status, CheckReason::NotAnonymous, true, T0 + 61).status;
     let fourth = after_get(obs(&p, &failed, &l), Ok(instance()), &now);
     let ready = fourth.status.condition(reconcile::READY).unwrap();
+    assert_eq!(ready.status, "True", "{}", ready.message);
+    assert!(
+        ready.message.contains("1 failed check"),
+        "{}",
+        ready.message
+    );
+    assert!(available(&fourth.status, settings().thresholds()));
+    // Twice in a row, the readiness threshold: out of discovery, with the check's reason,
+    // but still available to its pool until the failure threshold.
+    let failed = check(&fourth.status, CheckReason::NotAnonymous, true, T0 + 91).status;
+    let fifth = after_get(obs(&p, &failed, &l), Ok(instance()), &now);
+    let ready = fifth.status.condition(reconcile::READY).unwrap();
     assert_eq!(ready.status, "False");
     assert!(ready.message.contains("NotAnonymous"), "{}", ready.message);
+    assert!(available(&fifth.status, settings().thresholds()));
+    // The third: failed past the threshold, neither Ready nor available, and replaced.
+    let out = check(&fifth.status, CheckReason::NotAnonymous, true, T0 + 121);
+    assert!(out.replace.is_some());
+    assert!(!available(&out.status, settings().thresholds()));
+    // One verified check in between puts a failing proxy back at once.
+    let back = check(&fifth.status, CheckReason::Verified, true, T0 + 121).status;
+    let sixth = after_get(obs(&p, &back, &l), Ok(instance()), &now);
+    assert!(reconcile::ready_is_true(&sixth.status));
+}
+
+/// A blip: the proxy refuses connections for less than the readiness threshold of checks.
+/// Ready never drops, nothing is replaced, and the pool keeps counting it.
+#[test]
+fn a_blip_shorter_than_the_threshold_is_invisible() {
+    let p = proxy();
+    let l = ProviderLookup::Present {
+        revision: "r".into(),
+    };
+    let t = settings().thresholds();
+    let mut st = check(&running(), CheckReason::Verified, true, T0).status;
+    st = after_get(obs(&p, &st, &l), Ok(instance()), &format_rfc3339(T0)).status;
+    for n in 1..20 {
+        // Every other check fails: never two in a row.
+        let reason = if n % 2 == 1 {
+            CheckReason::ProxyUnreachable
+        } else {
+            CheckReason::Verified
+        };
+        let out = check(&st, reason, true, T0 + 30 * n);
+        assert_eq!(out.replace, None, "check {n}");
+        st = out.status;
+        reconcile::refresh_egress_ready(&p, &mut st, t, &format_rfc3339(T0 + 30 * n));
+        assert!(
+            reconcile::ready_is_true(&st),
+            "check {n}: {:?}",
+            st.conditions
+        );
+        assert!(available(&st, t), "check {n}");
+    }
 }
 
 #[test]

@@ -26,6 +26,7 @@ fn spec(replicas: u32, weights: &[u32]) -> PoolSpec {
             max_unavailable: IntOrPercent::Int(0),
         },
         paused: false,
+        spill_after: None,
     }
 }
 
@@ -42,11 +43,25 @@ fn member(name: &str, placement: usize, rev: &str, ready: bool, created: i64) ->
         zone: None,
         revision: rev.into(),
         created_at: Some(created),
+        running_since: ready.then_some(created),
+        available: ready,
         ready,
         cordoned: false,
         deleting: false,
+        drifted: false,
         failure: None,
     }
+}
+
+fn failing(kind: FailureKind, since: i64) -> Option<MemberFailure> {
+    Some(MemberFailure {
+        kind,
+        since: Some(since),
+        message: match kind {
+            FailureKind::Permanent => "PermanentFailure: image 404".into(),
+            FailureKind::Quota => "QuotaExceeded: no capacity".into(),
+        },
+    })
 }
 
 /// A tiny world: applies decisions (deletes vanish, creates appear not Ready) and lets the
@@ -54,6 +69,7 @@ fn member(name: &str, placement: usize, rev: &str, ready: bool, created: i64) ->
 struct Sim {
     spec: PoolSpec,
     members: Vec<Member>,
+    status: PoolStatus,
     serial: usize,
     now: i64,
 }
@@ -63,13 +79,21 @@ impl Sim {
         Self {
             spec,
             members: Vec::new(),
+            status: PoolStatus::default(),
             serial: 0,
             now: NOW,
         }
     }
 
     fn step(&mut self) -> Decision {
-        let d = decide(&self.spec, &revs(&self.spec), &self.members, self.now);
+        let d = decide(
+            &self.spec,
+            &revs(&self.spec),
+            &self.members,
+            &self.status,
+            self.now,
+        );
+        self.status = d.status.clone();
         for (name, _) in &d.deletes {
             self.members.retain(|m| &m.name != name);
         }
@@ -91,7 +115,13 @@ impl Sim {
 
     fn ready_all(&mut self) {
         for m in &mut self.members {
-            m.ready = true;
+            if m.failure.is_none() {
+                if !m.ready {
+                    m.running_since = Some(self.now);
+                }
+                m.ready = true;
+                m.available = true;
+            }
         }
     }
 
@@ -154,9 +184,7 @@ fn a_template_change_rolls_every_proxy_without_dropping_below_the_floor() {
         );
         assert!(s.members.len() <= 4, "more than replicas + maxSurge");
         // The new proxy becomes Ready on the next look.
-        for m in &mut s.members {
-            m.ready = true;
-        }
+        s.ready_all();
         if d.creates.is_empty() && d.deletes.is_empty() {
             break;
         }
@@ -166,7 +194,7 @@ fn a_template_change_rolls_every_proxy_without_dropping_below_the_floor() {
         "all replaced"
     );
     assert_eq!(s.members.len(), 3);
-    let d = decide(&s.spec, &revs(&s.spec), &s.members, s.now);
+    let d = decide(&s.spec, &revs(&s.spec), &s.members, &s.status, s.now);
     assert_eq!(d.status.updated_replicas, 3);
     assert_eq!(d.status.ready_replicas, 3);
 }
@@ -227,6 +255,7 @@ fn scaling_up_then_down_removes_the_not_ready_then_the_oldest() {
     assert_eq!(s.members.len(), 5);
     // One proxy is failing; the oldest two are pool-1 and pool-2.
     s.members[4].ready = false;
+    s.members[4].available = false;
     let not_ready = s.members[4].name.clone();
     s.spec.replicas = 2;
     let d = s.step();
@@ -244,7 +273,7 @@ fn scaling_up_then_down_removes_the_not_ready_then_the_oldest() {
 fn paused_pools_change_nothing_and_status_tells() {
     let mut sp = spec(3, &[1]);
     sp.paused = true;
-    let d = decide(&sp, &revs(&sp), &[], NOW);
+    let d = decide(&sp, &revs(&sp), &[], &PoolStatus::default(), NOW);
     assert!(d.creates.is_empty() && d.deletes.is_empty());
     let progressing = d
         .status
@@ -260,8 +289,14 @@ fn a_failing_placement_is_named() {
     let sp = spec(2, &[1, 1]);
     let r = revs(&sp);
     let mut m = member("a", 1, &r[1], false, NOW);
-    m.failure = Some("QuotaExceeded: no capacity".into());
-    let d = decide(&sp, &r, &[member("b", 0, &r[0], true, NOW), m], NOW);
+    m.failure = failing(FailureKind::Quota, NOW);
+    let d = decide(
+        &sp,
+        &r,
+        &[member("b", 0, &r[0], true, NOW), m],
+        &PoolStatus::default(),
+        NOW,
+    );
     let c = d
         .status
         .conditions
@@ -349,6 +384,7 @@ fn deletions_never_take_ready_below_the_floor() {
                     1..=6 => m.ready = true,
                     _ => {}
                 }
+                m.available = m.ready;
                 if next() % 97 == 0 {
                     m.cordoned = true;
                 }
@@ -386,7 +422,7 @@ fn scaling_down_removes_the_not_ready_then_the_cordoned_then_the_oldest() {
         member("cordoned", 0, &r[0], true, NOW - 300),
     ];
     ms[4].cordoned = true;
-    let d = decide(&sp, &r, &ms, NOW);
+    let d = decide(&sp, &r, &ms, &PoolStatus::default(), NOW);
     let mut gone: Vec<(&str, DeleteReason)> = d
         .deletes
         .iter()
@@ -426,9 +462,10 @@ fn a_proxy_reads_as_a_member() {
         placement: 0,
         zone: Some("z1".into()),
         revision: revs(&sp)[0].clone(),
+        probe: false,
     };
     let name = member_name(&pool, 1);
-    assert!(name.starts_with("web-") && name.len() == "web-".len() + 5);
+    assert!(name.starts_with("web-") && name.len() == "web-".len() + 9);
     assert_ne!(name, member_name(&pool, 2));
     let mut proxy = member_proxy(&pool, &create, &name);
     assert_eq!(proxy.spec.provider, "p0");
@@ -449,12 +486,418 @@ fn a_proxy_reads_as_a_member() {
         }],
         ..Default::default()
     };
-    let m = super::member(&proxy, &status, Some(NOW), false);
+    let m = super::member(&proxy, &status, Some(NOW), false, None);
     assert_eq!(m.placement, Some(0));
     assert_eq!(m.revision, create.revision);
     assert_eq!(m.zone.as_deref(), Some("z1"));
-    assert!(m.cordoned && !m.ready && !m.deleting);
-    assert_eq!(m.failure.as_deref(), Some("PermanentFailure: refused"));
+    assert!(m.cordoned && !m.ready && !m.available && !m.deleting);
+    let f = m.failure.unwrap();
+    assert_eq!(f.kind, FailureKind::Permanent);
+    assert_eq!(f.message, "PermanentFailure: refused");
     // A placement the config has no entry for makes Proxies of another revision.
     assert_ne!(revisions(&sp, &[])[0], revisions(&sp, &["r".into()])[0]);
+}
+
+/// The states a member can be in, as far as the pool's decisions tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum State {
+    /// Created, not serving yet.
+    Starting,
+    /// Serving and in discovery.
+    Serving,
+    /// Serving as the pool counts it, but out of discovery (failing fewer checks in a row
+    /// than the failure threshold, more than the readiness one).
+    ServingUnready,
+    /// Failed past the threshold (being replaced).
+    Failed,
+    /// Held in a permanent failure to create.
+    Refused,
+    /// Refused on quota, for longer than spillAfter.
+    OutOfQuota,
+}
+
+const STATES: [State; 6] = [
+    State::Starting,
+    State::Serving,
+    State::ServingUnready,
+    State::Failed,
+    State::Refused,
+    State::OutOfQuota,
+];
+
+/// One member of an enumerated pool: its state and what else may make it stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape {
+    state: State,
+    placement: usize,
+    old_revision: bool,
+    rotation_due: bool,
+    cordoned: bool,
+}
+
+fn shaped(k: usize, sh: Shape, r: &[String]) -> Member {
+    let rev = if sh.old_revision {
+        "old".to_string()
+    } else {
+        r[sh.placement].clone()
+    };
+    let created = if sh.rotation_due {
+        NOW - 7200
+    } else {
+        NOW - 60 * (k as i64 + 1)
+    };
+    let mut m = member(&format!("m{k}"), sh.placement, &rev, false, created);
+    m.cordoned = sh.cordoned;
+    match sh.state {
+        State::Starting => {}
+        State::Serving => {
+            m.ready = true;
+            m.available = true;
+            m.running_since = Some(created);
+        }
+        State::ServingUnready => {
+            m.available = true;
+            m.running_since = Some(created);
+        }
+        State::Failed => m.running_since = Some(created),
+        State::Refused => m.failure = failing(FailureKind::Permanent, NOW - 3600),
+        State::OutOfQuota => m.failure = failing(FailureKind::Quota, NOW - 3600),
+    }
+    m
+}
+
+/// Every multiset of up to `max` member shapes drawn from `shapes`, in order.
+fn multisets(shapes: &[Shape], max: usize) -> Vec<Vec<Shape>> {
+    let mut out = vec![Vec::new()];
+    let mut frontier: Vec<(Vec<Shape>, usize)> = vec![(Vec::new(), 0)];
+    for _ in 0..max {
+        let mut next = Vec::new();
+        for (set, from) in &frontier {
+            for (j, sh) in shapes.iter().enumerate().skip(*from) {
+                let mut s = set.clone();
+                s.push(*sh);
+                out.push(s.clone());
+                next.push((s, j));
+            }
+        }
+        frontier = next;
+    }
+    out
+}
+
+/// Over every state of a small pool (every multiset of up to four members, each in any state
+/// the decisions tell apart, of either placement, current or not, due for rotation or not,
+/// cordoned or not), under every budget: the pool's own deletions never leave fewer available
+/// members than `replicas - maxUnavailable`, or than there were when there were fewer; it
+/// never deletes more than it was given; and it never grows beyond replicas + maxSurge (and one
+/// probe per degraded placement).
+#[test]
+fn over_every_state_the_pools_deletions_keep_the_floor() {
+    let mut shapes = Vec::new();
+    for state in STATES {
+        for placement in 0..2 {
+            for (old_revision, rotation_due, cordoned) in [
+                (false, false, false),
+                (true, false, false),
+                (false, true, false),
+                (false, false, true),
+            ] {
+                shapes.push(Shape {
+                    state,
+                    placement,
+                    old_revision,
+                    rotation_due,
+                    cordoned,
+                });
+            }
+        }
+    }
+    let sets = multisets(&shapes, 3);
+    let mut decisions = 0u64;
+    for replicas in 1..=3u32 {
+        for (surge, unavailable) in [(1, 0), (0, 1), (2, 1)] {
+            let mut sp = spec(replicas, &[2, 1]);
+            sp.strategy = Strategy {
+                max_surge: IntOrPercent::Int(surge),
+                max_unavailable: IntOrPercent::Int(unavailable),
+            };
+            sp.rotation = Some(Rotation {
+                max_age: "1h".into(),
+                jitter: None,
+            });
+            let r = revs(&sp);
+            let floor = replicas as usize - unavailable as usize;
+            for set in &sets {
+                let members: Vec<Member> = set
+                    .iter()
+                    .enumerate()
+                    .map(|(k, sh)| shaped(k, *sh, &r))
+                    .collect();
+                let counted = |m: &Member| m.available && !m.cordoned;
+                let before = members.iter().filter(|m| counted(m)).count();
+                for prior in [PoolStatus::default(), degraded_prior(&sp, 1)] {
+                    let d = decide(&sp, &r, &members, &prior, NOW);
+                    decisions += 1;
+                    let after = members
+                        .iter()
+                        .filter(|m| counted(m) && !d.deletes.iter().any(|(n, _)| *n == m.name))
+                        .count();
+                    assert!(
+                        after >= before.min(floor),
+                        "{set:?} replicas {replicas} surge {surge} unavailable {unavailable}: available {before} -> {after}: {:?}",
+                        d.deletes
+                    );
+                    let probes = d.creates.iter().filter(|c| c.probe).count();
+                    let kept_probe_slots = 2;
+                    let size = members.len() - d.deletes.len() + d.creates.len() - probes;
+                    assert!(
+                        size <= (replicas + surge) as usize + kept_probe_slots
+                            || d.creates.is_empty(),
+                        "{set:?}: grows to {size}: {:?}",
+                        d.creates
+                    );
+                    let mut names: Vec<&String> = d.deletes.iter().map(|(n, _)| n).collect();
+                    names.sort();
+                    names.dedup();
+                    assert_eq!(
+                        names.len(),
+                        d.deletes.len(),
+                        "{set:?}: a member deleted twice"
+                    );
+                }
+            }
+        }
+    }
+    assert!(decisions > 50_000, "{decisions}");
+}
+
+/// A status whose placement `i` is degraded since an hour ago.
+fn degraded_prior(sp: &PoolSpec, i: usize) -> PoolStatus {
+    PoolStatus {
+        placements: sp
+            .placements
+            .iter()
+            .enumerate()
+            .map(|(j, p)| PlacementStatus {
+                provider: p.provider.clone(),
+                degraded_since: (j == i).then(|| crate::gc::format_rfc3339(NOW - 3600)),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The example's pool of 10 over three placements (weights 2, 1, 1, the last capped at 4),
+/// whose middle placement refuses every create: its share is lent to the others at once, it
+/// keeps one probe trying, its held members are replaced with a doubling backoff, and once a
+/// member of it serves again it takes its share back.
+#[test]
+fn a_placement_that_cannot_create_lends_its_share_and_takes_it_back() {
+    let mut sp = spec(10, &[2, 1, 1]);
+    sp.placements[2].max_replicas = Some(4);
+    assert_eq!(targets(&sp), vec![5, 3, 2]);
+    let mut s = Sim::new(sp);
+    let refuse = |s: &mut Sim| {
+        for m in &mut s.members {
+            if m.placement == Some(1) && !m.available && m.failure.is_none() {
+                m.failure = failing(FailureKind::Permanent, s.now);
+            }
+        }
+    };
+    // The first decision spreads by weight; placement 1's members are refused.
+    s.step();
+    refuse(&mut s);
+    s.ready_all();
+    for minute in 1..30 {
+        s.now = NOW + minute * 60;
+        s.step();
+        refuse(&mut s);
+        s.ready_all();
+    }
+    let st = &s.status;
+    assert!(st.placements[1].degraded_since.is_some(), "{st:?}");
+    assert_eq!(
+        st.placements
+            .iter()
+            .map(|p| p.target_replicas)
+            .collect::<Vec<_>>(),
+        vec![7, 0, 3],
+        "placement 1's 3 went to the others by weight"
+    );
+    assert_eq!(st.available_replicas, 10, "{st:?}");
+    let available = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Available")
+        .unwrap();
+    assert_eq!(available.status, "True");
+    let degraded = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PlacementDegraded")
+        .unwrap();
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "ShareLent")
+    );
+    assert!(
+        degraded
+            .message
+            .contains("placements[1] (p1): PermanentFailure: image 404")
+            && degraded
+                .message
+                .contains("3 of its 3 lent: 2 to placements[0] (p0), 1 to placements[2] (p2)"),
+        "{}",
+        degraded.message
+    );
+    // One probe, beside the 10 and the surge.
+    let probes: Vec<&Member> = s
+        .members
+        .iter()
+        .filter(|m| m.placement == Some(1))
+        .collect();
+    assert_eq!(probes.len(), 1, "{probes:?}");
+    // Held members were replaced after 1, 2, 4, 8 minutes... (29 minutes in: 4 of them).
+    assert!(
+        (3..=5).contains(&st.placements[1].failed_replacements),
+        "{}",
+        st.placements[1].failed_replacements
+    );
+    // Placement 1 creates again: its next probe serves, and its share comes back within the
+    // budget, never below the floor.
+    for minute in 30..120 {
+        s.now = NOW + minute * 60;
+        let before = s.ready();
+        s.step();
+        assert!(s.ready() >= before.min(10), "minute {minute}");
+        s.ready_all();
+    }
+    let st = &s.status;
+    assert_eq!(st.placements[1].degraded_since, None, "{st:?}");
+    assert_eq!(st.placements[1].failed_replacements, 0);
+    assert_eq!(s.by_placement(), vec![5, 3, 2]);
+    assert_eq!(st.available_replicas, 10);
+}
+
+/// Quota refusals are retried by the member itself; the share moves only once they have
+/// lasted spillAfter.
+#[test]
+fn a_quota_refusal_lends_the_share_after_spill_after() {
+    let mut sp = spec(4, &[1, 1]);
+    sp.spill_after = Some("10m".into());
+    let mut s = Sim::new(sp);
+    s.step();
+    for m in &mut s.members {
+        if m.placement == Some(1) {
+            m.failure = failing(FailureKind::Quota, NOW);
+        }
+    }
+    s.ready_all();
+    for minute in 1..10 {
+        s.now = NOW + minute * 60;
+        let d = s.step();
+        assert!(d.creates.is_empty(), "minute {minute}: nothing moves yet");
+        assert_eq!(s.status.placements[1].degraded_since, None);
+    }
+    s.now = NOW + 600;
+    let d = s.step();
+    assert!(s.status.placements[1].degraded_since.is_some());
+    assert_eq!(
+        d.creates.iter().filter(|c| c.placement == 0).count(),
+        2,
+        "the two that never served are made up for elsewhere: {:?}",
+        d.creates
+    );
+    assert_eq!(
+        d.deletes,
+        vec![("pool-2".to_string(), DeleteReason::Rebalanced)],
+        "the older refused member makes way, the newer keeps trying"
+    );
+}
+
+#[test]
+fn member_names_never_repeat() {
+    let pool = ProxyPool {
+        api_version: crate::proxy::API_VERSION.into(),
+        kind: KIND.into(),
+        metadata: crate::proxy::ObjectMeta {
+            name: "crawl".into(),
+            namespace: "ns".into(),
+            uid: Some("5e8f2c4a-1111-4222-8333-944455556666".into()),
+            ..Default::default()
+        },
+        spec: spec(1, &[1]),
+        status: None,
+    };
+    let mut seen = std::collections::HashSet::new();
+    for serial in 0..200_000u64 {
+        let name = member_name(&pool, serial);
+        assert_eq!(name.len(), "crawl-".len() + 9, "{name}");
+        assert!(crate::config::is_dns_label(&name), "{name}");
+        assert!(seen.insert(name), "serial {serial} repeats a name");
+    }
+    // Another pool of the same name (a new uid) names its members otherwise.
+    let mut again = pool.clone();
+    again.metadata.uid = Some("5e8f2c4a-1111-4222-8333-944455557777".into());
+    assert_ne!(member_name(&pool, 1), member_name(&again, 1));
+}
+
+#[test]
+fn the_providers_config_and_the_check_bound_a_pools_spec() {
+    let mut sp = spec(3, &[1, 1]);
+    sp.placements[1].provider = "clustr".into();
+    sp.rotation = Some(Rotation {
+        max_age: "1h".into(),
+        jitter: Some("3h".into()),
+    });
+    let pool = ProxyPool {
+        api_version: crate::proxy::API_VERSION.into(),
+        kind: KIND.into(),
+        metadata: crate::proxy::ObjectMeta {
+            name: "web".into(),
+            ..Default::default()
+        },
+        spec: sp,
+        status: None,
+    };
+    let providers = vec!["p0".to_string(), "cluster".to_string()];
+    let env = Environment {
+        providers: &providers,
+        startup_timeout: Some(Duration::from_secs(600)),
+    };
+    let problems = validate_in(&pool, env);
+    assert!(
+        problems.iter().any(|p| p.starts_with(
+            "spec.placements[1].provider: \"clustr\" is not in the providers config (it has p0, cluster)"
+        )),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("spec.rotation.jitter: 3h must be shorter than maxAge (1h)")),
+        "{problems:?}"
+    );
+    // maxAge - jitter must leave twice the startup timeout.
+    let mut short = pool.clone();
+    short.spec.placements[1].provider = "cluster".into();
+    short.spec.rotation = Some(Rotation {
+        max_age: "30m".into(),
+        jitter: Some("15m".into()),
+    });
+    let problems = validate_in(&short, env);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(
+        problems[0]
+            .starts_with("spec.rotation.maxAge: maxAge - jitter is 900s, shorter than 1200s"),
+        "{problems:?}"
+    );
+    short.spec.rotation = Some(Rotation {
+        max_age: "1h".into(),
+        jitter: Some("15m".into()),
+    });
+    assert!(validate_in(&short, env).is_empty());
+    short.spec.spill_after = Some("soon".into());
+    assert!(validate_in(&short, env)[0].starts_with("spec.spillAfter:"));
 }

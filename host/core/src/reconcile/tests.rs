@@ -37,7 +37,7 @@ fn obs<'a>(p: &'a Proxy, s: &'a ProxyStatus, l: &'a ProviderLookup) -> Observati
         status: s,
         deleting: false,
         provider: l,
-        egress_check: false,
+        egress_check: None,
     }
 }
 
@@ -567,4 +567,105 @@ fn a_repeated_failure_keeps_its_condition() {
             .message
             .ends_with("pods=12, limited: pods=10")
     );
+}
+
+/// A Get that fails on the way (an API error, a timeout) says nothing about a serving
+/// instance: it stays Running, Ready and steady, and is looked at again after a backoff.
+#[test]
+fn a_transient_get_error_keeps_the_last_known_state() {
+    let p = proxy(1);
+    let rev = present("r1");
+    let s = with_id(None);
+    let running = after_get(
+        obs(&p, &s, &rev),
+        Ok(instance(InstanceState::Running, Some("10.0.0.7"))),
+        NOW,
+    );
+    assert!(ready_is_true(&running.status));
+    for class in [ErrorClass::Transient, ErrorClass::QuotaExceeded] {
+        let out = after_get(
+            obs(&p, &running.status, &rev),
+            Err(ProviderError::new("k8s", "get", class, "Timeout", "slow")),
+            "2026-01-01T00:05:00Z",
+        );
+        assert_eq!(out.status, running.status, "{class:?}: nothing changes");
+        assert_eq!(out.next, Next::Backoff(ErrorClass::Transient));
+        assert!(out.is_steady(), "{class:?}: still serving");
+    }
+    // An instance that was not serving yet reports the failure as before.
+    let provisioning = after_get(
+        obs(&p, &s, &rev),
+        Ok(instance(InstanceState::Provisioning, None)),
+        NOW,
+    );
+    let out = after_get(
+        obs(&p, &provisioning.status, &rev),
+        Err(err(ErrorClass::Transient)),
+        NOW,
+    );
+    assert_eq!(
+        out.status.condition(READY).unwrap().reason,
+        reason::TRANSIENT_FAILURE
+    );
+    assert!(!out.is_steady());
+}
+
+/// A port edit of a running Proxy: the instance keeps serving the old port, so a Proxy on
+/// its own replaces it, and Ready names the port the instance has until then; a pool's
+/// member is not replaced by itself (its pool does it, within its budget).
+#[test]
+fn a_spec_edit_the_instance_cannot_follow_replaces_it() {
+    let p = proxy(1);
+    let rev = present("r1");
+    let created = after_create(
+        obs(&p, &ProxyStatus::default(), &rev),
+        Ok(instance(InstanceState::Running, Some("10.0.0.7"))),
+        NOW,
+    );
+    assert_eq!(created.status.instance_spec.as_ref().unwrap().port, 3128);
+    let mut edited = proxy(2);
+    edited.spec.port = 3130;
+    assert_eq!(
+        spec_drift(&edited, &created.status).as_deref(),
+        Some("port 3128 -> 3130")
+    );
+    assert_eq!(edited.served_port(&created.status), 3128);
+    assert!(matches!(
+        decide(obs(&edited, &created.status, &rev), NOW),
+        Step::Delete {
+            purpose: DeletePurpose::Replace,
+            ..
+        }
+    ));
+    let mut member = edited.clone();
+    member
+        .metadata
+        .labels
+        .insert(crate::discovery::POOL_LABEL.into(), "web".into());
+    assert!(matches!(
+        decide(obs(&member, &created.status, &rev), NOW),
+        Step::Get { .. }
+    ));
+    let looked = after_get(
+        obs(&member, &created.status, &rev),
+        Ok(instance(InstanceState::Running, Some("10.0.0.7"))),
+        NOW,
+    );
+    let ready = looked.status.condition(READY).unwrap();
+    assert!(ready.message.contains("port 3128"), "{}", ready.message);
+    // After the replacement the new instance serves the new port.
+    let replaced = after_delete(
+        obs(&edited, &created.status, &rev),
+        DeletePurpose::Replace,
+        Ok(()),
+        NOW,
+    );
+    assert_eq!(replaced.status.instance_spec, None);
+    let again = after_create(
+        obs(&edited, &replaced.status, &rev),
+        Ok(instance(InstanceState::Running, Some("10.0.0.8"))),
+        NOW,
+    );
+    assert_eq!(spec_drift(&edited, &again.status), None);
+    assert_eq!(edited.served_port(&again.status), 3130);
 }
