@@ -29,6 +29,123 @@ pub trait EgressProbe: Send + Sync {
     async fn echo_reachable(&self, settings: &Settings) -> bool;
 }
 
+/// The Proxies' statuses as the outage rule counts them: each provider's (failing, checked)
+/// Proxies, from what their statuses hold (see `egress_core::egress::outage_vote`), leaving
+/// one Proxy out. The operator counts its watch of every Proxy, the CLI its tracked statuses;
+/// so a new leader or a restarted run decides as the one before would have.
+pub trait Fleet: Send + Sync {
+    fn outage_counts(&self, provider: &str, except: &str) -> (usize, usize);
+    /// Told of a Proxy's status by a caller that tracks them itself (or, with None, that it
+    /// went); a fleet fed otherwise (a watch) ignores it.
+    fn record(&self, _key: &str, _provider: &str, _status: Option<&ProxyStatus>) {}
+}
+
+/// A [`Fleet`] kept from the statuses it is told of (the CLI's tracked statuses, the
+/// operator's watch of every Proxy), with each provider's counts kept as they change, so a
+/// check of one of 10,000 Proxies costs no walk over the others.
+#[derive(Default)]
+pub struct StatusFleet {
+    inner: Mutex<FleetInner>,
+}
+
+#[derive(Default)]
+struct FleetInner {
+    /// Each Proxy's provider and vote.
+    votes: HashMap<String, (String, Option<bool>)>,
+    /// Per provider: (failing, checked).
+    counts: HashMap<String, (usize, usize)>,
+    /// The keys a relist has seen so far, while one is under way.
+    relist: Option<std::collections::HashSet<String>>,
+}
+
+impl FleetInner {
+    fn count(&mut self, provider: &str, vote: Option<bool>, sign: bool) {
+        let Some(failing) = vote else { return };
+        let c = self.counts.entry(provider.to_string()).or_default();
+        let step = |n: &mut usize| {
+            *n = if sign {
+                n.saturating_add(1)
+            } else {
+                n.saturating_sub(1)
+            }
+        };
+        step(&mut c.1);
+        if failing {
+            step(&mut c.0);
+        }
+    }
+
+    fn set(&mut self, key: &str, entry: Option<(String, Option<bool>)>) {
+        if let Some((p, v)) = self.votes.remove(key) {
+            self.count(&p, v, false);
+        }
+        if let Some((p, v)) = entry {
+            self.count(&p, v, true);
+            self.votes.insert(key.to_string(), (p, v));
+        }
+    }
+}
+
+impl StatusFleet {
+    fn inner(&self) -> std::sync::MutexGuard<'_, FleetInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a Proxy's status (or, with None, that it went).
+    pub fn record(&self, key: &str, provider: &str, status: Option<&ProxyStatus>) {
+        Fleet::record(self, key, provider, status)
+    }
+
+    /// A watch lists everything again: what the list does not name by [`Self::end_relist`]
+    /// went meanwhile.
+    pub fn begin_relist(&self) {
+        self.inner().relist = Some(Default::default());
+    }
+
+    pub fn end_relist(&self) {
+        let mut inner = self.inner();
+        let Some(seen) = inner.relist.take() else {
+            return;
+        };
+        let gone: Vec<String> = inner
+            .votes
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            inner.set(&k, None);
+        }
+    }
+}
+
+impl Fleet for StatusFleet {
+    fn record(&self, key: &str, provider: &str, status: Option<&ProxyStatus>) {
+        let mut inner = self.inner();
+        if let Some(seen) = &mut inner.relist
+            && status.is_some()
+        {
+            seen.insert(key.to_string());
+        }
+        inner.set(
+            key,
+            status.map(|s| (provider.to_string(), egress::outage_vote(s))),
+        );
+    }
+
+    fn outage_counts(&self, provider: &str, except: &str) -> (usize, usize) {
+        let inner = self.inner();
+        let (mut failing, mut checked) = inner.counts.get(provider).copied().unwrap_or_default();
+        if let Some((p, Some(f))) = inner.votes.get(except)
+            && p == provider
+        {
+            checked = checked.saturating_sub(1);
+            failing = failing.saturating_sub(usize::from(*f));
+        }
+        (failing, checked)
+    }
+}
+
 /// Told of every check's result (the operator's metrics).
 pub trait CheckObserver: Send + Sync {
     fn checked(&self, provider: &str, reason: CheckReason, latency_ms: Option<u64>);
@@ -60,6 +177,7 @@ pub struct EgressChecker {
     clock: Arc<dyn ClockBackend>,
     table: Mutex<Table>,
     observer: Option<Arc<dyn CheckObserver>>,
+    fleet: Option<Arc<dyn Fleet>>,
 }
 
 /// The checker of real runs: a [`NetworkProbe`] with the config's settings. Errors name the
@@ -90,7 +208,15 @@ impl EgressChecker {
             clock,
             table: Mutex::new(Table::default()),
             observer: None,
+            fleet: None,
         }
+    }
+
+    /// The same checker, counting the outage rule over `fleet` (the Proxies' statuses) rather
+    /// than over the checks this process made.
+    pub fn with_fleet(mut self, fleet: Arc<dyn Fleet>) -> Self {
+        self.fleet = Some(fleet);
+        self
     }
 
     /// The same checker, telling `observer` of every check.
@@ -132,10 +258,31 @@ impl EgressChecker {
     /// Whether the provider's proxies fail less than `maxUnhealthy` (replacement allowed),
     /// and the counts: (failing, checked).
     pub fn provider_health(&self, provider: &str) -> (bool, usize, usize) {
+        let (failing, checked) = match &self.fleet {
+            Some(f) => f.outage_counts(provider, ""),
+            None => self.own_counts(provider, ""),
+        };
+        (
+            egress::replacement_allowed(failing, checked, &self.settings.max_unhealthy),
+            failing,
+            checked,
+        )
+    }
+
+    /// Tells the fleet of a Proxy's status (or, with None, that it went), for a caller that
+    /// tracks the statuses itself (the CLI).
+    pub fn record_status(&self, key: &str, provider: &str, status: Option<&ProxyStatus>) {
+        if let Some(f) = &self.fleet {
+            f.record(key, provider, status);
+        }
+    }
+
+    /// The outage rule over the checks this process made (no fleet given).
+    fn own_counts(&self, provider: &str, except: &str) -> (usize, usize) {
         let table = self.table();
         let (mut failing, mut checked) = (0, 0);
-        for l in table.latest.values().filter(|l| l.provider == provider) {
-            if l.reason == CheckReason::CheckerUnavailable {
+        for (key, l) in table.latest.iter().filter(|(_, l)| l.provider == provider) {
+            if l.reason == CheckReason::CheckerUnavailable || key == except {
                 continue;
             }
             checked += 1;
@@ -143,11 +290,7 @@ impl EgressChecker {
                 failing += 1;
             }
         }
-        (
-            egress::replacement_allowed(failing, checked, &self.settings.max_unhealthy),
-            failing,
-            checked,
-        )
+        (failing, checked)
     }
 
     /// Checks one running Proxy now: the probe, a direct look at the echo when the probe
@@ -191,7 +334,17 @@ impl EgressChecker {
                 },
             );
         }
-        let (allowed, _, _) = self.provider_health(&proxy.spec.provider);
+        // The others as their statuses (or this process's checks) hold them, and this one as
+        // it just checked.
+        let (mut failing, mut checked) = match &self.fleet {
+            Some(f) => f.outage_counts(&proxy.spec.provider, &key),
+            None => self.own_counts(&proxy.spec.provider, &key),
+        };
+        if result.reason != CheckReason::CheckerUnavailable {
+            checked += 1;
+            failing += usize::from(result.reason.is_failure());
+        }
+        let allowed = egress::replacement_allowed(failing, checked, &self.settings.max_unhealthy);
         let now = (now_ms / 1000) as i64;
         let mut out = egress::after_check(
             status,
@@ -531,6 +684,7 @@ mod tests {
             interval: Duration::from_secs(30),
             timeout: Duration::from_secs(5),
             failure_threshold: 2,
+            readiness_threshold: 2,
             startup_timeout: Duration::from_secs(600),
             max_unhealthy: IntOrPercent::Percent("50%".into()),
         }
@@ -625,5 +779,53 @@ mod tests {
             "every proxy of the provider fails: an outage"
         );
         let _ = sa;
+    }
+
+    /// After a failover the outage rule counts what the Proxies' statuses hold: a new
+    /// process whose first check is of a proxy at its threshold, in the middle of its
+    /// provider's outage, holds the replacement back as the old one would have (without the
+    /// statuses it would judge "1 failing of 1" and replace it).
+    #[tokio::test]
+    async fn a_new_process_counts_the_outage_from_the_statuses() {
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let world = "proxies: [{ip: 10.0.0.1, serving: false}, {ip: 10.0.0.2, serving: false}, {ip: 10.0.0.3, serving: false}]\n";
+        // The old process: three proxies verified, then failing, two of them past the
+        // threshold (held back: the provider is in an outage).
+        let old = checker("{}", clock.clone());
+        let fleet = Arc::new(StatusFleet::default());
+        let mut statuses = Vec::new();
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            let s = old
+                .check(&proxy(name), &running(&format!("10.0.0.{}", i + 1)))
+                .await
+                .status;
+            statuses.push(s);
+        }
+        let old = checker(world, clock.clone());
+        for round in 0..2 {
+            clock.advance_to(1_767_225_630_000 + round * 30_000);
+            for (i, name) in ["a", "b", "c"].iter().enumerate() {
+                if round == 1 && i == 2 {
+                    continue;
+                }
+                let out = old.check(&proxy(name), &statuses[i]).await;
+                statuses[i] = out.status;
+            }
+        }
+        for (i, name) in ["a", "b", "c"].iter().enumerate() {
+            fleet.record(&format!("ns/{name}"), "p", Some(&statuses[i]));
+        }
+        assert_eq!(statuses[0].egress_failures, 2);
+        assert_eq!(statuses[2].egress_failures, 1);
+        // The new process checks c, which reaches the threshold of 2.
+        clock.advance_to(1_767_225_700_000);
+        let fresh = checker(world, clock.clone());
+        let out = fresh.check(&proxy("c"), &statuses[2]).await;
+        assert_eq!(out.status.egress_failures, 2);
+        assert!(out.replace.is_some(), "alone it sees one failing of one");
+        let fresh = checker(world, clock.clone()).with_fleet(fleet.clone());
+        let out = fresh.check(&proxy("c"), &statuses[2]).await;
+        assert_eq!(out.replace, None, "three of three fail: an outage");
+        assert_eq!(fresh.provider_health("p"), (false, 3, 3));
     }
 }

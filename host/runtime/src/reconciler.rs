@@ -92,6 +92,12 @@ fn serving(status: &ProxyStatus) -> bool {
     status.state == Some(InstanceState::Running) && status.ip.is_some()
 }
 
+/// Steady where the egress check runs: Ready, and not in the middle of failed checks (a proxy
+/// still Ready through a blip is not settled until it passes again or is replaced).
+fn checked_steady(status: &ProxyStatus) -> bool {
+    reconcile::ready_is_true(status) && status.egress_failures == 0
+}
+
 /// What every reconcile of a run shares.
 pub struct ReconcileEnv<'a> {
     pub providers: &'a Providers,
@@ -145,6 +151,7 @@ pub async fn reconcile_proxy(
         && serving(&status)
         && status.replace_requested.is_none()
         && status.provider_revision.is_none()
+        && reconcile::spec_drift(proxy, &status).is_none()
         && checker.observed_within(&proxy.key(), reconcile::RESYNC_INTERVAL)
     {
         let key = proxy.key();
@@ -154,14 +161,19 @@ pub async fn reconcile_proxy(
                 events.push(event(now(), warning, &reason, message));
             }
             status = out.status;
-            reconcile::refresh_egress_ready(proxy, &mut status, &now());
+            reconcile::refresh_egress_ready(
+                proxy,
+                &mut status,
+                checker.settings().thresholds(),
+                &now(),
+            );
             if out.replace.is_none() {
                 let until_check = checker
                     .next_due_ms(&key, &status)
                     .saturating_sub(checker.now_ms());
                 let until_resync = checker.until_resync(&key, reconcile::RESYNC_INTERVAL);
                 return StepResult {
-                    steady: reconcile::ready_is_true(&status),
+                    steady: checked_steady(&status),
                     status,
                     wait: Wait::After(until_resync.min(Duration::from_millis(until_check.max(1)))),
                     released: false,
@@ -178,7 +190,7 @@ pub async fn reconcile_proxy(
             status: &status,
             deleting,
             provider: &lookup,
-            egress_check: egress.is_some(),
+            egress_check: egress.map(|c| c.settings().thresholds()),
         };
         let before = status.condition(reconcile::READY).map(|c| c.reason.clone());
         let outcome = match (reconcile::decide(obs, &now()), provider) {
@@ -271,6 +283,17 @@ pub async fn reconcile_proxy(
                 },
                 Some(p),
             ) => {
+                if purpose == DeletePurpose::Replace
+                    && proxy.pool().is_none()
+                    && let Some(drift) = reconcile::spec_drift(proxy, &status)
+                {
+                    events.push(event(
+                        now(),
+                        false,
+                        "SpecChanged",
+                        format!("the instance cannot follow the spec ({drift}); replacing it"),
+                    ));
+                }
                 let result = p.delete(subject, &provider_id).await;
                 match (&result, purpose) {
                     (Ok(()), DeletePurpose::Replace) => events.push(event(
@@ -319,7 +342,12 @@ pub async fn reconcile_proxy(
                     events.push(event(now(), warning, &reason, message));
                 }
                 status = out.status;
-                reconcile::refresh_egress_ready(proxy, &mut status, &now());
+                reconcile::refresh_egress_ready(
+                    proxy,
+                    &mut status,
+                    checker.settings().thresholds(),
+                    &now(),
+                );
                 if out.replace.is_some() {
                     // decide() now names the replacement: a delete, then a new instance.
                     continue;
@@ -329,7 +357,7 @@ pub async fn reconcile_proxy(
                 .next_due_ms(&key, &status)
                 .saturating_sub(checker.now_ms());
             wait = Wait::After(d.min(Duration::from_millis(until_check.max(1))));
-            steady = reconcile::ready_is_true(&status);
+            steady = checked_steady(&status);
         }
         return StepResult {
             status,
