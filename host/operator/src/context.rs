@@ -30,6 +30,9 @@ pub struct Context {
     pub recorder: Recorder,
     loaded: RwLock<Arc<Loaded>>,
     attempts: Mutex<HashMap<String, u32>>,
+    /// Unix seconds, for the times statuses record: the system clock in a cluster; a test
+    /// passes its API double's, so the Proxy and the pool controllers read one clock.
+    clock: crate::pool::Clock,
 }
 
 impl Context {
@@ -48,7 +51,19 @@ impl Context {
             reporter,
             loaded: RwLock::new(Arc::new(loaded)),
             attempts: Mutex::new(HashMap::new()),
+            clock: crate::pool::system_clock(),
         }
+    }
+
+    /// The same context on another clock.
+    pub fn with_clock(mut self, clock: crate::pool::Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Unix seconds on the context's clock.
+    pub fn now(&self) -> i64 {
+        (self.clock)()
     }
 
     /// The providers as loaded now. Calls already running keep the version they started with.

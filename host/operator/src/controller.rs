@@ -108,14 +108,6 @@ pub fn status_patch(status: &egress_core::ProxyStatus) -> Value {
     json!({ "status": v })
 }
 
-fn now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    egress_core::gc::format_rfc3339(secs)
-}
-
 /// A JSON patch that removes our finalizer at the index the Proxy has it, testing it is still
 /// there (as kube-runtime's finalizer helper does). It carries no resourceVersion: the status
 /// written just before is a newer version than `proxy`, and a precondition on the old one
@@ -174,6 +166,7 @@ async fn reconcile_in_span(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Actio
         client: ctx.client.clone(),
         namespace: namespace.clone(),
     };
+    let now = || egress_core::gc::format_rfc3339(ctx.now());
     let env = ReconcileEnv {
         providers: &loaded.providers,
         installation: &ctx.installation,

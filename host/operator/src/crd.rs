@@ -110,6 +110,10 @@ pub struct ProxyPoolSpec {
     /// Nothing is created or deleted while paused; the status is still written.
     #[serde(default)]
     pub paused: bool,
+    /// How long a placement's creates may keep failing on quota or capacity before its share
+    /// is lent to the other placements (a permanent failure lends it at once); default 10m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spill_after: Option<String>,
 }
 
 /// maxSurge and maxUnavailable as Kubernetes' IntOrString: a structural schema cannot hold
@@ -150,6 +154,7 @@ impl ProxyPool {
                 rotation: self.spec.rotation.clone(),
                 strategy: self.spec.strategy.clone(),
                 paused: self.spec.paused,
+                spill_after: self.spec.spill_after.clone(),
             },
             status: None,
         }

@@ -16,7 +16,7 @@ use context::{Context, Loaded};
 use egress_core::config::ProvidersConfig;
 use egress_runtime::capabilities::clock::ClockBackend;
 use egress_runtime::capabilities::kube::RealKube;
-use egress_runtime::egress::EgressChecker;
+use egress_runtime::egress::{EgressChecker, StatusFleet};
 use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
 use futures::StreamExt;
 use kube::runtime::controller::{self as kube_controller, Controller};
@@ -118,10 +118,33 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     })?;
     let reloader = Arc::new(reloader);
     let config = reloader.config();
+    // Every replica watches every Proxy: for discovery (a crawler behind the Service may reach
+    // a standby), and for the outage rule, which counts the failures the statuses hold, so a
+    // new leader decides as the last one would have.
+    let fleet = Arc::new(StatusFleet::default());
+    let (store, writer) = reflector::store();
+    let discovery_watch = watcher(
+        kube::Api::<crd::Proxy>::all(client.clone()),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .for_each({
+        let fleet = fleet.clone();
+        move |event| {
+            if let Ok(e) = event {
+                feed_fleet(&fleet, &e);
+            }
+            async {}
+        }
+    });
+    tokio::spawn(discovery_watch);
     let loaded = Loaded {
-        egress: checker_for(&config, None, &clock, &metrics).map_err(|message| Error::Config {
-            path: opts.providers.display().to_string(),
-            message,
+        egress: checker_for(&config, None, &clock, &metrics, &fleet).map_err(|message| {
+            Error::Config {
+                path: opts.providers.display().to_string(),
+                message,
+            }
         })?,
         config,
         providers: reloader.current(),
@@ -140,18 +163,8 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         },
     ));
 
-    // Discovery answers on every replica, from a watch of its own: a crawler behind the
-    // Service may reach a standby.
-    let (store, writer) = reflector::store();
-    let discovery_watch = watcher(
-        kube::Api::<crd::Proxy>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .for_each(|_| async {});
-    tokio::spawn(discovery_watch);
     let source = Arc::new(server::StoreSource::new(store));
+    tokio::spawn(source.clone().track_sync());
     let _ = source.context.set(ctx.clone());
 
     let ready = Arc::new(server::Readiness::default());
@@ -184,6 +197,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         reloader,
         ctx.clone(),
         clock,
+        fleet,
         opts.reload_interval,
         vec![reload_tx, pool_reload_tx],
     );
@@ -243,6 +257,7 @@ pub fn checker_for(
     before: Option<&Loaded>,
     clock: &Arc<dyn ClockBackend>,
     metrics: &Arc<metrics::Metrics>,
+    fleet: &Arc<StatusFleet>,
 ) -> Result<Option<Arc<EgressChecker>>, String> {
     let Some(check) = &config.egress_check else {
         return Ok(None);
@@ -254,8 +269,31 @@ pub fn checker_for(
         return Ok(Some(e.clone()));
     }
     let checker = egress_runtime::egress::network_checker(check, clock.clone())?;
-    Ok(Some(Arc::new(checker.with_observer(metrics.clone()))))
+    Ok(Some(Arc::new(
+        checker
+            .with_observer(metrics.clone())
+            .with_fleet(fleet.clone()),
+    )))
 }
+
+/// Tells the outage rule's fleet what the watch of every Proxy saw.
+pub fn feed_fleet(fleet: &StatusFleet, event: &watcher::Event<crd::Proxy>) {
+    use kube::ResourceExt;
+    let record = |p: &crd::Proxy, gone: bool| {
+        let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+        let status = (!gone).then(|| p.status.as_ref().unwrap_or(&EMPTY_STATUS));
+        fleet.record(&key, &p.spec.provider, status);
+    };
+    match event {
+        watcher::Event::Init => fleet.begin_relist(),
+        watcher::Event::InitApply(p) | watcher::Event::Apply(p) => record(p, false),
+        watcher::Event::Delete(p) => record(p, true),
+        watcher::Event::InitDone => fleet.end_relist(),
+    }
+}
+
+static EMPTY_STATUS: std::sync::LazyLock<egress_core::ProxyStatus> =
+    std::sync::LazyLock::new(egress_core::ProxyStatus::default);
 
 fn tokio_stream_from(
     mut rx: tokio::sync::mpsc::Receiver<()>,
@@ -270,6 +308,7 @@ async fn reload_loop(
     reloader: Arc<Reloader>,
     ctx: Arc<Context>,
     clock: Arc<dyn ClockBackend>,
+    fleet: Arc<StatusFleet>,
     interval: Duration,
     triggers: Vec<tokio::sync::mpsc::Sender<()>>,
 ) {
@@ -294,7 +333,7 @@ async fn reload_loop(
         let config = reloader.config();
         let check_changed = before.config.egress_check != config.egress_check;
         if !out.swapped.is_empty() || !out.removed.is_empty() || check_changed {
-            let egress = match checker_for(&config, Some(&before), &clock, &ctx.metrics) {
+            let egress = match checker_for(&config, Some(&before), &clock, &ctx.metrics, &fleet) {
                 Ok(e) => e,
                 Err(message) => {
                     ctx.metrics.reload("", "rejected");

@@ -95,7 +95,7 @@ pub async fn reconcile(pool: Arc<ProxyPool>, ctx: Arc<PoolContext>) -> Result<Ac
 }
 
 /// One of the pool's Proxies as the decisions see it.
-fn member(p: &Proxy, now: i64) -> Member {
+fn member(p: &Proxy, now: i64, egress: Option<egress_core::egress::Thresholds>) -> Member {
     let core = egress_core::Proxy {
         metadata: egress_core::proxy::ObjectMeta {
             labels: p.labels().clone(),
@@ -116,6 +116,7 @@ fn member(p: &Proxy, now: i64) -> Member {
         &p.status.clone().unwrap_or_default(),
         created_at,
         p.metadata.deletion_timestamp.is_some(),
+        egress,
     )
 }
 
@@ -198,7 +199,16 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     let generation = pool.metadata.generation;
     let old = pool.status.clone().unwrap_or_default();
 
-    let problems = pool::validate(&core);
+    let loaded = ctx.loaded();
+    let provider_names: Vec<String> = loaded.providers.iter().map(|p| p.name.clone()).collect();
+    let settings = loaded.egress.as_ref().map(|c| c.settings().clone());
+    let problems = pool::validate_in(
+        &core,
+        pool::Environment {
+            providers: &provider_names,
+            startup_timeout: settings.as_ref().map(|s| s.startup_timeout),
+        },
+    );
     if !problems.is_empty() {
         let mut status = invalid_status(&old, &problems);
         stamp(&mut status, &old, generation, now);
@@ -219,8 +229,10 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         .iter()
         .filter(|p| controlled_by(p, &pool_uid))
         .collect();
-    let members: Vec<Member> = owned.iter().map(|p| member(p, now)).collect();
-    let loaded = ctx.loaded();
+    let thresholds = settings
+        .as_ref()
+        .map(egress_core::egress::Settings::thresholds);
+    let members: Vec<Member> = owned.iter().map(|p| member(p, now, thresholds)).collect();
     let provider_revisions: Vec<String> = core
         .spec
         .placements
@@ -234,7 +246,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         })
         .collect();
     let revisions = pool::revisions(&core.spec, &provider_revisions);
-    let d = pool::decide(&core.spec, &revisions, &members, now);
+    let d = pool::decide(&core.spec, &revisions, &members, &old, now);
 
     for (proxy_name, why) in &d.deletes {
         let uid = owned
@@ -264,55 +276,65 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         .await;
     }
 
-    // Names from the pool's identity, the time and a count: never one a Proxy of the pool had
-    // before (a crawler that tracks proxies by name would take a new one for the old), and
-    // stable for one clock reading.
-    let mut taken: BTreeSet<String> = listed.items.iter().map(ResourceExt::name_any).collect();
-    let base = (now.max(0) as u64).saturating_mul(1000);
-    let mut k = 0u64;
-    let tries = (listed.items.len() + d.creates.len()) as u64 + 64;
-    for c in &d.creates {
-        let proxy_name = loop {
-            k += 1;
-            if k > tries {
-                return Err(Error::NoFreeName(name.clone(), tries));
-            }
-            let n = pool::member_name(&core, base + k);
-            if !taken.insert(n.clone()) {
-                continue;
-            }
-            let proxy = owned_proxy(&pool, &pool::member_proxy(&core, c, &n));
-            match proxies.create(&PostParams::default(), &proxy).await {
-                Ok(_) => break n,
-                // A Proxy of that name that is not the pool's (no label): the next name.
-                Err(kube::Error::Api(s)) if s.code == 409 => continue,
-                Err(e) => return Err(Error::Kube(e)),
-            }
-        };
-        let provider = core
-            .spec
-            .placements
-            .get(c.placement)
-            .map_or("", |p| p.provider.as_str());
-        let zone = c
-            .zone
-            .as_deref()
-            .map(|z| format!(" in {z}"))
-            .unwrap_or_default();
-        publish(
-            ctx,
-            &pool,
-            false,
-            "Created",
-            format!(
-                "{proxy_name} on placements[{}] ({provider}){zone}",
-                c.placement
-            ),
-        )
-        .await;
+    // Names from the pool's serial, reserved in its status before any is used (settled by
+    // the resourceVersion: two replicas can never hand out one serial), so no name repeats in
+    // the pool's life; a few more than needed, for names a Proxy not of the pool holds.
+    let mut serial = old.member_serial;
+    if !d.creates.is_empty() {
+        let (first, reserved) =
+            reserve_serials(&pools, &pool, d.creates.len() as u64 + NAME_SLACK).await?;
+        serial = first;
+        let taken: BTreeSet<String> = listed.items.iter().map(ResourceExt::name_any).collect();
+        for c in &d.creates {
+            let proxy_name = loop {
+                serial += 1;
+                if serial > reserved {
+                    return Err(Error::NoFreeName(name.clone(), reserved));
+                }
+                let n = pool::member_name(&core, serial);
+                if taken.contains(&n) {
+                    continue;
+                }
+                let proxy = owned_proxy(&pool, &pool::member_proxy(&core, c, &n));
+                match proxies.create(&PostParams::default(), &proxy).await {
+                    Ok(_) => break n,
+                    // A Proxy of that name that is not the pool's (no label): the next name.
+                    Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                    Err(e) => return Err(Error::Kube(e)),
+                }
+            };
+            let provider = core
+                .spec
+                .placements
+                .get(c.placement)
+                .map_or("", |p| p.provider.as_str());
+            let zone = c
+                .zone
+                .as_deref()
+                .map(|z| format!(" in {z}"))
+                .unwrap_or_default();
+            publish(
+                ctx,
+                &pool,
+                false,
+                "Created",
+                format!(
+                    "{proxy_name} on placements[{}] ({provider}){zone}{}",
+                    c.placement,
+                    if c.probe {
+                        ", to see whether it creates again"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+            .await;
+        }
+        serial = reserved;
     }
 
     let mut status = d.status;
+    status.member_serial = serial;
     stamp(&mut status, &old, generation, now);
     if status != old {
         write_status(&pools, &name, &status).await?;
@@ -324,6 +346,49 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         .requeue_after
         .map_or(RESYNC_INTERVAL, |r| r.min(RESYNC_INTERVAL));
     Ok(Action::requeue(wait))
+}
+
+/// Serials reserved beyond the creates of one decision.
+const NAME_SLACK: u64 = 8;
+
+/// Hands out `count` serials: records in the pool's status that they are taken, on the
+/// condition that the pool is still the version read, so two replicas (or a replica reading a
+/// stale copy) never hand out one serial. Returns the last serial used before them and the
+/// last reserved.
+async fn reserve_serials(
+    pools: &Api<ProxyPool>,
+    pool: &ProxyPool,
+    count: u64,
+) -> Result<(u64, u64), Error> {
+    let mut current = (
+        pool.status.as_ref().map_or(0, |s| s.member_serial),
+        pool.resource_version(),
+    );
+    let name = pool.name_any();
+    for _ in 0..3 {
+        let (from, rv) = &current;
+        let reserved = from + count;
+        let patch = json!({
+            "metadata": {"resourceVersion": rv},
+            "status": {"memberSerial": reserved},
+        });
+        match pools
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok((*from, reserved)),
+            // Changed since it was read: read it again.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let fresh = pools.get_status(&name).await.map_err(Error::Kube)?;
+                current = (
+                    fresh.status.as_ref().map_or(0, |s| s.member_serial),
+                    fresh.resource_version(),
+                );
+            }
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    }
+    Err(Error::NoFreeName(name, count))
 }
 
 /// The Proxy a create makes, owned by the pool: its controller, blocking the pool's deletion

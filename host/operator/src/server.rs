@@ -32,6 +32,10 @@ impl Readiness {
 /// The Proxies discovery lists.
 pub trait ProxySource: Send + Sync {
     fn discover(&self, filter: &Filter) -> Vec<Discovered>;
+    /// Whether it has listed every Proxy once: before that, an empty list would be a lie.
+    fn synced(&self) -> bool {
+        true
+    }
 }
 
 /// Discovery from a watch of every Proxy, which every replica keeps (so a standby answers as
@@ -41,6 +45,7 @@ pub trait ProxySource: Send + Sync {
 pub struct StoreSource {
     pub store: Store<Proxy>,
     pub context: OnceLock<Arc<Context>>,
+    synced: AtomicBool,
 }
 
 impl StoreSource {
@@ -48,11 +53,24 @@ impl StoreSource {
         Self {
             store,
             context: OnceLock::new(),
+            synced: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks the source synced once its watch has listed every Proxy (run it beside the
+    /// watch).
+    pub async fn track_sync(self: Arc<Self>) {
+        if self.store.wait_until_ready().await.is_ok() {
+            self.synced.store(true, Ordering::SeqCst);
         }
     }
 }
 
 impl ProxySource for StoreSource {
+    fn synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
     fn discover(&self, filter: &Filter) -> Vec<Discovered> {
         let mut proxies = self.store.state();
         proxies.sort_by(|a, b| {
@@ -121,8 +139,23 @@ fn bad_request(message: String) -> Response<Full<Bytes>> {
     )
 }
 
+/// Seconds a caller is asked to wait before it asks again, while discovery has not synced.
+const SYNC_RETRY_AFTER: &str = "2";
+
 /// `GET /v1/proxies[?provider=&namespace=&pool=&format=json|text]`.
 fn proxies(query: Option<&str>, source: &dyn ProxySource) -> Response<Full<Bytes>> {
+    if !source.synced() {
+        let mut r = respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "discovery has not listed the Proxies yet\n".into(),
+        );
+        r.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static(SYNC_RETRY_AFTER),
+        );
+        return r;
+    }
     let mut filter = Filter::default();
     let mut text = false;
     for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
@@ -178,7 +211,9 @@ pub fn route(
     }
     match path {
         "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" if ready.get() => respond(StatusCode::OK, "text/plain", "ready\n".into()),
+        "/readyz" if ready.get() && source.synced() => {
+            respond(StatusCode::OK, "text/plain", "ready\n".into())
+        }
         "/readyz" => respond(
             StatusCode::SERVICE_UNAVAILABLE,
             "text/plain",
@@ -230,5 +265,43 @@ pub async fn serve(
                 tracing::debug!("HTTP connection: {e}");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A source that has not listed yet, then has.
+    struct Source(AtomicBool);
+
+    impl ProxySource for Source {
+        fn discover(&self, _: &Filter) -> Vec<Discovered> {
+            Vec::new()
+        }
+        fn synced(&self) -> bool {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    /// A replica whose watch has not listed yet answers 503 with Retry-After, never an empty
+    /// list, and is not ready; once listed, an empty list is an answer.
+    #[test]
+    fn discovery_answers_only_once_its_watch_has_listed() {
+        let metrics = Metrics::new();
+        let ready = Readiness::default();
+        ready.set(true);
+        let source = Source(AtomicBool::new(false));
+        let r = route(&Method::GET, "/v1/proxies", None, &metrics, &ready, &source);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[http::header::RETRY_AFTER], "2");
+        let r = route(&Method::GET, "/readyz", None, &metrics, &ready, &source);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        source.0.store(true, Ordering::SeqCst);
+        let r = route(&Method::GET, "/v1/proxies", None, &metrics, &ready, &source);
+        assert_eq!(r.status(), StatusCode::OK);
+        let r = route(&Method::GET, "/readyz", None, &metrics, &ready, &source);
+        assert_eq!(r.status(), StatusCode::OK);
     }
 }

@@ -38,7 +38,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 fn providers(max_unhealthy: &str) -> String {
     format!(
         "installation: test\n\
-         egressCheck: {{urls: ['http://127.0.0.1:9/anything'], interval: 30s, timeout: 1s, failureThreshold: 2, startupTimeout: 10m, maxUnhealthy: {max_unhealthy}}}\n\
+         egressCheck: {{urls: ['http://127.0.0.1:9/anything'], interval: 30s, timeout: 1s, failureThreshold: 2, readinessFailureThreshold: 1, startupTimeout: 10m, maxUnhealthy: {max_unhealthy}}}\n\
          providers:\n- {{name: cluster, type: kubernetes}}\n"
     )
 }
@@ -265,6 +265,7 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
     );
     store.wait_until_ready().await.unwrap();
     let source = Arc::new(StoreSource::new(store));
+    source.clone().track_sync().await;
     let _ = source.context.set(e.ctx.clone());
     for _ in 0..100 {
         if !source.discover(&Default::default()).is_empty() {
