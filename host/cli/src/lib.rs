@@ -284,7 +284,11 @@ fn checker_on(
             },
         )?,
     };
-    Ok(Some(Arc::new(checker)))
+    // The run tracks every Proxy's status: the outage rule counts those (a rerun after a crash
+    // counts what the state file holds), not only the checks this run made.
+    Ok(Some(Arc::new(checker.with_fleet(Arc::new(
+        egress_runtime::egress::StatusFleet::default(),
+    )))))
 }
 
 async fn load_providers(
@@ -347,6 +351,36 @@ impl ReconcileRequest {
     }
 }
 
+/// Checks each ProxyPool against the providers config it will run with: its placements name
+/// providers the config has, and its rotation leaves a member time to serve. Errors name the
+/// pool and the field.
+pub fn check_pools(inputs: &Inputs, cfg: &ProvidersConfig, what: &str) -> Result<(), CliError> {
+    let providers: Vec<String> = cfg.providers.iter().map(|p| p.name.clone()).collect();
+    let startup_timeout = cfg
+        .egress_check
+        .as_ref()
+        .map(|c| egress_core::egress::Settings::from_config(c).startup_timeout);
+    for pool in &inputs.pools {
+        let problems = egress_core::pool::validate_in(
+            pool,
+            egress_core::pool::Environment {
+                providers: &providers,
+                startup_timeout,
+            },
+        );
+        if let Some(p) = problems.first() {
+            return Err(CliError::Input {
+                what: format!(
+                    "{what} (ProxyPool {}/{})",
+                    pool.metadata.namespace, pool.metadata.name
+                ),
+                message: p.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Runs `reconcile`: returns the report; the caller renders it and picks the exit code.
 pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
     let (proxies_text, proxies_what) = req.proxies.read()?;
@@ -358,6 +392,7 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
         });
     }
     let (cfg, cfg_what) = load_config(&req.providers)?;
+    check_pools(&inputs, &cfg, &proxies_what)?;
     let installation = installation_of(&cfg, &cfg_what, req.dry_run)?;
     let mut reach = backends_for(req.dry_run, req.world.as_ref(), &cfg, &inputs)?;
     let prior = match &req.state {
@@ -730,7 +765,14 @@ pub async fn run_reconcile_watch(
                     continue;
                 }
             };
-        match parse_inputs(&text, &proxies_path.display().to_string()) {
+        match parse_inputs(&text, &proxies_path.display().to_string()).and_then(|inputs| {
+            check_pools(
+                &inputs,
+                &reloader.config(),
+                &proxies_path.display().to_string(),
+            )
+            .map(|()| inputs)
+        }) {
             Ok(inputs) => {
                 let providers = reloader.current();
                 let cfg = reloader.config();

@@ -311,12 +311,21 @@ impl Driver<'_> {
             t.created_ms = created(stored);
             tracked.insert(key.clone(), t);
         }
+        if let Some(c) = &self.egress {
+            for (key, t) in &tracked {
+                c.record_status(key, &t.proxy.spec.provider, Some(&t.status));
+            }
+        }
         let mut pool_runs: Vec<PoolRun> = pools
             .into_iter()
             .map(|p| {
                 let key = format!("{}/{}", p.metadata.namespace, p.metadata.name);
-                let serial = prior.pools.get(&key).map_or(0, |s| s.serial);
-                PoolRun::new(p, serial)
+                let stored = prior.pools.get(&key);
+                PoolRun::new(
+                    p,
+                    stored.map_or(0, |s| s.serial),
+                    stored.and_then(|s| s.status.clone()),
+                )
             })
             .collect();
         let state = StateFile {
@@ -343,7 +352,7 @@ impl Driver<'_> {
 
         let gc = self.sweep(&tracked).await;
         for run in &pool_runs {
-            sink.pool(&run.key(), run.serial());
+            sink.pool(run)?;
         }
         let state = sink.finish()?;
 
@@ -419,10 +428,12 @@ impl Driver<'_> {
             for run in pools.iter_mut().filter(|r| r.due(now)) {
                 run.step(
                     self.providers,
+                    self.thresholds(),
                     tracked,
                     now,
                     &mut egress_runtime::plan::next_seq,
                 );
+                sink.pool(run)?;
             }
             let due: Vec<String> = tracked
                 .iter()
@@ -496,10 +507,12 @@ impl Driver<'_> {
                     if !busy && run.due(now) {
                         run.step(
                             self.providers,
+                            self.thresholds(),
                             tracked,
                             now,
                             &mut egress_runtime::plan::next_seq,
                         );
+                        sink.pool(run)?;
                     }
                 }
                 let due: Vec<String> = tracked
@@ -561,6 +574,11 @@ impl Driver<'_> {
         Ok(steps)
     }
 
+    /// The egress check's thresholds, when the run checks egress.
+    fn thresholds(&self) -> Option<egress_core::egress::Thresholds> {
+        self.egress.as_ref().map(|c| c.settings().thresholds())
+    }
+
     /// Runs the decisions for one Proxy until it waits.
     async fn step(&self, key: &str, t: &mut Tracked) {
         let now = || self.time.now_rfc3339();
@@ -590,6 +608,13 @@ impl Driver<'_> {
         t.status = r.status;
         t.steady = r.steady;
         t.released = r.released;
+        if let Some(c) = &self.egress {
+            c.record_status(
+                key,
+                &t.proxy.spec.provider,
+                (!t.released).then_some(&t.status),
+            );
+        }
         match r.wait {
             Wait::After(d) => {
                 t.attempts = 0;
@@ -700,13 +725,19 @@ impl Sink {
         }
     }
 
-    /// Records how many Proxies a pool made, for the next run's names.
-    fn pool(&mut self, key: &str, serial: u64) {
-        let state = match self {
-            Sink::File(w) => w.state_mut(),
-            Sink::Memory(s) => s,
+    /// Records how many Proxies a pool made (before their names are used) and its status.
+    fn pool(&mut self, run: &PoolRun) -> Result<(), crate::CliError> {
+        let stored = StoredPool {
+            serial: run.serial(),
+            status: Some(run.status.clone()),
         };
-        state.pools.insert(key.to_string(), StoredPool { serial });
+        match self {
+            Sink::File(w) => w.record_pool(&run.key(), stored),
+            Sink::Memory(s) => {
+                s.pools.insert(run.key(), stored);
+                Ok(())
+            }
+        }
     }
 
     fn finish(self) -> Result<StateFile, crate::CliError> {

@@ -10,6 +10,9 @@
 //!
 //! Written here rather than taken from a crate: an embedded database would hold the state in a
 //! format users cannot read; the file stays plain YAML, the journal plain JSON lines.
+//!
+//! A pool's members keep their whole spec, cloud-init included (a later run may have to create
+//! their instances again), so both files are created readable by their owner only.
 
 use egress_core::{Proxy, ProxyStatus};
 use serde::{Deserialize, Serialize};
@@ -31,7 +34,12 @@ pub struct StateFile {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct StoredPool {
+    /// How many member names it handed out.
     pub serial: u64,
+    /// Its last status: which placements are degraded since when, so a later run decides as
+    /// this one would have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<egress_core::pool::PoolStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,8 +61,8 @@ pub struct StoredProxy {
     /// RFC 3339: when the run that first recorded it started tracking it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
-    /// A ProxyPool's Proxy: its placement index, revision and spec, so a later run knows it
-    /// without the proxies file naming it. The spec carries no cloud-init.
+    /// A ProxyPool's Proxy: its placement index, revision and spec (its cloud-init too), so a
+    /// later run knows it without the proxies file naming it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,13 +93,28 @@ impl StoredProxy {
     }
 }
 
-/// One journal line: the Proxy's record as it is now, or its removal.
+/// One journal line: the Proxy's record as it is now, or its removal; or a pool's record.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct Entry {
     key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     stored: Option<StoredProxy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pool: Option<StoredPool>,
+}
+
+/// Creates (or truncates) a file only its owner may read: a state file holds cloud-init.
+fn private_file(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.create(true).mode(0o600);
+    if append {
+        o.append(true);
+    } else {
+        o.write(true).truncate(true);
+    }
+    o.open(path)
 }
 
 fn journal_path(path: &Path) -> PathBuf {
@@ -145,6 +168,10 @@ impl StateFile {
     }
 
     fn apply(&mut self, entry: Entry) {
+        if let Some(pool) = entry.pool {
+            self.pools.insert(entry.key, pool);
+            return;
+        }
         match entry.stored {
             Some(stored) => {
                 self.proxies.insert(entry.key, stored);
@@ -193,11 +220,7 @@ impl StateFile {
                 .get(egress_core::pool::REVISION_ANNOTATION)
                 .cloned()
                 .filter(|_| member),
-            spec: member.then(|| egress_core::ProxySpec {
-                cloud_init: None,
-                cloud_init_secret_ref: None,
-                ..proxy.spec.clone()
-            }),
+            spec: member.then(|| proxy.spec.clone()),
             status: status.clone(),
         })
     }
@@ -221,7 +244,7 @@ impl StateFile {
         let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
         tmp_name.push(".tmp");
         let tmp = path.with_file_name(tmp_name);
-        let mut f = std::fs::File::create(&tmp).map_err(|e| output_error(path, e))?;
+        let mut f = private_file(&tmp, false).map_err(|e| output_error(path, e))?;
         f.write_all(text.as_bytes())
             .and_then(|()| f.sync_all())
             .map_err(|e| output_error(path, e))?;
@@ -273,19 +296,33 @@ impl StateWriter {
         if !self.state.set(key, stored.clone()) {
             return Ok(());
         }
-        let mut line = serde_json::to_string(&Entry {
+        self.append(&Entry {
             key: key.to_string(),
             stored,
+            pool: None,
         })
-        .map_err(|e| output_error(&self.path, e))?;
+    }
+
+    /// Records a pool's serial and status durably, before any name from the serial is used.
+    pub fn record_pool(&mut self, key: &str, pool: StoredPool) -> Result<(), crate::CliError> {
+        if self.state.pools.get(key) == Some(&pool) {
+            return Ok(());
+        }
+        self.state.pools.insert(key.to_string(), pool.clone());
+        self.append(&Entry {
+            key: key.to_string(),
+            stored: None,
+            pool: Some(pool),
+        })
+    }
+
+    fn append(&mut self, entry: &Entry) -> Result<(), crate::CliError> {
+        let mut line = serde_json::to_string(entry).map_err(|e| output_error(&self.path, e))?;
         line.push('\n');
         let journal = match &mut self.journal {
             Some(f) => f,
             None => {
-                let f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(journal_path(&self.path))
+                let f = private_file(&journal_path(&self.path), true)
                     .map_err(|e| output_error(&self.path, e))?;
                 self.journal.insert(f)
             }

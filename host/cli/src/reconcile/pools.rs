@@ -42,11 +42,11 @@ pub struct PoolReport {
 }
 
 impl PoolRun {
-    pub fn new(pool: ProxyPool, serial: u64) -> Self {
+    pub fn new(pool: ProxyPool, serial: u64, status: Option<PoolStatus>) -> Self {
         Self {
             pool,
             serial,
-            status: PoolStatus::default(),
+            status: status.unwrap_or_default(),
             events: Vec::new(),
             min_ready: None,
             settled: false,
@@ -83,6 +83,7 @@ impl PoolRun {
     pub fn step(
         &mut self,
         providers: &Providers,
+        egress: Option<egress_core::egress::Thresholds>,
         tracked: &mut BTreeMap<String, Tracked>,
         now_ms: u64,
         seq: &mut dyn FnMut() -> u64,
@@ -110,10 +111,10 @@ impl PoolRun {
         let members: Vec<pool::Member> = tracked
             .iter()
             .filter(|(_, t)| self.owns(t) && !t.released)
-            .map(|(_, t)| member(t))
+            .map(|(_, t)| member(t, egress))
             .collect();
         let now = (now_ms / 1000) as i64;
-        let d = pool::decide(spec, &revisions, &members, now);
+        let d = pool::decide(spec, &revisions, &members, &self.status, now);
         let at = egress_core::egress::rfc3339_ms(now_ms);
         let mut say =
             |events: &mut Vec<ReportEvent>, warning: bool, reason: &str, message: String| {
@@ -156,13 +157,18 @@ impl PoolRun {
                 false,
                 "Created",
                 format!(
-                    "{name} on placements[{}] ({}){}",
+                    "{name} on placements[{}] ({}){}{}",
                     c.placement,
                     placement.provider,
                     c.zone
                         .as_deref()
                         .map(|z| format!(" in {z}"))
-                        .unwrap_or_default()
+                        .unwrap_or_default(),
+                    if c.probe {
+                        ", to see whether it creates again"
+                    } else {
+                        ""
+                    }
                 ),
             );
             let mut t = Tracked::new(proxy, Default::default(), false, now_ms);
@@ -192,6 +198,7 @@ impl PoolRun {
             .map(|r| now_ms.saturating_add(r.as_millis() as u64));
         let mut status = d.status;
         status.observed_generation = Some(self.pool.metadata.generation.unwrap_or(1));
+        status.member_serial = self.serial;
         self.status = status;
     }
 
@@ -207,11 +214,12 @@ impl PoolRun {
 }
 
 /// One tracked Proxy as the pool decisions see it.
-fn member(t: &Tracked) -> pool::Member {
+fn member(t: &Tracked, egress: Option<egress_core::egress::Thresholds>) -> pool::Member {
     pool::member(
         &t.proxy,
         &t.status,
         Some((t.created_ms / 1000) as i64),
         t.deleting,
+        egress,
     )
 }
