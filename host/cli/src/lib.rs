@@ -234,7 +234,10 @@ fn backends_for(
     let world = match world {
         Some(src) => {
             let (text, what) = src.read()?;
-            World::from_yaml(&text).map_err(|source| CliError::Config { what, source })?
+            let mut world =
+                World::from_yaml(&text).map_err(|source| CliError::Config { what, source })?;
+            world.add_config(cfg, &image_urls(inputs));
+            world
         }
         None => World::for_config(cfg, &image_urls(inputs)),
     };

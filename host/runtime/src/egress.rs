@@ -582,8 +582,16 @@ pub struct SimWindow {
 #[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SimProxy {
-    /// The proxy's address (the instance's IP).
+    /// The proxy's address (the instance's IP), or a CIDR range of them (`10.244.0.0/24`:
+    /// every proxy with an address in it, such as the Pods behind one NAT).
     pub ip: String,
+    /// Only this share of the proxies `ip` matches, in [0, 1], chosen from each address and
+    /// the rule's place in the list (so two rules with a share pick different proxies, the
+    /// same ones on every run): a blip that hits a tenth of all proxies is `{ip: 0.0.0.0/0,
+    /// share: 0.1, serving: false, during: …}`. Default: all of them.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub share: Option<f64>,
     /// What the echo sees (a NAT address, the node's or the hypervisor's); default the
     /// proxy's own address.
     #[serde(default, rename = "egressIP")]
@@ -604,11 +612,79 @@ pub struct SimProxy {
 pub struct SimEgress {
     spec: SimEgressSpec,
     clock: Arc<dyn ClockBackend>,
+    /// Each rule's `ip` as a range (an address is a range of one).
+    ranges: Vec<Option<ipnet::IpNet>>,
+}
+
+/// Whether the rule at `index` with `share` picks the proxy at `ip`: a hash of both, so the
+/// choice is the same on every run and independent between rules.
+fn picked(index: usize, ip: &str, share: f64) -> bool {
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update((index as u64).to_be_bytes())
+        .chain_update(ip.as_bytes())
+        .finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(first) as f64 / u64::MAX as f64) < share
 }
 
 impl SimEgress {
     pub fn new(spec: SimEgressSpec, clock: Arc<dyn ClockBackend>) -> Self {
-        Self { spec, clock }
+        let ranges = spec
+            .proxies
+            .iter()
+            .map(|p| {
+                p.ip.parse::<ipnet::IpNet>()
+                    .or_else(|_| p.ip.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .ok()
+            })
+            .collect();
+        Self {
+            spec,
+            clock,
+            ranges,
+        }
+    }
+
+    /// Checks the world's `egress` section: every rule's `ip` is an address or a range, and
+    /// every share within [0, 1].
+    pub fn check(spec: &SimEgressSpec) -> Result<(), egress_core::config::ConfigError> {
+        use egress_core::config::ConfigError;
+        for (i, p) in spec.proxies.iter().enumerate() {
+            if p.ip.parse::<ipnet::IpNet>().is_err() && p.ip.parse::<std::net::IpAddr>().is_err() {
+                return Err(ConfigError::new(
+                    format!("egress.proxies[{i}].ip"),
+                    format!("{:?} is neither an IP address nor a CIDR range", p.ip),
+                ));
+            }
+            if let Some(share) = p.share
+                && !(0.0..=1.0).contains(&share)
+            {
+                return Err(ConfigError::new(
+                    format!("egress.proxies[{i}].share"),
+                    format!("{share} is not within [0, 1]"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The first rule that holds for the proxy at `ip` now.
+    fn rule(&self, ip: &str) -> Option<&SimProxy> {
+        let addr = ip.parse::<std::net::IpAddr>().ok();
+        self.spec
+            .proxies
+            .iter()
+            .zip(&self.ranges)
+            .enumerate()
+            .find(|(i, (p, range))| {
+                let matches = p.ip == ip || range.zip(addr).is_some_and(|(r, a)| r.contains(&a));
+                matches
+                    && p.share.is_none_or(|share| picked(*i, ip, share))
+                    && self.within(&p.during)
+            })
+            .map(|(_, (p, _))| p)
     }
 
     fn within(&self, w: &Option<SimWindow>) -> bool {
@@ -623,11 +699,7 @@ impl SimEgress {
 impl EgressProbe for SimEgress {
     async fn probe(&self, ip: &str, port: u16, settings: &Settings) -> CheckResult {
         let echo_down = self.spec.echo_down.is_some() && self.within(&self.spec.echo_down);
-        let rule = self
-            .spec
-            .proxies
-            .iter()
-            .find(|p| p.ip == ip && self.within(&p.during));
+        let rule = self.rule(ip);
         let latency = 15 + ip.bytes().map(u64::from).sum::<u64>() % 30;
         let url = settings.urls.first().cloned().unwrap_or_default();
         if rule.is_some_and(|r| r.serving == Some(false)) {

@@ -296,6 +296,30 @@ impl World {
         world
     }
 
+    /// Adds what the providers config describes and this world does not: each libvirt host it
+    /// configures that the world leaves out, and each image URL but those the world serves
+    /// itself or lists in `libvirt.goneUrls`. So a world file holding only `faults` is the
+    /// config's world with those faults, and one describing a host or a URL replaces only that.
+    pub fn add_config(
+        &mut self,
+        cfg: &egress_core::config::ProvidersConfig,
+        image_urls: &[String],
+    ) {
+        let derived = Self::for_config(cfg, image_urls);
+        for host in derived.libvirt.hosts {
+            if !self.libvirt.hosts.iter().any(|h| h.name == host.name) {
+                self.libvirt.hosts.push(host);
+            }
+        }
+        for url in derived.libvirt.urls {
+            if !self.libvirt.urls.iter().any(|u| u.url == url.url)
+                && !self.libvirt.gone_urls.contains(&url.url)
+            {
+                self.libvirt.urls.push(url);
+            }
+        }
+    }
+
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
         let de = serde_yaml::Deserializer::from_str(text);
         let world: Self = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -315,6 +339,7 @@ impl World {
         for (i, f) in world.faults.iter().enumerate() {
             f.check(&format!("faults[{i}]"))?;
         }
+        crate::egress::SimEgress::check(&world.egress)?;
         Ok(world)
     }
 
@@ -371,6 +396,76 @@ mod tests {
     fn refused(yaml: &str) -> (String, String) {
         let e = World::from_yaml(yaml).expect_err("refused");
         (e.path.clone(), e.to_string())
+    }
+
+    /// A world file adds to the config's world: a file holding only faults keeps the
+    /// config's hosts and image URLs, one describing a host keeps its own, and `goneUrls`
+    /// takes a URL out.
+    #[test]
+    fn a_world_file_adds_to_the_world_the_config_describes() {
+        let cfg = egress_core::config::ProvidersConfig::from_yaml(
+            "providers:\n- name: lab\n  type: kvm2\n  kvm2:\n    knownHostsFile: /k\n    images: {d: {url: 'https://i.example/d.qcow2', sha256: 8b3c1f5a2e9d4c7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b}}\n    machineTypes: {small: {vcpus: 1, memoryMiB: 512}}\n    hosts: [{name: rack1, address: '192.0.2.10:22', user: e}, {name: rack2, address: '192.0.2.11:22', user: e}]\n",
+        )
+        .unwrap();
+        let mut w = World::from_yaml(
+            "faults:\n  - {capability: '*', call: '*', rate: 0.1, class: transient}\n",
+        )
+        .unwrap();
+        w.add_config(&cfg, &[]);
+        let hosts: Vec<&str> = w.libvirt.hosts.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(hosts, ["rack1", "rack2"]);
+        assert_eq!(w.libvirt.urls.len(), 1);
+        assert_eq!(w.faults.len(), 1);
+
+        let mut w = World::from_yaml(
+            "libvirt:\n  goneUrls: ['https://i.example/d.qcow2']\n  hosts: [{name: rack1, memoryMiB: 2048}]\n",
+        )
+        .unwrap();
+        w.add_config(&cfg, &[]);
+        assert!(w.libvirt.urls.is_empty(), "the gone URL stays gone");
+        assert_eq!(w.libvirt.hosts.len(), 2);
+        assert_eq!(w.libvirt.hosts[0].memory_mib, 2048, "the world's own host");
+    }
+
+    /// Egress rules match an address or a range, and a share picks a fixed part of it.
+    #[tokio::test]
+    async fn egress_rules_match_ranges_and_shares() {
+        use crate::egress::{EgressProbe, SimEgress};
+        let (path, _) = refused("egress:\n  proxies: [{ip: 10.0.0.0/33, serving: false}]\n");
+        assert_eq!(path, "egress.proxies[0].ip");
+        let (path, _) = refused("egress:\n  proxies: [{ip: 10.0.0.0/8, share: 2}]\n");
+        assert_eq!(path, "egress.proxies[0].share");
+        let w = World::from_yaml(
+            "egress:\n  proxies:\n    - {ip: 10.1.0.0/16, share: 0.25, serving: false}\n    - {ip: 10.1.0.0/16, egressIP: 198.51.100.1}\n",
+        )
+        .unwrap();
+        let sim = w.build().unwrap();
+        let settings = egress_core::egress::Settings {
+            urls: vec!["http://echo.test/".into()],
+            interval: std::time::Duration::from_secs(60),
+            timeout: std::time::Duration::from_secs(5),
+            failure_threshold: 3,
+            readiness_threshold: 3,
+            startup_timeout: std::time::Duration::from_secs(300),
+            max_unhealthy: egress_core::config::IntOrPercent::Int(1),
+        };
+        let (mut down, mut nat) = (0, 0);
+        for i in 0..400u32 {
+            let ip = format!("10.1.{}.{}", i / 200, i % 200 + 1);
+            let r = sim.egress.probe(&ip, 3128, &settings).await;
+            match r.egress_ip.as_deref() {
+                None => down += 1,
+                Some("198.51.100.1") => nat += 1,
+                Some(other) => panic!("{ip} egressed as {other}"),
+            }
+        }
+        assert_eq!(down + nat, 400);
+        assert!(
+            (60..=140).contains(&down),
+            "a quarter of 400 is off: {down}"
+        );
+        let outside = sim.egress.probe("10.2.0.1", 3128, &settings).await;
+        assert_eq!(outside.egress_ip.as_deref(), Some("10.2.0.1"));
     }
 
     #[test]

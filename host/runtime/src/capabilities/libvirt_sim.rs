@@ -22,6 +22,10 @@ pub struct SimLibvirtSpec {
     /// What `volume-upload-from-url` and `url-size` find at each URL.
     #[serde(default)]
     pub urls: Vec<SimUrl>,
+    /// URLs that answer 404, although the providers config names them (an image taken down):
+    /// a world file adds to the world the config describes, and this takes a URL out of it.
+    #[serde(default)]
+    pub gone_urls: Vec<String>,
     /// Failures to inject: the call (`domain-create`, `volume-upload`, ...) fails `times`
     /// times with this error.
     #[serde(default)]

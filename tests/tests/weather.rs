@@ -1,0 +1,128 @@
+//! A pool of a hundred through a day of ordinary weather (examples/weather): transient API
+//! errors on every backend, blips that take a tenth of the proxies off the air, an echo
+//! outage, Pods behind one NAT. The pool's own decisions must never take it below its floor,
+//! and a placement that cannot create lends its share to the others.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use egress_proxies::reconcile::Report;
+use egress_proxies::{ReconcileRequest, Source, run_reconcile};
+use egress_runtime::RuntimeOptions;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/weather")
+}
+
+async fn day(world: Source, run_for: Duration) -> Report {
+    run_reconcile(ReconcileRequest {
+        proxies: Source::File(dir().join("proxies.yaml")),
+        providers: Source::File(dir().join("providers.yaml")),
+        world: Some(world),
+        dry_run: true,
+        state: None,
+        timeout: Duration::from_secs(600),
+        max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
+        gc_grace: Duration::ZERO,
+        concurrency: 1,
+        run_for: Some(run_for),
+        runtime: RuntimeOptions {
+            cache_dir: Some(dir().join("../../target/test-module-cache")),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap()
+}
+
+fn condition<'a>(
+    pool: &'a egress_proxies::reconcile::PoolReport,
+    type_: &str,
+) -> &'a egress_core::Condition {
+    pool.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition: {:?}", pool.status.conditions))
+}
+
+#[tokio::test]
+async fn a_pool_keeps_its_floor_through_a_day_of_weather() {
+    let report = day(
+        Source::File(dir().join("world.yaml")),
+        Duration::from_secs(24 * 3600),
+    )
+    .await;
+    let pool = &report.pools[0];
+    let count = |reason: &str| pool.events.iter().filter(|e| e.reason == reason).count();
+    let rotations = count("Rotated");
+    // A hundred members of 7 h ± 1 h over 24 h: about three rotations each.
+    assert!(
+        (270..=400).contains(&rotations),
+        "{rotations} rotations: {:?}",
+        pool.status
+    );
+    assert_eq!(
+        pool.deletions_below_floor, 0,
+        "the pool deleted available members below its floor of 95"
+    );
+    assert!(
+        pool.min_available_replicas >= Some(95),
+        "min available {:?}",
+        pool.min_available_replicas
+    );
+    assert!(
+        pool.min_ready_replicas >= Some(95),
+        "min ready {:?}",
+        pool.min_ready_replicas
+    );
+    // Blips of 45 s stay under the readiness threshold (three failed checks a minute apart):
+    // nothing was replaced for them, nor for the echo outage.
+    assert_eq!(count("Failed"), 0, "{:?}", pool.events);
+    let available = condition(pool, "Available");
+    assert_eq!(available.status, "True", "{available:?}");
+    assert!(pool.status.available_replicas >= 95, "{:?}", pool.status);
+    // The NAT shows: several verified Pods report the one address the echo saw.
+    let behind_nat = report
+        .proxies
+        .iter()
+        .filter(|p| p.status.egress_ip.as_deref() == Some("198.51.100.20"))
+        .count();
+    assert!(behind_nat >= 2, "{behind_nat} proxies behind the NAT");
+}
+
+/// The lab's image is taken down: its creates fail for good, so its share moves to the other
+/// placements (within the cluster's maxReplicas) and the pool is Available from them, saying
+/// in PlacementDegraded where the share went.
+#[tokio::test]
+async fn a_placement_whose_image_is_gone_lends_its_share() {
+    let world = "start: \"2026-01-01T00:00:00Z\"\nseed: 5\nkube: {podStartSeconds: 30}\n\
+        libvirt:\n  goneUrls: [https://images.example.com/debian-12-genericcloud-amd64.qcow2]\n";
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), world).unwrap();
+    let report = day(Source::File(file.path().into()), Duration::from_secs(3600)).await;
+    let pool = &report.pools[0];
+    let degraded = condition(pool, "PlacementDegraded");
+    assert_eq!(degraded.status, "True", "{degraded:?}");
+    assert!(
+        degraded.message.contains("lent"),
+        "says where the share went: {degraded:?}"
+    );
+    let lab = pool
+        .status
+        .placements
+        .iter()
+        .find(|p| p.provider == "lab")
+        .unwrap();
+    assert_eq!(lab.available_replicas, 0, "{lab:?}");
+    let cluster = pool
+        .status
+        .placements
+        .iter()
+        .find(|p| p.provider == "cluster")
+        .unwrap();
+    assert!(cluster.replicas <= 30, "maxReplicas holds: {cluster:?}");
+    assert_eq!(pool.status.available_replicas, 100, "{:?}", pool.status);
+    assert_eq!(condition(pool, "Available").status, "True");
+}
