@@ -119,7 +119,7 @@ async fn a_pool_rotates_over_a_day_without_dropping_below_its_replicas() {
         .map_or(text.len(), |e| start + e);
     let section = &text[start..end];
     assert!(
-        section.contains("at least 20 ready throughout once available"),
+        section.contains("at least 20 ready and 20 available throughout once available"),
         "{section}"
     );
     // Twenty Proxies, each older than 9 h at most twice in 24 h: at least 20 and at most 60

@@ -195,3 +195,91 @@ async fn a_fixed_spec_is_created_at_once_after_an_asynchronous_insert_failure() 
     );
     assert!(second.elapsed_seconds < 60, "{}", second.elapsed_seconds);
 }
+
+fn pool(replicas: u32) -> String {
+    format!(
+        "apiVersion: crawl.example.com/v1alpha1\nkind: ProxyPool\nmetadata: {{name: web, namespace: ns}}\nspec:\n  replicas: {replicas}\n  template:\n    port: 3128\n    cloudInit: |\n      #cloud-config\n      runcmd: [echo kept]\n  placements: [{{provider: cluster}}]\n"
+    )
+}
+
+/// A pool through the state file: each member's template, its cloudInit included, is kept
+/// for the next run; the serial its names come from survives, so a member created on the
+/// next run never takes a name the pool used; and the file and its journal are private.
+#[tokio::test]
+async fn a_pools_members_keep_their_template_and_names_never_repeat_across_runs() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.yaml");
+    let e = env("kube: {podStartSeconds: 0}\n").await;
+    let pool_run = |replicas| {
+        let e = &e;
+        let state = state.clone();
+        async move {
+            let driver = Driver {
+                providers: &e.providers,
+                config: &e.cfg,
+                recorder: e.recorder.clone(),
+                time: Time::Virtual(e.world.clock.clone()),
+                egress: None,
+                options: DriverOptions {
+                    installation: "test".into(),
+                    max_rounds: 1000,
+                    timeout: Duration::from_secs(600),
+                    gc_grace: Duration::ZERO,
+                    concurrency: 1,
+                    run_for: None,
+                    state_path: Some(state.clone()),
+                },
+            };
+            let inputs = egress_proxies::parse_inputs(&pool(replicas), "proxies").unwrap();
+            driver
+                .run_all(
+                    inputs.proxies,
+                    inputs.pools,
+                    StateFile::read(&state).unwrap(),
+                )
+                .await
+                .unwrap()
+                .0
+        }
+    };
+    let first = pool_run(2).await;
+    assert!(first.steady);
+    let stored = StateFile::read(&state).unwrap();
+    let names: Vec<String> = stored.proxies.keys().cloned().collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    for p in stored.proxies.values() {
+        let spec = p.spec.as_ref().expect("the member's template is kept");
+        assert!(
+            spec.cloud_init
+                .as_deref()
+                .is_some_and(|c| c.contains("echo kept")),
+            "{spec:?}"
+        );
+    }
+    assert_eq!(stored.pools["ns/web"].serial, 2);
+    for file in [state.clone(), dir.path().join("state.yaml.journal")] {
+        if let Ok(meta) = std::fs::metadata(&file) {
+            assert_eq!(
+                meta.permissions().mode() & 0o777,
+                0o600,
+                "{} is private",
+                file.display()
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::metadata(&state).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // Scale down to one and up to two again: the new member takes the third serial, not a
+    // name of the first run.
+    pool_run(1).await;
+    let second = pool_run(2).await;
+    assert!(second.steady);
+    let stored = StateFile::read(&state).unwrap();
+    assert_eq!(stored.pools["ns/web"].serial, 3);
+    let now: Vec<String> = stored.proxies.keys().cloned().collect();
+    let new: Vec<&String> = now.iter().filter(|n| !names.contains(n)).collect();
+    assert_eq!(new.len(), 1, "{names:?} then {now:?}");
+}

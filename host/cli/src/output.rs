@@ -180,15 +180,23 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
         let st = &pool.status;
         let _ = writeln!(
             out,
-            "\nPool {}/{}: {} replicas, {} ready, {} up to date{}",
+            "\nPool {}/{}: {} replicas, {} ready, {} available, {} up to date{}{}",
             pool.namespace,
             pool.name,
             st.replicas,
             st.ready_replicas,
+            st.available_replicas,
             st.updated_replicas,
-            pool.min_ready_replicas
-                .map(|m| format!("; at least {m} ready throughout once available"))
-                .unwrap_or_default()
+            match (pool.min_ready_replicas, pool.min_available_replicas) {
+                (Some(r), Some(a)) =>
+                    format!("; at least {r} ready and {a} available throughout once available"),
+                (Some(r), None) => format!("; at least {r} ready throughout once available"),
+                _ => String::new(),
+            },
+            match pool.deletions_below_floor {
+                0 => String::new(),
+                n => format!("; {n} deletions below its floor"),
+            }
         );
         for e in &pool.events {
             event_text(&mut out, e, r.started_ms);
@@ -196,10 +204,11 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
         for p in &st.placements {
             let _ = writeln!(
                 out,
-                "    placement {}: {} replicas, {} ready{}",
+                "    placement {}: {} replicas, {} ready, {} available{}",
                 p.provider,
                 p.replicas,
                 p.ready_replicas,
+                p.available_replicas,
                 p.last_error
                     .as_deref()
                     .map(|e| format!(" (failing: {e})"))

@@ -355,7 +355,7 @@ const NAME_SLACK: u64 = 8;
 /// condition that the pool is still the version read, so two replicas (or a replica reading a
 /// stale copy) never hand out one serial. Returns the last serial used before them and the
 /// last reserved.
-async fn reserve_serials(
+pub async fn reserve_serials(
     pools: &Api<ProxyPool>,
     pool: &ProxyPool,
     count: u64,

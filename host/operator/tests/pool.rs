@@ -700,3 +700,66 @@ async fn an_invalid_spec_is_a_condition_naming_the_field() {
     r.patch_pool("web", json!({"spec": spec_of(3)})).await;
     r.settled("web", 3).await;
 }
+
+/// Checked against the providers config, as at load in the CLI: a placement naming a provider
+/// that does not exist, a jitter of maxAge or more, a maxAge too short for a member to become
+/// available; each an InvalidSpec naming its field, and nothing created.
+#[tokio::test(start_paused = true)]
+async fn a_spec_the_providers_cannot_serve_is_refused_naming_the_field() {
+    let r = start().await;
+    let mut spec = spec_of(3);
+    spec["placements"][1]["provider"] = json!("wset");
+    r.create_pool("typo", spec).await;
+    let mut spec = spec_of(3);
+    spec["rotation"] = json!({"maxAge": "1h", "jitter": "3h"});
+    r.create_pool("jitter", spec).await;
+    let mut spec = spec_of(3);
+    spec["rotation"] = json!({"maxAge": "2m"});
+    r.create_pool("short", spec).await;
+    for (pool, field) in [
+        ("typo", "spec.placements[1].provider"),
+        ("jitter", "spec.rotation.jitter"),
+        ("short", "spec.rotation.maxAge"),
+    ] {
+        r.until(&format!("{pool} refused"), Duration::from_secs(60), |r| {
+            condition(&r.pool(pool)["status"], "Available")["reason"] == "InvalidSpec"
+        })
+        .await;
+        let status = r.pool(pool)["status"].clone();
+        let message = condition(&status, "Progressing")["message"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(message.contains(field), "{pool}: {message}");
+        assert!(r.members(pool).is_empty(), "{pool}: nothing is created");
+    }
+}
+
+/// Two replicas reserving member serials from one pool read at one version: the API server's
+/// resourceVersion precondition lets one write first, the other reads again and reserves after
+/// it, so the ranges never overlap and no name is drawn twice.
+#[tokio::test]
+async fn two_replicas_reserving_serials_from_one_read_never_share_one() {
+    let d = Double::start_with(double_config()).await.unwrap();
+    let pools: Api<ProxyPool> = Api::namespaced(d.client_in_memory(), NS);
+    let pool: ProxyPool = serde_json::from_value(json!({
+        "apiVersion": GROUP, "kind": "ProxyPool",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": spec_of(3),
+    }))
+    .unwrap();
+    let read = pools.create(&PostParams::default(), &pool).await.unwrap();
+    let (a, b) = tokio::join!(
+        egress_operator::pool::reserve_serials(&pools, &read, 3),
+        egress_operator::pool::reserve_serials(&pools, &read, 2),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    let (first, second) = if a.0 < b.0 { (a, b) } else { (b, a) };
+    assert_eq!(first.0, 0, "{a:?} {b:?}");
+    assert_eq!(
+        second.0, first.1,
+        "the second reserves after the first: {a:?} {b:?}"
+    );
+    let stored = pools.get_status("web").await.unwrap();
+    assert_eq!(stored.status.unwrap().member_serial, 5);
+}

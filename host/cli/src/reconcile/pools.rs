@@ -18,6 +18,11 @@ pub(super) struct PoolRun {
     pub events: Vec<ReportEvent>,
     /// The lowest Ready count once the pool had been Available.
     pub min_ready: Option<u32>,
+    /// The lowest available count once the pool had been Available.
+    pub min_available: Option<u32>,
+    /// The pool's own deletions of available members that left fewer available than its
+    /// floor (replicas − maxUnavailable): what the pool promises never to do.
+    pub deletions_below_floor: u32,
     /// The last decision created and deleted nothing.
     pub settled: bool,
     /// When a rotation falls due next (Unix ms).
@@ -38,6 +43,12 @@ pub struct PoolReport {
     /// The lowest readyReplicas seen once the pool had been Available.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_ready_replicas: Option<u32>,
+    /// The lowest availableReplicas seen once the pool had been Available.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_available_replicas: Option<u32>,
+    /// Deletions the pool decided of available members that left fewer available than
+    /// `replicas − maxUnavailable` (never, unless the pool breaks its promise).
+    pub deletions_below_floor: u32,
     pub events: Vec<ReportEvent>,
 }
 
@@ -49,6 +60,8 @@ impl PoolRun {
             status: status.unwrap_or_default(),
             events: Vec::new(),
             min_ready: None,
+            min_available: None,
+            deletions_below_floor: 0,
             settled: false,
             next_at_ms: None,
             dirty: true,
@@ -115,6 +128,24 @@ impl PoolRun {
             .collect();
         let now = (now_ms / 1000) as i64;
         let d = pool::decide(spec, &revisions, &members, &self.status, now);
+        // Counted here from the members, apart from the decision, so the report shows what
+        // the decision did rather than what it meant to do.
+        let floor = spec.replicas.saturating_sub(pool::budgets(spec).1 as u32);
+        let mut available_now = members
+            .iter()
+            .filter(|m| m.available && !m.deleting)
+            .count() as u32;
+        for (name, _) in &d.deletes {
+            if members
+                .iter()
+                .any(|m| &m.name == name && m.available && !m.deleting)
+            {
+                available_now = available_now.saturating_sub(1);
+                if available_now < floor {
+                    self.deletions_below_floor += 1;
+                }
+            }
+        }
         let at = egress_core::egress::rfc3339_ms(now_ms);
         let mut say =
             |events: &mut Vec<ReportEvent>, warning: bool, reason: &str, message: String| {
@@ -191,6 +222,10 @@ impl PoolRun {
                 self.min_ready
                     .map_or(d.status.ready_replicas, |m| m.min(d.status.ready_replicas)),
             );
+            self.min_available =
+                Some(self.min_available.map_or(d.status.available_replicas, |m| {
+                    m.min(d.status.available_replicas)
+                }));
         }
         self.settled = d.creates.is_empty() && d.deletes.is_empty();
         self.next_at_ms = d
@@ -208,6 +243,8 @@ impl PoolRun {
             name: self.pool.metadata.name.clone(),
             status: self.status,
             min_ready_replicas: self.min_ready,
+            min_available_replicas: self.min_available,
+            deletions_below_floor: self.deletions_below_floor,
             events: self.events,
         }
     }
