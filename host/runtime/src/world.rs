@@ -430,7 +430,7 @@ mod tests {
     /// Egress rules match an address or a range, and a share picks a fixed part of it.
     #[tokio::test]
     async fn egress_rules_match_ranges_and_shares() {
-        use crate::egress::{EgressProbe, SimEgress};
+        use crate::egress::EgressProbe;
         let (path, _) = refused("egress:\n  proxies: [{ip: 10.0.0.0/33, serving: false}]\n");
         assert_eq!(path, "egress.proxies[0].ip");
         let (path, _) = refused("egress:\n  proxies: [{ip: 10.0.0.0/8, share: 2}]\n");
