@@ -27,7 +27,7 @@ pub struct ProvidersConfig {
 }
 
 /// The egress check: a request through each running proxy to an echo endpoint (httpbin's
-/// `/anything` answer, or plain text holding one address; `egress-proxies echo` serves it).
+/// `/anything` answer holding the probe's nonce; `egress-proxies echo` serves it).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EgressCheck {

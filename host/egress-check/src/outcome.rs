@@ -90,8 +90,8 @@ pub struct Outcome {
     /// From the start of the TCP connect to the end of the answer; set whenever an HTTP
     /// answer arrived, whatever it said.
     pub latency_ms: Option<u64>,
-    /// False when the answer was a plain-text address: it carries no headers to inspect and
-    /// no nonce, so only the address itself was checked against the client's.
+    /// Whether the echo's view of the request's headers was inspected for what gives the
+    /// client away (false for a direct look, which expects to see the client).
     pub anonymity_checked: bool,
     /// For people: what was seen. Holds no credential (the probe sends none) and at most a
     /// short, escaped excerpt of an answer.
