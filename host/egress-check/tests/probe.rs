@@ -21,11 +21,7 @@ fn echo_url() -> EchoUrl {
 }
 
 fn request(proxy: SocketAddr) -> ProbeRequest {
-    ProbeRequest {
-        proxy: Some(proxy),
-        echo: Arc::new(echo_url()),
-        nonce: NONCE.into(),
-    }
+    ProbeRequest::new(Some(proxy), Arc::new(echo_url()), NONCE.into())
 }
 
 fn prober(timeout: Duration) -> HttpProber {
@@ -283,11 +279,7 @@ async fn a_direct_request_goes_to_the_echo_in_origin_form() {
     tokio::spawn(egress_check::echo::serve(listener));
     let url: EchoUrl = format!("http://{addr}/anything?x=1").parse().unwrap();
     let outcome = prober(Duration::from_secs(5))
-        .probe(&ProbeRequest {
-            proxy: None,
-            echo: Arc::new(url),
-            nonce: NONCE.into(),
-        })
+        .probe(&ProbeRequest::new(None, Arc::new(url), NONCE.into()))
         .await;
     assert_eq!(outcome.reason, Reason::Verified, "{outcome:?}");
     assert_eq!(outcome.egress_ip, Some("127.0.0.1".parse().unwrap()));
