@@ -7,8 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use egress_check::{
     EchoUrl, HttpProber, NONCE_PARAM, Outcome, ProbeOptions, ProbeRequest, Prober, Reason,
     ServerIdentity, Trust, probe_all,
@@ -18,6 +16,19 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+/// A certificate as a PEM file's text.
+pub fn pem(cert: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(cert);
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap());
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
 
 const CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 5);
 
@@ -262,7 +273,7 @@ async fn a_proxy_that_intercepts_or_forges_inside_the_tunnel_fails_tls() {
     // Trusting the echo's certificate as a CA, the interceptor's is still not it.
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("echo-ca.pem");
-    std::fs::write(&ca, support::pem(e.identity.certificate.as_ref())).unwrap();
+    std::fs::write(&ca, pem(e.identity.certificate.as_ref())).unwrap();
     let by_ca = prober(&Trust::from_ca_file(&ca).unwrap());
     let o = check(&by_ca, proxy_intercepting, &e).await;
     assert_eq!(o.reason, Reason::TlsFailed, "{o:?}");
@@ -293,7 +304,7 @@ async fn the_echo_trusted_by_ca_file_verifies_and_directly_by_pin() {
     let e = echoes().await;
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("echo-ca.pem");
-    std::fs::write(&ca, support::pem(e.identity.certificate.as_ref())).unwrap();
+    std::fs::write(&ca, pem(e.identity.certificate.as_ref())).unwrap();
     let proxy = proxy(Behaviour::Forward).await;
     let o = check(&prober(&Trust::from_ca_file(&ca).unwrap()), proxy, &e).await;
     assert_eq!(o.reason, Reason::Verified, "{o:?}");

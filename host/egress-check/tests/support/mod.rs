@@ -329,19 +329,6 @@ impl Drop for Squid {
     }
 }
 
-/// A certificate as a PEM file's text.
-pub fn pem(cert: &[u8]) -> String {
-    use base64::Engine as _;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(cert);
-    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).unwrap());
-        out.push('\n');
-    }
-    out.push_str("-----END CERTIFICATE-----\n");
-    out
-}
-
 /// Where the shared TLS echo listens: port 443, the only port the generated config tunnels to.
 pub const TLS_ECHO_PORT: u16 = 443;
 
