@@ -213,10 +213,16 @@ fn layout() -> impl Strategy<Value = Layout> {
 }
 
 /// The squid.conf, line by line: comments, or a known directive with its values.
-fn check_conf(conf: &str, port: u16, allowed: &[SourceRange]) -> Result<(), TestCaseError> {
+fn check_conf(
+    conf: &str,
+    port: u16,
+    allowed: &[SourceRange],
+    destinations: &[SourceRange],
+) -> Result<(), TestCaseError> {
     prop_assert!(conf.ends_with('\n'));
     let mut ports = Vec::new();
     let mut sources = Vec::new();
+    let mut opted_in = Vec::new();
     let mut access = Vec::new();
     for line in conf.lines() {
         if line.starts_with('#') {
@@ -235,6 +241,7 @@ fn check_conf(conf: &str, port: u16, allowed: &[SourceRange]) -> Result<(), Test
         match tokens.as_slice() {
             ["http_port", rest @ ..] => ports.push(rest.join(" ")),
             ["acl", "egress_clients", "src", rest @ ..] => sources.push(rest.join(" ")),
+            ["acl", "egress_opted_in", "dst", rest @ ..] => opted_in.push(rest.join(" ")),
             ["http_access", rest @ ..] => access.push(rest.join(" ")),
             _ => {}
         }
@@ -246,19 +253,28 @@ fn check_conf(conf: &str, port: u16, allowed: &[SourceRange]) -> Result<(), Test
     );
     let wanted: Vec<String> = allowed.iter().map(ToString::to_string).collect();
     prop_assert_eq!(sources, wanted, "one acl line per range, the range alone");
+    let wanted: Vec<String> = destinations.iter().map(ToString::to_string).collect();
+    prop_assert_eq!(
+        opted_in,
+        wanted,
+        "one acl line per destination, the range alone"
+    );
     let mut expected = vec![
         "deny !Safe_ports",
         "deny CONNECT !SSL_ports",
         "deny manager",
     ];
     if !allowed.is_empty() {
-        expected.push("allow egress_clients !egress_link_local");
+        if !destinations.is_empty() {
+            expected.push("allow egress_clients !egress_metadata egress_opted_in");
+        }
+        expected.push("allow egress_clients !egress_metadata !egress_internal");
     }
     expected.push("deny all");
     prop_assert_eq!(
         access,
         expected,
-        "the refusals, the one allow, then deny all"
+        "the refusals, the allows (never to metadata), then deny all"
     );
     Ok(())
 }
@@ -268,8 +284,15 @@ fn squid_conf_holds_each_value_at_its_place() {
     check(
         "guest_sdk.squid.conf",
         1500,
-        (any::<u16>(), ranges(), layout()),
-        |(port, allowed, layout)| check_conf(&squid_conf(port, &allowed, layout), port, &allowed),
+        (any::<u16>(), ranges(), ranges(), layout()),
+        |(port, allowed, destinations, layout)| {
+            check_conf(
+                &squid_conf(port, &allowed, &destinations, layout),
+                port,
+                &allowed,
+                &destinations,
+            )
+        },
     );
 }
 
@@ -278,9 +301,9 @@ fn cloud_init_is_yaml_that_writes_exactly_the_conf() {
     check(
         "guest_sdk.squid.cloud_init",
         600,
-        (any::<u16>(), ranges()),
-        |(port, allowed)| {
-            let text = cloud_init(port, &allowed);
+        (any::<u16>(), ranges(), ranges()),
+        |(port, allowed, destinations)| {
+            let text = cloud_init(port, &allowed, &destinations);
             prop_assert!(text.starts_with("#cloud-config\n"));
             let doc: serde_yaml::Value = serde_yaml::from_str(&text)
                 .map_err(|e| TestCaseError::fail(format!("not YAML: {e}\n{text}")))?;
@@ -298,9 +321,9 @@ fn cloud_init_is_yaml_that_writes_exactly_the_conf() {
                 .unwrap_or_default();
             prop_assert_eq!(files.len(), 1);
             prop_assert_eq!(files[0]["path"].as_str(), Some(VM_CONF_PATH));
-            let conf = squid_conf(port, &allowed, Layout::Service);
+            let conf = squid_conf(port, &allowed, &destinations, Layout::Service);
             prop_assert_eq!(files[0]["content"].as_str(), Some(conf.as_str()));
-            check_conf(&conf, port, &allowed)
+            check_conf(&conf, port, &allowed, &destinations)
         },
     );
 }

@@ -1,7 +1,8 @@
 //! The egress check in a real run, with real parts: Debian's Squid on loopback started from
-//! the generated config (only the listen address and file paths rewritten), the echo on
-//! 127.0.0.9:80, the CLI's real-mode loop with its network probe, and the state file read
-//! back by discovery. The instances come from the test module, which reports every instance
+//! the generated config (only the listen address and file paths rewritten, the echoes' range
+//! opted in as destinations), the echo on 127.0.0.9:80 and over TLS on 127.0.0.9:443 (a
+//! self-signed certificate the config pins), the CLI's real-mode loop with its network probe,
+//! and the state file read back by discovery. The instances come from the test module, which reports every instance
 //! Running at 127.0.0.1, where each Proxy's Squid listens. Skips without squid or port 80
 //! (root), unless EGRESS_REQUIRE_REAL_BACKENDS=1.
 
@@ -17,20 +18,48 @@ use std::path::Path;
 use std::time::Duration;
 
 fn providers(dir: &Path, startup: &str) -> std::path::PathBuf {
+    let ip = support::ECHO_IP;
+    providers_with(
+        dir,
+        startup,
+        &[
+            format!("http://{ip}/anything"),
+            format!("https://{ip}/anything"),
+        ],
+    )
+}
+
+/// The providers config with these echo URLs, pinning the shared TLS echo's certificate.
+fn providers_with(dir: &Path, startup: &str, urls: &[String]) -> std::path::PathBuf {
     std::fs::write(dir.join("hostile.wasm"), egress_test_modules::HOSTILE).unwrap();
+    let (_, identity) = support::shared_tls_echo().unwrap();
+    let pin = egress_check::tls::fingerprint_text(&identity.fingerprint);
+    let urls = urls
+        .iter()
+        .map(|u| format!("'{u}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let p = dir.join("providers.yaml");
     std::fs::write(
         &p,
         format!(
             "installation: egress-real\n\
-             egressCheck: {{urls: ['http://{}/anything'], interval: 2s, timeout: 1s, failureThreshold: 2, startupTimeout: {startup}, sourceAddress: {}}}\n\
+             egressCheck: {{urls: [{urls}], tls: {{certificateSHA256: '{pin}'}}, interval: 2s, timeout: 1s, failureThreshold: 2, startupTimeout: {startup}, sourceAddress: {}}}\n\
              providers:\n- {{name: h, type: hostile, module: hostile.wasm, config: {{mode: ok}}}}\n",
-            support::ECHO_IP,
             support::ALLOWED_CLIENT
         ),
     )
     .unwrap();
     p
+}
+
+/// Squid, the plain echo and the TLS echo, or a skip saying why not.
+fn squid_and_echoes() -> Option<std::path::PathBuf> {
+    let squid = support::squid_and_echo()?;
+    match support::shared_tls_echo() {
+        Ok(_) => Some(squid),
+        Err(why) => support::skip(&format!("the TLS echo cannot listen on 443: {why}")),
+    }
 }
 
 fn proxies(dir: &Path, ports: &[(&str, u16)]) -> std::path::PathBuf {
@@ -77,7 +106,7 @@ fn ready(r: &Report, name: &str) -> (String, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_squid_is_verified_listed_and_an_announcing_one_replaced() {
-    let Some(squid) = support::squid_and_echo() else {
+    let Some(squid) = squid_and_echoes() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -157,4 +186,66 @@ async fn a_real_squid_is_verified_listed_and_an_announcing_one_replaced() {
 
 fn proxies_one(dir: &Path, port: u16) -> std::path::PathBuf {
     proxies(dir, &[("quiet", port)])
+}
+
+/// The URLs are tried in order per scheme: with the first http and the first https echo down
+/// (nothing listens on 127.0.0.11), the proxy is checked through the next ones and stays
+/// verified. Before, the probe always used the first URL while the outage rule accepted any,
+/// so every proxy was blamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_first_echo_down_proxies_stay_verified() {
+    let Some(squid) = squid_and_echoes() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
+    let (down, up) = ("127.0.0.11", support::ECHO_IP);
+    let providers = providers_with(
+        dir.path(),
+        "4s",
+        &[
+            format!("http://{down}/anything"),
+            format!("https://{down}/anything"),
+            format!("http://{up}/anything"),
+            format!("https://{up}/anything"),
+        ],
+    );
+    let proxies = proxies(dir.path(), &[("quiet", quiet.listen.port())]);
+    let report = run(dir.path(), &providers, &proxies, Duration::from_secs(12)).await;
+    let (status, reason, message) = ready(&report, "quiet");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Running"),
+        "{message}"
+    );
+    let q = report.proxies.iter().find(|p| p.name == "quiet").unwrap();
+    assert_eq!(q.status.egress_failures, 0, "{:#?}", q.status);
+    assert!(
+        !q.events.iter().any(|e| e.reason == "ReplacingUnhealthy"),
+        "{:#?}",
+        q.events
+    );
+}
+
+/// A Squid that forwards http but refuses CONNECT is never verified and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_squid_refusing_connect_is_not_verified() {
+    let Some(squid) = squid_and_echoes() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let conf = support::generated_conf().replace(
+        "http_access deny CONNECT !SSL_ports",
+        "http_access deny CONNECT",
+    );
+    let squid = support::Squid::start(&squid, &conf, Ipv4Addr::LOCALHOST);
+    let providers = providers(dir.path(), "1h");
+    let proxies = proxies(dir.path(), &[("closed", squid.listen.port())]);
+    let report = run(dir.path(), &providers, &proxies, Duration::from_secs(6)).await;
+    let (status, _, message) = ready(&report, "closed");
+    assert_eq!(status, "False");
+    let p = report.proxies.iter().find(|p| p.name == "closed").unwrap();
+    let cond = p.status.condition("EgressVerified").unwrap();
+    assert_eq!(cond.reason, "TunnelRefused", "{message}: {}", cond.message);
+    assert!(cond.message.contains("403"), "{}", cond.message);
 }

@@ -7,7 +7,12 @@
 //!   and the client's address nowhere in the request, while a client's own Cache-Control passes;
 //! - a client outside allowedSourceCIDRs gets 403, and so does CONNECT to a port other than
 //!   443, while CONNECT to 443 is tunnelled (so the refusal is the port rule's);
-//! - a refusal does not name Squid's version.
+//! - a refusal does not name Squid's version;
+//! - internal destinations are refused before any connection: a loopback listener outside the
+//!   opted-in echo range sees nothing and the client gets 403, for GET and CONNECT, and so
+//!   do 10.0.0.0/8 and the metadata address (sent only once the config is seen to refuse them,
+//!   so no packet can leave for them); and the same provider block without
+//!   `allowedDestinationCIDRs` refuses the echo itself.
 //!
 //! Network: loopback only. Each Squid listens on its own 127.0.0.x and a free port; the echo
 //! listens on 127.0.0.9:80 and a stand-in TLS server on 127.0.0.9:443 (the config forwards to
@@ -23,7 +28,8 @@
 mod support;
 
 use support::{
-    ALLOWED, ALLOWED_CLIENT, ECHO_IP, OTHER_CLIENT, Squid, bind_patiently, skip, squid_binary,
+    ALLOWED, ALLOWED_CLIENT, ECHO_DESTINATIONS, ECHO_IP, OTHER_CLIENT, Squid, bind_patiently, skip,
+    squid_binary,
 };
 
 use std::collections::HashMap;
@@ -36,6 +42,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
 
 const PROXY_PORT: u16 = 3128;
+/// A loopback listener outside the opted-in echo range: an internal service beside the proxy.
+const INTERNAL_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 50);
 
 #[derive(Debug, Clone)]
 struct Seen {
@@ -183,13 +191,59 @@ async fn exchange(from: Ipv4Addr, proxy: SocketAddr, request: &str) -> Response 
 }
 
 fn get(path: &str, extra: &str) -> String {
+    get_from(&ECHO_IP.to_string(), path, extra)
+}
+
+fn get_from(host: &str, path: &str, extra: &str) -> String {
     format!(
-        "GET http://{ECHO_IP}{path} HTTP/1.1\r\nHost: {ECHO_IP}\r\nUser-Agent: egress-tests\r\nAccept: */*\r\n{extra}Connection: close\r\n\r\n"
+        "GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: egress-tests\r\nAccept: */*\r\n{extra}Connection: close\r\n\r\n"
     )
 }
 
 fn connect(port: u16) -> String {
-    format!("CONNECT {ECHO_IP}:{port} HTTP/1.1\r\nHost: {ECHO_IP}:{port}\r\n\r\n")
+    connect_to(&ECHO_IP.to_string(), port)
+}
+
+fn connect_to(host: &str, port: u16) -> String {
+    format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n")
+}
+
+/// Listeners on the internal address's ports 80 and 443 that only count what reaches them.
+struct Internal {
+    web: TcpListener,
+    tls: TcpListener,
+}
+
+impl Internal {
+    fn bind() -> Result<Internal, String> {
+        let web = bind_patiently(SocketAddr::from((INTERNAL_IP, 80)))?;
+        let tls = bind_patiently(SocketAddr::from((INTERNAL_IP, 443)))?;
+        web.set_nonblocking(true).unwrap();
+        tls.set_nonblocking(true).unwrap();
+        Ok(Internal { web, tls })
+    }
+
+    /// Whether anything connected since the last call: a pending connection is accepted now.
+    fn reached(&self) -> bool {
+        [&self.web, &self.tls].iter().any(|l| l.accept().is_ok())
+    }
+}
+
+/// The names a config's `acl NAME dst` lines give, with their ranges.
+fn dst_acl(conf: &str, name: &str) -> Vec<String> {
+    conf.lines()
+        .filter_map(|l| l.strip_prefix(&format!("acl {name} dst ")))
+        .flat_map(|r| r.split(' ').map(String::from))
+        .collect()
+}
+
+fn assert_refused_by_acl(label: &str, what: &str, r: &Response) {
+    assert_eq!(r.status, 403, "{label}: {what}: {}", r.text);
+    assert!(
+        r.text.contains("ERR_ACCESS_DENIED"),
+        "{label}: {what} was not refused by the access rules:\n{}",
+        r.text
+    );
 }
 
 fn unique_path(label: &str) -> String {
@@ -276,6 +330,73 @@ async fn proves_an_anonymous_closed_proxy(label: &str, generated: &str, ip: Ipv4
     assert_eq!(r.status, 403, "{label}: CONNECT to port 80: {}", r.text);
     let r = exchange(ALLOWED_CLIENT, proxy, &connect(443)).await;
     assert_eq!(r.status, 200, "{label}: CONNECT to port 443: {}", r.text);
+
+    // Internal destinations: refused by the access rules, before Squid connects anywhere.
+    let internal = match Internal::bind() {
+        Ok(i) => i,
+        Err(why) => {
+            let _: Option<()> = skip(&format!("the internal stand-in cannot listen: {why}"));
+            return;
+        }
+    };
+    let host = INTERNAL_IP.to_string();
+    let r = exchange(ALLOWED_CLIENT, proxy, &get_from(&host, "/internal", "")).await;
+    assert_refused_by_acl(label, "GET to a loopback service", &r);
+    let r = exchange(ALLOWED_CLIENT, proxy, &connect_to(&host, 443)).await;
+    assert_refused_by_acl(label, "CONNECT to a loopback service", &r);
+    let r = exchange(ALLOWED_CLIENT, proxy, &get_from("[::1]", "/internal", "")).await;
+    assert_refused_by_acl(label, "GET to ::1", &r);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !internal.reached(),
+        "{label}: Squid connected to an internal destination"
+    );
+    // Off loopback only once the config is seen to refuse them: no packet may leave for a
+    // private or metadata address, whatever the config says.
+    let internal_acl = dst_acl(generated, "egress_internal");
+    let metadata_acl = dst_acl(generated, "egress_metadata");
+    assert!(
+        internal_acl.contains(&"10.0.0.0/8".to_string())
+            && metadata_acl.contains(&"169.254.169.254/32".to_string()),
+        "{label}: the config does not refuse 10/8 and the metadata address:\n{generated}"
+    );
+    assert!(
+        generated.contains("http_access allow egress_clients !egress_metadata !egress_internal\n"),
+        "{label}: the catch-all allow does not exclude them:\n{generated}"
+    );
+    for host in ["10.1.2.3", "169.254.169.254"] {
+        let r = exchange(ALLOWED_CLIENT, proxy, &get_from(host, "/", "")).await;
+        assert_refused_by_acl(label, &format!("GET to {host}"), &r);
+        let r = exchange(ALLOWED_CLIENT, proxy, &connect_to(host, 443)).await;
+        assert_refused_by_acl(label, &format!("CONNECT to {host}"), &r);
+    }
+}
+
+/// The same block without `allowedDestinationCIDRs`: the loopback echo is internal too.
+async fn refuses_loopback_without_the_opt_in(label: &str, generated: &str, ip: Ipv4Addr) {
+    let Some(binary) = squid_binary()
+        .or_else(|| skip("squid is not installed (apt-get install -y squid; .ci/run does)"))
+    else {
+        return;
+    };
+    let echo = match echo() {
+        Ok(e) => e,
+        Err(why) => {
+            let _: Option<()> = skip(&format!("the echo cannot listen: {why}"));
+            return;
+        }
+    };
+    assert!(!generated.contains("egress_opted_in"), "{generated}");
+    let squid = Squid::start(&binary, generated, ip);
+    let path = unique_path(label);
+    let r = exchange(ALLOWED_CLIENT, squid.listen, &get(&path, "")).await;
+    assert_refused_by_acl(label, "GET to the loopback echo without the opt-in", &r);
+    assert!(
+        echo.seen(&path).is_none(),
+        "{label}: the echo was reached without the opt-in"
+    );
+    let r = exchange(ALLOWED_CLIENT, squid.listen, &connect(443)).await;
+    assert_refused_by_acl(label, "CONNECT to the loopback echo without the opt-in", &r);
 }
 
 // ---- the configs, as the providers generate them ----
@@ -298,10 +419,19 @@ fn request(port: u16, cloud_init: Option<&str>) -> guest_sdk::CreateRequest {
     }
 }
 
+/// The block's `allowedDestinationCIDRs`: the echoes' range, or none.
+fn destinations(opt_in: bool) -> &'static [&'static str] {
+    if opt_in { ECHO_DESTINATIONS } else { &[] }
+}
+
 /// The Pod's SQUID_CONF, from the block through the provider's own validation.
-fn kubernetes_squid_conf() -> String {
+fn kubernetes_squid_conf(opt_in: bool) -> String {
     use guest_sdk::Provider;
-    let block = serde_json::json!({ "allowedSourceCIDRs": ALLOWED }).to_string();
+    let block = serde_json::json!({
+        "allowedSourceCIDRs": ALLOWED,
+        "allowedDestinationCIDRs": destinations(opt_in),
+    })
+    .to_string();
     let path = "providers[0].kubernetes";
     let normalized = provider_kubernetes::Kubernetes::validate_config(
         provider_kubernetes::TYPE_NAME,
@@ -335,12 +465,13 @@ fn written_squid_conf(cloud_init: &str) -> String {
 }
 
 /// The user-data of a kvm2 Proxy without cloudInit, as the seed carries it.
-fn kvm_user_data() -> String {
+fn kvm_user_data(opt_in: bool) -> String {
     use guest_sdk::Provider;
     let block = serde_json::json!({
         "machineTypes": {"small": {"vcpus": 1, "memoryMiB": 1024}},
         "hosts": [{"name": "rack1", "address": "192.0.2.10:22", "user": "egress"}],
         "allowedSourceCIDRs": ALLOWED,
+        "allowedDestinationCIDRs": destinations(opt_in),
     })
     .to_string();
     let path = "providers[0].kvm2";
@@ -351,10 +482,14 @@ fn kvm_user_data() -> String {
 }
 
 /// The `user-data` metadata of a gcp Proxy without cloudInit, from its insert request.
-fn gcp_user_data() -> String {
+fn gcp_user_data(opt_in: bool) -> String {
     use guest_sdk::Provider;
-    let block =
-        serde_json::json!({ "project": "squid-real", "allowedSourceCIDRs": ALLOWED }).to_string();
+    let block = serde_json::json!({
+        "project": "squid-real",
+        "allowedSourceCIDRs": ALLOWED,
+        "allowedDestinationCIDRs": destinations(opt_in),
+    })
+    .to_string();
     let path = "providers[0].gcp";
     let normalized =
         provider_gcp::Gcp::validate_config(provider_gcp::TYPE_NAME, path, &block).unwrap();
@@ -381,8 +516,14 @@ fn gcp_user_data() -> String {
 async fn the_gcp_default_cloud_inits_squid_is_anonymous_and_closed() {
     proves_an_anonymous_closed_proxy(
         "gcp",
-        &written_squid_conf(&gcp_user_data()),
+        &written_squid_conf(&gcp_user_data(true)),
         Ipv4Addr::new(127, 0, 0, 23),
+    )
+    .await;
+    refuses_loopback_without_the_opt_in(
+        "gcp",
+        &written_squid_conf(&gcp_user_data(false)),
+        Ipv4Addr::new(127, 0, 0, 26),
     )
     .await;
 }
@@ -391,8 +532,14 @@ async fn the_gcp_default_cloud_inits_squid_is_anonymous_and_closed() {
 async fn the_kvm_default_cloud_inits_squid_is_anonymous_and_closed() {
     proves_an_anonymous_closed_proxy(
         "kvm",
-        &written_squid_conf(&kvm_user_data()),
+        &written_squid_conf(&kvm_user_data(true)),
         Ipv4Addr::new(127, 0, 0, 22),
+    )
+    .await;
+    refuses_loopback_without_the_opt_in(
+        "kvm",
+        &written_squid_conf(&kvm_user_data(false)),
+        Ipv4Addr::new(127, 0, 0, 25),
     )
     .await;
 }
@@ -401,8 +548,14 @@ async fn the_kvm_default_cloud_inits_squid_is_anonymous_and_closed() {
 async fn the_kubernetes_pods_squid_is_anonymous_and_closed() {
     proves_an_anonymous_closed_proxy(
         "kubernetes",
-        &kubernetes_squid_conf(),
+        &kubernetes_squid_conf(true),
         Ipv4Addr::new(127, 0, 0, 21),
+    )
+    .await;
+    refuses_loopback_without_the_opt_in(
+        "kubernetes",
+        &kubernetes_squid_conf(false),
+        Ipv4Addr::new(127, 0, 0, 24),
     )
     .await;
 }

@@ -38,10 +38,28 @@ pub enum Command {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("listeners").required(true).multiple(true).args(["listen", "tls_listen"]))]
 pub struct EchoArgs {
-    /// Address to listen on, e.g. 0.0.0.0:8080; it must be reachable from the proxies.
+    /// Address to serve plain HTTP on, e.g. 0.0.0.0:80; it must be reachable from the
+    /// proxies, on a port the generated Squid forwards to (80 or 443).
     #[arg(long)]
-    pub listen: std::net::SocketAddr,
+    pub listen: Option<std::net::SocketAddr>,
+    /// Address to serve HTTPS on, for the check's CONNECT tunnel, e.g. 0.0.0.0:443 (the
+    /// generated Squid tunnels to port 443 only).
+    #[arg(long)]
+    pub tls_listen: Option<std::net::SocketAddr>,
+    /// The HTTPS certificate chain (PEM); with --tls-key. Without both, the echo makes a
+    /// self-signed certificate for --tls-name and prints its SHA-256 fingerprint, which
+    /// egressCheck.tls.certificateSHA256 pins.
+    #[arg(long, requires_all = ["tls_key", "tls_listen"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The HTTPS private key (PEM); with --tls-cert.
+    #[arg(long, requires_all = ["tls_cert", "tls_listen"])]
+    pub tls_key: Option<PathBuf>,
+    /// A name (DNS name or IP address) the self-signed certificate holds, as the echo URL
+    /// writes its host; repeatable. Default: the --tls-listen address.
+    #[arg(long, conflicts_with = "tls_cert", requires = "tls_listen")]
+    pub tls_name: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -2,6 +2,7 @@
 //! backends, or for real with a state file), and check providers' health.
 
 pub mod cli;
+pub mod echo;
 pub mod examples;
 pub mod output;
 pub mod provider;

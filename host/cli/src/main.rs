@@ -207,20 +207,10 @@ async fn run(cli: Cli) -> ExitCode {
             }
         },
         Command::Echo(a) => {
-            let listener = match tokio::net::TcpListener::bind(a.listen).await {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("error: cannot listen on {}: {e}", a.listen);
-                    return ExitCode::FAILURE;
-                }
-            };
-            if let Ok(addr) = listener.local_addr() {
-                eprintln!("echo listening on http://{addr}/");
-            }
             let stopped = async {
                 let _ = tokio::signal::ctrl_c().await;
             };
-            match egress_check::echo::serve_until(listener, stopped).await {
+            match egress_proxies::echo::run(&a, stopped).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e}");

@@ -63,3 +63,64 @@ fn serves_the_echo_format_until_ctrl_c() {
     };
     assert!(exit.success(), "{exit}");
 }
+
+/// With --tls-listen and no certificate, the echo makes one, prints its fingerprint, and a
+/// checker pinning that fingerprint gets the echo's answer over TLS.
+#[tokio::test]
+async fn serves_tls_with_a_self_signed_certificate_it_prints_the_fingerprint_of() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_egress-proxies"))
+        .args(["echo", "--tls-listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut lines = Vec::new();
+    for _ in 0..2 {
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        lines.push(line.trim().to_string());
+    }
+    let addr = lines[0]
+        .strip_prefix("echo listening on https://")
+        .and_then(|a| a.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("the address on stderr: {lines:?}"))
+        .to_string();
+    let fingerprint = lines[1]
+        .strip_prefix("self-signed certificate SHA-256 ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("the fingerprint on stderr: {lines:?}"))
+        .to_string();
+    let pin = egress_core::config::parse_sha256(&fingerprint).unwrap();
+    let prober =
+        egress_check::HttpProber::with_trust(Default::default(), &egress_check::Trust::Pinned(pin))
+            .unwrap();
+    let url: egress_check::EchoUrl = format!("https://{addr}/anything").parse().unwrap();
+    let outcome = egress_check::Prober::probe(
+        &prober,
+        &egress_check::ProbeRequest::new(None, std::sync::Arc::new(url), "n2".into()),
+    )
+    .await;
+    assert_eq!(
+        outcome.reason,
+        egress_check::Reason::Verified,
+        "{outcome:?}"
+    );
+    assert_eq!(outcome.egress_ip, Some("127.0.0.1".parse().unwrap()));
+
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            assert!(exit.success(), "{exit}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "still serving 10 s after SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

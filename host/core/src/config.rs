@@ -26,13 +26,21 @@ pub struct ProvidersConfig {
     pub providers: Vec<ProviderEntry>,
 }
 
-/// The egress check: a request through each running proxy to an echo endpoint (httpbin's
-/// `/anything` answer, or plain text holding one address; `egress-proxies echo` serves it).
+/// The egress check: through each running proxy, a plain-HTTP request to an `http://` echo
+/// and a CONNECT tunnel with TLS end to end to an `https://` echo, each answering httpbin's
+/// `/anything` format with the probe's nonce (`egress-proxies echo` serves both). A proxy is
+/// verified only when both pass; its egress address is the one the TLS echo saw, which the
+/// proxy can neither read nor forge.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct EgressCheck {
-    /// Echo endpoints (`http://`), tried in order.
+    /// Echo endpoints: at least one `http://` (port 80 or 443) and one `https://` (port 443),
+    /// the ports the generated Squid forwards to. Per scheme, probes use the first that
+    /// answers the checker directly, in this order.
     pub urls: Vec<String>,
+    /// How the https echoes' certificates are trusted. Default: the system's roots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EgressTls>,
     /// How often each proxy is checked (a tenth of it spread per proxy).
     #[serde(default = "default_check_interval")]
     pub interval: String,
@@ -64,6 +72,101 @@ pub struct EgressCheck {
     /// clients by source address, so the checker must come from one it allows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_address: Option<String>,
+}
+
+/// Trust for the https echoes: a CA bundle, or the echo certificate's fingerprint (what
+/// `egress-proxies echo` prints for the certificate it makes itself). At most one.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EgressTls {
+    /// A PEM file of CA certificates the echo's certificate must chain to, for the URL's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// The SHA-256 of the echo's certificate (DER), in hex (colons allowed): only that
+    /// certificate is accepted, whatever name it holds.
+    #[serde(
+        default,
+        rename = "certificateSHA256",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub certificate_sha256: Option<String>,
+}
+
+impl EgressTls {
+    /// The pinned fingerprint as 32 bytes, or why it is not one.
+    pub fn pin(&self) -> Option<Result<[u8; 32], String>> {
+        self.certificate_sha256.as_deref().map(parse_sha256)
+    }
+}
+
+/// 64 hex digits, optionally in colon-separated pairs (as `openssl x509 -fingerprint` prints).
+pub fn parse_sha256(text: &str) -> Result<[u8; 32], String> {
+    let digits: String = text.chars().filter(|c| *c != ':').collect();
+    let bad = || format!("{text:?} is not a SHA-256 fingerprint (64 hex digits, colons allowed)");
+    if digits.len() != 64 || !digits.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&digits[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+/// An echo URL's scheme and port, as the check reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EchoTarget {
+    pub https: bool,
+    pub port: u16,
+}
+
+/// Reads `http[s]://host[:port]...` far enough to know where the proxy must go, or says why it
+/// cannot be an echo URL. The network layer parses it fully; this is the load-time check.
+pub fn echo_target(url: &str) -> Result<EchoTarget, String> {
+    let lower = url.to_ascii_lowercase();
+    let (https, rest) = if lower.starts_with("http://") {
+        (false, &url["http://".len()..])
+    } else if lower.starts_with("https://") {
+        (true, &url["https://".len()..])
+    } else {
+        return Err(format!("{url:?} is not an http:// or https:// URL"));
+    };
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{url:?} holds whitespace or a control character"));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return Err(format!(
+            "{url:?} carries user information; an echo URL takes none"
+        ));
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((h, after)) => (h, after.strip_prefix(':')),
+            None => ("", None),
+        },
+        None => match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        },
+    };
+    if host.is_empty() {
+        return Err(format!("{url:?} names no host"));
+    }
+    let port = match port {
+        None => {
+            if https {
+                443
+            } else {
+                80
+            }
+        }
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n != 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
+            _ => return Err(format!("{url:?} has an invalid port")),
+        },
+    };
+    Ok(EchoTarget { https, port })
 }
 
 fn default_check_interval() -> String {
@@ -602,24 +705,72 @@ fn check_egress(c: &EgressCheck) -> Result<(), ConfigError> {
     if c.urls.is_empty() {
         return Err(ConfigError::new(
             "egressCheck.urls",
-            "must name at least one echo endpoint",
+            "must name at least one http:// and one https:// echo endpoint",
         ));
     }
+    let mut schemes = (false, false);
     for (i, u) in c.urls.iter().enumerate() {
-        let rest = u.strip_prefix("http://").ok_or_else(|| {
-            ConfigError::new(
-                format!("egressCheck.urls[{i}]"),
-                format!(
-                    "{u:?} is not an http:// URL (the check asks each proxy to fetch it, which a plain proxy does for http only)"
-                ),
-            )
-        })?;
-        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-        if host.is_empty() || u.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        let at = || format!("egressCheck.urls[{i}]");
+        let target = echo_target(u).map_err(|m| ConfigError::new(at(), m))?;
+        // The ports every generated Squid forwards to (guest_sdk::squid: Safe_ports 80 443,
+        // CONNECT to SSL_ports 443 only): an echo elsewhere would fail every proxy with
+        // ProxyRefused.
+        if target.https && target.port != 443 {
             return Err(ConfigError::new(
-                format!("egressCheck.urls[{i}]"),
-                format!("{u:?} names no host"),
+                at(),
+                format!(
+                    "{u:?} is on port {}: the generated Squid tunnels (CONNECT) to port 443 only",
+                    target.port
+                ),
             ));
+        }
+        if !target.https && !matches!(target.port, 80 | 443) {
+            return Err(ConfigError::new(
+                at(),
+                format!(
+                    "{u:?} is on port {}: the generated Squid forwards plain http to ports 80 and 443 only",
+                    target.port
+                ),
+            ));
+        }
+        if target.https {
+            schemes.1 = true;
+        } else {
+            schemes.0 = true;
+        }
+    }
+    match schemes {
+        (true, true) => {}
+        (false, _) => {
+            return Err(ConfigError::new(
+                "egressCheck.urls",
+                "must name an http:// echo too: the plain-HTTP request proves the proxy forwards http and hides the client's headers",
+            ));
+        }
+        (_, false) => {
+            return Err(ConfigError::new(
+                "egressCheck.urls",
+                "must name an https:// echo too: the tunnel to it proves CONNECT works and carries the nonce where the proxy cannot read or forge it",
+            ));
+        }
+    }
+    if let Some(tls) = &c.tls {
+        if tls.ca_file.is_some() && tls.certificate_sha256.is_some() {
+            return Err(ConfigError::new(
+                "egressCheck.tls",
+                "give caFile or certificateSHA256, not both",
+            ));
+        }
+        if let Some(f) = &tls.ca_file
+            && (f.trim().is_empty() || f.contains('\0'))
+        {
+            return Err(ConfigError::new(
+                "egressCheck.tls.caFile",
+                "must be a file path",
+            ));
+        }
+        if let Some(Err(m)) = tls.pin() {
+            return Err(ConfigError::new("egressCheck.tls.certificateSHA256", m));
         }
     }
     for (field, value) in [
@@ -884,7 +1035,7 @@ mod tests {
     #[test]
     fn the_egress_check_is_checked_naming_the_field() {
         let cfg = ProvidersConfig::from_yaml(
-            "egressCheck: {urls: [\"http://echo.example.com/anything\"]}\nproviders: []\n",
+            "egressCheck: {urls: [\"http://echo.example.com/anything\", \"https://echo.example.com/anything\"]}\nproviders: []\n",
         )
         .unwrap();
         let c = cfg.egress_check.unwrap();
@@ -893,39 +1044,122 @@ mod tests {
             ("30s", "5s", 3)
         );
         assert_eq!(c.max_unhealthy, IntOrPercent::Percent("40%".into()));
+        const BOTH: &str = "\"http://e/\", \"https://e/\"";
         for (yaml, path) in [
-            ("{urls: []}", "egressCheck.urls"),
-            ("{urls: [\"https://e/\"]}", "egressCheck.urls[0]"),
-            ("{urls: [\"http://\"]}", "egressCheck.urls[0]"),
+            ("{urls: []}".to_string(), "egressCheck.urls"),
+            ("{urls: [\"http://e/\"]}".into(), "egressCheck.urls"),
+            ("{urls: [\"https://e/\"]}".into(), "egressCheck.urls"),
             (
-                "{urls: [\"http://e/\"], interval: soon}",
+                format!("{{urls: [{BOTH}, \"http://\"]}}"),
+                "egressCheck.urls[2]",
+            ),
+            (
+                format!("{{urls: [{BOTH}, \"ftp://e/\"]}}"),
+                "egressCheck.urls[2]",
+            ),
+            (
+                format!("{{urls: [{BOTH}, \"http://u@e/\"]}}"),
+                "egressCheck.urls[2]",
+            ),
+            (
+                format!("{{urls: [{BOTH}, \"http://e:x/\"]}}"),
+                "egressCheck.urls[2]",
+            ),
+            (
+                format!("{{urls: [{BOTH}], interval: soon}}"),
                 "egressCheck.interval",
             ),
             (
-                "{urls: [\"http://e/\"], timeout: 1m}",
+                format!("{{urls: [{BOTH}], timeout: 1m}}"),
                 "egressCheck.timeout",
             ),
             (
-                "{urls: [\"http://e/\"], failureThreshold: 0}",
+                format!("{{urls: [{BOTH}], failureThreshold: 0}}"),
                 "egressCheck.failureThreshold",
             ),
             (
-                "{urls: [\"http://e/\"], maxUnhealthy: \"140%\"}",
+                format!("{{urls: [{BOTH}], maxUnhealthy: \"140%\"}}"),
                 "egressCheck.maxUnhealthy",
             ),
             (
-                "{urls: [\"http://e/\"], maxUnhealthy: lots}",
+                format!("{{urls: [{BOTH}], maxUnhealthy: lots}}"),
                 "egressCheck.maxUnhealthy",
             ),
             (
-                "{urls: [\"http://e/\"], clientAddresses: [nat]}",
+                format!("{{urls: [{BOTH}], clientAddresses: [nat]}}"),
                 "egressCheck.clientAddresses[0]",
             ),
-            ("{urls: [\"http://e/\"], colour: red}", "egressCheck.colour"),
+            (
+                format!("{{urls: [{BOTH}], colour: red}}"),
+                "egressCheck.colour",
+            ),
+            (
+                format!("{{urls: [{BOTH}], tls: {{caFile: a.pem, certificateSHA256: ab}}}}"),
+                "egressCheck.tls",
+            ),
+            (
+                format!("{{urls: [{BOTH}], tls: {{certificateSHA256: abcd}}}}"),
+                "egressCheck.tls.certificateSHA256",
+            ),
+            (
+                format!("{{urls: [{BOTH}], tls: {{caFile: \"\"}}}}"),
+                "egressCheck.tls.caFile",
+            ),
+            (
+                format!("{{urls: [{BOTH}], tls: {{pin: x}}}}"),
+                "egressCheck.tls.pin",
+            ),
         ] {
             let err = ProvidersConfig::from_yaml(&format!("egressCheck: {yaml}\nproviders: []\n"))
                 .unwrap_err();
             assert_eq!(err.path, path, "{yaml}: {err}");
+        }
+        let pin = "AB:".repeat(31) + "AB";
+        let ok = format!(
+            "egressCheck: {{urls: [{BOTH}], tls: {{certificateSHA256: \"{pin}\"}}}}\nproviders: []\n"
+        );
+        let c = ProvidersConfig::from_yaml(&ok)
+            .unwrap()
+            .egress_check
+            .unwrap();
+        assert_eq!(c.tls.unwrap().pin(), Some(Ok([0xab; 32])));
+    }
+
+    /// Every generated Squid forwards plain http to ports 80 and 443 and tunnels to 443 only:
+    /// an echo elsewhere would make every proxy fail its check with ProxyRefused.
+    #[test]
+    fn an_echo_port_the_generated_squid_refuses_is_named_at_load() {
+        for (urls, at, says) in [
+            (
+                "[\"http://echo:8080/\", \"https://echo/\"]",
+                "egressCheck.urls[0]",
+                "ports 80 and 443",
+            ),
+            (
+                "[\"http://echo/\", \"https://echo:8443/\"]",
+                "egressCheck.urls[1]",
+                "port 443 only",
+            ),
+            (
+                "[\"http://echo/\", \"https://echo/\", \"http://[::1]:9/\"]",
+                "egressCheck.urls[2]",
+                "ports 80 and 443",
+            ),
+        ] {
+            let err = ProvidersConfig::from_yaml(&format!(
+                "egressCheck: {{urls: {urls}}}\nproviders: []\n"
+            ))
+            .unwrap_err();
+            assert_eq!(err.path, at, "{urls}: {err}");
+            assert!(err.to_string().contains(says), "{err}");
+        }
+        for urls in [
+            "[\"http://echo/\", \"https://echo/\"]",
+            "[\"http://echo:80/a\", \"http://echo:443/\", \"https://echo:443/b?c\"]",
+            "[\"HTTP://[::1]/\", \"HTTPS://[::1]:443\"]",
+        ] {
+            let yaml = format!("egressCheck: {{urls: {urls}}}\nproviders: []\n");
+            assert!(ProvidersConfig::from_yaml(&yaml).is_ok(), "{urls}");
         }
     }
 

@@ -29,6 +29,12 @@ pub enum CheckReason {
     NotAnonymous,
     /// The echo endpoints do not answer directly either: the checker, not the proxy, is down.
     CheckerUnavailable,
+    /// The proxy refused the CONNECT tunnel to the https echo (a non-2xx answer, or it closed
+    /// the connection), though it may forward plain http.
+    TunnelRefused,
+    /// The tunnel stood but TLS to the echo failed inside it: the handshake broke, or the
+    /// certificate was not the echo's (a proxy that intercepts TLS, or one that breaks it).
+    TlsFailed,
 }
 
 impl CheckReason {
@@ -41,6 +47,8 @@ impl CheckReason {
             Self::BadEcho => "BadEcho",
             Self::NotAnonymous => "NotAnonymous",
             Self::CheckerUnavailable => "CheckerUnavailable",
+            Self::TunnelRefused => "TunnelRefused",
+            Self::TlsFailed => "TlsFailed",
         }
     }
 
@@ -49,7 +57,7 @@ impl CheckReason {
         !matches!(self, Self::Verified | Self::CheckerUnavailable)
     }
 
-    pub fn all() -> [Self; 7] {
+    pub fn all() -> [Self; 9] {
         [
             Self::Verified,
             Self::ProxyUnreachable,
@@ -58,6 +66,8 @@ impl CheckReason {
             Self::BadEcho,
             Self::NotAnonymous,
             Self::CheckerUnavailable,
+            Self::TunnelRefused,
+            Self::TlsFailed,
         ]
     }
 }

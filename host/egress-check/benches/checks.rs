@@ -153,11 +153,11 @@ async fn throughput(binary: &std::path::Path) {
         let checker = checker(concurrency);
         // Warm-up: Squid's first connections to the echo, the allocator.
         checker
-            .check_all(targets(50, &[squid.listen]), &echo_url())
+            .check_all(targets(50, &[squid.listen]), &[echo_url()])
             .await;
         let start = Instant::now();
         let results = checker
-            .check_all(targets(n, &[squid.listen]), &echo_url())
+            .check_all(targets(n, &[squid.listen]), &[echo_url()])
             .await;
         let secs = start.elapsed().as_secs_f64();
         let (reasons, mean) = summarize(&results);

@@ -75,36 +75,15 @@ pub fn classify(status: u16, headers: &HeaderMap, body: &[u8], expect: &Expect<'
     if json {
         return classify_json(trimmed, expect);
     }
-    let plain = std::str::from_utf8(trimmed)
-        .ok()
-        .and_then(|t| t.parse::<IpAddr>().ok());
-    let Some(ip) = plain else {
-        return Outcome::failed(
-            Reason::BadEcho,
-            format!(
-                "the answer is neither echo JSON nor one address: \"{}\"",
-                excerpt(trimmed)
-            ),
-        );
-    };
-    // A plain-text answer carries no headers and no nonce; the address is all it shows, and
-    // the client's own address there means the proxy hid nothing.
-    if expect.via_proxy && expect.own_addresses.contains(&ip) {
-        return Outcome {
-            reason: Reason::NotAnonymous,
-            egress_ip: Some(ip),
-            latency_ms: None,
-            anonymity_checked: false,
-            message: format!("the echo saw the client's own address {ip}"),
-        };
-    }
-    Outcome {
-        reason: Reason::Verified,
-        egress_ip: Some(ip),
-        latency_ms: None,
-        anonymity_checked: false,
-        message: format!("the echo saw {ip} (a plain-text answer: no header or nonce check)"),
-    }
+    // Only the echo format carries the nonce. A bare address (what ifconfig-style services
+    // answer) proves nothing: a captive portal, a cache or the proxy itself can write one.
+    Outcome::failed(
+        Reason::BadEcho,
+        format!(
+            "the answer is not echo JSON holding this probe's nonce: \"{}\"",
+            excerpt(trimmed)
+        ),
+    )
 }
 
 fn classify_json(body: &[u8], expect: &Expect<'_>) -> Outcome {
@@ -383,13 +362,13 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_text_address_verifies_without_the_anonymity_check() {
-        let o = judge(200, &[("Content-Type", "text/plain")], "203.0.113.9\n");
-        assert_eq!(o.reason, Reason::Verified);
-        assert!(!o.anonymity_checked);
-        assert_eq!(o.egress_ip, Some("203.0.113.9".parse().unwrap()));
-        assert_eq!(judge(200, &[], "127.0.0.5").reason, Reason::NotAnonymous);
-        assert_eq!(judge(200, &[], "2001:db8::1").reason, Reason::Verified);
+    fn a_bare_address_without_the_nonce_is_a_bad_echo() {
+        // A captive portal or a cache answering "an address" must not verify a proxy.
+        for body in ["203.0.113.9\n", "2001:db8::1", "127.0.0.5"] {
+            let o = judge(200, &[("Content-Type", "text/plain")], body);
+            assert_eq!(o.reason, Reason::BadEcho, "{body:?}: {o:?}");
+            assert_eq!(o.egress_ip, None);
+        }
     }
 
     #[test]

@@ -15,7 +15,10 @@
 //!   when behind a balancer; an echo that trusted such a header would let a proxy claim any
 //!   egress address, so it is shown in `headers` instead.
 //! - `url`: the request target when it came in absolute form, else rebuilt from `Host` (the
-//!   listener's address without one) and the path.
+//!   listener's address without one) and the path, `https://` on a TLS listener.
+//!
+//! [`serve_tls_until`] serves the same over TLS, for the check's CONNECT tunnel: what crosses
+//! the proxy there is encrypted, so the nonce and the origin the echo saw cannot be forged.
 
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
@@ -28,6 +31,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -79,6 +83,28 @@ pub async fn serve_until(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), EchoError> {
+    serve_inner(listener, None, shutdown).await
+}
+
+/// [`serve_until`] over TLS with `tls` (see [`crate::tls::ServerIdentity`]).
+pub async fn serve_tls_until(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), EchoError> {
+    serve_inner(
+        listener,
+        Some(tokio_rustls::TlsAcceptor::from(tls)),
+        shutdown,
+    )
+    .await
+}
+
+async fn serve_inner(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), EchoError> {
     let local = listener.local_addr().ok();
     let (stop, stopped) = watch::channel(false);
     let mut connections = JoinSet::new();
@@ -88,7 +114,21 @@ pub async fn serve_until(
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    connections.spawn(connection(stream, peer, local, stopped.clone()));
+                    let stopped = stopped.clone();
+                    match &tls {
+                        None => {
+                            connections.spawn(connection(stream, peer, local, stopped));
+                        }
+                        Some(acceptor) => {
+                            connections.spawn(tls_connection(
+                                acceptor.clone(),
+                                stream,
+                                peer,
+                                local,
+                                stopped,
+                            ));
+                        }
+                    }
                 }
                 Err(e) if transient(&e) => {
                     tracing::warn!(error = %e, "echo: accept failed; retrying");
@@ -122,18 +162,46 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     local: Option<SocketAddr>,
-    mut stopped: watch::Receiver<bool>,
+    stopped: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    serve_http(stream, peer, local, false, stopped).await;
+}
+
+/// The TLS handshake bounded as a request head is, then HTTP inside it.
+async fn tls_connection(
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    stopped: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => serve_http(tls, peer, local, true, stopped).await,
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "echo: TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "echo: no TLS handshake in time"),
+    }
+}
+
+async fn serve_http<IO>(
+    io: IO,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    https: bool,
+    mut stopped: watch::Receiver<bool>,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let service = service_fn(move |req: Request<Incoming>| {
-        std::future::ready(Ok::<_, Infallible>(answer(&req, peer, local)))
+        std::future::ready(Ok::<_, Infallible>(answer(&req, peer, local, https)))
     });
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .keep_alive(true);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let served = tokio::select! {
         r = conn.as_mut() => r,
@@ -148,13 +216,14 @@ async fn connection(
     }
 }
 
-/// The echo's answer to one request.
+/// The echo's answer to one request (`https`: it came over TLS).
 pub fn answer<B>(
     req: &Request<B>,
     peer: SocketAddr,
     local: Option<SocketAddr>,
+    https: bool,
 ) -> Response<http_body_util::Full<Bytes>> {
-    let body = serde_json::to_vec(&describe(req, peer, local)).unwrap_or_default();
+    let body = serde_json::to_vec(&describe(req, peer, local, https)).unwrap_or_default();
     let mut response = Response::new(http_body_util::Full::new(Bytes::from(body)));
     response
         .headers_mut()
@@ -163,7 +232,12 @@ pub fn answer<B>(
 }
 
 /// The JSON document of [the module's](self) format.
-pub fn describe<B>(req: &Request<B>, peer: SocketAddr, local: Option<SocketAddr>) -> Value {
+pub fn describe<B>(
+    req: &Request<B>,
+    peer: SocketAddr,
+    local: Option<SocketAddr>,
+    https: bool,
+) -> Value {
     let mut headers = Map::new();
     for name in req.headers().keys() {
         let joined = req
@@ -186,7 +260,8 @@ pub fn describe<B>(req: &Request<B>, peer: SocketAddr, local: Option<SocketAddr>
             .or_else(|| local.map(|a| a.to_string()))
             .unwrap_or_default();
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        format!("http://{host}{path}")
+        let scheme = if https { "https" } else { "http" };
+        format!("{scheme}://{host}{path}")
     };
     let mut answer = Map::new();
     answer.insert(
@@ -290,7 +365,7 @@ mod tests {
             .header("accept", "b")
             .body(())
             .unwrap();
-        let v = describe(&req, peer(), None);
+        let v = describe(&req, peer(), None, false);
         assert_eq!(v["origin"], "203.0.113.9");
         assert_eq!(v["method"], "POST");
         assert_eq!(v["url"], "http://echo.test:8080/anything/x?n=1");
@@ -301,13 +376,20 @@ mod tests {
         // Absolute form is kept as received; no Host falls back to the listener's address.
         let req = Request::get("http://other.test/p?q=2").body(()).unwrap();
         assert_eq!(
-            describe(&req, peer(), None)["url"],
+            describe(&req, peer(), None, false)["url"],
             "http://other.test/p?q=2"
         );
         let req = Request::get("/").body(()).unwrap();
         let local = "127.0.0.9:80".parse().ok();
-        assert_eq!(describe(&req, peer(), local)["url"], "http://127.0.0.9:80/");
+        assert_eq!(
+            describe(&req, peer(), local, false)["url"],
+            "http://127.0.0.9:80/"
+        );
+        assert_eq!(
+            describe(&req, peer(), local, true)["url"],
+            "https://127.0.0.9:80/"
+        );
         let v6: SocketAddr = "[::ffff:127.0.0.1]:1".parse().unwrap();
-        assert_eq!(describe(&req, v6, None)["origin"], "127.0.0.1");
+        assert_eq!(describe(&req, v6, None, false)["origin"], "127.0.0.1");
     }
 }

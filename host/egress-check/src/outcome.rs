@@ -17,6 +17,8 @@ pub mod reason {
     pub const BAD_ECHO: &str = "BadEcho";
     pub const NOT_ANONYMOUS: &str = "NotAnonymous";
     pub const CHECKER_UNAVAILABLE: &str = "CheckerUnavailable";
+    pub const TUNNEL_REFUSED: &str = "TunnelRefused";
+    pub const TLS_FAILED: &str = "TlsFailed";
 }
 
 /// Why a check ended as it did. Only [`Reason::Verified`] is a working proxy;
@@ -42,10 +44,16 @@ pub enum Reason {
     /// No echo answered a direct request, or the checker could not open a socket: the proxy
     /// was not judged.
     CheckerUnavailable,
+    /// The proxy answered CONNECT to the https echo with something other than 2xx, or closed
+    /// the connection instead.
+    TunnelRefused,
+    /// Inside the tunnel, TLS to the echo failed: the handshake broke, or the certificate was
+    /// not one the checker trusts for the echo (an intercepting or broken proxy).
+    TlsFailed,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 9] = [
         Reason::Verified,
         Reason::ProxyUnreachable,
         Reason::ProxyRefused,
@@ -53,6 +61,8 @@ impl Reason {
         Reason::BadEcho,
         Reason::NotAnonymous,
         Reason::CheckerUnavailable,
+        Reason::TunnelRefused,
+        Reason::TlsFailed,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -64,6 +74,8 @@ impl Reason {
             Reason::BadEcho => reason::BAD_ECHO,
             Reason::NotAnonymous => reason::NOT_ANONYMOUS,
             Reason::CheckerUnavailable => reason::CHECKER_UNAVAILABLE,
+            Reason::TunnelRefused => reason::TUNNEL_REFUSED,
+            Reason::TlsFailed => reason::TLS_FAILED,
         }
     }
 
@@ -90,8 +102,8 @@ pub struct Outcome {
     /// From the start of the TCP connect to the end of the answer; set whenever an HTTP
     /// answer arrived, whatever it said.
     pub latency_ms: Option<u64>,
-    /// False when the answer was a plain-text address: it carries no headers to inspect and
-    /// no nonce, so only the address itself was checked against the client's.
+    /// Whether the echo's view of the request's headers was inspected for what gives the
+    /// client away (false for a direct look, which expects to see the client).
     pub anonymity_checked: bool,
     /// For people: what was seen. Holds no credential (the probe sends none) and at most a
     /// short, escaped excerpt of an answer.
@@ -112,6 +124,35 @@ impl Outcome {
     pub fn is_verified(&self) -> bool {
         self.reason == Reason::Verified
     }
+
+    /// One check of a proxy from its probes (the plain request's and the tunnel's, in the
+    /// order given): verified only when every probe verified, with the egress address the
+    /// last one saw (the tunnel's, which the proxy cannot forge) and the slowest latency.
+    /// Otherwise the first failure, in the order given, is the check's.
+    pub fn all_of(outcomes: Vec<Outcome>) -> Outcome {
+        let latency = outcomes.iter().filter_map(|o| o.latency_ms).max();
+        if let Some(failed) = outcomes.iter().find(|o| !o.is_verified()) {
+            let mut failed = failed.clone();
+            failed.latency_ms = failed.latency_ms.or(latency);
+            return failed;
+        }
+        let anonymity_checked = outcomes.iter().any(|o| o.anonymity_checked);
+        let message = outcomes
+            .iter()
+            .map(|o| o.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        match outcomes.into_iter().last() {
+            Some(last) => Outcome {
+                reason: Reason::Verified,
+                egress_ip: last.egress_ip,
+                latency_ms: latency,
+                anonymity_checked,
+                message,
+            },
+            None => Outcome::failed(Reason::CheckerUnavailable, "no probe was sent"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -131,5 +172,35 @@ mod tests {
         let json = serde_json::to_value(&o).unwrap();
         assert_eq!(json["reason"], "Timeout");
         assert!(json.get("egressIp").is_some() && json.get("latencyMs").is_some());
+    }
+
+    fn verified(ip: &str, latency: u64, anonymity_checked: bool) -> Outcome {
+        Outcome {
+            reason: Reason::Verified,
+            egress_ip: ip.parse().ok(),
+            latency_ms: Some(latency),
+            anonymity_checked,
+            message: format!("saw {ip}"),
+        }
+    }
+
+    #[test]
+    fn a_check_verifies_only_when_every_probe_did() {
+        let both = Outcome::all_of(vec![
+            verified("203.0.113.1", 12, true),
+            verified("203.0.113.2", 30, false),
+        ]);
+        assert_eq!(both.reason, Reason::Verified);
+        assert_eq!(both.egress_ip, "203.0.113.2".parse().ok(), "the tunnel's");
+        assert_eq!(both.latency_ms, Some(30));
+        assert!(both.anonymity_checked);
+        let tunnel = Outcome::failed(Reason::TunnelRefused, "CONNECT answered 403");
+        let o = Outcome::all_of(vec![verified("203.0.113.1", 12, true), tunnel.clone()]);
+        assert_eq!(o.reason, Reason::TunnelRefused);
+        assert_eq!(o.egress_ip, None);
+        let plain = Outcome::failed(Reason::NotAnonymous, "Via");
+        let o = Outcome::all_of(vec![plain, tunnel]);
+        assert_eq!(o.reason, Reason::NotAnonymous, "the first failure");
+        assert_eq!(Outcome::all_of(vec![]).reason, Reason::CheckerUnavailable);
     }
 }

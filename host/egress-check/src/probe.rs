@@ -1,4 +1,9 @@
 //! One probe: a GET through a proxy (or straight to the echo) and the judgement of its answer.
+//!
+//! To an `http://` echo the proxy is sent the GET in absolute form. To an `https://` echo the
+//! proxy is asked for a CONNECT tunnel, and inside it the checker speaks TLS to the echo and
+//! sends the GET in origin form: the nonce and the echo's answer cross the proxy encrypted,
+//! so a proxy can neither read the nonce nor forge the answer.
 
 use crate::classify::{Expect, classify};
 use crate::outcome::{Outcome, Reason};
@@ -10,8 +15,9 @@ use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::time::{Instant, timeout_at};
 
@@ -23,6 +29,27 @@ pub struct ProbeRequest {
     pub echo: Arc<EchoUrl>,
     /// Sent as the [`crate::NONCE_PARAM`] query parameter; URL-safe text.
     pub nonce: String,
+    /// More of the checker's own addresses for this probe, besides the options' (those the
+    /// echoes saw the checker come from when asked directly: behind a NAT, its public ones).
+    pub client_addresses: Vec<IpAddr>,
+}
+
+impl ProbeRequest {
+    pub fn new(proxy: Option<SocketAddr>, echo: Arc<EchoUrl>, nonce: String) -> ProbeRequest {
+        ProbeRequest {
+            proxy,
+            echo,
+            nonce,
+            client_addresses: Vec::new(),
+        }
+    }
+}
+
+/// One check of a proxy: each request's probe at once (the plain GET's and the tunnel's),
+/// judged together by [`Outcome::all_of`].
+pub async fn probe_all(prober: &dyn Prober, requests: &[ProbeRequest]) -> Outcome {
+    let probes = requests.iter().map(|r| prober.probe(r));
+    Outcome::all_of(futures::future::join_all(probes).await)
 }
 
 /// Sends probes. The real one is [`HttpProber`]; a simulated backend implements this over its
@@ -72,11 +99,37 @@ const USER_AGENT_VALUE: &str = concat!("egress-check/", env!("CARGO_PKG_VERSION"
 #[derive(Debug, Clone, Default)]
 pub struct HttpProber {
     options: ProbeOptions,
+    /// What TLS to https echoes trusts; the system's roots when not given, built at first use.
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// The system-roots client config, built once per process.
+fn system_tls() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            crate::tls::Trust::System
+                .client_config()
+                .map_err(|e| e.to_string())
+        })
+        .clone()
 }
 
 impl HttpProber {
+    /// Trusts https echoes by the system's roots.
     pub fn new(options: ProbeOptions) -> HttpProber {
-        HttpProber { options }
+        HttpProber { options, tls: None }
+    }
+
+    /// Trusts https echoes by `trust`.
+    pub fn with_trust(
+        options: ProbeOptions,
+        trust: &crate::tls::Trust,
+    ) -> Result<HttpProber, crate::tls::TlsError> {
+        Ok(HttpProber {
+            options,
+            tls: Some(trust.client_config()?),
+        })
     }
 
     pub fn options(&self) -> &ProbeOptions {
@@ -251,13 +304,16 @@ impl HttpProber {
         start: Instant,
         deadline: Instant,
     ) -> Result<Outcome, Failure> {
-        let (target, who, uri) = match request.proxy {
-            Some(proxy) => (proxy, "proxy", request.echo.absolute_form(&request.nonce)),
-            None => (
-                self.resolve(&request.echo, deadline).await?,
-                "echo",
-                request.echo.origin_form(&request.nonce),
-            ),
+        let echo = &request.echo;
+        let (target, who) = match request.proxy {
+            Some(proxy) => (proxy, "proxy"),
+            None => (self.resolve(echo, deadline).await?, "echo"),
+        };
+        // Only a plain GET through a proxy names the echo in the request line.
+        let uri = if request.proxy.is_some() && !echo.is_https() {
+            echo.absolute_form(&request.nonce)
+        } else {
+            echo.origin_form(&request.nonce)
         };
         let uri: Uri = uri.parse().map_err(|e| {
             (
@@ -265,24 +321,195 @@ impl HttpProber {
                 format!("the nonce does not fit in a URL: {e}"),
             )
         })?;
-        let stream = self.connect(target, who, deadline).await?;
-        let mut own = Vec::with_capacity(1 + self.options.extra_own_addresses.len());
+        let mut stream = self.connect(target, who, deadline).await?;
+        let mut own = Vec::with_capacity(
+            1 + self.options.extra_own_addresses.len() + request.client_addresses.len(),
+        );
         if let Ok(local) = stream.local_addr() {
             own.push(local.ip().to_canonical());
         }
         own.extend(self.options.extra_own_addresses.iter().copied());
+        own.extend(request.client_addresses.iter().copied());
         // One request, one answer: no delay for small writes.
         let _ = stream.set_nodelay(true);
+        let (parts, body) = if echo.is_https() {
+            let who = if request.proxy.is_some() {
+                self.open_tunnel(&mut stream, echo, deadline).await?;
+                "echo through the tunnel"
+            } else {
+                "echo"
+            };
+            let tls = self
+                .handshake(stream, echo, request.proxy.is_some(), deadline)
+                .await?;
+            self.get(tls, uri, echo, who, deadline).await?
+        } else {
+            self.get(stream, uri, echo, who, deadline).await?
+        };
+        let latency = start.elapsed();
+        let mut outcome = classify(
+            parts.status.as_u16(),
+            &parts.headers,
+            &body,
+            &Expect {
+                nonce: &request.nonce,
+                own_addresses: &own,
+                via_proxy: request.proxy.is_some(),
+            },
+        );
+        outcome.latency_ms = Some(millis(latency));
+        Ok(outcome)
+    }
 
+    fn timed_out(&self, what: &str) -> Failure {
+        (
+            Reason::Timeout,
+            format!("{what} within {:?}", self.options.timeout),
+        )
+    }
+
+    /// Asks the proxy for a tunnel to the echo and reads its answer head (bounded). Only a
+    /// 2xx opens one; anything else, or a closed connection, is [`Reason::TunnelRefused`].
+    async fn open_tunnel(
+        &self,
+        stream: &mut TcpStream,
+        echo: &EchoUrl,
+        deadline: Instant,
+    ) -> Result<(), Failure> {
+        let target = echo.connect_authority();
+        let ask = format!(
+            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nUser-Agent: {USER_AGENT_VALUE}\r\n\r\n"
+        );
+        let refused = |m: String| (Reason::TunnelRefused, m);
+        let exchange = async {
+            stream
+                .write_all(ask.as_bytes())
+                .await
+                .map_err(|e| refused(format!("the proxy took no CONNECT request: {e}")))?;
+            let mut head = Vec::with_capacity(512);
+            let mut chunk = [0u8; 1024];
+            let end = loop {
+                if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break i + 4;
+                }
+                if head.len() > READ_BUFFER {
+                    return Err(refused(format!(
+                        "the proxy's answer to CONNECT {target} has a head larger than {READ_BUFFER} bytes"
+                    )));
+                }
+                let n = stream.read(&mut chunk).await.map_err(|e| {
+                    refused(format!(
+                        "the proxy broke the connection instead of answering CONNECT {target}: {e}"
+                    ))
+                })?;
+                if n == 0 {
+                    return Err(refused(format!(
+                        "the proxy closed the connection instead of answering CONNECT {target}"
+                    )));
+                }
+                head.extend_from_slice(&chunk[..n]);
+            };
+            Ok::<_, Failure>((head, end))
+        };
+        let (head, end) = timeout_at(deadline, exchange)
+            .await
+            .map_err(|_| self.timed_out(&format!("the proxy did not answer CONNECT {target}")))??;
+        let text = String::from_utf8_lossy(&head[..end]);
+        let mut first = text.lines().next().unwrap_or_default().split_whitespace();
+        let status = match (first.next(), first.next()) {
+            (Some(v), Some(code)) if v.starts_with("HTTP/1.") => code.parse::<u16>().ok(),
+            _ => None,
+        };
+        let Some(status) = status else {
+            return Err(refused(format!(
+                "the proxy did not answer CONNECT {target} in HTTP/1.1"
+            )));
+        };
+        if !(200..300).contains(&status) {
+            let squid_error = text
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(n, _)| n.trim().eq_ignore_ascii_case("x-squid-error"))
+                .map(|(_, v)| format!(" ({})", v.trim().escape_debug()))
+                .unwrap_or_default();
+            return Err(refused(format!(
+                "the proxy answered CONNECT {target} with {status}{squid_error}"
+            )));
+        }
+        if head.len() > end {
+            // The echo speaks only after the client's hello: bytes now are the proxy's own.
+            return Err((
+                Reason::TlsFailed,
+                format!("the proxy sent data of its own after opening the tunnel to {target}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// TLS to the echo over `stream` (inside the tunnel, or straight to the echo).
+    async fn handshake(
+        &self,
+        stream: TcpStream,
+        echo: &EchoUrl,
+        tunnelled: bool,
+        deadline: Instant,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Failure> {
+        let config = match &self.tls {
+            Some(c) => c.clone(),
+            None => system_tls().map_err(|m| (Reason::CheckerUnavailable, m))?,
+        };
+        let name =
+            rustls::pki_types::ServerName::try_from(echo.host().to_string()).map_err(|e| {
+                (
+                    Reason::CheckerUnavailable,
+                    format!("{} is not a TLS server name: {e}", echo.host()),
+                )
+            })?;
+        let connector = tokio_rustls::TlsConnector::from(config);
+        let where_ = if tunnelled {
+            " inside the proxy's tunnel"
+        } else {
+            ""
+        };
+        match timeout_at(deadline, connector.connect(name, stream)).await {
+            Err(_) => Err(self.timed_out(&format!(
+                "no TLS handshake with {}{where_}",
+                echo.connect_authority()
+            ))),
+            Ok(Err(e)) if tunnelled => Err((
+                Reason::TlsFailed,
+                format!("TLS with {}{where_} failed: {e}", echo.connect_authority()),
+            )),
+            // Straight to the echo, the echo itself is broken or not the one trusted.
+            Ok(Err(e)) => Err((
+                Reason::BadEcho,
+                format!("TLS with the echo {} failed: {e}", echo.connect_authority()),
+            )),
+            Ok(Ok(tls)) => Ok(tls),
+        }
+    }
+
+    /// One GET over `io` and its whole answer, bounded by the deadline and the size limit.
+    async fn get<IO>(
+        &self,
+        io: IO,
+        uri: Uri,
+        echo: &EchoUrl,
+        who: &str,
+        deadline: Instant,
+    ) -> Result<(hyper::http::response::Parts, Bytes), Failure>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
             .max_buf_size(READ_BUFFER)
             .title_case_headers(true)
-            .handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+            .handshake::<_, Empty<Bytes>>(TokioIo::new(io))
             .await
             .map_err(|e| head_failure(&e, who))?;
         let req = Request::get(uri)
-            .header(HOST, request.echo.authority())
-            .header(ACCEPT, "application/json, text/plain;q=0.9")
+            .header(HOST, echo.authority())
+            .header(ACCEPT, "application/json")
             .header(USER_AGENT, USER_AGENT_VALUE)
             // Each probe proves a fresh connection; nothing is left open between intervals.
             .header(CONNECTION, "close")
@@ -325,7 +552,7 @@ impl HttpProber {
                 }
             }
         };
-        let (parts, body) = timeout_at(deadline, driven).await.map_err(|_| {
+        timeout_at(deadline, driven).await.map_err(|_| {
             (
                 Reason::Timeout,
                 format!(
@@ -333,19 +560,6 @@ impl HttpProber {
                     self.options.timeout
                 ),
             )
-        })??;
-        let latency = start.elapsed();
-        let mut outcome = classify(
-            parts.status.as_u16(),
-            &parts.headers,
-            &body,
-            &Expect {
-                nonce: &request.nonce,
-                own_addresses: &own,
-                via_proxy: request.proxy.is_some(),
-            },
-        );
-        outcome.latency_ms = Some(millis(latency));
-        Ok(outcome)
+        })?
     }
 }

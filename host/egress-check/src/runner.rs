@@ -3,7 +3,7 @@
 
 use crate::nonce::NonceSource;
 use crate::outcome::{Outcome, Reason};
-use crate::probe::{ProbeRequest, Prober};
+use crate::probe::{ProbeRequest, Prober, probe_all};
 use crate::url::EchoUrl;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -67,11 +67,43 @@ pub struct EchoStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Round<K> {
     pub echoes: Vec<EchoStatus>,
-    /// The echo the probes asked for: the first available, in the configured order. None
-    /// when none answered; then every target's outcome is
-    /// [`Reason::CheckerUnavailable`] and no proxy was probed.
-    pub used: Option<EchoUrl>,
+    /// The echoes the probes asked for: per scheme configured (http, then https), the first
+    /// available in the configured order. Empty when a configured scheme had none; then
+    /// every target's outcome is [`Reason::CheckerUnavailable`] and no proxy was probed.
+    pub used: Vec<EchoUrl>,
     pub results: Vec<Checked<K>>,
+}
+
+/// Per scheme among `echoes` (http first, then https), the first available one; None when a
+/// scheme that is configured has no echo available.
+pub fn choose(echoes: &[EchoStatus]) -> Option<Vec<EchoUrl>> {
+    let mut used = Vec::new();
+    for https in [false, true] {
+        let mut of_scheme = echoes
+            .iter()
+            .filter(|e| e.url.is_https() == https)
+            .peekable();
+        if of_scheme.peek().is_none() {
+            continue;
+        }
+        used.push(of_scheme.find(|e| e.available)?.url.clone());
+    }
+    (!used.is_empty()).then_some(used)
+}
+
+/// The checker's own addresses as the available echoes saw them directly.
+pub fn seen_origins(echoes: &[EchoStatus]) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    for ip in echoes
+        .iter()
+        .filter(|e| e.available)
+        .filter_map(|e| e.origin)
+    {
+        if !out.contains(&ip) {
+            out.push(ip);
+        }
+    }
+    out
 }
 
 /// Why a [`Checker`] cannot be built.
@@ -118,6 +150,9 @@ pub struct Checker<K> {
     echoes: Vec<Arc<EchoUrl>>,
     limit: Arc<Semaphore>,
     in_flight: Arc<Mutex<HashSet<K>>>,
+    /// The checker's addresses as the echoes last saw it directly: an echo that sees one of
+    /// them through a proxy was reached without the proxy hiding the client.
+    learned: Mutex<Vec<IpAddr>>,
 }
 
 type Joined = Result<(tokio::task::Id, (usize, Outcome)), tokio::task::JoinError>;
@@ -165,6 +200,7 @@ where
             echoes: echoes.into_iter().map(Arc::new).collect(),
             limit: Arc::new(Semaphore::new(concurrency)),
             in_flight: Arc::new(Mutex::new(HashSet::new())),
+            learned: Mutex::new(Vec::new()),
         })
     }
 
@@ -173,21 +209,25 @@ where
         locked(&self.in_flight).len()
     }
 
-    /// Asks every echo URL directly (no proxy), all at once, within the concurrency bound.
-    /// When none is available, the proxies must not be blamed: the caller marks every checked
+    /// Asks every echo URL directly (no proxy), all at once, within the concurrency bound,
+    /// and learns the checker's own addresses from what they saw. When a configured scheme
+    /// has no echo available, the proxies must not be blamed: the caller marks every checked
     /// Proxy [`Reason::CheckerUnavailable`] and replaces none.
     pub async fn check_echoes(&self) -> Vec<EchoStatus> {
-        let requests: Vec<ProbeRequest> = self
+        let requests: Vec<Vec<ProbeRequest>> = self
             .echoes
             .iter()
-            .map(|echo| ProbeRequest {
-                proxy: None,
-                echo: echo.clone(),
-                nonce: self.nonces.next_nonce(),
+            .map(|echo| {
+                vec![ProbeRequest::new(
+                    None,
+                    echo.clone(),
+                    self.nonces.next_nonce(),
+                )]
             })
             .collect();
         let outcomes = self.run(requests).await;
-        self.echoes
+        let echoes: Vec<EchoStatus> = self
+            .echoes
             .iter()
             .zip(outcomes)
             .map(|(url, o)| EchoStatus {
@@ -197,19 +237,35 @@ where
                 latency_ms: o.latency_ms,
                 message: o.message,
             })
-            .collect()
+            .collect();
+        let seen = seen_origins(&echoes);
+        if !seen.is_empty() {
+            *self.learned.lock().unwrap_or_else(|p| p.into_inner()) = seen;
+        }
+        echoes
     }
 
-    /// Probes each target through its proxy for `echo`, at most the checker's concurrency at
-    /// once. A key given twice, or still in flight from another call, is probed once. Nonces
-    /// are taken in target order before any probe starts, so a seeded source gives the same
-    /// nonce to the same target whatever the timing.
+    /// The checker's own addresses as the echoes last saw them directly.
+    pub fn learned_addresses(&self) -> Vec<IpAddr> {
+        self.learned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Probes each target through its proxy for every one of `echoes` (an http one and an
+    /// https one: the plain GET and the tunnel, at once), judged together by
+    /// [`Outcome::all_of`], at most the checker's concurrency of targets at once. A key given
+    /// twice, or still in flight from another call, is probed once. Nonces are taken in
+    /// target order before any probe starts, so a seeded source gives the same nonces to the
+    /// same target whatever the timing.
     pub async fn check_all(
         &self,
         targets: impl IntoIterator<Item = Target<K>>,
-        echo: &EchoUrl,
+        echoes: &[EchoUrl],
     ) -> Vec<Checked<K>> {
-        let echo = Arc::new(echo.clone());
+        let echoes: Vec<Arc<EchoUrl>> = echoes.iter().cloned().map(Arc::new).collect();
+        let learned = self.learned_addresses();
         let mut keys = Vec::new();
         let mut requests = Vec::new();
         let mut guards = Vec::new();
@@ -218,11 +274,17 @@ where
             match InFlight::reserve(&self.in_flight, &target.key) {
                 Some(guard) => {
                     slots.push(Some(requests.len()));
-                    requests.push(ProbeRequest {
-                        proxy: Some(target.proxy),
-                        echo: echo.clone(),
-                        nonce: self.nonces.next_nonce(),
-                    });
+                    requests.push(
+                        echoes
+                            .iter()
+                            .map(|echo| ProbeRequest {
+                                proxy: Some(target.proxy),
+                                echo: echo.clone(),
+                                nonce: self.nonces.next_nonce(),
+                                client_addresses: learned.clone(),
+                            })
+                            .collect::<Vec<_>>(),
+                    );
                     guards.push(guard);
                 }
                 None => slots.push(None),
@@ -239,13 +301,14 @@ where
             .collect()
     }
 
-    /// The echoes directly, then every target through the first echo that answered; when
-    /// none did, every target is [`Reason::CheckerUnavailable`] without a probe.
+    /// The echoes directly, then every target through the first echo of each scheme that
+    /// answered ([`choose`]); when a scheme had none, every target is
+    /// [`Reason::CheckerUnavailable`] without a probe.
     pub async fn round(&self, targets: impl IntoIterator<Item = Target<K>>) -> Round<K> {
         let echoes = self.check_echoes().await;
-        let used = echoes.iter().find(|e| e.available).map(|e| e.url.clone());
+        let used = choose(&echoes);
         let results = match &used {
-            Some(url) => self.check_all(targets, url).await,
+            Some(urls) => self.check_all(targets, urls).await,
             None => {
                 let why = echoes
                     .iter()
@@ -273,22 +336,22 @@ where
         };
         Round {
             echoes,
-            used,
+            used: used.unwrap_or_default(),
             results,
         }
     }
 
-    async fn run(&self, requests: Vec<ProbeRequest>) -> Vec<Outcome> {
+    async fn run(&self, requests: Vec<Vec<ProbeRequest>>) -> Vec<Outcome> {
         let no_guards = vec![(); requests.len()];
         self.run_guarded(requests, no_guards).await
     }
 
-    /// Runs the probes as tasks (so they use every worker thread), each started only once it
-    /// holds a permit: at most `concurrency` tasks exist, however many targets there are.
-    /// Outcomes come back in request order.
+    /// Runs each target's probes as a task (so they use every worker thread), each started
+    /// only once it holds a permit: at most `concurrency` tasks exist, however many targets
+    /// there are. Outcomes come back in request order.
     async fn run_guarded<G: Send + 'static>(
         &self,
-        requests: Vec<ProbeRequest>,
+        requests: Vec<Vec<ProbeRequest>>,
         guards: Vec<G>,
     ) -> Vec<Outcome> {
         let mut outcomes: Vec<Option<Outcome>> = vec![None; requests.len()];
@@ -311,7 +374,7 @@ where
             let handle = tasks.spawn(async move {
                 let _permit = permit;
                 let _guard = guard;
-                (i, prober.probe(&request).await)
+                (i, probe_all(prober.as_ref(), &request).await)
             });
             index_of.insert(handle.id(), i);
         }

@@ -11,16 +11,7 @@ pub const NONCE_PARAM: &str = "egress_nonce";
 /// Why a text is not an echo URL.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EchoUrlError {
-    /// Through a proxy, an https URL needs `CONNECT host:443` and a TLS handshake inside the
-    /// tunnel. The proxy then only relays bytes: it cannot add Via or X-Forwarded-For to
-    /// what it does not see, so the check would prove less about anonymity, and this crate
-    /// carries no TLS stack for it. An echo is run next to the checker, so plain http is the
-    /// supported form.
-    #[error(
-        "{0:?}: an https echo URL needs CONNECT through the proxy, which is not supported; use an http:// echo (egress-proxies echo serves one)"
-    )]
-    Https(String),
-    #[error("{0:?} is not an http:// URL")]
+    #[error("{0:?} is not an http:// or https:// URL")]
     NotHttp(String),
     #[error("{0:?} has no host")]
     NoHost(String),
@@ -32,10 +23,13 @@ pub enum EchoUrlError {
     UserInfo(String),
 }
 
-/// An `http://host[:port][/path][?query]` URL, split into what a request line and a Host
-/// header need.
+/// An `http[s]://host[:port][/path][?query]` URL, split into what a request line, a Host
+/// header and a CONNECT need. Through a proxy, an `http://` echo is asked for with a plain
+/// GET in absolute form (the proxy reads and may change it); an `https://` echo through a
+/// CONNECT tunnel, with TLS end to end inside it (the proxy only relays bytes it cannot read).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EchoUrl {
+    https: bool,
     /// As written in the URL: a name, an IPv4 address or a bracketed IPv6 address.
     host: String,
     port: u16,
@@ -55,10 +49,10 @@ impl FromStr for EchoUrl {
             return Err(EchoUrlError::InvalidCharacter(owned()));
         }
         let lower = text.to_ascii_lowercase();
-        let rest = if lower.starts_with("http://") {
-            &text["http://".len()..]
+        let (https, rest) = if lower.starts_with("http://") {
+            (false, &text["http://".len()..])
         } else if lower.starts_with("https://") {
-            return Err(EchoUrlError::Https(owned()));
+            (true, &text["https://".len()..])
         } else {
             return Err(EchoUrlError::NotHttp(owned()));
         };
@@ -87,14 +81,16 @@ impl FromStr for EchoUrl {
         if host.is_empty() {
             return Err(EchoUrlError::NoHost(owned()));
         }
+        let default_port = if https { 443 } else { 80 };
         let port = match port {
-            None => 80,
+            None => default_port,
             Some(p) => match p.parse::<u16>() {
                 Ok(n) if n != 0 && p.bytes().all(|b| b.is_ascii_digit()) => n,
                 _ => return Err(EchoUrlError::InvalidPort(owned())),
             },
         };
         Ok(EchoUrl {
+            https,
             host: host.to_ascii_lowercase(),
             port,
             path_and_query,
@@ -103,6 +99,15 @@ impl FromStr for EchoUrl {
 }
 
 impl EchoUrl {
+    /// Whether the echo is asked for through a CONNECT tunnel with TLS inside.
+    pub fn is_https(&self) -> bool {
+        self.https
+    }
+
+    fn default_port(&self) -> u16 {
+        if self.https { 443 } else { 80 }
+    }
+
     /// The host as a resolver takes it: brackets removed from an IPv6 address.
     pub fn host(&self) -> &str {
         self.host.trim_start_matches('[').trim_end_matches(']')
@@ -112,13 +117,18 @@ impl EchoUrl {
         self.port
     }
 
-    /// What the Host header carries: the port only when it is not 80.
+    /// What the Host header carries: the port only when it is not the scheme's default.
     pub fn authority(&self) -> String {
-        if self.port == 80 {
+        if self.port == self.default_port() {
             self.host.clone()
         } else {
             format!("{}:{}", self.host, self.port)
         }
+    }
+
+    /// The CONNECT request target: `host:port`, the port always given.
+    pub fn connect_authority(&self) -> String {
+        format!("{}:{}", self.host, self.port)
     }
 
     /// The path and query with the nonce parameter appended: the origin-form request target
@@ -134,13 +144,28 @@ impl EchoUrl {
 
     /// The absolute-form request target a proxy is sent: `http://authority/path?...&nonce`.
     pub fn absolute_form(&self, nonce: &str) -> String {
-        format!("http://{}{}", self.authority(), self.origin_form(nonce))
+        format!(
+            "{}://{}{}",
+            self.scheme(),
+            self.authority(),
+            self.origin_form(nonce)
+        )
+    }
+
+    pub fn scheme(&self) -> &'static str {
+        if self.https { "https" } else { "http" }
     }
 }
 
 impl fmt::Display for EchoUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}{}", self.authority(), self.path_and_query)
+        write!(
+            f,
+            "{}://{}{}",
+            self.scheme(),
+            self.authority(),
+            self.path_and_query
+        )
     }
 }
 
@@ -187,13 +212,19 @@ mod tests {
             "http://[::1]:81/a/b?c=d&egress_nonce=n"
         );
         assert_eq!(url("http://h:80/").authority(), "h");
+        let u = url("https://Echo.Example/anything");
+        assert!(u.is_https());
+        assert_eq!(u.port(), 443);
+        assert_eq!(u.authority(), "echo.example");
+        assert_eq!(u.connect_authority(), "echo.example:443");
+        assert_eq!(u.to_string(), "https://echo.example/anything");
+        assert_eq!(url("https://h:8443/").authority(), "h:8443");
+        assert_eq!(url("https://[::1]/").connect_authority(), "[::1]:443");
     }
 
     #[test]
     fn refuses_what_it_cannot_send() {
         let err = |t: &str| t.parse::<EchoUrl>().unwrap_err();
-        assert!(matches!(err("https://h/"), EchoUrlError::Https(_)));
-        assert!(err("https://h/").to_string().contains("CONNECT"));
         assert!(matches!(err("ftp://h/"), EchoUrlError::NotHttp(_)));
         assert!(matches!(err("http:///x"), EchoUrlError::NoHost(_)));
         assert!(matches!(err("http://h:0/"), EchoUrlError::InvalidPort(_)));
@@ -221,6 +252,6 @@ mod tests {
             serde_json::to_string(&u).unwrap(),
             "\"http://127.0.0.9/anything\""
         );
-        assert!(serde_json::from_str::<EchoUrl>("\"https://x/\"").is_err());
+        assert!(serde_json::from_str::<EchoUrl>("\"ftp://x/\"").is_err());
     }
 }

@@ -21,11 +21,7 @@ fn echo_url() -> EchoUrl {
 }
 
 fn request(proxy: SocketAddr) -> ProbeRequest {
-    ProbeRequest {
-        proxy: Some(proxy),
-        echo: Arc::new(echo_url()),
-        nonce: NONCE.into(),
-    }
+    ProbeRequest::new(Some(proxy), Arc::new(echo_url()), NONCE.into())
 }
 
 fn prober(timeout: Duration) -> HttpProber {
@@ -102,13 +98,14 @@ async fn a_forged_answer_without_the_nonce_is_a_bad_echo() {
     assert!(outcome.latency_ms.is_some());
 }
 
+/// A captive portal, a cache or the proxy itself can answer with "an address": without the
+/// nonce it proves nothing.
 #[tokio::test]
-async fn a_plain_text_address_is_verified_without_the_anonymity_check() {
+async fn a_plain_text_address_without_the_nonce_is_a_bad_echo() {
     let (proxy, _) = canned(http_200("text/plain", "203.0.113.9\n")).await;
     let outcome = prober(Duration::from_secs(5)).probe(&request(proxy)).await;
-    assert_eq!(outcome.reason, Reason::Verified, "{outcome:?}");
-    assert_eq!(outcome.egress_ip, Some("203.0.113.9".parse().unwrap()));
-    assert!(!outcome.anonymity_checked);
+    assert_eq!(outcome.reason, Reason::BadEcho, "{outcome:?}");
+    assert_eq!(outcome.egress_ip, None);
 }
 
 #[tokio::test]
@@ -282,11 +279,7 @@ async fn a_direct_request_goes_to_the_echo_in_origin_form() {
     tokio::spawn(egress_check::echo::serve(listener));
     let url: EchoUrl = format!("http://{addr}/anything?x=1").parse().unwrap();
     let outcome = prober(Duration::from_secs(5))
-        .probe(&ProbeRequest {
-            proxy: None,
-            echo: Arc::new(url),
-            nonce: NONCE.into(),
-        })
+        .probe(&ProbeRequest::new(None, Arc::new(url), NONCE.into()))
         .await;
     assert_eq!(outcome.reason, Reason::Verified, "{outcome:?}");
     assert_eq!(outcome.egress_ip, Some("127.0.0.1".parse().unwrap()));

@@ -74,7 +74,7 @@ async fn never_more_probes_than_the_concurrency_and_results_in_target_order() {
         ..Scripted::default()
     });
     let checker = checker(prober.clone(), 8, 1);
-    let results = checker.check_all(targets(100), &url(9)).await;
+    let results = checker.check_all(targets(100), &[url(9)]).await;
     assert_eq!(prober.most.load(Ordering::SeqCst), 8);
     assert_eq!(results.len(), 100);
     for (i, r) in results.iter().enumerate() {
@@ -93,7 +93,7 @@ async fn a_key_in_flight_is_not_probed_again() {
     let checker = Arc::new(checker(prober.clone(), 16, 1));
     let first = {
         let checker = checker.clone();
-        tokio::spawn(async move { checker.check_all(targets(3), &url(9)).await })
+        tokio::spawn(async move { checker.check_all(targets(3), &[url(9)]).await })
     };
     while checker.in_flight() < 3 {
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -101,7 +101,7 @@ async fn a_key_in_flight_is_not_probed_again() {
     // The same keys again, once more inside this call, and one new key.
     let mut again = targets(4);
     again.push(targets(4).remove(3));
-    let second = checker.check_all(again, &url(9)).await;
+    let second = checker.check_all(again, &[url(9)]).await;
     let kinds: Vec<bool> = second
         .iter()
         .map(|c| matches!(c, Checked::Done { .. }))
@@ -118,7 +118,7 @@ async fn the_same_seed_gives_each_target_the_same_nonce() {
     let nonces = |seed| async move {
         let prober = Arc::new(Scripted::default());
         let checker = checker(prober.clone(), 4, seed);
-        checker.check_all(targets(20), &url(9)).await;
+        checker.check_all(targets(20), &[url(9)]).await;
         let mut seen: Vec<(SocketAddr, String)> = prober
             .seen
             .lock()
@@ -147,7 +147,7 @@ async fn with_no_echo_answering_no_proxy_is_probed_and_each_is_checker_unavailab
     )
     .unwrap();
     let round = checker.round(targets(5)).await;
-    assert_eq!(round.used, None);
+    assert!(round.used.is_empty());
     assert_eq!(round.echoes.len(), 2);
     assert!(round.echoes.iter().all(|e| !e.available));
     assert_eq!(round.results.len(), 5);
@@ -193,7 +193,7 @@ async fn a_round_uses_the_first_echo_that_answers() {
     )
     .unwrap();
     let round = checker.round(targets(2)).await;
-    assert_eq!(round.used, Some(url(10)));
+    assert_eq!(round.used, [url(10)]);
     assert_eq!(
         round.echoes.iter().map(|e| e.available).collect::<Vec<_>>(),
         [false, true]
@@ -203,6 +203,88 @@ async fn a_round_uses_the_first_echo_that_answers() {
             r.outcome().unwrap().message,
             "via http://127.0.0.10/anything"
         );
+    }
+}
+
+fn tls_url(n: u8) -> EchoUrl {
+    format!("https://127.0.0.{n}/anything").parse().unwrap()
+}
+
+/// Each scheme fails over on its own, a probe asks both echoes chosen, and the addresses the
+/// echoes saw the checker come from are handed to every probe as the checker's own.
+#[tokio::test]
+async fn a_round_probes_the_first_echo_of_each_scheme_and_learns_the_checkers_address() {
+    /// Echoes 9 (http) and 11 (https) are down; the direct looks see the checker as a NAT.
+    struct Some9And11Down;
+    #[async_trait::async_trait]
+    impl Prober for Some9And11Down {
+        async fn probe(&self, request: &ProbeRequest) -> Outcome {
+            if request.proxy.is_none() && (*request.echo == url(9) || *request.echo == tls_url(11))
+            {
+                return Outcome::failed(Reason::Timeout, "no answer");
+            }
+            let nat: std::net::IpAddr = "198.51.100.7".parse().unwrap();
+            let (reason, egress) = match request.proxy {
+                None => (Reason::Verified, nat),
+                // The proxy reached the echo from the checker's own NAT address: nothing hid.
+                Some(_) if request.client_addresses.contains(&nat) => (Reason::NotAnonymous, nat),
+                Some(_) => (Reason::Verified, nat),
+            };
+            Outcome {
+                reason,
+                egress_ip: Some(egress),
+                latency_ms: Some(1),
+                anonymity_checked: true,
+                message: format!("via {}", request.echo),
+            }
+        }
+    }
+    let checker: Checker<String> = Checker::new(
+        Arc::new(Some9And11Down),
+        Arc::new(SeededNonces::new(1)),
+        vec![url(9), tls_url(11), url(10), tls_url(12)],
+        4,
+    )
+    .unwrap();
+    let round = checker.round(targets(2)).await;
+    assert_eq!(round.used, [url(10), tls_url(12)]);
+    assert_eq!(
+        checker.learned_addresses(),
+        ["198.51.100.7".parse::<std::net::IpAddr>().unwrap()]
+    );
+    for r in &round.results {
+        let o = r.outcome().unwrap();
+        assert_eq!(o.reason, Reason::NotAnonymous, "{o:?}");
+        assert_eq!(o.message, "via http://127.0.0.10/anything");
+    }
+    // With every https echo down, no proxy is judged.
+    struct TlsDown;
+    #[async_trait::async_trait]
+    impl Prober for TlsDown {
+        async fn probe(&self, request: &ProbeRequest) -> Outcome {
+            if request.echo.is_https() {
+                return Outcome::failed(Reason::BadEcho, "TLS failed");
+            }
+            Outcome {
+                reason: Reason::Verified,
+                egress_ip: Some("203.0.113.9".parse().unwrap()),
+                latency_ms: Some(1),
+                anonymity_checked: true,
+                message: String::new(),
+            }
+        }
+    }
+    let checker: Checker<String> = Checker::new(
+        Arc::new(TlsDown),
+        Arc::new(SeededNonces::new(1)),
+        vec![url(9), tls_url(11)],
+        4,
+    )
+    .unwrap();
+    let round = checker.round(targets(2)).await;
+    assert!(round.used.is_empty());
+    for r in &round.results {
+        assert_eq!(r.outcome().unwrap().reason, Reason::CheckerUnavailable);
     }
 }
 

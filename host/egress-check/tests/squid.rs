@@ -1,5 +1,6 @@
 //! The checker through Debian's real Squid, started from the config every provider deploys
-//! (`guest_sdk::squid`), with the echo of this crate on 127.0.0.9:80. These tests live in the
+//! (`guest_sdk::squid`, with the echoes' loopback range opted in as a destination), with the
+//! echo of this crate on 127.0.0.9:80 and over TLS on 127.0.0.9:443. These tests live in the
 //! crate rather than the workspace's tests/ because they need only this crate and the config
 //! generator: `cargo test -p egress-check` runs them without building the runtime or the
 //! guests.
@@ -21,7 +22,10 @@ use egress_check::{
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
-use support::{ALLOWED_CLIENT, ECHO_IP, OTHER_CLIENT, Squid, generated_conf, squid_and_echo};
+use support::{
+    ALLOWED_CLIENT, ECHO_IP, OTHER_CLIENT, Squid, generated_conf, generated_conf_without_opt_in,
+    shared_tls_echo, squid_and_echo,
+};
 
 fn echo_url() -> EchoUrl {
     format!("http://{ECHO_IP}/anything").parse().unwrap()
@@ -47,11 +51,11 @@ fn checker(client: Ipv4Addr, echoes: Vec<EchoUrl>) -> Checker<String> {
 
 async fn probe(client: Ipv4Addr, proxy: SocketAddr, echo: &EchoUrl) -> egress_check::Outcome {
     prober_from(client)
-        .probe(&ProbeRequest {
-            proxy: Some(proxy),
-            echo: Arc::new(echo.clone()),
-            nonce: "n0123456789".into(),
-        })
+        .probe(&ProbeRequest::new(
+            Some(proxy),
+            Arc::new(echo.clone()),
+            "n0123456789".into(),
+        ))
         .await
 }
 
@@ -79,7 +83,7 @@ async fn a_generated_squid_is_verified_with_the_address_the_echo_saw() {
         }])
         .await;
     assert!(round.echoes[0].available, "{:?}", round.echoes);
-    assert_eq!(round.used, Some(echo_url()));
+    assert_eq!(round.used, [echo_url()]);
     let outcome = round.results[0].outcome().unwrap();
     assert_eq!(
         outcome.reason,
@@ -169,7 +173,7 @@ async fn with_the_echo_down_the_direct_check_says_unavailable_and_the_probe_fail
     assert!(outcome.message.contains("ERR_CONNECT_FAIL"), "{outcome:?}");
     // So a round probes nothing and blames no proxy.
     let down = checker.round([target()]).await;
-    assert_eq!(down.used, None);
+    assert!(down.used.is_empty());
     let outcome = down.results[0].outcome().unwrap();
     assert_eq!(outcome.reason, Reason::CheckerUnavailable, "{outcome:?}");
     assert!(outcome.message.contains(&url.to_string()), "{outcome:?}");
@@ -234,7 +238,7 @@ async fn many_targets_through_one_squid_are_checked_within_the_concurrency() {
             proxy: squid.listen,
         })
         .collect();
-    let results = checker.check_all(targets, &echo_url()).await;
+    let results = checker.check_all(targets, &[echo_url()]).await;
     assert_eq!(results.len(), 50);
     for (i, r) in results.iter().enumerate() {
         assert_eq!(r.key(), &format!("default/p{i}"), "results in target order");
@@ -245,4 +249,137 @@ async fn many_targets_through_one_squid_are_checked_within_the_concurrency() {
             Checked::InFlight { .. } => panic!("{r:?}"),
         }
     }
+}
+
+fn tls_echo_url() -> EchoUrl {
+    format!("https://{ECHO_IP}/anything").parse().unwrap()
+}
+
+/// The prober pinned to the shared TLS echo's certificate, or a skip.
+fn tls_prober(client: Ipv4Addr) -> Option<HttpProber> {
+    let (_, identity) = match shared_tls_echo() {
+        Ok(e) => e,
+        Err(why) => return support::skip(&format!("the TLS echo cannot listen on 443: {why}")),
+    };
+    Some(
+        HttpProber::with_trust(
+            ProbeOptions {
+                timeout: Duration::from_secs(10),
+                local_address: Some(IpAddr::V4(client)),
+                ..ProbeOptions::default()
+            },
+            &egress_check::Trust::Pinned(identity.fingerprint),
+        )
+        .unwrap(),
+    )
+}
+
+async fn both(prober: &HttpProber, proxy: SocketAddr) -> egress_check::Outcome {
+    egress_check::probe_all(
+        prober,
+        &[
+            ProbeRequest::new(Some(proxy), Arc::new(echo_url()), "plain0123".into()),
+            ProbeRequest::new(Some(proxy), Arc::new(tls_echo_url()), "tls0123".into()),
+        ],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_generated_squid_tunnels_to_the_tls_echo_and_is_verified_by_its_answer() {
+    let Some(binary) = squid_and_echo() else {
+        return;
+    };
+    let Some(prober) = tls_prober(ALLOWED_CLIENT) else {
+        return;
+    };
+    let squid = Squid::start(&binary, &generated_conf(), Ipv4Addr::new(127, 0, 0, 38));
+    let outcome = both(&prober, squid.listen).await;
+    assert_eq!(
+        outcome.reason,
+        Reason::Verified,
+        "{outcome:?}\n{}",
+        squid.logs()
+    );
+    let egress = kernels_source_towards(SocketAddr::from((ECHO_IP, 443)));
+    assert_eq!(outcome.egress_ip, Some(egress), "the TLS echo's view");
+    // A round of the runner does the same: both schemes, the first of each.
+    let (_, identity) = shared_tls_echo().unwrap();
+    let checker: Checker<String> = Checker::new(
+        Arc::new(
+            HttpProber::with_trust(
+                ProbeOptions {
+                    local_address: Some(IpAddr::V4(ALLOWED_CLIENT)),
+                    ..ProbeOptions::default()
+                },
+                &egress_check::Trust::Pinned(identity.fingerprint),
+            )
+            .unwrap(),
+        ),
+        Arc::new(SeededNonces::new(3)),
+        vec![echo_url(), tls_echo_url()],
+        4,
+    )
+    .unwrap();
+    let round = checker
+        .round([Target {
+            key: "default/t1".to_string(),
+            proxy: squid.listen,
+        }])
+        .await;
+    assert_eq!(round.used, [echo_url(), tls_echo_url()]);
+    let o = round.results[0].outcome().unwrap();
+    assert_eq!(o.reason, Reason::Verified, "{o:?}");
+    assert_eq!(checker.learned_addresses(), [IpAddr::V4(ALLOWED_CLIENT)]);
+}
+
+/// A Squid that forwards http but refuses CONNECT (as a config that denies it does) is not
+/// verified, and says so.
+#[tokio::test]
+async fn a_squid_that_refuses_connect_is_tunnel_refused() {
+    let Some(binary) = squid_and_echo() else {
+        return;
+    };
+    let Some(prober) = tls_prober(ALLOWED_CLIENT) else {
+        return;
+    };
+    let generated = generated_conf();
+    let rule = "http_access deny CONNECT !SSL_ports";
+    assert_eq!(generated.matches(rule).count(), 1, "{generated}");
+    let conf = generated.replace(rule, "http_access deny CONNECT");
+    let squid = Squid::start(&binary, &conf, Ipv4Addr::new(127, 0, 0, 39));
+    let plain = probe(ALLOWED_CLIENT, squid.listen, &echo_url()).await;
+    assert_eq!(plain.reason, Reason::Verified, "http passes: {plain:?}");
+    let outcome = both(&prober, squid.listen).await;
+    assert_eq!(outcome.reason, Reason::TunnelRefused, "{outcome:?}");
+    assert!(outcome.message.contains("403"), "{}", outcome.message);
+    assert_eq!(outcome.egress_ip, None);
+}
+
+/// Without the opt-in, the loopback echo is an internal destination: the generated Squid
+/// refuses both requests to it.
+#[tokio::test]
+async fn without_the_opt_in_the_generated_squid_refuses_the_loopback_echo() {
+    let Some(binary) = squid_and_echo() else {
+        return;
+    };
+    let Some(prober) = tls_prober(ALLOWED_CLIENT) else {
+        return;
+    };
+    let squid = Squid::start(
+        &binary,
+        &generated_conf_without_opt_in(),
+        Ipv4Addr::new(127, 0, 0, 40),
+    );
+    let plain = probe(ALLOWED_CLIENT, squid.listen, &echo_url()).await;
+    assert_eq!(plain.reason, Reason::ProxyRefused, "{plain:?}");
+    assert!(plain.message.contains("ERR_ACCESS_DENIED"), "{plain:?}");
+    let tunnel = prober
+        .probe(&ProbeRequest::new(
+            Some(squid.listen),
+            Arc::new(tls_echo_url()),
+            "t".into(),
+        ))
+        .await;
+    assert_eq!(tunnel.reason, Reason::TunnelRefused, "{tunnel:?}");
 }

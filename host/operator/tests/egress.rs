@@ -20,7 +20,7 @@ use egress_operator::crd::Proxy;
 use egress_operator::metrics::Metrics;
 use egress_operator::server::{self, ProxySource, Readiness, StoreSource};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::egress::{EgressChecker, EgressProbe};
+use egress_runtime::egress::{Chosen, EchoLook, EgressChecker, EgressProbe};
 use futures::StreamExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
@@ -38,7 +38,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 fn providers(max_unhealthy: &str) -> String {
     format!(
         "installation: test\n\
-         egressCheck: {{urls: ['http://127.0.0.1:9/anything'], interval: 30s, timeout: 1s, failureThreshold: 2, readinessFailureThreshold: 1, startupTimeout: 10m, maxUnhealthy: {max_unhealthy}}}\n\
+         egressCheck: {{urls: ['http://127.0.0.1/anything', 'https://127.0.0.1/anything'], interval: 30s, timeout: 1s, failureThreshold: 2, readinessFailureThreshold: 1, startupTimeout: 10m, maxUnhealthy: {max_unhealthy}}}\n\
          providers:\n- {{name: cluster, type: kubernetes}}\n"
     )
 }
@@ -54,7 +54,7 @@ struct Network {
 
 #[async_trait::async_trait]
 impl EgressProbe for Network {
-    async fn probe(&self, _ip: &str, _port: u16, _s: &Settings) -> CheckResult {
+    async fn probe(&self, _ip: &str, _port: u16, _s: &Settings, _e: &Chosen) -> CheckResult {
         self.probes.fetch_add(1, Ordering::SeqCst);
         if self.forwarding.load(Ordering::SeqCst) && self.echo_up.load(Ordering::SeqCst) {
             CheckResult {
@@ -72,8 +72,12 @@ impl EgressProbe for Network {
             }
         }
     }
-    async fn echo_reachable(&self, _s: &Settings) -> bool {
-        self.echo_up.load(Ordering::SeqCst)
+    async fn look(&self, s: &Settings) -> EchoLook {
+        let up = self.echo_up.load(Ordering::SeqCst);
+        EchoLook {
+            up: vec![up; s.urls.len()],
+            ..EchoLook::default()
+        }
     }
 }
 

@@ -20,13 +20,75 @@ pub const STATUS_REFRESH: Duration = Duration::from_secs(300);
 /// How long a direct look at the echo endpoints is trusted.
 const ECHO_LOOK_TTL_MS: u64 = 10_000;
 
-/// One probe through one proxy, and a direct look at the echo endpoints.
+/// What a direct look (no proxy in between) at every echo endpoint found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EchoLook {
+    /// Per configured URL, in the settings' order: it answered in the echo format.
+    pub up: Vec<bool>,
+    /// The checker's own addresses as the echoes that answered saw them (behind a NAT, its
+    /// public ones): an echo seeing one of them through a proxy was not hidden from.
+    pub origins: Vec<String>,
+    /// Per URL that did not answer, why (for messages).
+    pub why_down: Vec<String>,
+}
+
+/// The echoes a probe asks for: per scheme configured, the first that answered directly.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chosen {
+    pub urls: Vec<String>,
+    /// More of the checker's own addresses: [`EchoLook::origins`].
+    pub own_addresses: Vec<String>,
+}
+
+fn is_https(url: &str) -> bool {
+    url.get(..8)
+        .is_some_and(|p| p.eq_ignore_ascii_case("https://"))
+}
+
+impl EchoLook {
+    /// Per scheme among `urls` (http first, then https), the first that is up, in order;
+    /// Err names the scheme with none up.
+    pub fn choose(&self, urls: &[String]) -> Result<Chosen, String> {
+        let mut chosen = Vec::new();
+        for https in [false, true] {
+            let of_scheme: Vec<(usize, &String)> = urls
+                .iter()
+                .enumerate()
+                .filter(|(_, u)| is_https(u) == https)
+                .collect();
+            if of_scheme.is_empty() {
+                continue;
+            }
+            match of_scheme
+                .iter()
+                .find(|(i, _)| self.up.get(*i).copied().unwrap_or(false))
+            {
+                Some((_, u)) => chosen.push((*u).clone()),
+                None => {
+                    let scheme = if https { "https" } else { "http" };
+                    return Err(format!("no {scheme} echo answers the checker directly"));
+                }
+            }
+        }
+        if chosen.is_empty() {
+            return Err("no echo URL is configured".into());
+        }
+        Ok(Chosen {
+            urls: chosen,
+            own_addresses: self.origins.clone(),
+        })
+    }
+}
+
+/// A check through one proxy, and a direct look at the echo endpoints.
 #[async_trait::async_trait]
 pub trait EgressProbe: Send + Sync {
-    /// Requests an echo URL through the proxy at `ip:port`.
-    async fn probe(&self, ip: &str, port: u16, settings: &Settings) -> CheckResult;
-    /// Whether any echo endpoint answers without a proxy in between.
-    async fn echo_reachable(&self, settings: &Settings) -> bool;
+    /// Asks for each of `echoes.urls` through the proxy at `ip:port` (the plain GET and the
+    /// tunnel), judged together: verified only when every one verified.
+    async fn probe(&self, ip: &str, port: u16, settings: &Settings, echoes: &Chosen)
+    -> CheckResult;
+    /// Asks every echo endpoint directly, without a proxy in between.
+    async fn look(&self, settings: &Settings) -> EchoLook;
 }
 
 /// The Proxies' statuses as the outage rule counts them: each provider's (failing, checked)
@@ -165,9 +227,15 @@ pub struct Latest {
 #[derive(Default)]
 struct Table {
     latest: HashMap<String, Latest>,
-    echo_look: Option<(u64, bool)>,
     /// When each Proxy's instance was last looked at (a Get), Unix ms.
     observed: HashMap<String, u64>,
+}
+
+/// The last direct look at the echoes: when (Unix ms), its ticket, and what it found.
+struct CachedLook {
+    at_ms: u64,
+    ticket: u64,
+    look: EchoLook,
 }
 
 /// Runs checks and keeps their results.
@@ -176,24 +244,52 @@ pub struct EgressChecker {
     probe: Arc<dyn EgressProbe>,
     clock: Arc<dyn ClockBackend>,
     table: Mutex<Table>,
+    /// One direct look at a time, shared by every check that needs one then: the probe and
+    /// the outage rule go by the same look, and checks failing together during an echo
+    /// outage cost one look, not one each.
+    look: tokio::sync::Mutex<Option<CachedLook>>,
+    /// Orders probe starts and look starts: a look whose ticket is above a probe's began
+    /// after that probe did.
+    tickets: std::sync::atomic::AtomicU64,
     observer: Option<Arc<dyn CheckObserver>>,
     fleet: Option<Arc<dyn Fleet>>,
 }
 
-/// The checker of real runs: a [`NetworkProbe`] with the config's settings. Errors name the
-/// field at fault.
+/// The checker of real runs: a [`NetworkProbe`] with the config's settings and TLS trust.
+/// Errors name the field at fault.
 pub fn network_checker(
     config: &egress_core::config::EgressCheck,
     clock: Arc<dyn ClockBackend>,
 ) -> Result<EgressChecker, String> {
     let settings = Settings::from_config(config);
+    let trust = trust_of(config.tls.as_ref())?;
     let probe = NetworkProbe::new(
         &settings,
         &config.client_addresses,
         config.source_address.as_deref(),
-    )
-    .map_err(|m| format!("egressCheck.urls: {m}"))?;
+        &trust,
+    )?;
     Ok(EgressChecker::new(settings, Arc::new(probe), clock))
+}
+
+/// What the https echoes are trusted by: `egressCheck.tls`, else the system's roots.
+pub fn trust_of(
+    tls: Option<&egress_core::config::EgressTls>,
+) -> Result<egress_check::Trust, String> {
+    let Some(tls) = tls else {
+        return Ok(egress_check::Trust::System);
+    };
+    if let Some(Ok(pin)) = tls.pin() {
+        return Ok(egress_check::Trust::Pinned(pin));
+    }
+    if let Some(Err(m)) = tls.pin() {
+        return Err(format!("egressCheck.tls.certificateSHA256: {m}"));
+    }
+    match &tls.ca_file {
+        Some(file) => egress_check::Trust::from_ca_file(std::path::Path::new(file))
+            .map_err(|e| format!("egressCheck.tls.caFile: {e}")),
+        None => Ok(egress_check::Trust::System),
+    }
 }
 
 impl EgressChecker {
@@ -207,6 +303,8 @@ impl EgressChecker {
             probe,
             clock,
             table: Mutex::new(Table::default()),
+            look: tokio::sync::Mutex::new(None),
+            tickets: std::sync::atomic::AtomicU64::new(0),
             observer: None,
             fleet: None,
         }
@@ -293,25 +391,60 @@ impl EgressChecker {
         (failing, checked)
     }
 
-    /// Checks one running Proxy now: the probe, a direct look at the echo when the probe
-    /// failed (an echo that answers no one makes the result CheckerUnavailable), the
-    /// provider's short-circuit, and the core's decisions.
+    /// Checks one running Proxy now: the echoes to ask for from a direct look (per scheme,
+    /// the first that answers, in the configured order; none answering makes the result
+    /// CheckerUnavailable with no probe), the probe, and when it failed a look taken after
+    /// it began (an echo that stopped answering meanwhile makes the result
+    /// CheckerUnavailable: the proxy is not blamed), then the provider's short-circuit and
+    /// the core's decisions.
     pub async fn check(&self, proxy: &Proxy, status: &ProxyStatus) -> CheckOutcome {
         let key = proxy.key();
         let ip = status.ip.clone().unwrap_or_default();
-        let mut result = self.probe.probe(&ip, proxy.spec.port, &self.settings).await;
-        if result.reason.is_failure() && !self.echo_reachable().await {
-            result = CheckResult {
-                reason: CheckReason::CheckerUnavailable,
-                egress_ip: None,
-                latency_ms: None,
-                message: format!(
-                    "no echo endpoint answers directly ({}); the proxy is not blamed ({})",
-                    self.settings.urls.join(", "),
-                    result.message
-                ),
-            };
-        }
+        let unavailable = |message: String| CheckResult {
+            reason: CheckReason::CheckerUnavailable,
+            egress_ip: None,
+            latency_ms: None,
+            message,
+        };
+        let look = self.echo_look(None).await;
+        let result = match look.choose(&self.settings.urls) {
+            Err(why) => unavailable(format!(
+                "{why} ({}); the proxy is not blamed",
+                look.why_down.join("; ")
+            )),
+            Ok(chosen) => {
+                let ticket = self.ticket();
+                let result = self
+                    .probe
+                    .probe(&ip, proxy.spec.port, &self.settings, &chosen)
+                    .await;
+                if result.reason.is_failure() {
+                    let after = self.echo_look(Some(ticket)).await;
+                    let gone: Vec<&String> = chosen
+                        .urls
+                        .iter()
+                        .filter(|u| {
+                            let i = self.settings.urls.iter().position(|c| c == *u);
+                            !i.is_some_and(|i| after.up.get(i).copied().unwrap_or(false))
+                        })
+                        .collect();
+                    if gone.is_empty() {
+                        result
+                    } else {
+                        unavailable(format!(
+                            "the echo {} stopped answering the checker directly during the check; the proxy is not blamed ({})",
+                            gone.iter()
+                                .map(|u| u.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            result.message
+                        ))
+                    }
+                } else {
+                    result
+                }
+            }
+        };
         if let Some(o) = &self.observer {
             o.checked(&proxy.spec.provider, result.reason, result.latency_ms);
         }
@@ -358,16 +491,43 @@ impl EgressChecker {
         out
     }
 
-    async fn echo_reachable(&self) -> bool {
+    fn ticket(&self) -> u64 {
+        self.tickets
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A direct look at the echoes: the cached one while it is younger than the TTL, or, with
+    /// `after` a probe's ticket, one that began after that probe did.
+    async fn echo_look(&self, after: Option<u64>) -> EchoLook {
+        let mut cached = self.look.lock().await;
         let now = self.clock.now_millis();
-        if let Some((at, ok)) = self.table().echo_look
-            && now.saturating_sub(at) < ECHO_LOOK_TTL_MS
-        {
-            return ok;
+        if let Some(c) = cached.as_ref() {
+            let fresh = match after {
+                Some(ticket) => c.ticket > ticket,
+                None => now.saturating_sub(c.at_ms) < ECHO_LOOK_TTL_MS,
+            };
+            if fresh {
+                return c.look.clone();
+            }
         }
-        let ok = self.probe.echo_reachable(&self.settings).await;
-        self.table().echo_look = Some((self.clock.now_millis(), ok));
-        ok
+        let ticket = self.ticket();
+        let look = self.probe.look(&self.settings).await;
+        *cached = Some(CachedLook {
+            at_ms: self.clock.now_millis(),
+            ticket,
+            look: look.clone(),
+        });
+        look
+    }
+
+    /// The checker's own addresses as the echoes last saw it directly.
+    pub async fn learned_addresses(&self) -> Vec<String> {
+        self.look
+            .lock()
+            .await
+            .as_ref()
+            .map(|c| c.look.origins.clone())
+            .unwrap_or_default()
     }
 
     /// Forgets a Proxy that went (deleted, or its instance replaced).
@@ -444,42 +604,50 @@ fn quiet_refresh(before: &ProxyStatus, after: &mut ProxyStatus, now: i64) {
     }
 }
 
-/// The probe of real runs: an HTTP request through the proxy to an echo endpoint
-/// (egress-check), a fresh connection per probe, a nonce per probe.
+/// The probe of real runs: through the proxy, a plain GET to the http echo and a CONNECT
+/// tunnel with TLS to the https echo (egress-check), a fresh connection and a nonce each.
 pub struct NetworkProbe {
     prober: egress_check::HttpProber,
-    echoes: Vec<Arc<egress_check::EchoUrl>>,
+    /// In the settings' order.
+    echoes: Vec<(String, Arc<egress_check::EchoUrl>)>,
     nonces: Arc<dyn egress_check::NonceSource>,
 }
 
 impl NetworkProbe {
     /// Probes with the settings' timeout, counting the configured client addresses as the
-    /// checker's own. Errors name the echo URL that does not parse.
+    /// checker's own, trusting the https echoes by `trust`. Errors name the field at fault.
     pub fn new(
         settings: &Settings,
         client_addresses: &[String],
         source_address: Option<&str>,
+        trust: &egress_check::Trust,
     ) -> Result<Self, String> {
         let echoes = settings
             .urls
             .iter()
-            .map(|u| {
+            .enumerate()
+            .map(|(i, u)| {
                 u.parse::<egress_check::EchoUrl>()
-                    .map(Arc::new)
-                    .map_err(|e| format!("echo URL {u:?}: {e}"))
+                    .map(|e| (u.clone(), Arc::new(e)))
+                    .map_err(|e| format!("egressCheck.urls[{i}]: {e}"))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let extra_own_addresses = client_addresses
             .iter()
             .filter_map(|a| a.parse().ok())
             .collect();
-        Ok(Self {
-            prober: egress_check::HttpProber::new(egress_check::ProbeOptions {
+        let prober = egress_check::HttpProber::with_trust(
+            egress_check::ProbeOptions {
                 timeout: settings.timeout,
                 extra_own_addresses,
                 local_address: source_address.and_then(|a| a.parse().ok()),
                 ..Default::default()
-            }),
+            },
+            trust,
+        )
+        .map_err(|e| format!("egressCheck.tls: {e}"))?;
+        Ok(Self {
+            prober,
             echoes,
             nonces: Arc::new(egress_check::SeededNonces::from_entropy()),
         })
@@ -496,20 +664,20 @@ fn reason_of(r: egress_check::Reason) -> CheckReason {
         R::BadEcho => CheckReason::BadEcho,
         R::NotAnonymous => CheckReason::NotAnonymous,
         R::CheckerUnavailable => CheckReason::CheckerUnavailable,
+        R::TunnelRefused => CheckReason::TunnelRefused,
+        R::TlsFailed => CheckReason::TlsFailed,
     }
 }
 
 #[async_trait::async_trait]
 impl EgressProbe for NetworkProbe {
-    async fn probe(&self, ip: &str, port: u16, _settings: &Settings) -> CheckResult {
-        let Some(echo) = self.echoes.first().cloned() else {
-            return CheckResult {
-                reason: CheckReason::CheckerUnavailable,
-                egress_ip: None,
-                latency_ms: None,
-                message: "no echo URL is configured".into(),
-            };
-        };
+    async fn probe(
+        &self,
+        ip: &str,
+        port: u16,
+        _settings: &Settings,
+        chosen: &Chosen,
+    ) -> CheckResult {
         let Ok(addr) = ip.parse::<std::net::IpAddr>() else {
             return CheckResult {
                 reason: CheckReason::ProxyUnreachable,
@@ -518,15 +686,23 @@ impl EgressProbe for NetworkProbe {
                 message: format!("{ip:?} is not an IP address"),
             };
         };
-        let out = egress_check::Prober::probe(
-            &self.prober,
-            &egress_check::ProbeRequest {
+        let own: Vec<std::net::IpAddr> = chosen
+            .own_addresses
+            .iter()
+            .filter_map(|a| a.parse().ok())
+            .collect();
+        let requests: Vec<egress_check::ProbeRequest> = chosen
+            .urls
+            .iter()
+            .filter_map(|u| self.echoes.iter().find(|(text, _)| text == u))
+            .map(|(_, echo)| egress_check::ProbeRequest {
                 proxy: Some(std::net::SocketAddr::new(addr, port)),
-                echo,
+                echo: echo.clone(),
                 nonce: self.nonces.next_nonce(),
-            },
-        )
-        .await;
+                client_addresses: own.clone(),
+            })
+            .collect();
+        let out = egress_check::probe_all(&self.prober, &requests).await;
         CheckResult {
             reason: reason_of(out.reason),
             egress_ip: out.egress_ip.map(|a| a.to_string()),
@@ -535,23 +711,29 @@ impl EgressProbe for NetworkProbe {
         }
     }
 
-    async fn echo_reachable(&self, _settings: &Settings) -> bool {
-        for echo in &self.echoes {
-            let out = egress_check::Prober::probe(
-                &self.prober,
-                &egress_check::ProbeRequest {
-                    proxy: None,
-                    echo: echo.clone(),
-                    nonce: self.nonces.next_nonce(),
-                },
-            )
-            .await;
-            if out.is_verified() || out.reason == egress_check::Reason::NotAnonymous {
-                // It answered (seeing the checker itself is expected without a proxy).
-                return true;
+    async fn look(&self, _settings: &Settings) -> EchoLook {
+        let looks = self.echoes.iter().map(|(_, echo)| {
+            let request =
+                egress_check::ProbeRequest::new(None, echo.clone(), self.nonces.next_nonce());
+            async move { egress_check::Prober::probe(&self.prober, &request).await }
+        });
+        let outcomes = futures::future::join_all(looks).await;
+        let mut look = EchoLook::default();
+        for ((url, _), out) in self.echoes.iter().zip(outcomes) {
+            // Seeing the checker itself is expected without a proxy: answering is what counts.
+            let up = out.is_verified() || out.reason == egress_check::Reason::NotAnonymous;
+            look.up.push(up);
+            if up {
+                if let Some(ip) = out.egress_ip.map(|a| a.to_string())
+                    && !look.origins.contains(&ip)
+                {
+                    look.origins.push(ip);
+                }
+            } else {
+                look.why_down.push(format!("{url}: {}", out.message));
             }
         }
-        false
+        look
     }
 }
 
@@ -559,13 +741,33 @@ impl EgressProbe for NetworkProbe {
 #[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SimEgressSpec {
-    /// The echo endpoints answer nothing, from `from` on (RFC 3339; default: always).
+    /// The echo endpoints answer nothing, from `from` on (RFC 3339; default: always); with
+    /// `urls`, only those.
     #[serde(default)]
-    pub echo_down: Option<SimWindow>,
-    /// How particular proxies behave, by their address. Every other proxy forwards,
-    /// anonymously, and the echo sees its own address.
+    pub echo_down: Option<SimEchoDown>,
+    /// The address the echoes see the checker come from when asked directly (a NAT's); a
+    /// proxy whose egress is that address hides nothing (NotAnonymous). Default: one no
+    /// proxy has.
+    #[serde(default, rename = "checkerIP")]
+    pub checker_ip: Option<String>,
+    /// How particular proxies behave, by their address. Every other proxy forwards and
+    /// tunnels, anonymously, and the echo sees its own address.
     #[serde(default)]
     pub proxies: Vec<SimProxy>,
+}
+
+#[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SimEchoDown {
+    /// RFC 3339; default: from the start.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// RFC 3339; default: for ever.
+    #[serde(default)]
+    pub until: Option<String>,
+    /// The echo URLs that are down, as the providers config writes them; default: all.
+    #[serde(default)]
+    pub urls: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Deserialize, schemars::JsonSchema)]
@@ -577,6 +779,19 @@ pub struct SimWindow {
     /// RFC 3339; default: for ever.
     #[serde(default)]
     pub until: Option<String>,
+}
+
+/// What a simulated proxy does with the CONNECT tunnel to the https echo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SimTunnel {
+    /// Tunnels, as Squid does (the default).
+    Forwards,
+    /// Answers CONNECT 403 (TunnelRefused), though it forwards plain http.
+    Refused,
+    /// Opens the tunnel but breaks TLS inside it: its own certificate, or bytes of its own
+    /// (TlsFailed).
+    BreaksTls,
 }
 
 #[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
@@ -602,13 +817,16 @@ pub struct SimProxy {
     /// The proxy adds Via and X-Forwarded-For (NotAnonymous).
     #[serde(default)]
     pub anonymous: Option<bool>,
+    /// What it does with the CONNECT tunnel; default: forwards.
+    #[serde(default)]
+    pub tunnel: Option<SimTunnel>,
     /// When this behaviour holds; default: always.
     #[serde(default)]
     pub during: Option<SimWindow>,
 }
 
 /// The probe of simulated runs: answers from the world's `egress` section on the virtual
-/// clock, deterministically.
+/// clock, deterministically, as the network probe would judge the real parts.
 pub struct SimEgress {
     spec: SimEgressSpec,
     clock: Arc<dyn ClockBackend>,
@@ -682,51 +900,103 @@ impl SimEgress {
                 let matches = p.ip == ip || range.zip(addr).is_some_and(|(r, a)| r.contains(&a));
                 matches
                     && p.share.is_none_or(|share| picked(*i, ip, share))
-                    && self.within(&p.during)
+                    && self.during(&p.during)
             })
             .map(|(_, (p, _))| p)
     }
 
-    fn within(&self, w: &Option<SimWindow>) -> bool {
-        let Some(w) = w else { return true };
+    fn within(&self, from: &Option<String>, until: &Option<String>) -> bool {
         let now = (self.clock.now_millis() / 1000) as i64;
         let at = |t: &Option<String>| t.as_deref().and_then(egress_core::gc::parse_rfc3339);
-        at(&w.from).is_none_or(|f| now >= f) && at(&w.until).is_none_or(|u| now < u)
+        at(from).is_none_or(|f| now >= f) && at(until).is_none_or(|u| now < u)
+    }
+
+    fn during(&self, w: &Option<SimWindow>) -> bool {
+        w.as_ref().is_none_or(|w| self.within(&w.from, &w.until))
+    }
+
+    fn echo_down(&self, url: &str) -> bool {
+        self.spec.echo_down.as_ref().is_some_and(|d| {
+            self.within(&d.from, &d.until) && (d.urls.is_empty() || d.urls.iter().any(|u| u == url))
+        })
     }
 }
 
 #[async_trait::async_trait]
 impl EgressProbe for SimEgress {
-    async fn probe(&self, ip: &str, port: u16, settings: &Settings) -> CheckResult {
-        let echo_down = self.spec.echo_down.is_some() && self.within(&self.spec.echo_down);
+    async fn probe(
+        &self,
+        ip: &str,
+        port: u16,
+        _settings: &Settings,
+        chosen: &Chosen,
+    ) -> CheckResult {
         let rule = self.rule(ip);
         let latency = 15 + ip.bytes().map(u64::from).sum::<u64>() % 30;
-        let url = settings.urls.first().cloned().unwrap_or_default();
+        let fail = |reason, latency_ms, message: String| CheckResult {
+            reason,
+            egress_ip: None,
+            latency_ms,
+            message,
+        };
         if rule.is_some_and(|r| r.serving == Some(false)) {
-            return CheckResult {
-                reason: CheckReason::ProxyUnreachable,
-                egress_ip: None,
-                latency_ms: None,
-                message: format!("connecting to {ip}:{port}: connection refused"),
-            };
+            return fail(
+                CheckReason::ProxyUnreachable,
+                None,
+                format!("connecting to {ip}:{port}: connection refused"),
+            );
         }
-        if echo_down {
-            return CheckResult {
-                reason: CheckReason::BadEcho,
-                egress_ip: None,
-                latency_ms: Some(latency),
-                message: format!("{url} through {ip}:{port}: 502 Bad Gateway"),
-            };
+        if let Some(url) = chosen.urls.iter().find(|u| self.echo_down(u)) {
+            return fail(
+                CheckReason::BadEcho,
+                Some(latency),
+                format!("{url} through {ip}:{port}: 502 Bad Gateway"),
+            );
         }
         let egress_ip = rule
             .and_then(|r| r.egress_ip.clone())
             .unwrap_or_else(|| ip.to_string());
-        if rule.is_some_and(|r| r.anonymous == Some(false)) {
+        let plain = chosen.urls.iter().find(|u| !is_https(u));
+        let tls = chosen.urls.iter().find(|u| is_https(u));
+        if let Some(url) = plain
+            && rule.is_some_and(|r| r.anonymous == Some(false))
+        {
             return CheckResult {
                 reason: CheckReason::NotAnonymous,
                 egress_ip: Some(egress_ip),
                 latency_ms: Some(latency),
                 message: format!("{url} through {ip}:{port}: the echo saw Via and X-Forwarded-For"),
+            };
+        }
+        if let Some(url) = tls {
+            match rule.and_then(|r| r.tunnel) {
+                Some(SimTunnel::Refused) => {
+                    return fail(
+                        CheckReason::TunnelRefused,
+                        Some(latency),
+                        format!("{url} through {ip}:{port}: the proxy answered CONNECT with 403"),
+                    );
+                }
+                Some(SimTunnel::BreaksTls) => {
+                    return fail(
+                        CheckReason::TlsFailed,
+                        Some(latency),
+                        format!(
+                            "{url} through {ip}:{port}: TLS inside the tunnel failed: the certificate is not the echo's"
+                        ),
+                    );
+                }
+                Some(SimTunnel::Forwards) | None => {}
+            }
+        }
+        if chosen.own_addresses.contains(&egress_ip) {
+            return CheckResult {
+                reason: CheckReason::NotAnonymous,
+                egress_ip: Some(egress_ip.clone()),
+                latency_ms: Some(latency),
+                message: format!(
+                    "through {ip}:{port}: the echo saw the client's own address {egress_ip} in origin"
+                ),
             };
         }
         CheckResult {
@@ -737,8 +1007,21 @@ impl EgressProbe for SimEgress {
         }
     }
 
-    async fn echo_reachable(&self, _settings: &Settings) -> bool {
-        !(self.spec.echo_down.is_some() && self.within(&self.spec.echo_down))
+    async fn look(&self, settings: &Settings) -> EchoLook {
+        let mut look = EchoLook::default();
+        for url in &settings.urls {
+            let up = !self.echo_down(url);
+            look.up.push(up);
+            if !up {
+                look.why_down.push(format!("{url}: connection refused"));
+            }
+        }
+        if look.up.iter().any(|u| *u)
+            && let Some(ip) = &self.spec.checker_ip
+        {
+            look.origins.push(ip.clone());
+        }
+        look
     }
 }
 
@@ -752,7 +1035,10 @@ mod tests {
 
     fn settings() -> Settings {
         Settings {
-            urls: vec!["http://echo.test/anything".into()],
+            urls: vec![
+                "http://echo.test/anything".into(),
+                "https://echo.test/anything".into(),
+            ],
             interval: Duration::from_secs(30),
             timeout: Duration::from_secs(5),
             failure_threshold: 2,
@@ -851,6 +1137,146 @@ mod tests {
             "every proxy of the provider fails: an outage"
         );
         let _ = sa;
+    }
+
+    fn settings_with(urls: &[&str]) -> Settings {
+        Settings {
+            urls: urls.iter().map(|u| u.to_string()).collect(),
+            ..settings()
+        }
+    }
+
+    /// Records what each check asked for, answering from a scripted look.
+    struct Scripted {
+        up: Mutex<Vec<bool>>,
+        asked: Mutex<Vec<Vec<String>>>,
+        looks: std::sync::atomic::AtomicUsize,
+        /// Set the look's answer to this once a probe ran (an echo going down meanwhile).
+        after_probe: Mutex<Option<Vec<bool>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl EgressProbe for Scripted {
+        async fn probe(&self, _ip: &str, _port: u16, _s: &Settings, e: &Chosen) -> CheckResult {
+            self.asked.lock().unwrap().push(e.urls.clone());
+            if let Some(next) = self.after_probe.lock().unwrap().take() {
+                *self.up.lock().unwrap() = next;
+                return CheckResult {
+                    reason: CheckReason::BadEcho,
+                    egress_ip: None,
+                    latency_ms: Some(3),
+                    message: "502 Bad Gateway".into(),
+                };
+            }
+            CheckResult {
+                reason: CheckReason::Verified,
+                egress_ip: Some("203.0.113.7".into()),
+                latency_ms: Some(3),
+                message: String::new(),
+            }
+        }
+        async fn look(&self, _s: &Settings) -> EchoLook {
+            self.looks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            EchoLook {
+                up: self.up.lock().unwrap().clone(),
+                origins: vec!["198.51.100.7".into()],
+                why_down: vec![],
+            }
+        }
+    }
+
+    fn scripted(up: &[bool]) -> Arc<Scripted> {
+        Arc::new(Scripted {
+            up: Mutex::new(up.to_vec()),
+            asked: Mutex::new(vec![]),
+            looks: Default::default(),
+            after_probe: Mutex::new(None),
+        })
+    }
+
+    /// The docs say the URLs are tried in order: with the first down, the probe goes to the
+    /// next of its scheme, and the proxies stay verified.
+    #[tokio::test]
+    async fn probes_go_to_the_first_echo_of_each_scheme_that_answers_directly() {
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let urls = ["http://a/x", "https://c/x", "http://b/x", "https://d/x"];
+        let net = scripted(&[false, true, true, true]);
+        let c = EgressChecker::new(settings_with(&urls), net.clone(), clock.clone());
+        let out = c.check(&proxy("a"), &running("10.0.0.1")).await;
+        assert!(egress::verified(&out.status), "{:?}", out.status);
+        let again = c.check(&proxy("b"), &running("10.0.0.2")).await;
+        assert!(egress::verified(&again.status));
+        assert_eq!(
+            *net.asked.lock().unwrap(),
+            [
+                vec!["http://b/x", "https://c/x"],
+                vec!["http://b/x", "https://c/x"]
+            ]
+        );
+        assert_eq!(
+            net.looks.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "one look serves both checks within its TTL"
+        );
+        assert_eq!(c.learned_addresses().await, ["198.51.100.7"]);
+        // No https echo answering: nothing is probed and no proxy is blamed.
+        let net = scripted(&[true, false, true, false]);
+        let c = EgressChecker::new(settings_with(&urls), net.clone(), clock.clone());
+        let out = c.check(&proxy("a"), &running("10.0.0.1")).await;
+        let cond = out.status.condition(egress::EGRESS_VERIFIED).unwrap();
+        assert_eq!(cond.reason, "CheckerUnavailable");
+        assert!(cond.message.contains("no https echo"), "{}", cond.message);
+        assert!(net.asked.lock().unwrap().is_empty());
+    }
+
+    /// A probe that failed because its echo went down meanwhile is not the proxy's fault: a
+    /// look taken after the probe began says so.
+    #[tokio::test]
+    async fn an_echo_that_went_down_during_the_probe_blames_no_proxy() {
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let net = scripted(&[true, true]);
+        *net.after_probe.lock().unwrap() = Some(vec![false, true]);
+        let c = EgressChecker::new(settings(), net.clone(), clock.clone());
+        let out = c.check(&proxy("a"), &running("10.0.0.1")).await;
+        let cond = out.status.condition(egress::EGRESS_VERIFIED).unwrap();
+        assert_eq!(cond.reason, "CheckerUnavailable", "{}", cond.message);
+        assert!(
+            cond.message.contains("stopped answering"),
+            "{}",
+            cond.message
+        );
+        assert_eq!(out.status.egress_failures, 0);
+        assert_eq!(net.looks.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn simulated_proxies_refuse_or_break_the_tunnel_and_share_the_checkers_nat() {
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let c = checker(
+            "checkerIP: 198.51.100.7\nproxies: [{ip: 10.0.0.1, tunnel: refused}, {ip: 10.0.0.2, tunnel: breaksTls}, {ip: 10.0.0.3, egressIP: 198.51.100.7}]\n",
+            clock.clone(),
+        );
+        for (name, ip, reason) in [
+            ("a", "10.0.0.1", "TunnelRefused"),
+            ("b", "10.0.0.2", "TlsFailed"),
+            ("c", "10.0.0.3", "NotAnonymous"),
+            ("d", "10.0.0.4", "Verified"),
+        ] {
+            let out = c.check(&proxy(name), &running(ip)).await;
+            let cond = out.status.condition(egress::EGRESS_VERIFIED).unwrap();
+            assert_eq!(cond.reason, reason, "{ip}: {}", cond.message);
+        }
+        // One echo URL down: the next of its scheme serves.
+        let c = EgressChecker::new(
+            settings_with(&["http://a/x", "http://b/x", "https://c/x"]),
+            Arc::new(SimEgress::new(
+                serde_yaml::from_str("echoDown: {urls: ['http://a/x']}").unwrap(),
+                clock.clone(),
+            )),
+            clock,
+        );
+        let out = c.check(&proxy("a"), &running("10.0.0.1")).await;
+        assert!(egress::verified(&out.status), "{:?}", out.status);
     }
 
     /// After a failover the outage rule counts what the Proxies' statuses hold: a new

@@ -441,7 +441,7 @@ mod tests {
         .unwrap();
         let sim = w.build().unwrap();
         let settings = egress_core::egress::Settings {
-            urls: vec!["http://echo.test/".into()],
+            urls: vec!["http://echo.test/".into(), "https://echo.test/".into()],
             interval: std::time::Duration::from_secs(60),
             timeout: std::time::Duration::from_secs(5),
             failure_threshold: 3,
@@ -449,10 +449,14 @@ mod tests {
             startup_timeout: std::time::Duration::from_secs(300),
             max_unhealthy: egress_core::config::IntOrPercent::Int(1),
         };
+        let chosen = crate::egress::Chosen {
+            urls: settings.urls.clone(),
+            own_addresses: Vec::new(),
+        };
         let (mut down, mut nat) = (0, 0);
         for i in 0..400u32 {
             let ip = format!("10.1.{}.{}", i / 200, i % 200 + 1);
-            let r = sim.egress.probe(&ip, 3128, &settings).await;
+            let r = sim.egress.probe(&ip, 3128, &settings, &chosen).await;
             match r.egress_ip.as_deref() {
                 None => down += 1,
                 Some("198.51.100.1") => nat += 1,
@@ -464,7 +468,7 @@ mod tests {
             (60..=140).contains(&down),
             "a quarter of 400 is off: {down}"
         );
-        let outside = sim.egress.probe("10.2.0.1", 3128, &settings).await;
+        let outside = sim.egress.probe("10.2.0.1", 3128, &settings, &chosen).await;
         assert_eq!(outside.egress_ip.as_deref(), Some("10.2.0.1"));
     }
 

@@ -3,7 +3,9 @@
 
 use guest_sdk::ProviderError;
 use guest_sdk::json::{config_error, parse_config};
-use guest_sdk::squid::{SourceRange, check_allowed_ranges, private_ranges};
+use guest_sdk::squid::{
+    SourceRange, check_allowed_destinations, check_allowed_ranges, private_ranges,
+};
 use serde::{Deserialize, Serialize};
 
 /// The Compute API's root when no `endpoint` is configured.
@@ -41,6 +43,16 @@ pub struct GcpConfig {
     /// empty, never a /0 (an empty `sourceRanges` would make GCE open the rule to 0.0.0.0/0).
     #[serde(default = "private_ranges", rename = "allowedSourceCIDRs")]
     pub allowed_source_cidrs: Vec<SourceRange>,
+    /// Destinations the generated Squid reaches although they are internal (loopback, RFC
+    /// 1918, CGNAT, link-local, unique-local: `guest_sdk::squid::REFUSED_DESTINATIONS`), for
+    /// crawls of private sites. Default: none. A range holding a cloud metadata address is
+    /// refused: the metadata services stay closed whatever this lists.
+    #[serde(
+        default,
+        rename = "allowedDestinationCIDRs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub allowed_destination_cidrs: Vec<SourceRange>,
     /// The Google credentials file this provider's calls use (a service-account key or an
     /// authorized-user file), read by the host, which attaches the token: the module never
     /// sees it. Default: Application Default Credentials. Its `token_uri` is honoured.
@@ -152,6 +164,10 @@ pub fn validate(path: &str, text: &str) -> Result<GcpConfig, ProviderError> {
         check_endpoint(endpoint).map_err(|m| config_error(&at("endpoint"), &m))?;
     }
     check_allowed_ranges(&at("allowedSourceCIDRs"), &cfg.allowed_source_cidrs)?;
+    check_allowed_destinations(
+        &at("allowedDestinationCIDRs"),
+        &cfg.allowed_destination_cidrs,
+    )?;
     if let Some(file) = &cfg.credentials_file
         && (file.trim().is_empty() || file.contains('\0'))
     {

@@ -142,11 +142,16 @@ pub fn build_insert_request(
 }
 
 /// The instance's user-data: the Proxy's own cloud-init when it brings one (it wins, whatever
-/// it holds), else the SDK's Squid install for its port and the block's `allowedSourceCIDRs`.
+/// it holds), else the SDK's Squid install for its port and the block's `allowedSourceCIDRs` and
+/// `allowedDestinationCIDRs`.
 pub fn user_data<'a>(cfg: &GcpConfig, req: &'a CreateRequest) -> Cow<'a, str> {
     match &req.cloud_init {
         Some(own) => Cow::Borrowed(own),
-        None => Cow::Owned(squid::cloud_init(req.port, &cfg.allowed_source_cidrs)),
+        None => Cow::Owned(squid::cloud_init(
+            req.port,
+            &cfg.allowed_source_cidrs,
+            &cfg.allowed_destination_cidrs,
+        )),
     }
 }
 

@@ -207,7 +207,7 @@ fn user_data_is_the_generated_squid_unless_the_proxy_brings_cloud_init() {
     assert_eq!(body["metadata"]["items"][0]["key"], "user-data");
     assert_eq!(
         body["metadata"]["items"][0]["value"],
-        guest_sdk::squid::cloud_init(8080, &cfg.allowed_source_cidrs)
+        guest_sdk::squid::cloud_init(8080, &cfg.allowed_source_cidrs, &[])
     );
     assert_eq!(
         insert::curated(&body)["metadata"]["items"][0]["value"],

@@ -2,7 +2,9 @@
 
 use guest_sdk::ProviderError;
 use guest_sdk::json::{config_error, parse_config};
-use guest_sdk::squid::{SourceRange, check_allowed_ranges, private_ranges};
+use guest_sdk::squid::{
+    SourceRange, check_allowed_destinations, check_allowed_ranges, private_ranges,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -19,6 +21,16 @@ pub struct KubernetesConfig {
     /// Pod networks use; never "allow all" (a /0 does not parse).
     #[serde(default = "private_ranges", rename = "allowedSourceCIDRs")]
     pub allowed_source_cidrs: Vec<SourceRange>,
+    /// Destinations the generated Squid reaches although they are internal (loopback, RFC
+    /// 1918, CGNAT, link-local, unique-local: `guest_sdk::squid::REFUSED_DESTINATIONS`), for
+    /// crawls of private sites. Default: none. A range holding a cloud metadata address is
+    /// refused: the metadata services stay closed whatever this lists.
+    #[serde(
+        default,
+        rename = "allowedDestinationCIDRs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub allowed_destination_cidrs: Vec<SourceRange>,
     /// The user the container runs as (the image's `proxy` user by default).
     #[serde(default = "default_uid")]
     pub run_as_user: i64,
@@ -71,6 +83,10 @@ pub fn validate(path: &str, text: &str) -> Result<KubernetesConfig, ProviderErro
     check_allowed_ranges(
         &format!("{path}.allowedSourceCIDRs"),
         &cfg.allowed_source_cidrs,
+    )?;
+    check_allowed_destinations(
+        &format!("{path}.allowedDestinationCIDRs"),
+        &cfg.allowed_destination_cidrs,
     )?;
     if cfg.run_as_user <= 0 {
         return Err(config_error(

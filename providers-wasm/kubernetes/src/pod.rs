@@ -73,7 +73,7 @@ pub fn build_pod(provider: &str, cfg: &KubernetesConfig, req: &CreateRequest) ->
             "name": "squid",
             "image": image,
             "command": ["/bin/sh", "-c", command],
-            "env": [{"name": "SQUID_CONF", "value": squid_conf(req.port, &cfg.allowed_source_cidrs, Layout::Container)}],
+            "env": [{"name": "SQUID_CONF", "value": squid_conf(req.port, &cfg.allowed_source_cidrs, &cfg.allowed_destination_cidrs, Layout::Container)}],
             "ports": [{"name": "proxy", "containerPort": req.port, "protocol": "TCP"}],
             "readinessProbe": {"tcpSocket": {"port": req.port}, "periodSeconds": 5},
             "livenessProbe": {"tcpSocket": {"port": req.port}, "periodSeconds": 20, "failureThreshold": 3},

@@ -143,7 +143,7 @@ fn pod_manifest_with_placement_and_resources() {
 fn the_pod_runs_the_sdk_squid_conf_for_its_port_and_ranges() {
     let cfg = config::validate(
         "k",
-        r#"{"allowedSourceCIDRs": ["10.42.0.0/16", "fd00::/8"]}"#,
+        r#"{"allowedSourceCIDRs": ["10.42.0.0/16", "fd00::/8"], "allowedDestinationCIDRs": ["10.96.0.0/12"]}"#,
     )
     .unwrap();
     let mut r = req();
@@ -154,7 +154,12 @@ fn the_pod_runs_the_sdk_squid_conf_for_its_port_and_ranges() {
     let conf = env["value"].as_str().unwrap();
     assert_eq!(
         conf,
-        squid::squid_conf(8080, &cfg.allowed_source_cidrs, squid::Layout::Container)
+        squid::squid_conf(
+            8080,
+            &cfg.allowed_source_cidrs,
+            &cfg.allowed_destination_cidrs,
+            squid::Layout::Container
+        )
     );
     for line in [
         "http_port 8080",
@@ -162,7 +167,9 @@ fn the_pod_runs_the_sdk_squid_conf_for_its_port_and_ranges() {
         "acl egress_clients src fd00::/8",
         "via off",
         "forwarded_for delete",
-        "http_access allow egress_clients !egress_link_local",
+        "acl egress_opted_in dst 10.96.0.0/12",
+        "http_access allow egress_clients !egress_metadata egress_opted_in",
+        "http_access allow egress_clients !egress_metadata !egress_internal",
         "http_access deny all",
     ] {
         assert!(conf.lines().any(|l| l == line), "{line:?} missing:\n{conf}");
@@ -186,6 +193,12 @@ fn allowed_ranges_are_ranges_and_never_empty() {
         host_bits.starts_with("providers[1].kubernetes.allowedSourceCIDRs[1]:")
             && host_bits.contains("10.0.0.0/8"),
         "{host_bits}"
+    );
+    let metadata = err(r#"{"allowedDestinationCIDRs": ["10.0.0.0/8", "fd20:ce::/64"]}"#);
+    assert!(
+        metadata.starts_with("providers[1].kubernetes.allowedDestinationCIDRs[1]:")
+            && metadata.contains("metadata"),
+        "{metadata}"
     );
     let injected = err(r#"{"allowedSourceCIDRs": ["10.0.0.0/8\nhttp_access allow all"]}"#);
     assert!(

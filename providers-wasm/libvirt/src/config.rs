@@ -3,7 +3,9 @@
 //! volume names or provider-ID segments are restricted, so nothing later has to escape them.
 
 use guest_sdk::json::{config_error, parse_config};
-use guest_sdk::squid::{SourceRange, check_allowed_ranges, private_ranges};
+use guest_sdk::squid::{
+    SourceRange, check_allowed_destinations, check_allowed_ranges, private_ranges,
+};
 use guest_sdk::{Placement, ProviderError, permanent};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -38,6 +40,16 @@ pub struct KvmConfig {
     /// onto a public network is then still no open proxy (a /0 does not parse).
     #[serde(default = "private_ranges", rename = "allowedSourceCIDRs")]
     pub allowed_source_cidrs: Vec<SourceRange>,
+    /// Destinations the generated Squid reaches although they are internal (loopback, RFC
+    /// 1918, CGNAT, link-local, unique-local: `guest_sdk::squid::REFUSED_DESTINATIONS`), for
+    /// crawls of private sites. Default: none. A range holding a cloud metadata address is
+    /// refused: the metadata services stay closed whatever this lists.
+    #[serde(
+        default,
+        rename = "allowedDestinationCIDRs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub allowed_destination_cidrs: Vec<SourceRange>,
     /// `kvm` on real hypervisors; `qemu` (TCG) only where /dev/kvm is not usable, e.g. tests.
     #[serde(default)]
     pub domain_type: DomainType,
@@ -237,6 +249,10 @@ pub fn validate(path: &str, text: &str) -> Result<KvmConfig, ProviderError> {
         ));
     }
     check_allowed_ranges(&at("allowedSourceCIDRs"), &cfg.allowed_source_cidrs)?;
+    check_allowed_destinations(
+        &at("allowedDestinationCIDRs"),
+        &cfg.allowed_destination_cidrs,
+    )?;
     for (key, image) in &cfg.images {
         let here = format!("{path}.images.{key}");
         if !is_identifier(key) {

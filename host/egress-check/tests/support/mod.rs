@@ -23,6 +23,10 @@ pub const ECHO_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 9);
 pub const ALLOWED_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 5);
 pub const OTHER_CLIENT: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 6);
 pub const ALLOWED: &[&str] = &["127.0.0.5/32", "fd00::/8"];
+/// Where the echoes of these tests listen (127.0.0.8-15). Loopback is a destination the
+/// generated config refuses, so the configs here opt this range back in, as a provider's
+/// `allowedDestinationCIDRs` does; every other loopback address stays refused.
+pub const ECHO_DESTINATIONS: &[&str] = &["127.0.0.8/29"];
 
 pub fn required() -> bool {
     std::env::var("EGRESS_REQUIRE_REAL_BACKENDS").as_deref() == Ok("1")
@@ -100,12 +104,29 @@ pub fn squid_and_echo() -> Option<PathBuf> {
     }
 }
 
-/// The config every provider deploys for these clients (the container layout: its log lines
-/// are rewritten anyway).
+fn parsed(ranges: &[&str]) -> Vec<guest_sdk::squid::SourceRange> {
+    ranges.iter().map(|r| r.parse().unwrap()).collect()
+}
+
+/// The config every provider deploys for these clients, with the echoes' addresses opted in
+/// as destinations (the container layout: its log lines are rewritten anyway).
 pub fn generated_conf() -> String {
-    let ranges: Vec<guest_sdk::squid::SourceRange> =
-        ALLOWED.iter().map(|r| r.parse().unwrap()).collect();
-    guest_sdk::squid::squid_conf(3128, &ranges, guest_sdk::squid::Layout::Container)
+    guest_sdk::squid::squid_conf(
+        3128,
+        &parsed(ALLOWED),
+        &parsed(ECHO_DESTINATIONS),
+        guest_sdk::squid::Layout::Container,
+    )
+}
+
+/// The config as deployed without any opt-in: no loopback destination at all.
+pub fn generated_conf_without_opt_in() -> String {
+    guest_sdk::squid::squid_conf(
+        3128,
+        &parsed(ALLOWED),
+        &[],
+        guest_sdk::squid::Layout::Container,
+    )
 }
 
 /// Only what this machine forces: where Squid listens, and where it writes its pid file and
@@ -306,4 +327,41 @@ impl Drop for Squid {
         }
         self.remove_segments();
     }
+}
+
+/// Where the shared TLS echo listens: port 443, the only port the generated config tunnels to.
+pub const TLS_ECHO_PORT: u16 = 443;
+
+/// The TLS echo on 127.0.0.9:443 of this test process, started once, with a self-signed
+/// certificate for 127.0.0.9: its address and the certificate's identity (pin its
+/// fingerprint, or trust its PEM). Err says why it cannot be.
+pub fn shared_tls_echo() -> Result<(SocketAddr, egress_check::ServerIdentity), String> {
+    static ECHO: OnceLock<Result<(SocketAddr, egress_check::ServerIdentity), String>> =
+        OnceLock::new();
+    ECHO.get_or_init(|| {
+        let addr = SocketAddr::from((ECHO_IP, TLS_ECHO_PORT));
+        let identity = egress_check::ServerIdentity::self_signed(&[ECHO_IP.to_string()])
+            .map_err(|e| e.to_string())?;
+        spawn_tls_echo_thread(bind_patiently(addr)?, identity.clone());
+        Ok((addr, identity))
+    })
+    .clone()
+}
+
+/// Runs `egress_check::echo` over TLS on `listener` on a runtime of its own thread.
+pub fn spawn_tls_echo_thread(listener: TcpListener, identity: egress_check::ServerIdentity) {
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            egress_check::echo::serve_tls_until(listener, identity.config, std::future::pending())
+                .await
+                .unwrap();
+        });
+    });
 }
