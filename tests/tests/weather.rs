@@ -90,6 +90,21 @@ async fn a_pool_keeps_its_floor_through_a_day_of_weather() {
         .filter(|p| p.status.egress_ip.as_deref() == Some("198.51.100.20"))
         .count();
     assert!(behind_nat >= 2, "{behind_nat} proxies behind the NAT");
+    // The cluster's members count once among the distinct egress addresses.
+    let distinct = pool.status.distinct_egress_ips;
+    let cluster = pool
+        .status
+        .placements
+        .iter()
+        .find(|p| p.provider == "cluster")
+        .unwrap()
+        .available_replicas;
+    assert_eq!(
+        distinct,
+        pool.status.available_replicas - cluster + 1,
+        "{:?}",
+        pool.status
+    );
 }
 
 /// The lab's image is taken down: its creates fail for good, so its share moves to the other

@@ -34,6 +34,9 @@ pub struct Discovered {
     pub url: String,
     #[serde(rename = "egressIP", skip_serializing_if = "Option::is_none")]
     pub egress_ip: Option<String>,
+    /// Another usable proxy egresses from the same address (Pods behind one NAT): a crawler
+    /// that needs distinct IPs uses one of them.
+    pub egress_shared: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -60,14 +63,26 @@ impl Filter {
     }
 }
 
-/// The usable proxies among `candidates`, in their order.
+/// The usable proxies among `candidates`, in their order. Whether an egress address is shared
+/// is judged over every usable proxy, not only those the filter keeps: a crawler asking for
+/// one pool learns that its proxy shares an address with another pool's.
 pub fn discover<'a>(
     candidates: impl IntoIterator<Item = Candidate<'a>>,
     filter: &Filter,
 ) -> Vec<Discovered> {
-    candidates
+    let usable: Vec<Candidate<'a>> = candidates
         .into_iter()
-        .filter(|c| !c.cordoned && filter.keeps(c) && ready_is_true(c.status))
+        .filter(|c| !c.cordoned && ready_is_true(c.status))
+        .collect();
+    let mut egress_uses: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    for c in &usable {
+        if let Some(e) = c.status.egress_ip.as_deref() {
+            *egress_uses.entry(e).or_default() += 1;
+        }
+    }
+    usable
+        .iter()
+        .filter(|c| filter.keeps(c))
         .filter_map(|c| {
             let ip = c.status.ip.as_deref()?;
             // An IPv6 address needs brackets in a URL.
@@ -86,6 +101,11 @@ pub fn discover<'a>(
                 provider: c.provider.to_string(),
                 url: format!("http://{host}:{port}"),
                 egress_ip: c.status.egress_ip.clone(),
+                egress_shared: c
+                    .status
+                    .egress_ip
+                    .as_deref()
+                    .is_some_and(|e| egress_uses.get(e).is_some_and(|&n| n > 1)),
                 zone: zone.map(str::to_string),
                 pool: c.pool.map(str::to_string),
                 verified_at: c.status.egress_verified_at.clone(),
@@ -180,5 +200,43 @@ mod tests {
         let j = json(&list);
         assert_eq!(j["proxies"][0]["egressIP"], "203.0.113.1");
         assert_eq!(j["proxies"][0]["zone"], "z1");
+    }
+
+    /// Two usable proxies behind one egress address are marked shared, also when a filter
+    /// lists only one of them; a proxy not usable (not Ready, cordoned) shares with nobody.
+    #[test]
+    fn proxies_behind_one_egress_address_are_marked_shared() {
+        let mut nat_a = status(true, "10.0.0.1");
+        nat_a.egress_ip = Some("198.51.100.20".into());
+        let mut nat_b = status(true, "10.0.0.2");
+        nat_b.egress_ip = Some("198.51.100.20".into());
+        let mut own = status(true, "10.0.0.3");
+        own.egress_ip = Some("203.0.113.9".into());
+        let mut unready = status(false, "10.0.0.4");
+        unready.egress_ip = Some("203.0.113.9".into());
+        let all = [
+            cand("a", "k8s", &nat_a),
+            cand("p", "gce", &nat_b),
+            cand("c", "gce", &own),
+            cand("cordoned", "gce", &own),
+            cand("d", "gce", &unready),
+        ];
+        let list = discover(all.clone(), &Filter::default());
+        let shared: Vec<(&str, bool)> = list
+            .iter()
+            .map(|d| (d.name.as_str(), d.egress_shared))
+            .collect();
+        assert_eq!(shared, [("a", true), ("p", true), ("c", false)]);
+        let web = Filter {
+            pool: Some("web".into()),
+            ..Default::default()
+        };
+        let only = discover(all, &web);
+        assert_eq!(only.len(), 1);
+        assert!(
+            only[0].egress_shared,
+            "shared with a proxy the filter left out"
+        );
+        assert_eq!(json(&only)["proxies"][0]["egressShared"], true);
     }
 }

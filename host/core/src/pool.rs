@@ -178,6 +178,14 @@ pub struct PoolStatus {
     /// Ones of the current template and provider revision, younger than maxAge.
     #[serde(default)]
     pub updated_replicas: u32,
+    /// How many different egress addresses the available members have: what a crawler that
+    /// buys distinct IPs gets (Pods behind one NAT count once).
+    #[serde(
+        default,
+        rename = "distinctEgressIPs",
+        skip_serializing_if = "is_zero_u32"
+    )]
+    pub distinct_egress_ips: u32,
     /// How many member names the pool has handed out: the next Proxy is named from the next
     /// number, so no name repeats within the pool's life.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -430,6 +438,8 @@ pub struct Member {
     pub deleting: bool,
     /// Its instance no longer follows its spec (edited under it): out of date.
     pub drifted: bool,
+    /// What the echo saw through it, once verified.
+    pub egress_ip: Option<String>,
     /// Why it cannot be created now, if so.
     pub failure: Option<MemberFailure>,
 }
@@ -1029,6 +1039,7 @@ pub fn member(
             .is_some_and(|v| v == "true"),
         deleting,
         drifted: reconcile::spec_drift(proxy, status).is_some(),
+        egress_ip: status.egress_ip.clone(),
         failure,
     }
 }
@@ -1277,6 +1288,12 @@ fn status(
         ready_replicas: ready as u32,
         available_replicas: serving as u32,
         updated_replicas: updated as u32,
+        distinct_egress_ips: live
+            .iter()
+            .filter(|m| m.available && !m.cordoned)
+            .filter_map(|m| m.egress_ip.as_deref())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len() as u32,
         member_serial: prior.member_serial,
         conditions,
         placements,

@@ -49,6 +49,7 @@ fn member(name: &str, placement: usize, rev: &str, ready: bool, created: i64) ->
         cordoned: false,
         deleting: false,
         drifted: false,
+        egress_ip: None,
         failure: None,
     }
 }
@@ -900,4 +901,30 @@ fn the_providers_config_and_the_check_bound_a_pools_spec() {
     assert!(validate_in(&short, env).is_empty());
     short.spec.spill_after = Some("soon".into());
     assert!(validate_in(&short, env)[0].starts_with("spec.spillAfter:"));
+}
+
+/// The status counts the distinct egress addresses of the available members: two behind one
+/// NAT count once, an unavailable or cordoned member not at all.
+#[test]
+fn the_status_counts_distinct_egress_addresses_of_the_available() {
+    let sp = spec(4, &[1]);
+    let r = revs(&sp);
+    let mut ms: Vec<Member> = (0..4)
+        .map(|k| member(&format!("m{k}"), 0, &r[0], true, NOW - 600))
+        .collect();
+    for (m, ip) in ms.iter_mut().zip([
+        "198.51.100.20",
+        "198.51.100.20",
+        "203.0.113.1",
+        "203.0.113.2",
+    ]) {
+        m.egress_ip = Some(ip.into());
+    }
+    let d = decide(&sp, &r, &ms, &PoolStatus::default(), NOW);
+    assert_eq!(d.status.distinct_egress_ips, 3);
+    ms[3].available = false;
+    ms[3].ready = false;
+    ms[2].cordoned = true;
+    let d = decide(&sp, &r, &ms, &PoolStatus::default(), NOW);
+    assert_eq!(d.status.distinct_egress_ips, 1);
 }
