@@ -440,6 +440,29 @@ impl Kube for FakeKube {
         })
     }
 
+    fn list_page(
+        &self,
+        options: &ListOptions,
+        continue_token: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), KubeError> {
+        self.record("list", &options.kind, options.namespace.as_deref(), "");
+        self.fault("list")?;
+        self.model(|c| {
+            let mut sel = Selection::of(
+                &options.api_version,
+                &options.kind,
+                options.namespace.as_deref(),
+            );
+            sel.labels =
+                LabelSelector::parse(&options.label_selector).map_err(ApiError::bad_request)?;
+            let page = c.list(&sel, options.limit.map(|l| l as usize), continue_token)?;
+            Ok((
+                page.items.iter().map(|v| v.to_string()).collect(),
+                page.continue_token,
+            ))
+        })
+    }
+
     fn patch(&self, target: &ObjectRef, merge_patch: &str) -> Result<String, KubeError> {
         self.record(
             "patch",

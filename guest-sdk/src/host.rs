@@ -51,6 +51,13 @@ pub trait Kube {
     ) -> Result<String, KubeError>;
     fn delete(&self, target: &ObjectRef) -> Result<(), KubeError>;
     fn list(&self, options: &ListOptions) -> Result<Vec<String>, KubeError>;
+    /// One page of a list: at most `options.limit` objects after `continue_token`, and the
+    /// token that continues after them (none on the last page).
+    fn list_page(
+        &self,
+        options: &ListOptions,
+        continue_token: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), KubeError>;
     fn patch(&self, target: &ObjectRef, merge_patch: &str) -> Result<String, KubeError>;
     /// The API server's version and address.
     fn server_version(&self) -> Result<(String, String), KubeError>;
@@ -67,6 +74,21 @@ pub trait Libvirt {
     fn node_info(&self, host: &str) -> Result<NodeInfo, LibvirtError>;
     fn node_free_memory(&self, host: &str) -> Result<u64, LibvirtError>;
     fn list_domains(&self, host: &str) -> Result<Vec<String>, LibvirtError>;
+    /// At most `limit` domain names in byte order after `after` (see the WIT).
+    fn list_domains_after(
+        &self,
+        host: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, LibvirtError> {
+        self.list_domains(host)
+            .map(|names| batch_after(names, after, limit))
+    }
+    /// Whether each of `names` is a defined domain, from one listing.
+    fn domains_defined(&self, host: &str, names: &[String]) -> Result<Vec<bool>, LibvirtError> {
+        let all: std::collections::HashSet<String> = self.list_domains(host)?.into_iter().collect();
+        Ok(names.iter().map(|n| all.contains(n)).collect())
+    }
     fn domain_lookup(&self, host: &str, name: &str) -> Result<String, LibvirtError>;
     fn domain_define_xml(&self, host: &str, xml: &str) -> Result<(), LibvirtError>;
     fn domain_create(&self, host: &str, name: &str) -> Result<(), LibvirtError>;
@@ -89,6 +111,17 @@ pub trait Libvirt {
     fn pool_info(&self, host: &str, pool: &str) -> Result<PoolInfo, LibvirtError>;
     fn pool_refresh(&self, host: &str, pool: &str) -> Result<(), LibvirtError>;
     fn pool_list_volumes(&self, host: &str, pool: &str) -> Result<Vec<String>, LibvirtError>;
+    /// At most `limit` volume names of the pool in byte order after `after`.
+    fn pool_list_volumes_after(
+        &self,
+        host: &str,
+        pool: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, LibvirtError> {
+        self.pool_list_volumes(host, pool)
+            .map(|names| batch_after(names, after, limit))
+    }
     fn volume_lookup(&self, host: &str, pool: &str, name: &str) -> Result<String, LibvirtError>;
     fn volume_create_xml(&self, host: &str, pool: &str, xml: &str) -> Result<(), LibvirtError>;
     fn volume_delete(&self, host: &str, pool: &str, name: &str) -> Result<(), LibvirtError>;
@@ -119,6 +152,17 @@ pub trait Libvirt {
     ) -> Result<Transfer, LibvirtError>;
     fn url_size(&self, url: &str) -> Result<Option<u64>, LibvirtError>;
     fn probe(&self, targets: &[ProbeTarget]) -> Vec<ProbeResult>;
+}
+
+/// At most `limit` of `names` in byte order after `after`, as the host's libvirt capability
+/// batches them (the native fakes' answer to the batched listings).
+pub fn batch_after(mut names: Vec<String>, after: Option<&str>, limit: u32) -> Vec<String> {
+    if let Some(a) = after {
+        names.retain(|n| n.as_str() > a);
+    }
+    names.sort_unstable();
+    names.truncate(limit.max(1) as usize);
+    names
 }
 
 /// Everything a provider may call. A capability the entry was not granted answers with an
@@ -186,6 +230,13 @@ impl Kube for WasmHost {
     fn list(&self, options: &ListOptions) -> Result<Vec<String>, KubeError> {
         wit::kube::list_objects(options)
     }
+    fn list_page(
+        &self,
+        options: &ListOptions,
+        continue_token: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), KubeError> {
+        wit::kube::list_objects_page(options, continue_token)
+    }
     fn patch(&self, target: &ObjectRef, merge_patch: &str) -> Result<String, KubeError> {
         wit::kube::patch(target, merge_patch)
     }
@@ -215,6 +266,17 @@ impl Libvirt for WasmHost {
     }
     fn list_domains(&self, host: &str) -> Result<Vec<String>, LibvirtError> {
         wit::libvirt::list_domains(host)
+    }
+    fn list_domains_after(
+        &self,
+        host: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, LibvirtError> {
+        wit::libvirt::list_domains_after(host, after, limit)
+    }
+    fn domains_defined(&self, host: &str, names: &[String]) -> Result<Vec<bool>, LibvirtError> {
+        wit::libvirt::domains_defined(host, names)
     }
     fn domain_lookup(&self, host: &str, name: &str) -> Result<String, LibvirtError> {
         wit::libvirt::domain_lookup(host, name)
@@ -261,6 +323,15 @@ impl Libvirt for WasmHost {
     }
     fn pool_list_volumes(&self, host: &str, pool: &str) -> Result<Vec<String>, LibvirtError> {
         wit::libvirt::pool_list_volumes(host, pool)
+    }
+    fn pool_list_volumes_after(
+        &self,
+        host: &str,
+        pool: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<String>, LibvirtError> {
+        wit::libvirt::pool_list_volumes_after(host, pool, after, limit)
     }
     fn volume_lookup(&self, host: &str, pool: &str, name: &str) -> Result<String, LibvirtError> {
         wit::libvirt::volume_lookup(host, pool, name)

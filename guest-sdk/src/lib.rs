@@ -61,10 +61,40 @@ pub trait Provider {
         ctx: &CallContext,
         installation: &str,
     ) -> Result<Vec<Instance>, ProviderError>;
+    /// One page of [`Provider::list_by_tag`]: at most `limit` instances from where `cursor`
+    /// left off, and the cursor that continues after them (none when done). The host calls it
+    /// page after page, each in a fresh instance, so the module holds one page at a time.
+    ///
+    /// The default runs `list_by_tag` for every page and answers the `limit` instances after
+    /// the cursor in provider-id order (the cursor is the last provider-id answered): right
+    /// for any backend, cheap only for one that lists a few instances, since the whole
+    /// listing is in memory during each call. A provider whose backend can hold many asks it
+    /// for pages instead (Kubernetes `limit`/`continue`, a cloud API's page token, libvirt's
+    /// batched names).
+    fn list_page(
+        host: &dyn Host,
+        ctx: &CallContext,
+        installation: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<Instance>, Option<String>), ProviderError> {
+        let mut all = Self::list_by_tag(host, ctx, installation)?;
+        if let Some(after) = cursor {
+            all.retain(|i| i.provider_id.as_str() > after);
+        }
+        all.sort_by(|a, b| a.provider_id.cmp(&b.provider_id));
+        let limit = limit.max(1) as usize;
+        let more = all.len() > limit;
+        all.truncate(limit);
+        let next = more
+            .then(|| all.last().map(|i| i.provider_id.clone()))
+            .flatten();
+        Ok((all, next))
+    }
     fn check(host: &dyn Host, ctx: &CallContext) -> Vec<TargetStatus>;
 }
 
-/// Exports a [`Provider`] as the contract's `provider` interface. Use once, in the provider
+/// Exports a [`Provider`] as the contract's `provider` and `listing` interfaces. Use once, in the provider
 /// crate's `lib.rs`: `guest_sdk::export_provider!(MyProvider);`
 #[macro_export]
 macro_rules! export_provider {
@@ -106,6 +136,23 @@ macro_rules! export_provider {
             }
             fn check(ctx: $crate::CallContext) -> Vec<$crate::TargetStatus> {
                 <$provider as $crate::Provider>::check(&$crate::WasmHost, &ctx)
+            }
+        }
+
+        impl $crate::bindings::exports::egress::provider::listing::Guest for __ProviderExports {
+            fn list_page(
+                ctx: $crate::CallContext,
+                installation: String,
+                cursor: Option<String>,
+                limit: u32,
+            ) -> Result<(Vec<$crate::Instance>, Option<String>), $crate::ProviderError> {
+                <$provider as $crate::Provider>::list_page(
+                    &$crate::WasmHost,
+                    &ctx,
+                    &installation,
+                    cursor.as_deref(),
+                    limit,
+                )
             }
         }
 

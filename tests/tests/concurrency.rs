@@ -10,7 +10,7 @@ use egress_proxies::reconcile::{Driver, DriverOptions, Time};
 use egress_proxies::state::StateFile;
 use egress_runtime::Backends;
 use egress_runtime::capabilities::clock::{ClockBackend, SystemClock};
-use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object};
+use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object, ObjectPage};
 use egress_runtime::world::World;
 use serde_json::Value;
 use std::sync::Arc;
@@ -56,9 +56,17 @@ impl KubeBackend for Counting {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Object>, KubeError> {
+        continue_token: Option<&str>,
+    ) -> Result<ObjectPage, KubeError> {
         self.inner
-            .list(api_version, kind, namespace, label_selector, limit)
+            .list(
+                api_version,
+                kind,
+                namespace,
+                label_selector,
+                limit,
+                continue_token,
+            )
             .await
     }
     async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError> {

@@ -93,13 +93,7 @@ async fn run(cli: Cli) -> ExitCode {
                         std::mem::forget(report);
                         ExitCode::SUCCESS
                     } else {
-                        let pending: Vec<String> = report
-                            .proxies
-                            .iter()
-                            .filter(|p| !p.steady)
-                            .map(|p| format!("{}/{}", p.namespace, p.name))
-                            .collect();
-                        eprintln!("not steady: {}", pending.join(", "));
+                        eprintln!("{}", output::not_steady(&report));
                         ExitCode::from(2)
                     }
                 }

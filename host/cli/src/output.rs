@@ -224,8 +224,15 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
         }
     }
     let _ = writeln!(out, "\nSweep");
-    if r.gc.verdicts.is_empty() && r.gc.changes.is_empty() {
+    if r.gc.verdicts.is_empty() && r.gc.changes.is_empty() && r.gc.incomplete.is_empty() {
         out.push_str("  nothing listed\n");
+    }
+    for i in &r.gc.incomplete {
+        let _ = writeln!(
+            out,
+            "  {}: sweep incomplete after {} page(s), {}: {}",
+            i.provider, i.pages_listed, i.reason, i.message
+        );
     }
     for v in &r.gc.verdicts {
         let _ = writeln!(out, "  {} {}: {}", v.provider, v.provider_id, v.verdict);
@@ -234,6 +241,32 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
         change_text(&mut out, c, r.started_ms);
     }
     out
+}
+
+/// The most unsettled Proxies a run that is not steady names on stderr.
+pub const UNSETTLED_SHOWN: usize = 10;
+
+/// The line a run that is not steady ends with: the first few unsettled Proxies by name, and
+/// how many more (a large run's would otherwise be thousands of names on one line; the report
+/// has them all).
+pub fn not_steady(report: &Report) -> String {
+    not_steady_line(
+        report
+            .proxies
+            .iter()
+            .filter(|p| !p.steady)
+            .map(|p| format!("{}/{}", p.namespace, p.name)),
+    )
+}
+
+fn not_steady_line(mut names: impl Iterator<Item = String>) -> String {
+    let shown: Vec<String> = names.by_ref().take(UNSETTLED_SHOWN).collect();
+    let more = names.count();
+    let mut line = format!("not steady: {}", shown.join(", "));
+    if more > 0 {
+        let _ = write!(line, " and {more} more");
+    }
+    line
 }
 
 pub fn check(reports: &[CheckReport], format: Format) -> String {
@@ -270,4 +303,33 @@ pub fn all_healthy(reports: &[CheckReport]) -> bool {
     reports
         .iter()
         .all(|r| r.targets.iter().all(|t| t.reason == "Healthy"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: usize) -> impl Iterator<Item = String> {
+        (0..n).map(|i| format!("ns/p{i}"))
+    }
+
+    #[test]
+    fn a_few_unsettled_proxies_are_all_named() {
+        assert_eq!(not_steady_line(names(2)), "not steady: ns/p0, ns/p1");
+        assert_eq!(
+            not_steady_line(names(UNSETTLED_SHOWN))
+                .matches("ns/p")
+                .count(),
+            UNSETTLED_SHOWN
+        );
+        assert!(!not_steady_line(names(UNSETTLED_SHOWN)).contains("more"));
+    }
+
+    #[test]
+    fn many_unsettled_proxies_show_ten_and_how_many_more() {
+        let line = not_steady_line(names(10_000));
+        assert_eq!(line.matches("ns/p").count(), UNSETTLED_SHOWN);
+        assert!(line.starts_with("not steady: ns/p0, ns/p1,"), "{line}");
+        assert!(line.ends_with("ns/p9 and 9990 more"), "{line}");
+    }
 }

@@ -142,6 +142,23 @@ pub struct GcReport {
     pub changes: Vec<Change>,
     /// Per provider: what the sweep saw and decided.
     pub verdicts: Vec<GcVerdict>,
+    /// The providers whose sweep could not list every instance (a module trap, its memory
+    /// limit, a backend error): their orphans past the failing page were not judged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub incomplete: Vec<GcIncomplete>,
+}
+
+/// A provider whose listing failed part way: the sweep judged (and deleted the orphans of) the
+/// pages it listed, and no more.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GcIncomplete {
+    pub provider: String,
+    /// The failure's reason: MemoryLimit, Trap, Timeout, or the module's own.
+    pub reason: String,
+    pub message: String,
+    /// The pages listed before the failing one.
+    pub pages_listed: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -201,6 +218,7 @@ impl Report {
             gc: GcReport {
                 changes: Vec::new(),
                 verdicts: Vec::new(),
+                incomplete: Vec::new(),
             },
             rounds: 0,
             elapsed_seconds: 0,
@@ -213,6 +231,7 @@ impl Report {
             merged.pools.extend(r.pools);
             merged.gc.changes.extend(r.gc.changes);
             merged.gc.verdicts.extend(r.gc.verdicts);
+            merged.gc.incomplete.extend(r.gc.incomplete);
             merged.rounds = merged.rounds.max(r.rounds);
             merged.elapsed_seconds = merged.elapsed_seconds.max(r.elapsed_seconds);
             merged.steady &= r.steady;
@@ -236,6 +255,10 @@ impl Report {
         merged
             .gc
             .verdicts
+            .sort_by(|a, b| a.provider.cmp(&b.provider));
+        merged
+            .gc
+            .incomplete
             .sort_by(|a, b| a.provider.cmp(&b.provider));
         merged
     }
@@ -350,7 +373,7 @@ impl Driver<'_> {
             }
         };
 
-        let gc = self.sweep(&tracked).await;
+        let (gc, incomplete) = self.sweep(&tracked).await;
         for run in &pool_runs {
             sink.pool(run)?;
         }
@@ -394,6 +417,7 @@ impl Driver<'_> {
             gc: GcReport {
                 changes: by_subject.remove("gc").unwrap_or_default(),
                 verdicts: gc,
+                incomplete,
             },
             rounds,
             elapsed_seconds: (self.time.now_ms().saturating_sub(started_ms)) / 1000,
@@ -631,11 +655,15 @@ impl Driver<'_> {
         }
     }
 
-    /// Lists each provider's instances of this installation and deletes those no Proxy in
-    /// the file claims. A provider that cannot list is skipped; the others still sweep. One
-    /// sweep is one trace, as in the operator.
+    /// Lists each provider's instances of this installation, page by page, and deletes those
+    /// no Proxy in the file claims. A provider whose listing fails part way is reported
+    /// incomplete, with the orphans of the pages it did list deleted; the others still sweep.
+    /// One sweep is one trace, as in the operator.
     #[tracing::instrument(name = "gc", skip_all, fields(installation = %self.options.installation))]
-    async fn sweep(&self, tracked: &BTreeMap<String, Tracked>) -> Vec<GcVerdict> {
+    async fn sweep(
+        &self,
+        tracked: &BTreeMap<String, Tracked>,
+    ) -> (Vec<GcVerdict>, Vec<GcIncomplete>) {
         let live: BTreeSet<String> = tracked
             .values()
             .filter(|t| !t.released)
@@ -643,33 +671,37 @@ impl Driver<'_> {
             .collect();
         let now_secs = (self.time.now_ms() / 1000) as i64;
         let grace = self.options.gc_grace.as_secs() as i64;
+        let installation = &self.options.installation;
         let mut verdicts = Vec::new();
+        let mut incomplete = Vec::new();
         for provider in self.providers.iter() {
-            let listed = match provider.list_by_tag("gc", &self.options.installation).await {
-                Ok(l) => l,
-                Err(e) => {
-                    tracing::warn!(provider = %provider.name, "sweep skipped: {e}");
-                    verdicts.push(GcVerdict {
-                        provider: provider.name.clone(),
-                        provider_id: String::new(),
-                        verdict: format!("ListFailed: {}", e.message),
-                    });
-                    continue;
-                }
-            };
-            for inst in listed {
-                let created = gc::parse_rfc3339(&inst.created_at);
-                let verdict = gc::judge(
-                    &inst,
-                    &live,
-                    &self.options.installation,
-                    created,
-                    now_secs,
-                    grace,
-                );
+            // Judged as each page comes, so only the verdicts outlive a page.
+            let mut judged: Vec<(String, Verdict)> = Vec::new();
+            let mut pages = 0u32;
+            let listed = provider
+                .list_pages("gc", installation, provider.list_page_size(), |page| {
+                    pages += 1;
+                    for inst in page {
+                        let created = gc::parse_rfc3339(&inst.created_at);
+                        let verdict =
+                            gc::judge(&inst, &live, installation, created, now_secs, grace);
+                        judged.push((inst.provider_id, verdict));
+                    }
+                })
+                .await;
+            if let Err(e) = listed {
+                tracing::warn!(provider = %provider.name, pages, "sweep incomplete: {e}");
+                incomplete.push(GcIncomplete {
+                    provider: provider.name.clone(),
+                    reason: e.reason.clone(),
+                    message: e.message.clone(),
+                    pages_listed: pages,
+                });
+            }
+            for (provider_id, verdict) in judged {
                 let mut label = format!("{verdict:?}");
                 if verdict == Verdict::Orphan {
-                    if let Err(e) = provider.delete("gc", &inst.provider_id).await {
+                    if let Err(e) = provider.delete("gc", &provider_id).await {
                         label = format!("DeleteFailed: {}", e.message);
                     } else {
                         label = "Deleted".into();
@@ -677,12 +709,12 @@ impl Driver<'_> {
                 }
                 verdicts.push(GcVerdict {
                     provider: provider.name.clone(),
-                    provider_id: inst.provider_id,
+                    provider_id,
                     verdict: label,
                 });
             }
         }
-        verdicts
+        (verdicts, incomplete)
     }
 }
 

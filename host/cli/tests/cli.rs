@@ -470,3 +470,97 @@ fn proxies_lists_the_ready_ones_from_the_state_file() {
     );
     assert!(missing.stdout.is_empty());
 }
+
+/// A provider whose listing dies on its memory limit is reported as an incomplete sweep in
+/// the plan, in text and in JSON, not only in a log line.
+#[test]
+fn a_sweep_that_cannot_list_is_reported_in_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hostile.wasm"),
+        egress_test_modules::HOSTILE,
+    )
+    .unwrap();
+    let providers = dir.path().join("providers.yaml");
+    std::fs::write(
+        &providers,
+        "providers:\n- {name: cluster, type: kubernetes}\n\
+         - {name: hog, type: hostile, module: hostile.wasm, config: {listMode: oom}, limits: {memoryMiB: 16}}\n",
+    )
+    .unwrap();
+    let proxies = dir.path().join("proxies.yaml");
+    std::fs::write(
+        &proxies,
+        "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: a, namespace: crawlers}\nspec: {provider: cluster}\n",
+    )
+    .unwrap();
+    let args = |format: &str| {
+        run(&[
+            "reconcile",
+            "--dry-run",
+            "-f",
+            proxies.to_str().unwrap(),
+            "--providers",
+            providers.to_str().unwrap(),
+            "-o",
+            format,
+        ])
+    };
+    let out = args("text");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("  hog: sweep incomplete after 0 page(s), MemoryLimit: module exceeded its memory limit of 16777216 bytes"),
+        "{stdout}"
+    );
+    let out = args("json");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let incomplete = &report["gc"]["incomplete"];
+    assert_eq!(incomplete.as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!(incomplete[0]["provider"], "hog");
+    assert_eq!(incomplete[0]["reason"], "MemoryLimit");
+    assert_eq!(incomplete[0]["pagesListed"], 0);
+}
+
+/// A large run that does not settle names ten of its unsettled Proxies and counts the rest.
+#[test]
+fn a_run_that_is_not_steady_names_ten_proxies_and_how_many_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("world.yaml");
+    std::fs::write(&world, "kube:\n  faults:\n  - {call: create, times: 100000, status: 503, reason: ServiceUnavailable}\n").unwrap();
+    let providers = dir.path().join("providers.yaml");
+    std::fs::write(
+        &providers,
+        "providers:\n- {name: cluster, type: kubernetes}\n",
+    )
+    .unwrap();
+    let proxies = dir.path().join("proxies.yaml");
+    let docs: Vec<String> = (0..13)
+        .map(|i| format!("apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: p{i:02}, namespace: crawlers}}\nspec: {{provider: cluster}}\n"))
+        .collect();
+    std::fs::write(&proxies, docs.join("---\n")).unwrap();
+    let out = run(&[
+        "reconcile",
+        "--dry-run",
+        "-f",
+        proxies.to_str().unwrap(),
+        "--providers",
+        providers.to_str().unwrap(),
+        "--world",
+        world.to_str().unwrap(),
+        "--max-rounds",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("not steady: "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(line.matches("crawlers/p").count(), 10, "{line}");
+    assert!(
+        line.starts_with("not steady: crawlers/p00, crawlers/p01,"),
+        "{line}"
+    );
+    assert!(line.ends_with("crawlers/p09 and 3 more"), "{line}");
+}

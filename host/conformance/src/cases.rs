@@ -93,6 +93,7 @@ pub const CASES: &[&str] = &[
     "get/unknown-is-not-found",
     "delete/idempotent-leaves-nothing",
     "list-by-tag/own-installation-only",
+    "list-by-tag/pages",
     "get/stopped-instance",
     "fault/transient-then-retry",
     "fault/timeout-mid-create",
@@ -254,6 +255,7 @@ impl Run {
                     ),
                 ]
                 .into(),
+                list_page_size: None,
             }),
             ..Default::default()
         };
@@ -414,6 +416,8 @@ impl Run {
         let r = self.delete_idempotent(p).await;
         self.results.push(r);
         let r = self.own_installation_only(p).await;
+        self.results.push(r);
+        let r = self.pages(p).await;
         self.results.push(r);
         let r = self.stopped(p).await;
         self.results.push(r);
@@ -688,6 +692,89 @@ impl Run {
         }
         if let Ok(i) = &b {
             self.cleanup(p, &theirs, Some(&i.provider_id)).await;
+        }
+        match result {
+            Ok(m) => pass(NAME, m),
+            Err(m) => fail(NAME, m),
+        }
+    }
+
+    /// A listing in pages of a few items lists each instance once and no page is larger than
+    /// asked; a module built before `listing` answers in one page.
+    async fn pages(&self, p: &Provider) -> CaseResult {
+        const NAME: &str = "list-by-tag/pages";
+        const PAGE: u32 = 2;
+        let ours: Vec<CreateRequest> = (11..16).map(|n| self.request(n, n, INSTALLATION)).collect();
+        let theirs = self.request(16, 16, OTHER_INSTALLATION);
+        let mut created: Vec<(CreateRequest, Option<String>)> = Vec::new();
+        let mut failed = None;
+        for req in ours.iter().chain([&theirs]) {
+            match p.create(&self.subject(req), req).await {
+                Ok(i) => created.push((req.clone(), Some(i.provider_id))),
+                Err(e) => {
+                    failed.get_or_insert(format!("create failed: {e}"));
+                    created.push((req.clone(), None));
+                }
+            }
+        }
+        self.advance(SETTLE);
+        let result = match failed {
+            Some(m) => Err(m),
+            None => {
+                let mut sizes = Vec::new();
+                let mut listed: Vec<String> = Vec::new();
+                match p
+                    .list_pages("gc", INSTALLATION, PAGE, |page| {
+                        sizes.push(page.len());
+                        listed.extend(page.into_iter().map(|i| i.provider_id));
+                    })
+                    .await
+                {
+                    Err(e) => Err(format!("listing in pages of {PAGE} failed: {e}")),
+                    Ok(pages) => {
+                        let ids: Vec<&str> = created
+                            .iter()
+                            .take(ours.len())
+                            .filter_map(|(_, id)| id.as_deref())
+                            .collect();
+                        let theirs_id = created.last().and_then(|(_, id)| id.as_deref());
+                        let twice = listed
+                            .iter()
+                            .find(|id| listed.iter().filter(|o| o == id).count() > 1);
+                        if let Some(missing) =
+                            ids.iter().find(|id| !listed.iter().any(|l| l == *id))
+                        {
+                            Err(format!(
+                                "{missing:?} is missing from {pages} pages of {PAGE}"
+                            ))
+                        } else if let Some(id) = twice {
+                            Err(format!("{id:?} is listed twice across {pages} pages"))
+                        } else if theirs_id.is_some_and(|t| listed.iter().any(|l| l == t)) {
+                            Err("another installation's instance is listed".to_string())
+                        } else if !p.module.pages() {
+                            Ok(format!(
+                                "{} listed in one page: the module predates `listing` and lists through list-by-tag",
+                                listed.len()
+                            ))
+                        } else if let Some(n) = sizes.iter().find(|n| **n > PAGE as usize) {
+                            Err(format!("a page of {n} instances, asked for {PAGE}"))
+                        } else if pages < 3 {
+                            Err(format!(
+                                "{} instances in {pages} pages of {PAGE}: the module ignored the limit",
+                                listed.len()
+                            ))
+                        } else {
+                            Ok(format!(
+                                "{} listed once each in {pages} pages of at most {PAGE}",
+                                listed.len()
+                            ))
+                        }
+                    }
+                }
+            }
+        };
+        for (req, id) in &created {
+            self.cleanup(p, req, id.as_deref()).await;
         }
         match result {
             Ok(m) => pass(NAME, m),

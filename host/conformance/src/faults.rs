@@ -5,7 +5,7 @@
 
 use egress_core::config::HttpGrant;
 use egress_runtime::capabilities::http::{HttpBackend, HttpError, HttpRequest, HttpResponse};
-use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object};
+use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object, ObjectPage};
 use egress_runtime::capabilities::libvirt::{
     AddressSource, DomainState, InterfaceAddresses, LibvirtBackend, LibvirtError, LibvirtHost,
     NodeInfo, PoolInfo, ProbeResult, ProbeTarget, R, Transfer, UrlGrant, VolumeInfo,
@@ -126,9 +126,17 @@ impl KubeBackend for FaultyKube {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Object>, KubeError> {
+        continue_token: Option<&str>,
+    ) -> Result<ObjectPage, KubeError> {
         self.inner
-            .list(api_version, kind, namespace, label_selector, limit)
+            .list(
+                api_version,
+                kind,
+                namespace,
+                label_selector,
+                limit,
+                continue_token,
+            )
             .await
     }
     async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError> {

@@ -220,10 +220,10 @@ impl SimSetup {
                 };
                 if let Ok(objects) = self
                     .kube
-                    .list(api_version, kind, Some(namespace), "", None)
+                    .list(api_version, kind, Some(namespace), "", None, None)
                     .await
                 {
-                    for o in objects {
+                    for o in objects.items {
                         let n = o["metadata"]["name"].as_str().unwrap_or("");
                         if n.contains(name) {
                             out.push(format!("{kind} {namespace}/{n}"));

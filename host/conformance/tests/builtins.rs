@@ -30,6 +30,13 @@ fn assert_passes(report: &Report) {
     assert!(!report.failed(), "{}", report.to_text());
 }
 
+/// The module listed in pages of the size asked (not one page of everything).
+fn assert_pages(report: &Report) {
+    let c = case(report, "list-by-tag/pages");
+    assert_eq!(c.outcome, Outcome::Pass, "{}", report.to_text());
+    assert!(c.message.contains("listed once each in"), "{}", c.message);
+}
+
 const KVM_BLOCK: &str = r#"
 sshKeyFile: /etc/egress-proxies/kvm/id_ed25519
 insecureIgnoreHostKey: true
@@ -57,12 +64,14 @@ async fn kubernetes_passes() {
     )
     .await;
     assert_passes(&r);
+    assert_pages(&r);
 }
 
 #[tokio::test]
 async fn kvm2_passes() {
     let r = run(egress_builtins::LIBVIRT, "kvm2", KVM_BLOCK).await;
     assert_passes(&r);
+    assert_pages(&r);
     assert_eq!(r.count(Outcome::Skip), 0, "{}", r.to_text());
 }
 
@@ -70,6 +79,7 @@ async fn kvm2_passes() {
 async fn kvm_passes() {
     let r = run(egress_builtins::LIBVIRT, "kvm", KVM_BLOCK).await;
     assert_passes(&r);
+    assert_pages(&r);
 }
 
 #[tokio::test]
@@ -81,6 +91,7 @@ async fn gcp_passes() {
     )
     .await;
     assert_passes(&r);
+    assert_pages(&r);
     assert_eq!(r.count(Outcome::Skip), 0, "{}", r.to_text());
 }
 
@@ -92,11 +103,13 @@ async fn the_template_passes() {
     )
     .await;
     assert_passes(&r);
+    assert_pages(&r);
     assert_eq!(r.count(Outcome::Skip), 0, "{}", r.to_text());
 }
 
-/// A module built against the first released contract still loads and passes: 0.1.1 only
-/// added to 0.1.0 (see tests/fixtures/README.md).
+/// A module built against the first released contract still loads and passes: 0.1.1 and
+/// 0.1.2 only added to 0.1.0 (see tests/fixtures/README.md). It has no `listing`, so the host
+/// lists it through list-by-tag, in one page whatever page size is asked.
 #[tokio::test]
 async fn a_module_built_against_contract_0_1_0_still_passes() {
     let r = run_file(
@@ -106,6 +119,14 @@ async fn a_module_built_against_contract_0_1_0_still_passes() {
     .await;
     assert_passes(&r);
     assert_eq!(r.count(Outcome::Skip), 0, "{}", r.to_text());
+    let pages = case(&r, "list-by-tag/pages");
+    assert!(
+        pages
+            .message
+            .contains("in one page: the module predates `listing`"),
+        "{}",
+        pages.message
+    );
 }
 
 #[tokio::test]

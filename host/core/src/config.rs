@@ -471,7 +471,18 @@ pub struct Limits {
     /// entry granted libvirt must outlast (its create defaults to imageTransfer + 5m).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub timeouts: BTreeMap<String, String>,
+    /// Instances per page of a listing (default 500, at most 5000): each page is a call of its
+    /// own, bounded by the listByTag timeout, so a module holds one page at a time in its
+    /// memory however many instances the provider has. Modules built before contract 0.1.2
+    /// answer a listing in one page whatever this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list_page_size: Option<u32>,
 }
+
+/// Instances per page of a listing when the entry does not say.
+pub const DEFAULT_LIST_PAGE_SIZE: u32 = 500;
+/// The largest page a listing may ask for.
+pub const MAX_LIST_PAGE_SIZE: u32 = 5000;
 
 /// The `limits.timeouts` key of the image transfer budget.
 pub const IMAGE_TRANSFER: &str = "imageTransfer";
@@ -545,6 +556,14 @@ impl ProviderEntry {
     pub fn image_transfer_timeout(&self) -> Duration {
         self.explicit_timeout(IMAGE_TRANSFER)
             .unwrap_or(DEFAULT_IMAGE_TRANSFER)
+    }
+
+    /// Instances per page of a listing.
+    pub fn list_page_size(&self) -> u32 {
+        self.limits
+            .as_ref()
+            .and_then(|l| l.list_page_size)
+            .unwrap_or(DEFAULT_LIST_PAGE_SIZE)
     }
 
     pub fn memory_bytes(&self) -> usize {
@@ -676,6 +695,14 @@ impl ProvidersConfig {
                     return Err(ConfigError::new(
                         format!("{at}.limits.memoryMiB"),
                         "must be at least 1",
+                    ));
+                }
+                if let Some(n) = limits.list_page_size
+                    && !(1..=MAX_LIST_PAGE_SIZE).contains(&n)
+                {
+                    return Err(ConfigError::new(
+                        format!("{at}.limits.listPageSize"),
+                        format!("{n} is not between 1 and {MAX_LIST_PAGE_SIZE}"),
                     ));
                 }
                 for (op, d) in &limits.timeouts {

@@ -181,8 +181,11 @@ impl ProxyPool {
 #[serde(rename_all = "camelCase")]
 pub struct ProviderHealthSpec {}
 
+/// Written by two hands: the monitor (type, module, health, targets, egress) and the sweeper
+/// (the `Swept` condition), each with a merge patch of its own fields, so every field may be
+/// absent until its writer has run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct ProviderHealthStatus {
     /// The provider's type (kubernetes, gcp, kvm, kvm2, or a module's).
     #[serde(rename = "type")]
@@ -195,6 +198,11 @@ pub struct ProviderHealthStatus {
     /// The egress check of this provider's proxies, where the providers config has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress: Option<ProviderEgress>,
+    /// `Swept`: whether the last sweep of this provider's instances listed them all; False
+    /// with the reason (MemoryLimit, Trap, Timeout, the module's own) while it cannot, and the
+    /// sweeper retries it with backoff.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<egress_core::proxy::Condition>,
 }
 
 /// What the egress check saw of one provider's proxies, as the leader last checked them.

@@ -19,6 +19,7 @@ pub struct Metrics {
     pub errors: Family<Labels, Counter>,
     pub provider_calls: Family<Labels, Histogram>,
     pub gc_deletions: Family<Labels, Counter>,
+    pub gc_sweep_failures: Family<Labels, Counter>,
     pub target_healthy: Family<Labels, Gauge>,
     pub reloads: Family<Labels, Counter>,
     pub egress_checks: Family<Labels, Counter>,
@@ -50,6 +51,7 @@ impl Metrics {
             Histogram::new(exponential_buckets(0.001, 4.0, 11))
         });
         let gc_deletions = Family::<Labels, Counter>::default();
+        let gc_sweep_failures = Family::<Labels, Counter>::default();
         let target_healthy = Family::<Labels, Gauge>::default();
         let reloads = Family::<Labels, Counter>::default();
         let egress_checks = Family::<Labels, Counter>::default();
@@ -74,6 +76,11 @@ impl Metrics {
             "gc_deletions",
             "Orphans deleted by the sweeper",
             gc_deletions.clone(),
+        );
+        registry.register(
+            "gc_sweep_failures",
+            "Sweeps of a provider that could not list every instance, by provider and reason",
+            gc_sweep_failures.clone(),
         );
         registry.register(
             "provider_target_healthy",
@@ -106,6 +113,7 @@ impl Metrics {
             errors,
             provider_calls,
             gc_deletions,
+            gc_sweep_failures,
             target_healthy,
             reloads,
             egress_checks,
@@ -138,6 +146,13 @@ impl Metrics {
     pub fn gc_deleted(&self, provider: &str) {
         self.gc_deletions
             .get_or_create(&labels(&[("provider", provider)]))
+            .inc();
+    }
+
+    /// A sweep of `provider` that could not list every instance, and why.
+    pub fn gc_sweep_failed(&self, provider: &str, reason: &str) {
+        self.gc_sweep_failures
+            .get_or_create(&labels(&[("provider", provider), ("reason", reason)]))
             .inc();
     }
 

@@ -510,10 +510,13 @@ async fn the_sweeper_deletes_only_old_orphans_of_this_installation() {
             c.insert(p).unwrap();
         }
     });
-    let judged = egress_operator::sweeper::sweep_once(&e.ctx, Duration::from_secs(300))
+    let swept = egress_operator::sweeper::sweep_once(&e.ctx, Duration::from_secs(300))
         .await
         .unwrap();
-    let mut verdicts: Vec<(String, String, bool)> = judged
+    assert_eq!(swept.complete, ["cluster"]);
+    assert!(swept.incomplete.is_empty(), "{:?}", swept.incomplete);
+    let mut verdicts: Vec<(String, String, bool)> = swept
+        .judged
         .iter()
         .map(|j| (j.provider_id.clone(), format!("{:?}", j.verdict), j.deleted))
         .collect();

@@ -4,8 +4,7 @@
 
 use crate::Backends;
 use crate::bindings::{
-    CallContext, CreateRequest, Description, Instance, ProviderError, ProviderModulePre,
-    TargetStatus,
+    CallContext, CreateRequest, Description, Instance, ModulePre, ProviderError, TargetStatus,
 };
 use crate::grants::EffectiveGrants;
 use crate::plan::{PlanRecorder, PlanStep};
@@ -160,6 +159,8 @@ pub(crate) enum Op {
     Get(CallContext, String),
     Delete(CallContext, String),
     List(CallContext, String),
+    /// `list-page` of a module that exports `listing`: installation, cursor, limit.
+    ListPage(CallContext, String, Option<String>, u32),
     Check(CallContext),
 }
 
@@ -171,7 +172,9 @@ impl Op {
             Op::Create(..) => "create",
             Op::Get(..) => "get",
             Op::Delete(..) => "delete",
-            Op::List(..) => "listByTag",
+            // One page is one bounded call of the listing: the same operation as listByTag, so
+            // its timeout, metrics and errors read alike whichever export served it.
+            Op::List(..) | Op::ListPage(..) => "listByTag",
             Op::Check(..) => "check",
         }
     }
@@ -184,6 +187,7 @@ pub(crate) enum OpOut {
     Get(Result<Instance, ProviderError>),
     Delete(Result<(), ProviderError>),
     List(Result<Vec<Instance>, ProviderError>),
+    ListPage(Result<(Vec<Instance>, Option<String>), ProviderError>),
     Check(Vec<TargetStatus>),
 }
 
@@ -240,7 +244,7 @@ pub fn inject_trap(reason: String) {
 /// Runs one export call on a fresh instance.
 pub(crate) async fn execute(
     engine: &wasmtime::Engine,
-    pre: &ProviderModulePre<CallState>,
+    pre: &ModulePre<CallState>,
     state: CallState,
     op: Op,
     timeout: Duration,
@@ -269,7 +273,7 @@ pub(crate) async fn execute(
             .instantiate_async(&mut store)
             .await
             .map_err(|e| CallFailure::Instantiate(format!("{e:#}")))?;
-        let p = instance.egress_provider_provider();
+        let p = &instance.provider;
         let out = match op {
             Op::Validate {
                 type_name,
@@ -293,6 +297,18 @@ pub(crate) async fn execute(
                 .call_list_by_tag(&mut store, &ctx, &inst)
                 .await
                 .map(OpOut::List),
+            Op::ListPage(ctx, inst, cursor, limit) => match &instance.listing {
+                Some(l) => l
+                    .call_list_page(&mut store, &ctx, &inst, cursor.as_deref(), limit)
+                    .await
+                    .map(OpOut::ListPage),
+                // A module built before `listing` (contract 0.1.0, 0.1.1) answers its whole
+                // listing as one page.
+                None => p
+                    .call_list_by_tag(&mut store, &ctx, &inst)
+                    .await
+                    .map(OpOut::List),
+            },
             Op::Check(ctx) => p.call_check(&mut store, &ctx).await.map(OpOut::Check),
         };
         out.map_err(|e| {

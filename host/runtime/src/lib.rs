@@ -21,5 +21,7 @@ mod call;
 pub use capabilities::Backends;
 pub use engine::{CallObserver, Runtime, RuntimeOptions};
 pub use plan::{PlanRecorder, PlanStep};
-pub use provider::{LoadError, LoadOptions, LoadedModule, Provider, Providers, Rejection};
+pub use provider::{
+    ListPage, LoadError, LoadOptions, LoadedModule, Provider, Providers, Rejection,
+};
 pub use reload::{ReloadOutcome, Reloader};

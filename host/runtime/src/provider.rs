@@ -2,7 +2,7 @@
 //! validated by the module, its grants resolved, and its calls run on fresh stores.
 
 use crate::Backends;
-use crate::bindings::{self as b, ProviderModulePre};
+use crate::bindings::{self as b, ModulePre};
 use crate::call::{CallFailure, CallState, Op, OpOut, execute};
 use crate::engine::{MAX_MEMORY_BYTES, Runtime};
 use crate::grants::{EffectiveGrants, effective};
@@ -26,11 +26,30 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct LoadedModule {
     /// Hex sha256 of the module bytes.
     pub digest: String,
-    pub(crate) pre: ProviderModulePre<CallState>,
+    pub(crate) pre: ModulePre<CallState>,
     pub description: b::Description,
 }
 
 pub type LoadError = ConfigError;
+
+impl LoadedModule {
+    /// Whether the module lists page by page (exports `listing`, contract 0.1.2 and later);
+    /// an older module answers its whole listing in one call.
+    pub fn pages(&self) -> bool {
+        self.pre.pages()
+    }
+}
+
+/// One page of a provider's listing and the cursor that continues it; none on the last.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    pub instances: Vec<Instance>,
+    pub next: Option<String>,
+}
+
+/// A listing stops after this many pages: a module whose cursors never end must not keep a
+/// sweep going forever (100,000 pages of the default 500 is 50 million instances).
+const MAX_LIST_PAGES: u32 = 100_000;
 
 /// How to resolve modules and which backends the providers run against.
 pub struct LoadOptions<'a> {
@@ -96,7 +115,7 @@ impl Runtime {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| format!("imports something the host does not provide: {e:#}"))?;
-        let pre = ProviderModulePre::new(pre)
+        let pre = ModulePre::new(pre)
             .map_err(|e| format!("does not export the provider interface: {e:#}"))?;
         let description = self.describe_pre(&pre).await?;
         let module = Arc::new(LoadedModule {
@@ -114,10 +133,7 @@ impl Runtime {
         self.describe_pre(&module.pre).await
     }
 
-    async fn describe_pre(
-        &self,
-        pre: &ProviderModulePre<CallState>,
-    ) -> Result<b::Description, String> {
+    async fn describe_pre(&self, pre: &ModulePre<CallState>) -> Result<b::Description, String> {
         let state = CallState::new(
             "describe",
             Arc::new(EffectiveGrants::default()),
@@ -672,36 +688,127 @@ impl Provider {
         failed_in(&span, out)
     }
 
+    /// Every instance of this installation, the listing's pages collected (see
+    /// [`Provider::list_pages`], which hands them over one at a time instead).
     pub async fn list_by_tag(
         &self,
         subject: &str,
         installation: &str,
     ) -> Result<Vec<Instance>, ProviderError> {
-        let started = std::time::Instant::now();
-        let r = self.list_by_tag_inner(subject, installation).await;
-        self.observed("listByTag", started, r)
+        let mut out = Vec::new();
+        self.list_pages(subject, installation, self.entry.list_page_size(), |page| {
+            out.extend(page)
+        })
+        .await?;
+        Ok(out)
     }
 
-    async fn list_by_tag_inner(
+    /// The page size of this entry's listings (`limits.listPageSize`).
+    pub fn list_page_size(&self) -> u32 {
+        self.entry.list_page_size()
+    }
+
+    /// Drives the listing page by page, each page a call of its own on a fresh instance, and
+    /// hands each page to `each` as it comes, so neither the guest nor the caller need hold
+    /// more than a page. A module without `listing` answers in one page. Answers the number
+    /// of pages; the first failing page ends the listing with its error.
+    pub async fn list_pages(
         &self,
         subject: &str,
         installation: &str,
-    ) -> Result<Vec<Instance>, ProviderError> {
+        limit: u32,
+        mut each: impl FnMut(Vec<Instance>),
+    ) -> Result<u32, ProviderError> {
+        let limit = limit.max(1);
+        let mut cursor: Option<String> = None;
+        let mut pages = 0u32;
+        loop {
+            let page = self
+                .list_page(subject, installation, cursor.as_deref(), limit)
+                .await?;
+            pages += 1;
+            each(page.instances);
+            match page.next {
+                None => return Ok(pages),
+                Some(next) if cursor.as_deref() == Some(next.as_str()) => {
+                    return Err(self.fail(
+                        "listByTag",
+                        ErrorClass::Transient,
+                        "CursorStuck",
+                        "the module answered the cursor it was given: the listing would never end"
+                            .into(),
+                    ));
+                }
+                Some(_) if pages >= MAX_LIST_PAGES => {
+                    return Err(self.fail(
+                        "listByTag",
+                        ErrorClass::Transient,
+                        "TooManyPages",
+                        format!("still listing after {MAX_LIST_PAGES} pages"),
+                    ));
+                }
+                Some(next) => cursor = Some(next),
+            }
+        }
+    }
+
+    /// One page of the listing: at most `limit` instances after `cursor`. A module without
+    /// `listing` answers everything, with no cursor.
+    pub async fn list_page(
+        &self,
+        subject: &str,
+        installation: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage, ProviderError> {
+        let started = std::time::Instant::now();
+        let r = self
+            .list_page_inner(subject, installation, cursor, limit)
+            .await;
+        self.observed("listByTag", started, r)
+    }
+
+    async fn list_page_inner(
+        &self,
+        subject: &str,
+        installation: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage, ProviderError> {
         let r = Redactor::default();
         let span = tracing::info_span!(
             "provider.list-by-tag",
             provider = %self.name,
             subject,
+            paged = self.module.pages(),
             error.type = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
         );
-        let op = Op::List(self.ctx(), installation.into());
+        let op = if self.module.pages() {
+            Op::ListPage(
+                self.ctx(),
+                installation.into(),
+                cursor.map(str::to_string),
+                limit,
+            )
+        } else {
+            Op::List(self.ctx(), installation.into())
+        };
         let out = self
             .call(op, span.clone(), subject, r.clone())
             .await
             .and_then(|o| match o {
+                OpOut::ListPage(r2) => r2
+                    .map(|(v, next)| ListPage {
+                        instances: v.into_iter().map(from_wit_instance).collect(),
+                        next: next.filter(|c| !c.is_empty()),
+                    })
+                    .map_err(|e| self.guest_error("listByTag", e, &r)),
                 OpOut::List(r2) => r2
-                    .map(|v| v.into_iter().map(from_wit_instance).collect())
+                    .map(|v| ListPage {
+                        instances: v.into_iter().map(from_wit_instance).collect(),
+                        next: None,
+                    })
                     .map_err(|e| self.guest_error("listByTag", e, &r)),
                 _ => Err(self.wrong_shape("listByTag")),
             });

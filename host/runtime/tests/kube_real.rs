@@ -138,12 +138,35 @@ async fn list_sends_the_selector_and_limit_cluster_wide() {
         )
         .await;
     });
-    let items = kube
-        .list("v1", "Pod", None, "a=true", Some(1))
+    let page = kube
+        .list("v1", "Pod", None, "a=true", Some(1), None)
         .await
         .unwrap();
-    assert_eq!(items.len(), 1);
-    assert_eq!(items[0]["metadata"]["name"], "x");
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(page.items[0]["metadata"]["name"], "x");
+    assert_eq!(page.continue_token, None);
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn list_continues_with_the_api_servers_token() {
+    let (kube, mut handle) = backend();
+    let server = tokio::spawn(async move {
+        answer(
+            &mut handle,
+            "GET",
+            "/api/v1/pods?&labelSelector=a%3Dtrue&limit=1&continue=tok1",
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"continue": "tok2"}, "items": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "y", "namespace": "ns"}}]}),
+        )
+        .await;
+    });
+    let page = kube
+        .list("v1", "Pod", None, "a=true", Some(1), Some("tok1"))
+        .await
+        .unwrap();
+    assert_eq!(page.items[0]["metadata"]["name"], "y");
+    assert_eq!(page.continue_token.as_deref(), Some("tok2"));
     server.await.unwrap();
 }
 

@@ -523,3 +523,58 @@ async fn a_libvirt_create_bound_must_outlast_its_image_transfer_budget() {
         .await
         .unwrap();
 }
+
+/// A listing larger than a call's memory is listed in pages, each a call of its own: in pages
+/// of 100 the 6,000 Pods list in 8 MiB, while one page of 5,000 (what a single call of the
+/// whole listing would have to hold) runs out of it.
+#[tokio::test]
+async fn the_host_pages_a_listing_that_does_not_fit_in_one_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = ProvidersConfig::from_yaml(
+        "installation: test\nproviders:\n- {name: k8s, type: kubernetes, limits: {memoryMiB: 8}}\n",
+    )
+    .unwrap();
+    let world = World::default().build().unwrap();
+    let padding = "x".repeat(2000);
+    for i in 0..6000u32 {
+        let pod = serde_json::json!({"metadata": {"name": format!("proxy-{i:05}"), "namespace": "default",
+            "annotations": {"padding": padding},
+            "labels": {"egress-proxies.crawl.example.com/managed": "true",
+                "egress-proxies.crawl.example.com/uid": format!("00000000-0000-4000-8000-{i:012}"),
+                "egress-proxies.crawl.example.com/installation": "test"}}});
+        world
+            .backends
+            .kube
+            .create("v1", "Pod", Some("default"), pod)
+            .await
+            .unwrap();
+    }
+    let providers = Providers::load(
+        &runtime(),
+        &cfg,
+        LoadOptions {
+            base_dir: dir.path(),
+            builtin: &builtin,
+            backends: world.backends.clone(),
+            recorder: None,
+        },
+    )
+    .await
+    .unwrap();
+    let p = providers.get("k8s").unwrap();
+    assert!(p.module.pages());
+    let mut sizes = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    let pages = p
+        .list_pages("gc", "test", 100, |page| {
+            sizes.push(page.len());
+            names.extend(page.into_iter().map(|i| i.name));
+        })
+        .await
+        .unwrap();
+    assert_eq!(pages, 60);
+    assert!(sizes.iter().all(|n| *n == 100), "{sizes:?}");
+    assert_eq!(names.len(), 6000);
+    let whole = p.list_pages("gc", "test", 5000, |_| {}).await.unwrap_err();
+    assert_eq!(whole.reason, "MemoryLimit", "{whole}");
+}

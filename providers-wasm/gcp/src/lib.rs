@@ -98,6 +98,16 @@ impl Provider for Gcp {
         list::list(host, &config_of(ctx)?, installation)
     }
 
+    fn list_page(
+        host: &dyn Host,
+        ctx: &CallContext,
+        installation: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<Instance>, Option<String>), ProviderError> {
+        list::page(host, &config_of(ctx)?, installation, cursor, limit)
+    }
+
     fn check(host: &dyn Host, ctx: &CallContext) -> Vec<TargetStatus> {
         match config_of(ctx) {
             Ok(cfg) => vec![check::check(host, &cfg)],

@@ -1,6 +1,7 @@
 //! ListByTag: one aggregatedList over every zone, filtered on the managed and installation
 //! labels, with returnPartialSuccess so one unreachable zone does not hide the others; the
-//! zones left out are logged by name.
+//! zones left out are logged by name. A page of the listing is one page of the API's
+//! (`maxResults`, `pageToken`); the cursor is the API's page token.
 
 use crate::api::{Api, encode};
 use crate::config::GcpConfig;
@@ -53,57 +54,77 @@ pub fn unreachable_zones(page: &Value) -> Vec<String> {
     zones
 }
 
+/// The Compute API answers at most this many instances per page.
+pub const MAX_RESULTS: u32 = 500;
+
+/// One page: at most `limit` instances (the API's own cap is 500) after `token`, and the
+/// token of the next page.
+pub fn page(
+    host: &dyn Host,
+    cfg: &GcpConfig,
+    installation: &str,
+    token: Option<&str>,
+    limit: u32,
+) -> Result<(Vec<Instance>, Option<String>), ProviderError> {
+    let api = Api::new(host, cfg);
+    let filter = managed_filter(Some(installation));
+    let page = api
+        .get(&list_path(&filter, limit.clamp(1, MAX_RESULTS), token))
+        .map_err(|e| classify("list instances", &e))?;
+    let unreachable = unreachable_zones(&page);
+    if !unreachable.is_empty() {
+        host.log(
+            Level::Warn,
+            "zones unreachable; their instances are left out of this list",
+            &[("zones", &unreachable.join(","))],
+        );
+    }
+    let mut out = Vec::new();
+    for scope in page["items"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(_, s)| s)
+    {
+        for v in scope["instances"].as_array().into_iter().flatten() {
+            let inst = state::to_instance(host, v, cfg.internal_ip);
+            // The filter already chose; checking again keeps a lax server honest.
+            if v["labels"][LABEL_MANAGED] == "true"
+                && inst.installation == installation
+                && !inst.uid.is_empty()
+            {
+                out.push(inst);
+            }
+        }
+    }
+    let next = page["nextPageToken"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(str::to_string);
+    host.log(
+        Level::Debug,
+        "instances listed",
+        &[
+            ("count", &out.len().to_string()),
+            ("more", if next.is_some() { "true" } else { "false" }),
+        ],
+    );
+    Ok((out, next))
+}
+
+/// The whole listing, page after page.
 pub fn list(
     host: &dyn Host,
     cfg: &GcpConfig,
     installation: &str,
 ) -> Result<Vec<Instance>, ProviderError> {
-    let api = Api::new(host, cfg);
-    let filter = managed_filter(Some(installation));
     let mut out = Vec::new();
-    let mut unreachable = Vec::new();
     let mut token: Option<String> = None;
     for _ in 0..MAX_PAGES {
-        let page = api
-            .get(&list_path(&filter, 500, token.as_deref()))
-            .map_err(|e| classify("list instances", &e))?;
-        unreachable.extend(unreachable_zones(&page));
-        for scope in page["items"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(_, s)| s)
-        {
-            for v in scope["instances"].as_array().into_iter().flatten() {
-                let inst = state::to_instance(host, v, cfg.internal_ip);
-                // The filter already chose; checking again keeps a lax server honest.
-                if v["labels"][LABEL_MANAGED] == "true"
-                    && inst.installation == installation
-                    && !inst.uid.is_empty()
-                {
-                    out.push(inst);
-                }
-            }
-        }
-        token = page["nextPageToken"]
-            .as_str()
-            .filter(|t| !t.is_empty())
-            .map(str::to_string);
+        let (instances, next) = page(host, cfg, installation, token.as_deref(), MAX_RESULTS)?;
+        out.extend(instances);
+        token = next;
         if token.is_none() {
-            if !unreachable.is_empty() {
-                unreachable.sort();
-                unreachable.dedup();
-                host.log(
-                    Level::Warn,
-                    "zones unreachable; their instances are left out of this list",
-                    &[("zones", &unreachable.join(","))],
-                );
-            }
-            host.log(
-                Level::Debug,
-                "instances listed",
-                &[("count", &out.len().to_string())],
-            );
             return Ok(out);
         }
     }

@@ -6,7 +6,9 @@
 //! `version` (any string) is echoed in the provider-id and `sleepMs` makes the call take that
 //! long, so reload tests can tell which version served a call. In every mode, `lockKey` makes
 //! `create` first hold that key (waiting `lockWaitMs`, default 0), so the runtime tests can show
-//! a key is released however the call ends.
+//! a key is released however the call ends. `listMode` picks what a listing does: `oom` grows
+//! its memory until the limit stops it, `trap` panics, `fail` answers a transient error, and
+//! anything else lists nothing.
 
 use guest_sdk::{
     CallContext, Capability, CreateRequest, Description, Host, Instance, InstanceState, Level,
@@ -14,6 +16,24 @@ use guest_sdk::{
 };
 
 pub struct Hostile;
+
+fn list(ctx: &CallContext) -> Result<Vec<Instance>, ProviderError> {
+    let list_mode = setting(ctx, "listMode")
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    match list_mode.as_str() {
+        "oom" => {
+            let mut hoard: Vec<Vec<u8>> = Vec::new();
+            loop {
+                hoard.push(vec![1u8; 1 << 20]);
+                std::hint::black_box(&hoard);
+            }
+        }
+        "trap" => panic!("trap mid-list"),
+        "fail" => Err(transient("BackendDown", "the backend answered 503")),
+        _ => Ok(vec![]),
+    }
+}
 
 fn mode(ctx: &CallContext) -> String {
     serde_json::from_str::<serde_json::Value>(&ctx.config)
@@ -164,10 +184,20 @@ impl Provider for Hostile {
 
     fn list_by_tag(
         _host: &dyn Host,
-        _ctx: &CallContext,
+        ctx: &CallContext,
         _installation: &str,
     ) -> Result<Vec<Instance>, ProviderError> {
-        Ok(vec![])
+        list(ctx)
+    }
+
+    fn list_page(
+        _host: &dyn Host,
+        ctx: &CallContext,
+        _installation: &str,
+        _cursor: Option<&str>,
+        _limit: u32,
+    ) -> Result<(Vec<Instance>, Option<String>), ProviderError> {
+        list(ctx).map(|v| (v, None))
     }
 
     fn check(_host: &dyn Host, _ctx: &CallContext) -> Vec<TargetStatus> {

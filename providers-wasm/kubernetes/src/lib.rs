@@ -182,19 +182,43 @@ impl Provider for Kubernetes {
 
     fn list_by_tag(
         host: &dyn Host,
-        _ctx: &CallContext,
+        ctx: &CallContext,
         installation: &str,
     ) -> Result<Vec<Instance>, ProviderError> {
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let (page, next) = Self::list_page(host, ctx, installation, cursor.as_deref(), 500)?;
+            out.extend(page);
+            match next {
+                Some(n) => cursor = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// One page of Pods as the API server pages them (`limit`, `continue`): the cursor is the
+    /// host's continue token.
+    fn list_page(
+        host: &dyn Host,
+        _ctx: &CallContext,
+        installation: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<Instance>, Option<String>), ProviderError> {
         let selector = format!("{LABEL_MANAGED}=true,{LABEL_INSTALLATION}={installation}");
-        let items = host
+        let (items, next) = host
             .kube()
-            .list(&ListOptions {
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-                namespace: None,
-                label_selector: selector,
-                limit: None,
-            })
+            .list_page(
+                &ListOptions {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    namespace: None,
+                    label_selector: selector,
+                    limit: Some(limit),
+                },
+                cursor,
+            )
             .map_err(|e| classify("list Pods", &e))?;
         let mut out = Vec::with_capacity(items.len());
         for text in items {
@@ -206,8 +230,15 @@ impl Provider for Kubernetes {
             }
         }
         let n = out.len().to_string();
-        host.log(Level::Debug, "pods listed", &[("count", &n)]);
-        Ok(out)
+        host.log(
+            Level::Debug,
+            "pods listed",
+            &[
+                ("count", &n),
+                ("more", if next.is_some() { "true" } else { "false" }),
+            ],
+        );
+        Ok((out, next))
     }
 
     fn check(host: &dyn Host, _ctx: &CallContext) -> Vec<TargetStatus> {

@@ -165,6 +165,16 @@ impl Provider for LibvirtProvider {
         list::list_by_tag(&Call::new(host, ctx)?, installation)
     }
 
+    fn list_page(
+        host: &dyn Host,
+        ctx: &CallContext,
+        installation: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<Instance>, Option<String>), ProviderError> {
+        list::list_page(&Call::new(host, ctx)?, installation, cursor, limit)
+    }
+
     fn check(host: &dyn Host, ctx: &CallContext) -> Vec<TargetStatus> {
         match Call::new(host, ctx) {
             Ok(call) => check::check(&call),

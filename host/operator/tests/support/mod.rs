@@ -11,7 +11,14 @@ use std::sync::Arc;
 
 /// The providers of `yaml`, loaded from the shared module cache; kube calls reach `d`, every
 /// other backend is the default world's. Also the world's backends, for their clock.
+#[allow(dead_code)]
 pub async fn providers_on(d: &Double, yaml: &str) -> (ProvidersConfig, Providers) {
+    providers_in(d, yaml, Path::new(".")).await
+}
+
+/// As [`providers_on`], with `module:` paths found in `base_dir`.
+#[allow(dead_code)]
+pub async fn providers_in(d: &Double, yaml: &str, base_dir: &Path) -> (ProvidersConfig, Providers) {
     let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
     let runtime = Runtime::new(RuntimeOptions {
         cache_dir: Some(cache),
@@ -28,7 +35,7 @@ pub async fn providers_on(d: &Double, yaml: &str) -> (ProvidersConfig, Providers
         &runtime,
         &config,
         LoadOptions {
-            base_dir: Path::new("."),
+            base_dir,
             builtin: &egress_builtins::module_for_type,
             backends,
             recorder: None,

@@ -44,6 +44,14 @@ impl KubeError {
     }
 }
 
+/// One page of a list: the objects, and the token that continues after them (none on the
+/// last page).
+#[derive(Debug, Clone, Default)]
+pub struct ObjectPage {
+    pub items: Vec<Object>,
+    pub continue_token: Option<String>,
+}
+
 /// An object as the API server answered it. Shared: the simulated cluster hands out the
 /// version it stores, not a deep copy of it for every get, create and list.
 pub type Object = std::sync::Arc<Value>;
@@ -59,6 +67,7 @@ pub trait KubeBackend: Send + Sync {
         body: Value,
     ) -> Result<Object, KubeError>;
     async fn delete(&self, target: &KubeRef) -> Result<(), KubeError>;
+    /// One page of a list, as the API server's `limit` and `continue` give it.
     async fn list(
         &self,
         api_version: &str,
@@ -66,7 +75,8 @@ pub trait KubeBackend: Send + Sync {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Object>, KubeError>;
+        continue_token: Option<&str>,
+    ) -> Result<ObjectPage, KubeError>;
     async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError>;
     /// A merge patch of the status subresource (what a kubelet or another controller
     /// writes; no guest import reaches it).
@@ -211,7 +221,8 @@ impl KubeBackend for RealKube {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Object>, KubeError> {
+        continue_token: Option<&str>,
+    ) -> Result<ObjectPage, KubeError> {
         let api = self.api(api_version, kind, namespace).await?;
         let mut params = kube::api::ListParams::default();
         if !label_selector.is_empty() {
@@ -220,8 +231,14 @@ impl KubeBackend for RealKube {
         if let Some(l) = limit {
             params = params.limit(l);
         }
+        if let Some(t) = continue_token {
+            params = params.continue_token(t);
+        }
         let list = api.list(&params).await.map_err(from_kube)?;
-        list.items.iter().map(to_value).collect()
+        Ok(ObjectPage {
+            items: list.items.iter().map(to_value).collect::<Result<_, _>>()?,
+            continue_token: list.metadata.continue_.filter(|t| !t.is_empty()),
+        })
     }
 
     async fn patch(&self, target: &KubeRef, merge_patch: &Value) -> Result<Object, KubeError> {
@@ -307,6 +324,30 @@ impl CallState {
                 message: m,
             }
         })
+    }
+
+    /// The namespaces a list covers (without one in the options: every namespace the grant
+    /// allows), each checked against the grant.
+    fn list_namespaces(
+        &self,
+        options: &wit::ListOptions,
+    ) -> Result<Vec<Option<String>>, wit::KubeError> {
+        let Some(grant) = self.grants.kube.clone() else {
+            return Err(self
+                .kube_denied(&options.kind, options.namespace.as_deref())
+                .unwrap_or_else(|| to_wit(KubeError::new(0, "Denied", "no kube grant"))));
+        };
+        let namespaces: Vec<Option<String>> = match (&options.namespace, grant.cluster_scope) {
+            (Some(ns), _) => vec![Some(ns.clone())],
+            (None, true) => vec![None],
+            (None, false) => grant.namespaces.iter().cloned().map(Some).collect(),
+        };
+        for ns in &namespaces {
+            if let Some(e) = self.kube_denied(&options.kind, ns.as_deref()) {
+                return Err(e);
+            }
+        }
+        Ok(namespaces)
     }
 }
 
@@ -403,22 +444,7 @@ impl wit::Host for CallState {
         &mut self,
         options: wit::ListOptions,
     ) -> Result<Vec<String>, wit::KubeError> {
-        let Some(grant) = self.grants.kube.clone() else {
-            return Err(self
-                .kube_denied(&options.kind, options.namespace.as_deref())
-                .unwrap_or_else(|| to_wit(KubeError::new(0, "Denied", "no kube grant"))));
-        };
-        // Without a namespace: every namespace the grant allows.
-        let namespaces: Vec<Option<String>> = match (&options.namespace, grant.cluster_scope) {
-            (Some(ns), _) => vec![Some(ns.clone())],
-            (None, true) => vec![None],
-            (None, false) => grant.namespaces.iter().cloned().map(Some).collect(),
-        };
-        for ns in &namespaces {
-            if let Some(e) = self.kube_denied(&options.kind, ns.as_deref()) {
-                return Err(e);
-            }
-        }
+        let namespaces = self.list_namespaces(&options)?;
         let span = tracing::debug_span!("kube.list", provider = %self.provider, kind = %options.kind, selector = %options.label_selector);
         let backend = self.backends.kube.clone();
         async move {
@@ -428,20 +454,83 @@ impl wit::Host for CallState {
                 if remaining == Some(0) {
                     break;
                 }
-                let items = backend
+                let page = backend
                     .list(
                         &options.api_version,
                         &options.kind,
                         ns.as_deref(),
                         &options.label_selector,
                         remaining,
+                        None,
                     )
                     .await
                     .map_err(to_wit)?;
-                out.extend(items.iter().map(|o| o.to_string()));
+                out.extend(page.items.iter().map(|o| o.to_string()));
             }
             tracing::debug!(count = out.len(), "kube list {}", options.kind);
             Ok(out)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn list_objects_page(
+        &mut self,
+        options: wit::ListOptions,
+        continue_token: Option<String>,
+    ) -> Result<(Vec<String>, Option<String>), wit::KubeError> {
+        let namespaces = self.list_namespaces(&options)?;
+        if namespaces.is_empty() {
+            return Ok((Vec::new(), None));
+        }
+        // The token names which of the namespaces the grant lists the page is in, and the API
+        // server's own token within it: `<index>:<token>`, the token empty at a namespace's
+        // start.
+        let (index, inner) = match continue_token.as_deref().filter(|t| !t.is_empty()) {
+            None => (0, None),
+            Some(t) => {
+                let bad = || {
+                    to_wit(KubeError::new(
+                        400,
+                        "BadRequest",
+                        "continue token is not one this host gave",
+                    ))
+                };
+                let (i, inner) = t.split_once(':').ok_or_else(bad)?;
+                let i: usize = i.parse().map_err(|_| bad())?;
+                if i >= namespaces.len() {
+                    return Err(bad());
+                }
+                (i, Some(inner.to_string()).filter(|t| !t.is_empty()))
+            }
+        };
+        let span = tracing::debug_span!("kube.list-page", provider = %self.provider, kind = %options.kind, selector = %options.label_selector);
+        let backend = self.backends.kube.clone();
+        async move {
+            let ns = namespaces.get(index).cloned().flatten();
+            let page = backend
+                .list(
+                    &options.api_version,
+                    &options.kind,
+                    ns.as_deref(),
+                    &options.label_selector,
+                    options.limit,
+                    inner.as_deref(),
+                )
+                .await
+                .map_err(to_wit)?;
+            let next = match page.continue_token {
+                Some(t) => Some(format!("{index}:{t}")),
+                None if index + 1 < namespaces.len() => Some(format!("{}:", index + 1)),
+                None => None,
+            };
+            tracing::debug!(
+                count = page.items.len(),
+                more = next.is_some(),
+                "kube list page {}",
+                options.kind
+            );
+            Ok((page.items.iter().map(|o| o.to_string()).collect(), next))
         }
         .instrument(span)
         .await

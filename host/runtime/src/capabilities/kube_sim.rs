@@ -4,7 +4,7 @@
 //! simulated time; faults to inject; seeded from the world file.
 
 use crate::capabilities::clock::ClockBackend;
-use crate::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object};
+use crate::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object, ObjectPage};
 use egress_sim::kube::{
     ApiError, Cluster, DeleteOptions, Key, Kubelet, LabelSelector, Options, Patch, Selection,
     Subresource,
@@ -237,12 +237,16 @@ impl KubeBackend for SimKube {
         namespace: Option<&str>,
         label_selector: &str,
         limit: Option<u32>,
-    ) -> Result<Vec<Object>, KubeError> {
+        continue_token: Option<&str>,
+    ) -> Result<ObjectPage, KubeError> {
         self.call("list", |c| {
             let mut sel = Selection::of(api_version, kind, namespace);
             sel.labels = LabelSelector::parse(label_selector).map_err(ApiError::bad_request)?;
-            let page = c.list(&sel, limit.map(|l| l as usize), None)?;
-            Ok(page.items)
+            let page = c.list(&sel, limit.map(|l| l as usize), continue_token)?;
+            Ok(ObjectPage {
+                items: page.items,
+                continue_token: page.continue_token,
+            })
         })
     }
 
@@ -410,30 +414,34 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            sim.list("v1", "Pod", None, "m=true", None)
+            sim.list("v1", "Pod", None, "m=true", None, None)
                 .await
                 .unwrap()
+                .items
                 .len(),
             2
         );
         assert_eq!(
-            sim.list("v1", "Pod", Some("ns"), "m=true", None)
+            sim.list("v1", "Pod", Some("ns"), "m=true", None, None)
                 .await
                 .unwrap()
+                .items
                 .len(),
             1
         );
         assert_eq!(
-            sim.list("v1", "Pod", None, "", Some(1))
+            sim.list("v1", "Pod", None, "", Some(1), None)
                 .await
                 .unwrap()
+                .items
                 .len(),
             1
         );
         assert_eq!(
-            sim.list("v1", "Pod", None, "m!=true", None)
+            sim.list("v1", "Pod", None, "m!=true", None, None)
                 .await
                 .unwrap()
+                .items
                 .len(),
             1
         );

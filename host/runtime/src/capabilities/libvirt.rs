@@ -230,6 +230,21 @@ unavailable! {
     url_size(url: &str, images: &UrlGrant) -> R<Option<u64>>;
 }
 
+/// At most `limit` of `names` in byte order after `after`: a keyset batch, so a name defined
+/// or removed between batches moves no other name to another batch.
+fn batch_after(mut names: Vec<String>, after: Option<&str>, limit: u32) -> Vec<String> {
+    if let Some(a) = after {
+        names.retain(|n| n.as_str() > a);
+    }
+    let limit = limit.max(1) as usize;
+    if names.len() > limit {
+        names.select_nth_unstable(limit - 1);
+        names.truncate(limit);
+    }
+    names.sort_unstable();
+    names
+}
+
 impl CallState {
     fn libvirt_allowed(&self, host: &str) -> R<()> {
         match &self.grants.libvirt {
@@ -324,6 +339,39 @@ impl wit::Host for CallState {
             &host,
             NONE,
             |b: B| async move { b.list_domains(&host).await }
+        )
+    }
+    async fn list_domains_after(
+        &mut self,
+        host: String,
+        after: Option<String>,
+        limit: u32,
+    ) -> R<Vec<String>> {
+        // libvirt has no paged listing: the host lists every name, the guest gets a batch.
+        host_call!(
+            self,
+            "libvirt.list-domains-after",
+            &host,
+            NONE,
+            |b: B| async move {
+                b.list_domains(&host)
+                    .await
+                    .map(|names| batch_after(names, after.as_deref(), limit))
+            }
+        )
+    }
+    async fn domains_defined(&mut self, host: String, names: Vec<String>) -> R<Vec<bool>> {
+        host_call!(
+            self,
+            "libvirt.domains-defined",
+            &host,
+            NONE,
+            |b: B| async move {
+                b.list_domains(&host).await.map(|all| {
+                    let all: std::collections::HashSet<String> = all.into_iter().collect();
+                    names.iter().map(|n| all.contains(n)).collect()
+                })
+            }
         )
     }
     async fn domain_lookup(&mut self, host: String, name: String) -> R<String> {
@@ -462,6 +510,25 @@ impl wit::Host for CallState {
             &host,
             NONE,
             |b: B| async move { b.pool_list_volumes(&host, &pool).await }
+        )
+    }
+    async fn pool_list_volumes_after(
+        &mut self,
+        host: String,
+        pool: String,
+        after: Option<String>,
+        limit: u32,
+    ) -> R<Vec<String>> {
+        host_call!(
+            self,
+            "libvirt.pool-list-volumes-after",
+            &host,
+            NONE,
+            |b: B| async move {
+                b.pool_list_volumes(&host, &pool)
+                    .await
+                    .map(|names| batch_after(names, after.as_deref(), limit))
+            }
         )
     }
     async fn volume_lookup(&mut self, host: String, pool: String, name: String) -> R<String> {

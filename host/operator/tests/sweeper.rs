@@ -1,0 +1,233 @@
+//! The sweeper against the API double: listings in pages, and a provider whose sweep cannot
+//! complete said so on its ProviderHealth, counted, and retried with backoff.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use egress_operator::context::{Context, Loaded};
+use egress_operator::crd::ProviderHealth;
+use egress_operator::metrics::Metrics;
+use egress_operator::sweeper::{self, SWEPT, Schedule};
+use kube::api::Api;
+use kube::runtime::events::Reporter;
+use kube_double::model::{Kubelet, Options};
+use kube_double::{Config, Double};
+use serde_json::json;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn double() -> Double {
+    Double::start_with(Config {
+        options: Options {
+            kubelet: Some(Kubelet {
+                start_ms: 0,
+                termination_ms: 0,
+            }),
+            require_namespaces: true,
+            ..Options::default()
+        },
+        namespaces: vec!["default".into(), "crawlers".into()],
+        ..Config::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn context(d: &Double, yaml: &str, base_dir: &Path) -> Arc<Context> {
+    let (config, providers) = support::providers_in(d, yaml, base_dir).await;
+    Arc::new(Context::new(
+        d.client(),
+        "test".into(),
+        Loaded {
+            config: Arc::new(config),
+            providers: Arc::new(providers),
+            egress: None,
+        },
+        Arc::new(Metrics::new()),
+        Reporter {
+            controller: "egress-proxies".into(),
+            instance: Some("test".into()),
+        },
+    ))
+}
+
+fn orphan_pod(i: u32) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": format!("orphan-{i}"), "namespace": "crawlers",
+        "creationTimestamp": "2020-01-01T00:00:00Z", "labels": {
+            "egress-proxies.crawl.example.com/managed": "true",
+            "egress-proxies.crawl.example.com/uid": format!("00000000-0000-0000-0000-{i:012}"),
+            "egress-proxies.crawl.example.com/installation": "test"}}})
+}
+
+#[tokio::test]
+async fn the_sweep_lists_in_pages_of_the_entrys_size_and_collects_every_orphan() {
+    let d = double().await;
+    let ctx = context(
+        &d,
+        "installation: test\nproviders:\n- {name: cluster, type: kubernetes, limits: {listPageSize: 2}}\n",
+        Path::new("."),
+    )
+    .await;
+    d.with(|c| {
+        for i in 0..7 {
+            c.insert(orphan_pod(i)).unwrap();
+        }
+    });
+    let swept = sweeper::sweep_once(&ctx, Duration::from_secs(300))
+        .await
+        .unwrap();
+    assert_eq!(swept.complete, ["cluster"]);
+    assert_eq!(swept.judged.len(), 7, "{:?}", swept.judged);
+    assert!(swept.judged.iter().all(|j| j.deleted), "{:?}", swept.judged);
+    let lists: Vec<String> = d
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/pods")
+        .map(|r| r.query)
+        .collect();
+    assert_eq!(lists.len(), 4, "7 Pods in pages of 2: {lists:?}");
+    assert!(lists.iter().all(|q| q.contains("limit=2")), "{lists:?}");
+    assert_eq!(
+        lists.iter().filter(|q| q.contains("continue=")).count(),
+        3,
+        "every page after the first continues the one before: {lists:?}"
+    );
+    let left = d.with(|c| c.objects().filter(|(k, _)| k.kind == "Pod").count());
+    assert_eq!(left, 0);
+}
+
+fn metric(ctx: &Context, provider: &str, reason: &str) -> u64 {
+    let line = format!(
+        "egress_proxies_gc_sweep_failures_total{{provider=\"{provider}\",reason=\"{reason}\"}} "
+    );
+    ctx.metrics
+        .encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(&line).map(|n| n.trim().parse().unwrap()))
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_sweep_over_the_memory_limit_is_a_condition_a_metric_and_a_retry_with_backoff() {
+    let d = double().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hostile.wasm"),
+        egress_test_modules::HOSTILE,
+    )
+    .unwrap();
+    // The hog's listing grows its memory until the 16 MiB limit stops it; the cluster's lists.
+    let ctx = context(
+        &d,
+        "installation: test\nproviders:\n\
+         - {name: cluster, type: kubernetes}\n\
+         - {name: hog, type: hostile, module: hostile.wasm, config: {listMode: oom}, limits: {memoryMiB: 16}}\n",
+        dir.path(),
+    )
+    .await;
+    // An interval far longer than the test: every sweep after the first is a retry.
+    let schedule = Schedule {
+        interval: Duration::from_secs(3600),
+        retry_base: Duration::from_millis(100),
+        grace: Duration::from_secs(300),
+    };
+    let task = tokio::spawn(sweeper::run_with(ctx.clone(), schedule.clone()));
+    let started = std::time::Instant::now();
+    while metric(&ctx, "hog", "MemoryLimit") < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the failing sweep was not retried: {}",
+            ctx.metrics.encode()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    // Four attempts at 0, 100, 300 and 700 ms: backing off, not spinning.
+    assert!(
+        elapsed >= Duration::from_millis(700),
+        "4 attempts in {elapsed:?}"
+    );
+    // The condition is written after the metric counts; give it a moment.
+    let api: Api<ProviderHealth> = Api::all(d.client());
+    let mut swept = None;
+    for _ in 0..100 {
+        let hog = api.get_opt("hog").await.unwrap();
+        swept = hog
+            .and_then(|h| h.status)
+            .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == SWEPT))
+            .filter(|c| {
+                c.message.contains("attempt 4 failed") || c.message.contains("attempt 5 failed")
+            });
+        if swept.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    task.abort();
+    let swept = swept.expect("a Swept condition on the hog's ProviderHealth");
+    assert_eq!(swept.status, "False");
+    assert_eq!(swept.reason, "MemoryLimit");
+    assert!(
+        swept.message.contains("memory limit of 16777216 bytes"),
+        "{}",
+        swept.message
+    );
+    let n: u32 = swept
+        .message
+        .split("attempt ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let after = schedule.retry_after(n);
+    assert_eq!(after, Duration::from_millis(100 << (n - 1)));
+    assert!(
+        swept
+            .message
+            .contains(&format!("retrying in {}ms", after.as_millis())),
+        "{}",
+        swept.message
+    );
+    assert!(!swept.last_transition_time.is_empty());
+    // The provider that lists is swept and says so; it is not retried with the hog.
+    let cluster = api.get("cluster").await.unwrap().status.unwrap();
+    let ok = cluster
+        .conditions
+        .iter()
+        .find(|c| c.type_ == SWEPT)
+        .unwrap();
+    assert_eq!(
+        (ok.status.as_str(), ok.reason.as_str()),
+        ("True", "Complete")
+    );
+    let cluster_lists = d
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/pods")
+        .count();
+    assert_eq!(cluster_lists, 1, "only the failing provider is retried");
+    // The monitor's write of the same status leaves the sweeper's condition alone.
+    egress_operator::health::check_once(&ctx).await.unwrap();
+    let hog = api.get("hog").await.unwrap().status.unwrap();
+    assert_eq!(hog.type_, "hostile");
+    assert!(
+        hog.conditions
+            .iter()
+            .any(|c| c.type_ == SWEPT && c.reason == "MemoryLimit"),
+        "{hog:?}"
+    );
+}
+
+#[test]
+fn the_retry_doubles_up_to_the_interval() {
+    let s = Schedule {
+        interval: Duration::from_secs(300),
+        retry_base: Duration::from_secs(10),
+        grace: Duration::from_secs(300),
+    };
+    let waits: Vec<u64> = (1..=7).map(|n| s.retry_after(n).as_secs()).collect();
+    assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300]);
+}
