@@ -9,7 +9,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -229,13 +229,49 @@ pub fn route(
     }
 }
 
+/// What one client may hold of the server: without a timer hyper waits for a request head for
+/// ever, so idle and slow clients would pile up until the process is killed for memory.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A request head must arrive whole within this, counted from when the connection is ready
+    /// for it (accepted, or done with its last response): a bound on idle keep-alive
+    /// connections and on clients that trickle a head byte by byte.
+    pub header_read_timeout: std::time::Duration,
+    /// Connections served at once; the next ones wait in the listen backlog.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: std::time::Duration::from_secs(10),
+            max_connections: 1024,
+        }
+    }
+}
+
 pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Arc<Readiness>,
     source: Arc<dyn ProxySource>,
 ) {
+    serve_limited(listener, metrics, ready, source, Limits::default()).await
+}
+
+pub async fn serve_limited(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Arc<Readiness>,
+    source: Arc<dyn ProxySource>,
+    limits: Limits,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     loop {
+        // A slot first, so a full server stops accepting rather than accepting and dropping.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
@@ -247,6 +283,7 @@ pub async fn serve(
         let ready = ready.clone();
         let source = source.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let r = route(
                     req.method(),
@@ -259,6 +296,9 @@ pub async fn serve(
                 async move { Ok::<_, std::convert::Infallible>(r) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout)
+                .max_buf_size(64 * 1024)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await
             {
@@ -303,5 +343,121 @@ mod tests {
         assert_eq!(r.status(), StatusCode::OK);
         let r = route(&Method::GET, "/readyz", None, &metrics, &ready, &source);
         assert_eq!(r.status(), StatusCode::OK);
+    }
+
+    async fn server(limits: Limits) -> std::net::SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ready = Arc::new(Readiness::default());
+        ready.set(true);
+        tokio::spawn(serve_limited(
+            listener,
+            Arc::new(Metrics::new()),
+            ready,
+            Arc::new(Source(AtomicBool::new(true))),
+            limits,
+        ));
+        addr
+    }
+
+    /// Reads until the server closes the connection, or `limit` passes.
+    async fn closed_within(stream: &mut tokio::net::TcpStream, limit: std::time::Duration) -> bool {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 1024];
+        tokio::time::timeout(limit, async {
+            loop {
+                match stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// An idle client, one that trickles its request head, and an idle keep-alive connection
+    /// after a response are all closed once the head timeout passes; a prompt client is
+    /// answered.
+    #[tokio::test]
+    async fn idle_and_slow_clients_are_closed_after_the_head_timeout() {
+        use tokio::io::AsyncWriteExt;
+        let timeout = std::time::Duration::from_millis(300);
+        let addr = server(Limits {
+            header_read_timeout: timeout,
+            max_connections: 16,
+        })
+        .await;
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(
+            closed_within(&mut idle, timeout * 10).await,
+            "idle client kept"
+        );
+
+        let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let trickle = async {
+            for b in b"GET /healthz HTTP/1.1\r\nHost: x\r\n" {
+                if slow.write_all(&[*b]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        let started = std::time::Instant::now();
+        trickle.await;
+        assert!(
+            closed_within(&mut slow, timeout * 10).await,
+            "slow client kept"
+        );
+        assert!(started.elapsed() < timeout * 10);
+
+        let mut prompt = tokio::net::TcpStream::connect(addr).await.unwrap();
+        prompt
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 256];
+        let n = prompt.read(&mut buf).await.unwrap();
+        assert!(
+            buf[..n].starts_with(b"HTTP/1.1 200"),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        // Kept alive after its answer, then closed once idle past the timeout.
+        assert!(
+            closed_within(&mut prompt, timeout * 10).await,
+            "idle keep-alive kept"
+        );
+    }
+
+    /// Past `max_connections` the server accepts no more until one is done: a client beyond
+    /// the bound waits, and is answered once a slot frees.
+    #[tokio::test]
+    async fn connections_past_the_bound_wait_for_a_slot() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let timeout = std::time::Duration::from_millis(500);
+        let addr = server(Limits {
+            header_read_timeout: timeout,
+            max_connections: 2,
+        })
+        .await;
+        let _a = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _b = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        let early =
+            tokio::time::timeout(std::time::Duration::from_millis(200), c.read(&mut buf)).await;
+        assert!(early.is_err(), "answered past the bound");
+        // The two idle ones time out, which frees a slot for the third.
+        let n = tokio::time::timeout(timeout * 10, c.read(&mut buf))
+            .await
+            .expect("answered once a slot freed")
+            .unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
     }
 }
