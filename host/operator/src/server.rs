@@ -310,7 +310,7 @@ pub async fn serve_limited(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     /// A source that has not listed yet, then has.
