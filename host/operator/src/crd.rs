@@ -26,6 +26,17 @@ pub use egress_core::proxy::SecretKeyRef;
     printcolumn(name = "Provider", type_ = "string", json_path = ".spec.provider"),
     printcolumn(name = "State", type_ = "string", json_path = ".status.state"),
     printcolumn(name = "IP", type_ = "string", json_path = ".status.ip"),
+    printcolumn(name = "Egress IP", type_ = "string", json_path = ".status.egressIP"),
+    printcolumn(
+        name = "Verified",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"EgressVerified\")].status"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(
         name = "Age",
         type_ = "date",
@@ -75,6 +86,16 @@ fn default_port() -> u16 {
     category = "egress",
     printcolumn(name = "Replicas", type_ = "integer", json_path = ".spec.replicas"),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "Avail-replicas",
+        type_ = "integer",
+        json_path = ".status.availableReplicas"
+    ),
+    printcolumn(
+        name = "Egress-IPs",
+        type_ = "integer",
+        json_path = ".status.distinctEgressIPs"
+    ),
     printcolumn(
         name = "Up-to-date",
         type_ = "integer",
