@@ -898,9 +898,10 @@ impl SimEgress {
             .enumerate()
             .find(|(i, (p, range))| {
                 let matches = p.ip == ip || range.zip(addr).is_some_and(|(r, a)| r.contains(&a));
+                // The window first: the share's hash is the dearest test.
                 matches
-                    && p.share.is_none_or(|share| picked(*i, ip, share))
                     && self.during(&p.during)
+                    && p.share.is_none_or(|share| picked(*i, ip, share))
             })
             .map(|(_, (p, _))| p)
     }
