@@ -30,8 +30,9 @@ async fn env_with(providers_yaml: &str, world_yaml: &str) -> Env {
     support::load(providers_yaml, world_yaml).await
 }
 
-async fn run(e: &Env, proxies: &str, state: &Path) -> Report {
-    let driver = Driver {
+/// A real-mode run on the simulated world's clock, writing `state`.
+fn driver<'a>(e: &'a Env, state: &Path, max_rounds: u32) -> Driver<'a> {
+    Driver {
         providers: &e.providers,
         config: &e.cfg,
         recorder: e.recorder.clone(),
@@ -39,15 +40,18 @@ async fn run(e: &Env, proxies: &str, state: &Path) -> Report {
         egress: None,
         options: DriverOptions {
             installation: "test".into(),
-            max_rounds: 100,
+            max_rounds,
             timeout: Duration::from_secs(600),
             gc_grace: Duration::ZERO,
             concurrency: 1,
             run_for: None,
             state_path: Some(state.to_path_buf()),
         },
-    };
-    driver
+    }
+}
+
+async fn run(e: &Env, proxies: &str, state: &Path) -> Report {
+    driver(e, state, 100)
         .run(
             parse_proxies(proxies, "proxies").unwrap(),
             StateFile::read(state).unwrap(),
@@ -212,27 +216,10 @@ async fn a_pools_members_keep_their_template_and_names_never_repeat_across_runs(
     let state = dir.path().join("state.yaml");
     let e = env("kube: {podStartSeconds: 0}\n").await;
     let pool_run = |replicas| {
-        let e = &e;
-        let state = state.clone();
+        let (e, state) = (&e, state.clone());
         async move {
-            let driver = Driver {
-                providers: &e.providers,
-                config: &e.cfg,
-                recorder: e.recorder.clone(),
-                time: Time::Virtual(e.world.clock.clone()),
-                egress: None,
-                options: DriverOptions {
-                    installation: "test".into(),
-                    max_rounds: 1000,
-                    timeout: Duration::from_secs(600),
-                    gc_grace: Duration::ZERO,
-                    concurrency: 1,
-                    run_for: None,
-                    state_path: Some(state.clone()),
-                },
-            };
             let inputs = egress_proxies::parse_inputs(&pool(replicas), "proxies").unwrap();
-            driver
+            driver(e, &state, 1000)
                 .run_all(
                     inputs.proxies,
                     inputs.pools,

@@ -185,17 +185,7 @@ impl Env {
     }
 
     fn events(&self) -> Vec<(String, String)> {
-        self.d
-            .requests()
-            .into_iter()
-            .filter(|s| s.path.contains("/events") && s.method == "POST")
-            .map(|s| {
-                (
-                    s.body["reason"].as_str().unwrap_or("").to_string(),
-                    s.body["note"].as_str().unwrap_or("").to_string(),
-                )
-            })
-            .collect()
+        support::events(&self.d)
     }
 
     /// Moves the checker's clock past the next check.

@@ -211,17 +211,7 @@ impl Run {
 
     /// The Events written, as (reason, note).
     fn events(&self) -> Vec<(String, String)> {
-        self.d
-            .requests()
-            .into_iter()
-            .filter(|s| s.path.contains("/events") && s.method == "POST")
-            .map(|s| {
-                (
-                    s.body["reason"].as_str().unwrap_or("").to_string(),
-                    s.body["note"].as_str().unwrap_or("").to_string(),
-                )
-            })
-            .collect()
+        support::events(&self.d)
     }
 
     fn pods(&self) -> usize {

@@ -834,6 +834,13 @@ pub struct SimEgress {
     ranges: Vec<Option<ipnet::IpNet>>,
 }
 
+/// A rule's `ip` as a range: a CIDR range, or an address as the range of one.
+fn range_of(ip: &str) -> Option<ipnet::IpNet> {
+    ip.parse::<ipnet::IpNet>()
+        .or_else(|_| ip.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .ok()
+}
+
 /// Whether the rule at `index` with `share` picks the proxy at `ip`: a hash of both, so the
 /// choice is the same on every run and independent between rules.
 fn picked(index: usize, ip: &str, share: f64) -> bool {
@@ -849,15 +856,7 @@ fn picked(index: usize, ip: &str, share: f64) -> bool {
 
 impl SimEgress {
     pub fn new(spec: SimEgressSpec, clock: Arc<dyn ClockBackend>) -> Self {
-        let ranges = spec
-            .proxies
-            .iter()
-            .map(|p| {
-                p.ip.parse::<ipnet::IpNet>()
-                    .or_else(|_| p.ip.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                    .ok()
-            })
-            .collect();
+        let ranges = spec.proxies.iter().map(|p| range_of(&p.ip)).collect();
         Self {
             spec,
             clock,
@@ -870,7 +869,7 @@ impl SimEgress {
     pub fn check(spec: &SimEgressSpec) -> Result<(), egress_core::config::ConfigError> {
         use egress_core::config::ConfigError;
         for (i, p) in spec.proxies.iter().enumerate() {
-            if p.ip.parse::<ipnet::IpNet>().is_err() && p.ip.parse::<std::net::IpAddr>().is_err() {
+            if range_of(&p.ip).is_none() {
                 return Err(ConfigError::new(
                     format!("egress.proxies[{i}].ip"),
                     format!("{:?} is neither an IP address nor a CIDR range", p.ip),
@@ -897,7 +896,7 @@ impl SimEgress {
             .zip(&self.ranges)
             .enumerate()
             .find(|(i, (p, range))| {
-                let matches = p.ip == ip || range.zip(addr).is_some_and(|(r, a)| r.contains(&a));
+                let matches = range.zip(addr).is_some_and(|(r, a)| r.contains(&a));
                 // The window first: the share's hash is the dearest test.
                 matches
                     && self.during(&p.during)

@@ -45,3 +45,18 @@ pub async fn providers_in(d: &Double, yaml: &str, base_dir: &Path) -> (Providers
     .unwrap();
     (config, providers)
 }
+
+/// The Events written to `d`, as (reason, note), in order.
+#[allow(dead_code)]
+pub fn events(d: &Double) -> Vec<(String, String)> {
+    d.requests()
+        .into_iter()
+        .filter(|s| s.path.contains("/events") && s.method == "POST")
+        .map(|s| {
+            (
+                s.body["reason"].as_str().unwrap_or("").to_string(),
+                s.body["note"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
