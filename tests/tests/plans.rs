@@ -3,8 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use egress_proxies::cli::Format;
-use egress_proxies::{ReconcileRequest, Source, output, run_reconcile};
+use egress_proxies::{ReconcileRequest, output, run_reconcile};
 use egress_runtime::RuntimeOptions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -56,21 +58,7 @@ async fn plan(
     providers: &Path,
     world: Option<&Path>,
 ) -> egress_proxies::reconcile::Report {
-    run_reconcile(ReconcileRequest {
-        proxies: Source::File(proxies.into()),
-        providers: Source::File(providers.into()),
-        world: world.map(|w| Source::File(w.into())),
-        dry_run: true,
-        state: None,
-        timeout: Duration::from_secs(600),
-        max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
-        gc_grace: Duration::ZERO,
-        concurrency: 1,
-        run_for: None,
-        runtime: runtime(),
-    })
-    .await
-    .unwrap()
+    support::dry_run(proxies, providers, world, None).await
 }
 
 #[tokio::test]
@@ -97,21 +85,13 @@ async fn example_plans() {
 #[tokio::test]
 async fn a_pool_rotates_over_a_day_without_dropping_below_its_replicas() {
     let dir = root().join("examples");
-    let report = run_reconcile(ReconcileRequest {
-        proxies: Source::File(dir.join("proxies-pool.yaml")),
-        providers: Source::File(dir.join("providers-pool.yaml")),
-        world: None,
-        dry_run: true,
-        state: None,
-        timeout: Duration::from_secs(600),
-        max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
-        gc_grace: Duration::ZERO,
-        concurrency: 1,
-        run_for: Some(Duration::from_secs(24 * 3600)),
-        runtime: runtime(),
-    })
-    .await
-    .unwrap();
+    let report = support::dry_run(
+        &dir.join("proxies-pool.yaml"),
+        &dir.join("providers-pool.yaml"),
+        None,
+        Some(Duration::from_secs(24 * 3600)),
+    )
+    .await;
     let text = output::reconcile(&report, Format::Text, true);
     let start = text.find("\nPool crawlers/crawl").expect("no pool section") + 1;
     let end = text[start..]

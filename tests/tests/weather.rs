@@ -5,9 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use egress_proxies::reconcile::Report;
-use egress_proxies::{ReconcileRequest, Source, run_reconcile};
-use egress_runtime::RuntimeOptions;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,25 +15,14 @@ fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/weather")
 }
 
-async fn day(world: Source, run_for: Duration) -> Report {
-    run_reconcile(ReconcileRequest {
-        proxies: Source::File(dir().join("proxies.yaml")),
-        providers: Source::File(dir().join("providers.yaml")),
-        world: Some(world),
-        dry_run: true,
-        state: None,
-        timeout: Duration::from_secs(600),
-        max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
-        gc_grace: Duration::ZERO,
-        concurrency: 1,
-        run_for: Some(run_for),
-        runtime: RuntimeOptions {
-            cache_dir: Some(dir().join("../../target/test-module-cache")),
-            ..Default::default()
-        },
-    })
+async fn day(world: &Path, run_for: Duration) -> Report {
+    support::dry_run(
+        &dir().join("proxies.yaml"),
+        &dir().join("providers.yaml"),
+        Some(world),
+        Some(run_for),
+    )
     .await
-    .unwrap()
 }
 
 fn condition<'a>(
@@ -49,11 +38,7 @@ fn condition<'a>(
 
 #[tokio::test]
 async fn a_pool_keeps_its_floor_through_a_day_of_weather() {
-    let report = day(
-        Source::File(dir().join("world.yaml")),
-        Duration::from_secs(24 * 3600),
-    )
-    .await;
+    let report = day(&dir().join("world.yaml"), Duration::from_secs(24 * 3600)).await;
     let pool = &report.pools[0];
     let count = |reason: &str| pool.events.iter().filter(|e| e.reason == reason).count();
     let rotations = count("Rotated");
@@ -116,7 +101,7 @@ async fn a_placement_whose_image_is_gone_lends_its_share() {
         libvirt:\n  goneUrls: [https://images.example.com/debian-12-genericcloud-amd64.qcow2]\n";
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), world).unwrap();
-    let report = day(Source::File(file.path().into()), Duration::from_secs(3600)).await;
+    let report = day(file.path(), Duration::from_secs(3600)).await;
     let pool = &report.pools[0];
     let degraded = condition(pool, "PlacementDegraded");
     assert_eq!(degraded.status, "True", "{degraded:?}");

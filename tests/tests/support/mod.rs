@@ -58,3 +58,34 @@ pub async fn providers_on(
     .unwrap();
     (providers, recorder)
 }
+
+/// The dry-run of the files given, as `egress-proxies reconcile --dry-run [--for RUN_FOR]`
+/// runs it, compiling into the test module cache.
+pub async fn dry_run(
+    proxies: &Path,
+    providers: &Path,
+    world: Option<&Path>,
+    run_for: Option<std::time::Duration>,
+) -> egress_proxies::reconcile::Report {
+    use egress_proxies::Source;
+    egress_proxies::run_reconcile(egress_proxies::ReconcileRequest {
+        proxies: Source::File(proxies.into()),
+        providers: Source::File(providers.into()),
+        world: world.map(|w| Source::File(w.into())),
+        dry_run: true,
+        state: None,
+        timeout: std::time::Duration::from_secs(600),
+        max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
+        gc_grace: std::time::Duration::ZERO,
+        concurrency: 1,
+        run_for,
+        runtime: RuntimeOptions {
+            cache_dir: Some(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache"),
+            ),
+            ..Default::default()
+        },
+    })
+    .await
+    .unwrap()
+}
