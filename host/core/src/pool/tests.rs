@@ -30,6 +30,22 @@ fn spec(replicas: u32, weights: &[u32]) -> PoolSpec {
     }
 }
 
+/// A pool `name` in namespace `ns` with `spec`.
+fn pool_named(name: &str, uid: Option<&str>, spec: PoolSpec) -> ProxyPool {
+    ProxyPool {
+        api_version: crate::proxy::API_VERSION.into(),
+        kind: KIND.into(),
+        metadata: crate::proxy::ObjectMeta {
+            name: name.into(),
+            namespace: "ns".into(),
+            uid: uid.map(str::to_string),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
 fn revs(s: &PoolSpec) -> Vec<String> {
     (0..s.placements.len())
         .map(|i| revision(s, i, "provider-rev"))
@@ -314,22 +330,17 @@ fn a_failing_placement_is_named() {
 
 #[test]
 fn validation_names_the_field() {
-    let pool = ProxyPool {
-        api_version: crate::proxy::API_VERSION.into(),
-        kind: KIND.into(),
-        metadata: crate::proxy::ObjectMeta {
-            name: "web".into(),
-            ..Default::default()
-        },
-        spec: PoolSpec {
+    let pool = pool_named(
+        "web",
+        None,
+        PoolSpec {
             strategy: Strategy {
                 max_surge: IntOrPercent::Int(0),
                 max_unavailable: IntOrPercent::Int(0),
             },
             ..spec(3, &[0])
         },
-        status: None,
-    };
+    );
     let problems = validate(&pool);
     assert!(
         problems
@@ -447,18 +458,7 @@ fn scaling_down_removes_the_not_ready_then_the_cordoned_then_the_oldest() {
 fn a_proxy_reads_as_a_member() {
     let mut sp = spec(1, &[1]);
     sp.placements[0].zones = vec!["z1".into()];
-    let pool = ProxyPool {
-        api_version: crate::proxy::API_VERSION.into(),
-        kind: KIND.into(),
-        metadata: crate::proxy::ObjectMeta {
-            name: "web".into(),
-            namespace: "ns".into(),
-            uid: Some("u1".into()),
-            ..Default::default()
-        },
-        spec: sp.clone(),
-        status: None,
-    };
+    let pool = pool_named("web", Some("u1"), sp.clone());
     let create = Create {
         placement: 0,
         zone: Some("z1".into()),
@@ -819,18 +819,11 @@ fn a_quota_refusal_lends_the_share_after_spill_after() {
 
 #[test]
 fn member_names_never_repeat() {
-    let pool = ProxyPool {
-        api_version: crate::proxy::API_VERSION.into(),
-        kind: KIND.into(),
-        metadata: crate::proxy::ObjectMeta {
-            name: "crawl".into(),
-            namespace: "ns".into(),
-            uid: Some("5e8f2c4a-1111-4222-8333-944455556666".into()),
-            ..Default::default()
-        },
-        spec: spec(1, &[1]),
-        status: None,
-    };
+    let pool = pool_named(
+        "crawl",
+        Some("5e8f2c4a-1111-4222-8333-944455556666"),
+        spec(1, &[1]),
+    );
     let mut seen = std::collections::HashSet::new();
     for serial in 0..200_000u64 {
         let name = member_name(&pool, serial);
@@ -852,16 +845,7 @@ fn the_providers_config_and_the_check_bound_a_pools_spec() {
         max_age: "1h".into(),
         jitter: Some("3h".into()),
     });
-    let pool = ProxyPool {
-        api_version: crate::proxy::API_VERSION.into(),
-        kind: KIND.into(),
-        metadata: crate::proxy::ObjectMeta {
-            name: "web".into(),
-            ..Default::default()
-        },
-        spec: sp,
-        status: None,
-    };
+    let pool = pool_named("web", None, sp);
     let providers = vec!["p0".to_string(), "cluster".to_string()];
     let env = Environment {
         providers: &providers,
