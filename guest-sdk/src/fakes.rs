@@ -425,19 +425,7 @@ impl Kube for FakeKube {
     }
 
     fn list(&self, options: &ListOptions) -> Result<Vec<String>, KubeError> {
-        self.record("list", &options.kind, options.namespace.as_deref(), "");
-        self.fault("list")?;
-        self.model(|c| {
-            let mut sel = Selection::of(
-                &options.api_version,
-                &options.kind,
-                options.namespace.as_deref(),
-            );
-            sel.labels =
-                LabelSelector::parse(&options.label_selector).map_err(ApiError::bad_request)?;
-            let page = c.list(&sel, options.limit.map(|l| l as usize), None)?;
-            Ok(page.items.iter().map(|v| v.to_string()).collect())
-        })
+        self.list_page(options, None).map(|(items, _)| items)
     }
 
     fn list_page(
