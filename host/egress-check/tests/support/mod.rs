@@ -169,6 +169,31 @@ fn proxy_user() -> Option<(u32, u32)> {
     })
 }
 
+/// Whether Squid at `listen` answers a request with an HTTP response. An accepted connection is
+/// not enough: the kernel queues connections as soon as the socket listens, before Squid
+/// serves them, and a test's first request sent then has been seen reset.
+fn answers_http(listen: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = TcpStream::connect_timeout(&listen, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+    // Origin-form, no Host: Squid answers it with its own error page, sending nothing on.
+    if stream.write_all(b"GET / HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 8];
+    let mut got = 0;
+    while got < head.len() {
+        match stream.read(&mut head[got..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got += n,
+        }
+    }
+    head[..got].starts_with(b"HTTP/1.")
+}
+
 pub struct Squid {
     child: Option<Child>,
     pub listen: SocketAddr,
@@ -222,7 +247,7 @@ impl Squid {
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if TcpStream::connect_timeout(&listen, Duration::from_millis(200)).is_ok() {
+            if answers_http(listen) {
                 return squid;
             }
             if let Some(status) = squid.child.as_mut().unwrap().try_wait().unwrap() {
