@@ -81,6 +81,7 @@ pub const FAILED_REPLACEMENT_MAX: Duration = Duration::from_secs(1800);
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PoolTemplate {
+    /// The port each Proxy's Squid listens on (default 3128).
     #[serde(default = "default_port")]
     pub port: u16,
     /// Placement defaults; a placement's own fields win.
@@ -89,6 +90,8 @@ pub struct PoolTemplate {
     /// Secret: never logged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_init: Option<String>,
+    /// Cloud-init user data from a Secret in the pool's namespace, read when each Proxy is
+    /// created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_init_secret_ref: Option<SecretKeyRef>,
 }
@@ -108,8 +111,10 @@ pub struct PoolPlacement {
     /// Zones its proxies are spread over, round robin; empty: the template's zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zones: Vec<String>,
+    /// The machine type of its Proxies; empty: the template's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_type: Option<String>,
+    /// The image of its Proxies; empty: the template's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// At most this many of the pool's proxies here; the rest goes to the others.
@@ -159,9 +164,11 @@ fn default_unavailable() -> IntOrPercent {
     IntOrPercent::Int(0)
 }
 
+/// What the pool controller last saw of the pool's Proxies and decided.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PoolStatus {
+    /// The generation of the spec this status is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// Proxies the pool has (not being deleted).
@@ -190,8 +197,16 @@ pub struct PoolStatus {
     /// number, so no name repeats within the pool's life.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub member_serial: u64,
+    /// The label selector of the pool's Proxies, serialised (`crawl.example.com/pool=NAME`):
+    /// the scale subresource's, which `kubectl scale` shows and a HorizontalPodAutoscaler
+    /// requires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Available (the floor holds), Progressing (the rollout: Complete, Paused, or what it
+    /// waits for) and PlacementDegraded (a placement that cannot create, and why).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// Each placement's counts and share, in the spec's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<PlacementStatus>,
 }
@@ -207,9 +222,13 @@ fn is_zero_u32(n: &u32) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PlacementStatus {
+    /// The placement's provider entry.
     pub provider: String,
+    /// Its Proxies, not being deleted.
     pub replicas: u32,
+    /// Its Ready ones, none cordoned.
     pub ready_replicas: u32,
+    /// Its ones that count toward the pool's floor.
     #[serde(default)]
     pub available_replicas: u32,
     /// Its share of the replicas now: by weight, less what it lends while degraded, plus
@@ -1295,6 +1314,7 @@ fn status(
             .collect::<std::collections::BTreeSet<_>>()
             .len() as u32,
         member_serial: prior.member_serial,
+        selector: prior.selector.clone(),
         conditions,
         placements,
     }

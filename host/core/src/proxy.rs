@@ -50,6 +50,8 @@ pub struct ProxySpec {
     /// The port Squid listens on.
     #[serde(default = "default_port")]
     pub port: u16,
+    /// Where the instance runs; what each field means is the provider's (a kubernetes
+    /// provider ignores machineType and image).
     #[serde(default)]
     pub placement: Placement,
     /// Inline cloud-init user data. Secret: never logged. With neither this nor
@@ -69,12 +71,19 @@ fn default_port() -> u16 {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Placement {
+    /// The zone (gcp: `europe-west1-b`; kvm/kvm2: a host's zone label; kubernetes: the
+    /// node zone the Pod is pinned to). Empty: the provider's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zone: Option<String>,
+    /// The region, where the provider has regions (gcp); derived from the zone when empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
+    /// The machine type or size (gcp: `e2-small`; kvm/kvm2: a size the provider entry
+    /// defines). Empty: the provider entry's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_type: Option<String>,
+    /// The image (gcp: an image or family URL; kvm2: a cloud image URL; kubernetes: the
+    /// Squid container image). Empty: the provider entry's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
 }
@@ -82,7 +91,9 @@ pub struct Placement {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SecretKeyRef {
+    /// The Secret's name, in the Proxy's namespace.
     pub name: String,
+    /// The key of the Secret's data that holds the user data.
     pub key: String,
 }
 
@@ -90,24 +101,34 @@ pub struct SecretKeyRef {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ProxyStatus {
+    /// The instance's identity at its provider, in the provider's own form (a kubernetes
+    /// Pod's `namespace/name`, a VM's zone and name, a domain's host and name).
     #[serde(
         default,
         rename = "providerID",
         skip_serializing_if = "Option::is_none"
     )]
     pub provider_id: Option<String>,
+    /// The instance's name at its backend (a Pod, a VM, a libvirt domain), derived from the
+    /// Proxy's UID.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_name: Option<String>,
+    /// The instance's state as the provider last reported it: Provisioning, Running,
+    /// Stopped or Terminated (a stopped or terminated instance is replaced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<InstanceState>,
+    /// The address crawlers reach the proxy at.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ip: Option<String>,
+    /// The generation of the spec this status is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// The revision of the provider entry the last permanent failure was seen with, so a
     /// change of the providers config releases the hold.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_revision: Option<String>,
+    /// Ready (verified where the egress check runs), EgressVerified and the provider's
+    /// conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The address the echo saw the last verified check come from.
@@ -142,7 +163,9 @@ pub struct ProxyStatus {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct InstanceSpec {
+    /// The port the instance's Squid listens on.
     pub port: u16,
+    /// Where the instance was placed.
     #[serde(default, skip_serializing_if = "Placement::is_empty")]
     pub placement: Placement,
 }
@@ -170,12 +193,16 @@ fn is_zero(n: &u32) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Condition {
+    /// What the condition is about (Ready, EgressVerified, Available, Progressing, ...).
     #[serde(rename = "type")]
     pub type_: String,
     /// "True", "False" or "Unknown".
     pub status: String,
+    /// Why, in one CamelCase word.
     pub reason: String,
+    /// Why, for a person.
     pub message: String,
+    /// The generation of the spec the condition was set against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// RFC 3339; set when the status changes.

@@ -538,6 +538,13 @@ async fn serve(
     let sub = match sub.as_deref() {
         None => Subresource::Main,
         Some("status") if kind.status => Subresource::Status,
+        Some("scale") if kind.scale.is_some() => {
+            let Some(name) = name.filter(|_| namespace.is_some() || !kind.namespaced) else {
+                return Err(not_found());
+            };
+            let key = Key::new(&kind.api_version, &kind.kind, namespace.as_deref(), &name);
+            return scale(shared, method, r, &q, &key, bytes);
+        }
         Some(_) => return Err(not_found()),
     };
     if param(&q, "dryRun").is_some() {
@@ -572,26 +579,7 @@ async fn serve(
             ))
         }
         Method::PATCH => {
-            let body = json_body(bytes)?;
-            let ct = r.content_type.split(';').next().unwrap_or("").trim();
-            let patch = match ct {
-                "application/merge-patch+json" => Patch::Merge(body),
-                "application/json-patch+json" => Patch::Json(body),
-                "application/strategic-merge-patch+json" => Patch::Strategic(body),
-                "application/apply-patch+yaml" | "application/apply-patch+json" => Patch::Apply {
-                    object: body,
-                    field_manager: param(&q, "fieldManager").unwrap_or("").to_string(),
-                },
-                other => {
-                    return Err(ApiError::new(
-                        415,
-                        "UnsupportedMediaType",
-                        format!(
-                            "the body of the request was in an unknown format ({other:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-                        ),
-                    ));
-                }
-            };
+            let patch = patch_of(r, &q, bytes)?;
             let created_before = shared.with(|c| c.peek(&key).is_none());
             let out = shared.with(|c| c.patch(&key, &patch, sub))?;
             let code = if created_before {
@@ -625,6 +613,60 @@ async fn serve(
     }
 }
 
+/// A PATCH's body as the patch its content type names.
+fn patch_of(r: &Recorded, q: &[(String, String)], bytes: &[u8]) -> Result<Patch, ApiError> {
+    let body = json_body(bytes)?;
+    let ct = r.content_type.split(';').next().unwrap_or("").trim();
+    Ok(match ct {
+        "application/merge-patch+json" => Patch::Merge(body),
+        "application/json-patch+json" => Patch::Json(body),
+        "application/strategic-merge-patch+json" => Patch::Strategic(body),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => Patch::Apply {
+            object: body,
+            field_manager: param(q, "fieldManager").unwrap_or("").to_string(),
+        },
+        other => {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format ({other:?}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+                ),
+            ));
+        }
+    })
+}
+
+/// The scale subresource: GET, PUT and PATCH of an `autoscaling/v1` Scale.
+fn scale(
+    shared: &Arc<Shared>,
+    method: &Method,
+    r: &Recorded,
+    q: &[(String, String)],
+    key: &Key,
+    bytes: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let out = match *method {
+        Method::GET => shared.with(|c| c.get_scale(key))?,
+        Method::PUT => {
+            let body = json_body(bytes)?;
+            shared.with(|c| c.replace_scale(key, body))?
+        }
+        Method::PATCH => {
+            let patch = patch_of(r, q, bytes)?;
+            shared.with(|c| c.patch_scale(key, &patch))?
+        }
+        _ => {
+            return Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                format!("{method} of a scale subresource is not supported"),
+            ));
+        }
+    };
+    Ok(object(StatusCode::OK, &out))
+}
+
 fn discovery(api_version: &str) -> Response<Body> {
     let kinds: Vec<Kind> = egress_sim::kube::KINDS
         .iter()
@@ -641,6 +683,13 @@ fn discovery(api_version: &str) -> Response<Body> {
             resources.push(
                 json!({"name": format!("{}/status", k.plural), "namespaced": k.namespaced,
                 "kind": k.kind, "verbs": ["get", "patch", "update"]}),
+            );
+        }
+        if k.scale.is_some() {
+            resources.push(
+                json!({"name": format!("{}/scale", k.plural), "namespaced": k.namespaced,
+                "group": "autoscaling", "version": "v1", "kind": "Scale",
+                "verbs": ["get", "patch", "update"]}),
             );
         }
     }

@@ -50,6 +50,8 @@ pub struct ProxySpec {
     /// The port Squid listens on.
     #[serde(default = "default_port")]
     pub port: u16,
+    /// Where the instance runs; what each field means is the provider's (a kubernetes
+    /// provider ignores machineType and image).
     #[serde(default)]
     pub placement: Placement,
     /// Inline cloud-init user data. Prefer cloudInitSecretRef: a Proxy's spec is readable by
@@ -77,10 +79,12 @@ fn default_port() -> u16 {
     kind = "ProxyPool",
     namespaced,
     status = "PoolStatus",
-    // `kubectl scale proxypool`: replicas through the scale subresource.
+    // `kubectl scale proxypool` and a HorizontalPodAutoscaler: replicas through the scale
+    // subresource, with the selector of the pool's Proxies (an autoscaler requires one).
     scale(
         spec_replicas_path = ".spec.replicas",
-        status_replicas_path = ".status.replicas"
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
     ),
     shortname = "pxpool",
     category = "egress",
@@ -215,6 +219,8 @@ pub struct ProviderHealthStatus {
     pub module: String,
     /// "True" when every target is Healthy.
     pub healthy: String,
+    /// Each endpoint the provider reaches (an API server, a Compute API, a hypervisor) and
+    /// whether it answers.
     pub targets: Vec<TargetHealth>,
     /// The egress check of this provider's proxies, where the providers config has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -232,22 +238,29 @@ pub struct ProviderHealthStatus {
 pub struct ProviderEgress {
     /// Proxies whose last check ran (a checker that could not reach the echo is not counted).
     pub checked: u32,
+    /// Of those, verified by their last check.
     pub verified: u32,
+    /// Of those, failing their last check.
     pub failing: u32,
     /// "True" while failing proxies are replaced; "False" when more than maxUnhealthy of them
     /// fail at once (an outage: replacement stops until they recover).
     pub replacing: String,
+    /// Why, for a person.
     pub message: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TargetHealth {
+    /// The endpoint's name, as the provider's health check calls it.
     pub target: String,
+    /// Where it is reached (a URL, or user@host:port over SSH).
     pub address: String,
     /// `Healthy`, or why not: Unreachable, Unauthorized, Forbidden, Timeout, ...
     pub reason: String,
+    /// Why, for a person.
     pub message: String,
+    /// What the health check reported besides, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub details: BTreeMap<String, String>,
     /// RFC 3339.

@@ -50,6 +50,73 @@ pub struct Kind {
     pub generation: bool,
     /// A custom resource (served from a CRD): no strategic merge patch.
     pub custom: bool,
+    /// Has a `/scale` subresource (an `autoscaling/v1` Scale) over these paths.
+    pub scale: Option<ScalePaths>,
+}
+
+/// Where a kind's scale subresource reads and writes, as a CRD's `subresources.scale` names
+/// them: dotted paths such as `.spec.replicas`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScalePaths {
+    pub spec_replicas: &'static str,
+    pub status_replicas: &'static str,
+    /// Where the serialised label selector is; without it the Scale has none.
+    pub label_selector: Option<&'static str>,
+}
+
+impl ScalePaths {
+    /// The Scale of `object`, as the API server derives it for a custom resource: a path that
+    /// is absent reads as 0 replicas, or no selector.
+    fn scale_of(&self, object: &Value) -> Value {
+        let at = |path: &str| {
+            path.trim_start_matches('.')
+                .split('.')
+                .try_fold(object, |v, field| v.get(field))
+        };
+        let count = |path: &str| at(path).and_then(Value::as_i64).unwrap_or(0);
+        let mut status = json!({ "replicas": count(self.status_replicas) });
+        if let Some(sel) = self.label_selector.and_then(at).and_then(Value::as_str) {
+            status["selector"] = json!(sel);
+        }
+        let m = meta(object);
+        let mut metadata = Map::new();
+        for field in [
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+        ] {
+            if let Some(v) = m.get(field).filter(|v| !v.is_null()) {
+                metadata.insert(field.into(), v.clone());
+            }
+        }
+        json!({
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": metadata,
+            "spec": { "replicas": count(self.spec_replicas) },
+            "status": status,
+        })
+    }
+
+    /// `object` with `replicas` written at the spec path, creating the objects on the way.
+    fn set_replicas(&self, object: &mut Value, replicas: i64) {
+        let mut fields: Vec<&str> = self
+            .spec_replicas
+            .trim_start_matches('.')
+            .split('.')
+            .collect();
+        let Some(last) = fields.pop() else { return };
+        let mut v = object;
+        for field in fields {
+            if !v.get(field).is_some_and(Value::is_object) {
+                v[field] = json!({});
+            }
+            v = &mut v[field];
+        }
+        v[last] = json!(replicas);
+    }
 }
 
 impl Kind {
@@ -66,6 +133,7 @@ impl Kind {
             status: false,
             generation: false,
             custom: false,
+            scale: None,
         }
     }
 
@@ -82,6 +150,12 @@ impl Kind {
     /// With a status subresource.
     pub const fn status(mut self) -> Self {
         self.status = true;
+        self
+    }
+
+    /// With a scale subresource over `paths`.
+    pub const fn scale(mut self, paths: ScalePaths) -> Self {
+        self.scale = Some(paths);
         self
     }
 
@@ -115,6 +189,7 @@ impl Kind {
             status: false,
             generation: false,
             custom: false,
+            scale: None,
         }
     }
 }
@@ -133,7 +208,12 @@ pub const KINDS: &[Kind] = &[
         .custom(),
     Kind::namespaced("crawl.example.com/v1alpha1", "ProxyPool", "proxypools")
         .status()
-        .custom(),
+        .custom()
+        .scale(ScalePaths {
+            spec_replicas: ".spec.replicas",
+            status_replicas: ".status.replicas",
+            label_selector: Some(".status.selector"),
+        }),
     Kind::cluster(
         "crawl.example.com/v1alpha1",
         "ProviderHealth",
@@ -866,6 +946,78 @@ impl Cluster {
             .get(&key)
             .map(|s| s.value.clone())
             .ok_or_else(|| ApiError::not_found(&kind, &key.name))
+    }
+
+    /// GET of the scale subresource.
+    pub fn get_scale(&mut self, key: &Key) -> Result<Value, ApiError> {
+        self.tick();
+        let (_, paths, stored) = self.scaled(key)?;
+        Ok(paths.scale_of(&stored.value))
+    }
+
+    /// PUT of the scale subresource: only `spec.replicas` of the Scale is written, at the
+    /// kind's spec path, through an ordinary update (a new generation, a watch event); a
+    /// resourceVersion in its metadata is a precondition.
+    pub fn replace_scale(&mut self, key: &Key, body: Value) -> Result<Value, ApiError> {
+        self.tick();
+        let (kind, paths, stored) = self.scaled(key)?;
+        let key = self.key_for(key)?.1;
+        let replicas = match body["spec"].get("replicas") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v.as_i64().ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Scale in version \"v1\" cannot be handled as a Scale: spec.replicas: expected an integer, got {v}"
+                ))
+            })?,
+        };
+        if replicas < 0 {
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                format!(
+                    "Scale.autoscaling {:?} is invalid: spec.replicas: Invalid value: {replicas}: must be greater than or equal to 0",
+                    key.name
+                ),
+            )
+            .about(&kind, &key.name));
+        }
+        let mut next = (*stored.value).clone();
+        paths.set_replicas(&mut next, replicas);
+        if let Some(rv) = meta_str(&body, "resourceVersion") {
+            meta_mut(&mut next).insert("resourceVersion".into(), json!(rv));
+        }
+        let out = self.update(kind, key, stored, next, Subresource::Main)?;
+        Ok(paths.scale_of(&out))
+    }
+
+    /// PATCH of the scale subresource: the patch applies to the Scale, then as a PUT of it.
+    pub fn patch_scale(&mut self, key: &Key, patch: &Patch) -> Result<Value, ApiError> {
+        let (_, paths, stored) = self.scaled(key)?;
+        let mut scale = paths.scale_of(&stored.value);
+        match patch {
+            Patch::Merge(p) | Patch::Strategic(p) => merge_patch(&mut scale, p),
+            Patch::Apply { object, .. } => merge_patch(&mut scale, object),
+            Patch::Json(p) => json_patch(&mut scale, p).map_err(|e| match e {
+                JsonPatchError::Malformed(m) => ApiError::bad_request(m),
+                JsonPatchError::Failed(m) => ApiError::new(422, "Invalid", m),
+            })?,
+        }
+        self.replace_scale(key, scale)
+    }
+
+    /// The kind's scale paths and the object, or 404 as the API server answers for a kind
+    /// without the subresource.
+    fn scaled(&self, key: &Key) -> Result<(Kind, ScalePaths, Stored), ApiError> {
+        let (kind, key) = self.key_for(key)?;
+        let paths = kind
+            .scale
+            .ok_or_else(|| ApiError::not_found(&kind, &key.name))?;
+        let stored = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&kind, &key.name))?;
+        Ok((kind, paths, stored))
     }
 
     /// POST: a new object in `namespace` (ignored for cluster-scoped kinds).

@@ -688,3 +688,69 @@ fn owner_references_cascade_like_background_propagation() {
         "a namespaced owner has no dependents in another namespace"
     );
 }
+
+fn pool_key(name: &str) -> Key {
+    Key::new("crawl.example.com/v1alpha1", "ProxyPool", Some("ns"), name)
+}
+
+#[test]
+fn the_scale_subresource_writes_spec_replicas_only_and_reads_the_selector() {
+    let mut c = cluster();
+    let pool = json!({"apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
+        "metadata": {"name": "p"}, "spec": {"replicas": 2, "template": {"provider": "x"}}});
+    c.create("crawl.example.com/v1alpha1", "ProxyPool", Some("ns"), pool)
+        .unwrap();
+    let scale = c.get_scale(&pool_key("p")).unwrap();
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["apiVersion"], "autoscaling/v1");
+    assert_eq!(scale["spec"]["replicas"], 2);
+    assert_eq!(scale["status"]["replicas"], 0, "no status yet reads as 0");
+    assert!(scale["status"].get("selector").is_none());
+
+    c.patch(
+        &pool_key("p"),
+        &Patch::Merge(json!({"status": {"replicas": 2, "selector": "pool=p"}})),
+        Subresource::Status,
+    )
+    .unwrap();
+    let scale = c.get_scale(&pool_key("p")).unwrap();
+    assert_eq!(
+        scale["status"],
+        json!({"replicas": 2, "selector": "pool=p"})
+    );
+
+    // kubectl scale: a merge patch of the Scale. A new generation; status untouched.
+    let scaled = c
+        .patch_scale(
+            &pool_key("p"),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .unwrap();
+    assert_eq!(scaled["spec"]["replicas"], 5);
+    let stored = c.get(&pool_key("p")).unwrap();
+    assert_eq!(stored["spec"]["replicas"], 5);
+    assert_eq!(stored["spec"]["template"]["provider"], "x");
+    assert_eq!(stored["metadata"]["generation"], 2);
+    assert_eq!(stored["status"]["replicas"], 2);
+
+    // An autoscaler's PUT from a stale read conflicts; from the latest, it writes.
+    let mut stale = scale.clone();
+    stale["spec"]["replicas"] = json!(3);
+    let e = c.replace_scale(&pool_key("p"), stale).unwrap_err();
+    assert_eq!(e.code, 409, "{}", e.message);
+    let mut latest = c.get_scale(&pool_key("p")).unwrap();
+    latest["spec"]["replicas"] = json!(3);
+    c.replace_scale(&pool_key("p"), latest).unwrap();
+    assert_eq!(c.get(&pool_key("p")).unwrap()["spec"]["replicas"], 3);
+
+    let mut negative = c.get_scale(&pool_key("p")).unwrap();
+    negative["spec"]["replicas"] = json!(-1);
+    let e = c.replace_scale(&pool_key("p"), negative).unwrap_err();
+    assert_eq!(e.code, 422, "{}", e.message);
+    assert!(e.message.contains("spec.replicas"), "{}", e.message);
+
+    // A kind without the subresource, and an object that is not there: 404.
+    create(&mut c, "a");
+    assert_eq!(c.get_scale(&key("a")).unwrap_err().code, 404);
+    assert_eq!(c.get_scale(&pool_key("q")).unwrap_err().code, 404);
+}
