@@ -101,6 +101,37 @@ fn provider_health_crd_is_fresh() {
     );
 }
 
+/// `kubectl kustomize DIR`, as documents; None (printing why) without kubectl, which
+/// EGRESS_REQUIRE_REAL_BACKENDS=1 makes a failure.
+fn kustomize(dir: &Path) -> Option<Vec<serde_yaml::Value>> {
+    let out = match std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(
+                std::env::var("EGRESS_REQUIRE_REAL_BACKENDS").as_deref() != Ok("1"),
+                "kubectl is required to build the kustomization: {e}"
+            );
+            eprintln!("skipped: kubectl not found ({e})");
+            return None;
+        }
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    Some(
+        serde_yaml::Deserializer::from_str(&text)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect(),
+    )
+}
+
 /// The deploy kustomization builds, carries the CRDs as generated, and keeps Pod permissions
 /// in their optional component.
 #[test]
@@ -119,30 +150,11 @@ fn deploy_kustomization_builds() {
             "examples/deploy/crds/{name} differs from schemas/crds/{name}; copy it over"
         );
     }
-    let out = match std::process::Command::new("kubectl")
-        .args(["kustomize"])
-        .arg(root.join("examples/deploy"))
-        .output()
-    {
-        Ok(o) => o,
-        Err(e) => {
-            assert!(
-                std::env::var("EGRESS_REQUIRE_REAL_BACKENDS").as_deref() != Ok("1"),
-                "kubectl is required to build the kustomization: {e}"
-            );
-            eprintln!("skipped: kubectl not found ({e})");
-            return;
-        }
+    let Some(docs) = kustomize(&root.join("examples/deploy")) else {
+        return;
     };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
     let mut kinds: Vec<String> = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v: serde_yaml::Value = serde::Deserialize::deserialize(doc).unwrap();
+    for v in &docs {
         kinds.push(format!(
             "{} {}",
             v["kind"].as_str().unwrap(),
@@ -249,4 +261,111 @@ fn the_deploy_sample_pool_is_valid() {
     let strict: egress_core::pool::ProxyPool = serde_yaml::from_str(&text).unwrap();
     assert_eq!(strict.spec, core.spec);
     assert_eq!(pool.metadata.namespace.as_deref(), Some("crawlers"));
+}
+
+/// The properties under `schema` that carry no description, as paths.
+fn undescribed(schema: &serde_yaml::Value, path: &str, out: &mut Vec<String>) {
+    if let Some(props) = schema["properties"].as_mapping() {
+        for (name, p) in props {
+            let here = format!("{path}.{}", name.as_str().unwrap_or("?"));
+            if p["description"].as_str().is_none_or(str::is_empty) {
+                out.push(here.clone());
+            }
+            undescribed(p, &here, out);
+        }
+    }
+    if !schema["items"].is_null() {
+        undescribed(&schema["items"], &format!("{path}[]"), out);
+    }
+    if schema["additionalProperties"].is_mapping() {
+        undescribed(&schema["additionalProperties"], &format!("{path}{{}}"), out);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        for s in schema[key].as_sequence().into_iter().flatten() {
+            undescribed(s, path, out);
+        }
+    }
+}
+
+/// `kubectl explain` says something of every field.
+#[test]
+fn every_crd_field_has_a_description() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/crds");
+    let mut missing = Vec::new();
+    for e in std::fs::read_dir(&root).unwrap() {
+        let path = e.unwrap().path();
+        let crd: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for v in crd["spec"]["versions"].as_sequence().unwrap() {
+            let mut here = Vec::new();
+            undescribed(&v["schema"]["openAPIV3Schema"], "", &mut here);
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            missing.extend(here.into_iter().map(|p| format!("{file}: {p}")));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{} fields without a description:\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// The optional monitoring component, uncommented as a user would, builds onto the deploy:
+/// its ServiceMonitor selects the deploy's Service, and the dashboard ConfigMap carries the
+/// dashboard as shipped.
+#[test]
+fn the_monitoring_component_builds_onto_the_deploy() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/deploy");
+    // As a user turns it on: the deploy, with the component uncommented.
+    let overlay = dir.path().join("deploy");
+    copy_tree(&deploy, &overlay);
+    let kustomization = std::fs::read_to_string(overlay.join("kustomization.yaml")).unwrap();
+    let on = kustomization.replacen("#  - components/monitoring", "  - components/monitoring", 1);
+    assert_ne!(
+        on, kustomization,
+        "the deploy names the component, commented out"
+    );
+    std::fs::write(overlay.join("kustomization.yaml"), on).unwrap();
+    let Some(docs) = kustomize(&overlay) else {
+        return;
+    };
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in {docs:?}"))
+    };
+    let monitor = find("ServiceMonitor", "egress-proxies");
+    assert_eq!(monitor["metadata"]["namespace"], "egress-proxies");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http");
+    assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true);
+    // It selects the Service the deploy has.
+    let service = find("Service", "egress-proxies");
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][k], v, "{k:?}");
+    }
+    let rule = find("PrometheusRule", "egress-proxies");
+    assert_eq!(rule["metadata"]["namespace"], "egress-proxies");
+    let dashboard = find("ConfigMap", "egress-proxies-dashboard");
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(
+        dashboard["data"]["dashboard.json"].as_str().unwrap(),
+        std::fs::read_to_string(deploy.join("components/monitoring/dashboard.json")).unwrap()
+    );
 }

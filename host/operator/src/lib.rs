@@ -207,7 +207,9 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         .run(controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|_| async {});
     // A provider entry's new revision rolls the pools that place on it.
-    let pools = pool::pool_controller(client.clone(), opts.concurrency)
+    let pools = pool::pool_controller(client.clone(), opts.concurrency);
+    let pool_store = pools.store();
+    let pools = pools
         .reconcile_all_on(tokio_stream_from(pool_reload_rx))
         .shutdown_on_signal()
         .run(
@@ -226,6 +228,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         _ = sweeper::run(ctx.clone(), opts.gc_interval, opts.gc_grace) => Ok(()),
         _ = health::run(ctx.clone(), opts.health_interval) => Ok(()),
         _ = reload => Ok(()),
+        _ = pool::forget_gone_pools(pool_store, metrics.clone(), Duration::from_secs(30)) => Ok(()),
         _ = lease.hold() => Err(Error::LostLease(opts.lease_name.clone())),
     }
 }

@@ -1,5 +1,7 @@
-//! Prometheus metrics: reconciles, errors by class, provider call durations by provider and
-//! operation, GC deletions, health per target, config reloads.
+//! Prometheus metrics: reconciles, errors by class, provider calls by provider, operation and
+//! outcome with their durations, GC deletions, health per target, config reloads, the egress
+//! check, and each pool's replicas against its floor, its placements and its deletions by
+//! reason (what `examples/deploy/components/monitoring` alerts on and charts).
 
 use egress_core::ErrorClass;
 use egress_runtime::CallObserver;
@@ -9,9 +11,40 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 use std::time::Duration;
 
 type Labels = Vec<(String, String)>;
+
+/// A pool's series, by namespace and name.
+type PoolKey = (String, String);
+
+/// The pool gauges, one family each, in the order they are registered.
+const POOL_GAUGES: [(&str, &str); 7] = [
+    ("pool_spec_replicas", "Replicas the pool's spec asks for"),
+    (
+        "pool_min_available_replicas",
+        "The pool's floor: spec replicas less maxUnavailable, which its own deletions never go below",
+    ),
+    ("pool_replicas", "Proxies the pool has, not being deleted"),
+    (
+        "pool_ready_replicas",
+        "The pool's Ready Proxies (verified where the egress check runs), none cordoned: what discovery lists",
+    ),
+    (
+        "pool_available_replicas",
+        "The pool's Proxies that count toward its floor",
+    ),
+    (
+        "pool_updated_replicas",
+        "The pool's Proxies of the current template and provider revision, younger than maxAge",
+    ),
+    (
+        "pool_distinct_egress_ips",
+        "Distinct egress addresses among the pool's available Proxies",
+    ),
+];
 
 pub struct Metrics {
     registry: Registry,
@@ -25,6 +58,19 @@ pub struct Metrics {
     pub egress_checks: Family<Labels, Counter>,
     pub egress_latency: Family<Labels, Histogram>,
     pub egress_proxies: Family<Labels, Gauge>,
+    /// No labels; absent until the first check, so an installation without one has no series.
+    pub egress_checker_available: Family<Labels, Gauge>,
+    pub provider_call_outcomes: Family<Labels, Counter>,
+    /// [`POOL_GAUGES`], by namespace and pool.
+    pool_gauges: Vec<Family<Labels, Gauge>>,
+    pub pool_placement_degraded: Family<Labels, Gauge>,
+    pub pool_placement_available: Family<Labels, Gauge>,
+    pub pool_placement_target: Family<Labels, Gauge>,
+    pub pool_deletions: Family<Labels, Counter>,
+    pub pool_creations: Family<Labels, Counter>,
+    /// The placement label sets each pool has series for, so that the series of a pool that is
+    /// gone, or of a placement it no longer has, go too.
+    pools: Mutex<BTreeMap<PoolKey, BTreeSet<Labels>>>,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -61,6 +107,15 @@ impl Metrics {
             Histogram::new(exponential_buckets(0.005, 2.0, 13))
         });
         let egress_proxies = Family::<Labels, Gauge>::default();
+        let egress_checker_available = Family::<Labels, Gauge>::default();
+        let provider_call_outcomes = Family::<Labels, Counter>::default();
+        let pool_gauges: Vec<Family<Labels, Gauge>> =
+            POOL_GAUGES.iter().map(|_| Family::default()).collect();
+        let pool_placement_degraded = Family::<Labels, Gauge>::default();
+        let pool_placement_available = Family::<Labels, Gauge>::default();
+        let pool_placement_target = Family::<Labels, Gauge>::default();
+        let pool_deletions = Family::<Labels, Counter>::default();
+        let pool_creations = Family::<Labels, Counter>::default();
         registry.register(
             "reconciles",
             "Proxy reconciles by result",
@@ -107,6 +162,44 @@ impl Metrics {
             "Proxies by provider and their last check (verified, failing)",
             egress_proxies.clone(),
         );
+        registry.register(
+            "egress_checker_available",
+            "0 while the last egress check found the echo endpoints unreachable directly too (the checker, not the proxies, is down), else 1",
+            egress_checker_available.clone(),
+        );
+        registry.register(
+            "provider_calls",
+            "Provider calls by provider, operation and outcome (ok, or the error class)",
+            provider_call_outcomes.clone(),
+        );
+        for ((name, help), family) in POOL_GAUGES.iter().zip(&pool_gauges) {
+            registry.register(*name, *help, family.clone());
+        }
+        registry.register(
+            "pool_placement_degraded",
+            "1 while a pool's placement cannot create and lends its share to the others",
+            pool_placement_degraded.clone(),
+        );
+        registry.register(
+            "pool_placement_available_replicas",
+            "A pool placement's Proxies that count toward the floor",
+            pool_placement_available.clone(),
+        );
+        registry.register(
+            "pool_placement_target_replicas",
+            "A pool placement's share of the replicas now, with what it lends or borrows",
+            pool_placement_target.clone(),
+        );
+        registry.register(
+            "pool_deletions",
+            "Proxies a pool deleted, by reason (Rotated, Cordoned, OutOfDate, Failed, Rebalanced, ScaledDown)",
+            pool_deletions.clone(),
+        );
+        registry.register(
+            "pool_creations",
+            "Proxies a pool created, by provider",
+            pool_creations.clone(),
+        );
         Self {
             registry,
             reconciles,
@@ -119,7 +212,116 @@ impl Metrics {
             egress_checks,
             egress_latency,
             egress_proxies,
+            egress_checker_available,
+            provider_call_outcomes,
+            pool_gauges,
+            pool_placement_degraded,
+            pool_placement_available,
+            pool_placement_target,
+            pool_deletions,
+            pool_creations,
+            pools: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// A pool as its last reconcile left it: its spec's replicas, its floor and its status.
+    pub fn pool_observed(
+        &self,
+        namespace: &str,
+        pool: &str,
+        spec_replicas: u32,
+        floor: u32,
+        status: &egress_core::pool::PoolStatus,
+    ) {
+        let key = labels(&[("namespace", namespace), ("pool", pool)]);
+        let values = [
+            spec_replicas,
+            floor,
+            status.replicas,
+            status.ready_replicas,
+            status.available_replicas,
+            status.updated_replicas,
+            status.distinct_egress_ips,
+        ];
+        for (family, v) in self.pool_gauges.iter().zip(values) {
+            family.get_or_create(&key).set(i64::from(v));
+        }
+        let mut now = BTreeSet::new();
+        for (i, p) in status.placements.iter().enumerate() {
+            let index = i.to_string();
+            let l = labels(&[
+                ("namespace", namespace),
+                ("pool", pool),
+                ("placement", &index),
+                ("provider", &p.provider),
+            ]);
+            self.pool_placement_degraded
+                .get_or_create(&l)
+                .set(i64::from(p.degraded_since.is_some()));
+            self.pool_placement_available
+                .get_or_create(&l)
+                .set(i64::from(p.available_replicas));
+            self.pool_placement_target
+                .get_or_create(&l)
+                .set(i64::from(p.target_replicas));
+            now.insert(l);
+        }
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let before = pools
+            .insert((namespace.to_string(), pool.to_string()), now.clone())
+            .unwrap_or_default();
+        for gone in before.difference(&now) {
+            self.remove_placement(gone);
+        }
+    }
+
+    /// A Proxy the pool deleted, and why.
+    pub fn pool_deleted(&self, namespace: &str, pool: &str, reason: &str) {
+        self.pool_deletions
+            .get_or_create(&labels(&[
+                ("namespace", namespace),
+                ("pool", pool),
+                ("reason", reason),
+            ]))
+            .inc();
+    }
+
+    /// A Proxy the pool created on `provider`.
+    pub fn pool_created(&self, namespace: &str, pool: &str, provider: &str) {
+        self.pool_creations
+            .get_or_create(&labels(&[
+                ("namespace", namespace),
+                ("pool", pool),
+                ("provider", provider),
+            ]))
+            .inc();
+    }
+
+    /// Drops the gauges of every pool not in `live` (namespace, name): a pool that is gone
+    /// says nothing, rather than its last counts forever. Its counters stay, as counters of
+    /// a finished job do, until the process restarts.
+    pub fn retain_pools(&self, live: &BTreeSet<PoolKey>) {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<PoolKey> = pools
+            .keys()
+            .filter(|k| !live.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            let l = labels(&[("namespace", &key.0), ("pool", &key.1)]);
+            for family in &self.pool_gauges {
+                family.remove(&l);
+            }
+            for placement in pools.remove(&key).unwrap_or_default() {
+                self.remove_placement(&placement);
+            }
+        }
+    }
+
+    fn remove_placement(&self, l: &Labels) {
+        self.pool_placement_degraded.remove(l);
+        self.pool_placement_available.remove(l);
+        self.pool_placement_target.remove(l);
     }
 
     /// The provider's proxies whose last check verified them, and those failing.
@@ -169,13 +371,19 @@ impl Metrics {
             .inc();
     }
 
-    /// The text exposition format.
+    /// The OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         if encode(&mut out, &self.registry).is_err() {
             out.clear();
         }
         out
+    }
+
+    /// The classic Prometheus text format (0.0.4), for clients that do not ask for
+    /// OpenMetrics (curl, `promtool check metrics`).
+    pub fn encode_text(&self) -> String {
+        classic_text(&self.encode())
     }
 }
 
@@ -192,6 +400,11 @@ impl egress_runtime::egress::CheckObserver for Metrics {
                 ("result", reason.as_str()),
             ]))
             .inc();
+        self.egress_checker_available
+            .get_or_create(&Labels::new())
+            .set(i64::from(
+                reason != egress_core::egress::CheckReason::CheckerUnavailable,
+            ));
         if let Some(ms) = latency_ms {
             self.egress_latency
                 .get_or_create(&labels(&[("provider", provider)]))
@@ -211,8 +424,88 @@ impl CallObserver for Metrics {
         self.provider_calls
             .get_or_create(&labels(&[("provider", provider), ("operation", operation)]))
             .observe(elapsed.as_secs_f64());
+        self.provider_call_outcomes
+            .get_or_create(&labels(&[
+                ("provider", provider),
+                ("operation", operation),
+                ("outcome", failure.map_or("ok", ErrorClass::label)),
+            ]))
+            .inc();
         if let Some(class) = failure {
             self.error(class);
         }
+    }
+}
+
+/// OpenMetrics text as the classic text format (0.0.4). prometheus-client writes OpenMetrics
+/// only. The two differ, for the metrics here, in that a counter's family is named with its
+/// `_total` in the classic format's HELP and TYPE lines, and the classic format has no
+/// `# UNIT`, no `# EOF` and no `_created` samples.
+fn classic_text(openmetrics: &str) -> String {
+    let mut out = String::with_capacity(openmetrics.len());
+    // The HELP line waits for its TYPE, which says whether the name gets `_total`.
+    let mut help: Option<(&str, &str)> = None;
+    let mut counters: BTreeSet<&str> = BTreeSet::new();
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            help = Some(rest.split_once(' ').unwrap_or((rest, "")));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (name, kind) = match kind {
+                "counter" => {
+                    counters.insert(name);
+                    (format!("{name}_total"), "counter")
+                }
+                "gauge" | "histogram" | "summary" => (name.to_string(), kind),
+                _ => (name.to_string(), "untyped"),
+            };
+            if let Some((_, text)) = help.take() {
+                out.push_str(&format!("# HELP {name} {text}\n"));
+            }
+            out.push_str(&format!("# TYPE {name} {kind}\n"));
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let series = line.split(['{', ' ']).next().unwrap_or("");
+        if series
+            .strip_suffix("_created")
+            .is_some_and(|f| counters.contains(f))
+        {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_classic_format_names_counters_with_their_total_and_has_no_eof() {
+        let m = Metrics::new();
+        m.reconciled("ok");
+        m.target("gce", "compute", true);
+        let text = m.encode_text();
+        assert!(
+            text.contains(
+                "# HELP egress_proxies_reconciles_total Proxy reconciles by result.\n\
+                 # TYPE egress_proxies_reconciles_total counter\n\
+                 egress_proxies_reconciles_total{result=\"ok\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE egress_proxies_provider_target_healthy gauge\n"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(m.encode().ends_with("# EOF\n"));
     }
 }

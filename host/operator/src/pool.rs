@@ -155,6 +155,11 @@ fn status_patch(status: &PoolStatus) -> Value {
     json!({ "status": v })
 }
 
+/// The serialised label selector of pool `name`'s Proxies, as the scale subresource carries it.
+fn selector_of(name: &str) -> String {
+    format!("{POOL_LABEL}={name}")
+}
+
 /// A pool whose spec does not validate: its counts as they are, and every condition False
 /// with the problems, each naming its field.
 fn invalid_status(old: &PoolStatus, problems: &[String]) -> PoolStatus {
@@ -211,7 +216,12 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     );
     if !problems.is_empty() {
         let mut status = invalid_status(&old, &problems);
+        status.selector = Some(selector_of(&name));
         stamp(&mut status, &old, generation, now);
+        // A spec that does not validate promises nothing until it is fixed: its floor is 0
+        // (its InvalidSpec condition and Event say why).
+        ctx.metrics
+            .pool_observed(&namespace, &name, core.spec.replicas, 0, &status);
         if status != old {
             write_status(&pools, &name, &status).await?;
             publish(ctx, &pool, true, "InvalidSpec", problems.join("; ")).await;
@@ -266,6 +276,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => continue,
             Err(e) => return Err(Error::Kube(e)),
         }
+        ctx.metrics.pool_deleted(&namespace, &name, why.as_str());
         publish(
             ctx,
             &pool,
@@ -308,6 +319,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
                 .placements
                 .get(c.placement)
                 .map_or("", |p| p.provider.as_str());
+            ctx.metrics.pool_created(&namespace, &name, provider);
             let zone = c
                 .zone
                 .as_deref()
@@ -335,7 +347,14 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
 
     let mut status = d.status;
     status.member_serial = serial;
+    status.selector = Some(selector_of(&name));
     stamp(&mut status, &old, generation, now);
+    let floor = core
+        .spec
+        .replicas
+        .saturating_sub(pool::budgets(&core.spec).1 as u32);
+    ctx.metrics
+        .pool_observed(&namespace, &name, core.spec.replicas, floor, &status);
     if status != old {
         write_status(&pools, &name, &status).await?;
     }
@@ -346,6 +365,24 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         .requeue_after
         .map_or(RESYNC_INTERVAL, |r| r.min(RESYNC_INTERVAL));
     Ok(Action::requeue(wait))
+}
+
+/// Every `every`, drops the metrics of pools that are no longer in `store` (the pool
+/// controller's own cache): a deleted pool is never reconciled again, so nothing else would.
+pub async fn forget_gone_pools(
+    store: reflector::Store<ProxyPool>,
+    metrics: Arc<crate::metrics::Metrics>,
+    every: Duration,
+) {
+    loop {
+        tokio::time::sleep(every).await;
+        let live: BTreeSet<(String, String)> = store
+            .state()
+            .iter()
+            .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+            .collect();
+        metrics.retain_pools(&live);
+    }
 }
 
 /// Serials reserved beyond the creates of one decision.

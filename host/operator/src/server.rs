@@ -198,6 +198,7 @@ pub fn route(
     method: &Method,
     path: &str,
     query: Option<&str>,
+    headers: &http::HeaderMap,
     metrics: &Metrics,
     ready: &Readiness,
     source: &dyn ProxySource,
@@ -219,14 +220,36 @@ pub fn route(
             "text/plain",
             "not ready\n".into(),
         ),
-        "/metrics" => respond(
+        // OpenMetrics to a client that asks for it (Prometheus does); the classic text format
+        // to any other (curl, promtool check metrics), as the Go client negotiates.
+        "/metrics" if accepts_openmetrics(headers) => respond(
             StatusCode::OK,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
             metrics.encode(),
         ),
+        "/metrics" => respond(
+            StatusCode::OK,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics.encode_text(),
+        ),
         "/v1/proxies" => proxies(query, source),
         _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
+}
+
+/// Whether the request's Accept names OpenMetrics.
+fn accepts_openmetrics(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|media| {
+            media.split(';').next().is_some_and(|t| {
+                t.trim()
+                    .eq_ignore_ascii_case("application/openmetrics-text")
+            })
+        })
 }
 
 /// What one client may hold of the server: without a timer hyper waits for a request head for
@@ -289,6 +312,7 @@ pub async fn serve_limited(
                     req.method(),
                     req.uri().path(),
                     req.uri().query(),
+                    req.headers(),
                     &metrics,
                     &ready,
                     source.as_ref(),
@@ -333,16 +357,56 @@ mod tests {
         let ready = Readiness::default();
         ready.set(true);
         let source = Source(AtomicBool::new(false));
-        let r = route(&Method::GET, "/v1/proxies", None, &metrics, &ready, &source);
+        let get = |path| {
+            route(
+                &Method::GET,
+                path,
+                None,
+                &Default::default(),
+                &metrics,
+                &ready,
+                &source,
+            )
+        };
+        let r = get("/v1/proxies");
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[http::header::RETRY_AFTER], "2");
-        let r = route(&Method::GET, "/readyz", None, &metrics, &ready, &source);
-        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(get("/readyz").status(), StatusCode::SERVICE_UNAVAILABLE);
         source.0.store(true, Ordering::SeqCst);
-        let r = route(&Method::GET, "/v1/proxies", None, &metrics, &ready, &source);
-        assert_eq!(r.status(), StatusCode::OK);
-        let r = route(&Method::GET, "/readyz", None, &metrics, &ready, &source);
-        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(get("/v1/proxies").status(), StatusCode::OK);
+        assert_eq!(get("/readyz").status(), StatusCode::OK);
+    }
+
+    /// Prometheus asks for OpenMetrics and gets it; curl and promtool get the classic format.
+    #[test]
+    fn metrics_are_openmetrics_to_who_asks_and_classic_text_to_the_rest() {
+        let metrics = Metrics::new();
+        metrics.reconciled("ok");
+        let ready = Readiness::default();
+        let source = Source(AtomicBool::new(true));
+        let scrape = |accept: Option<&str>| {
+            let mut headers = http::HeaderMap::new();
+            if let Some(a) = accept {
+                headers.insert(http::header::ACCEPT, a.parse().unwrap());
+            }
+            let r = route(
+                &Method::GET,
+                "/metrics",
+                None,
+                &headers,
+                &metrics,
+                &ready,
+                &source,
+            );
+            r.headers()[http::header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .to_string()
+        };
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(scrape(Some(prometheus)).starts_with("application/openmetrics-text"));
+        assert!(scrape(None).starts_with("text/plain; version=0.0.4"));
+        assert!(scrape(Some("*/*")).starts_with("text/plain; version=0.0.4"));
     }
 
     async fn server(limits: Limits) -> std::net::SocketAddr {

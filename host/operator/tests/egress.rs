@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::get;
 
 /// The providers config, with the egress check's `maxUnhealthy`.
 fn providers(max_unhealthy: &str) -> String {
@@ -210,19 +210,6 @@ impl Env {
         self.d.advance(Duration::from_secs(3));
         self.reconcile().await
     }
-}
-
-/// One HTTP/1.0 GET on loopback: (status code, body).
-async fn get(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {target} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let code = out[9..12].parse().unwrap();
-    let body = out.split_once("\r\n\r\n").unwrap().1.to_string();
-    (code, body)
 }
 
 #[tokio::test]

@@ -110,8 +110,14 @@ async fn start() -> Run {
         ctx: ctx.clone(),
         now: clock,
     });
+    let pool_controller = egress_operator::pool::pool_controller(d.client_in_memory(), 4);
+    let forget = tokio::spawn(egress_operator::pool::forget_gone_pools(
+        pool_controller.store(),
+        ctx.metrics.clone(),
+        Duration::from_secs(30),
+    ));
     let pools = tokio::spawn(
-        egress_operator::pool::pool_controller(d.client_in_memory(), 4)
+        pool_controller
             .run(
                 egress_operator::pool::reconcile,
                 egress_operator::pool::error_policy,
@@ -122,7 +128,7 @@ async fn start() -> Run {
     Run {
         d,
         ctx,
-        tasks: vec![proxies, pools],
+        tasks: vec![proxies, pools, forget],
     }
 }
 
@@ -752,4 +758,268 @@ async fn two_replicas_reserving_serials_from_one_read_never_share_one() {
     );
     let stored = pools.get_status("web").await.unwrap();
     assert_eq!(stored.status.unwrap().member_serial, 5);
+}
+
+/// `examples/deploy/components/monitoring`: the alerts and the dashboard shipped.
+const MONITORING: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../examples/deploy/components/monitoring"
+);
+
+/// The operator's series a text names (PromQL in rules or a dashboard).
+fn series_named(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("egress_proxies_") {
+        let name: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[i + name.len()..];
+        out.insert(name);
+    }
+    out
+}
+
+/// Whether the exposition declares the family `series` is a sample of, of the type its suffix
+/// says.
+fn declares(exposition: &str, series: &str) -> bool {
+    let typed =
+        |family: &str, kind: &str| exposition.contains(&format!("# TYPE {family} {kind}\n"));
+    // The classic format names a counter's family with its `_total`.
+    if series.ends_with("_total") {
+        return typed(series, "counter");
+    }
+    for suffix in ["_bucket", "_sum", "_count"] {
+        if let Some(f) = series.strip_suffix(suffix)
+            && typed(f, "histogram")
+        {
+            return true;
+        }
+    }
+    typed(series, "gauge")
+}
+
+struct NoProxies;
+
+impl egress_operator::server::ProxySource for NoProxies {
+    fn discover(
+        &self,
+        _: &egress_core::discovery::Filter,
+    ) -> Vec<egress_core::discovery::Discovered> {
+        Vec::new()
+    }
+}
+
+/// GET /metrics from the operator's own server on loopback, on a runtime of its own on real
+/// time (this test's clock is paused, and would run the server's timeouts out).
+fn scrape(metrics: Arc<Metrics>) -> String {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(egress_operator::server::serve(
+                listener,
+                metrics,
+                Arc::new(egress_operator::server::Readiness::default()),
+                Arc::new(NoProxies),
+            ));
+            let (code, body) = support::get(addr, "/metrics").await;
+            assert_eq!(code, 200, "{body}");
+            body
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pools_metrics_follow_it_pass_promtool_and_carry_what_the_alerts_and_dashboard_read() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let m = r.ctx.metrics.encode();
+    let web = r#"{namespace="crawlers",pool="web"}"#;
+    for (gauge, v) in [
+        ("spec_replicas", 3),
+        ("min_available_replicas", 3),
+        ("replicas", 3),
+        ("ready_replicas", 3),
+        ("available_replicas", 3),
+        ("updated_replicas", 3),
+    ] {
+        assert!(
+            m.contains(&format!("egress_proxies_pool_{gauge}{web} {v}\n")),
+            "{gauge} {v}:\n{m}"
+        );
+    }
+    for (placement, provider, n) in [("0", "east", 2), ("1", "west", 1)] {
+        let l = format!(
+            r#"{{namespace="crawlers",pool="web",placement="{placement}",provider="{provider}"}}"#
+        );
+        for line in [
+            format!("egress_proxies_pool_placement_available_replicas{l} {n}\n"),
+            format!("egress_proxies_pool_placement_target_replicas{l} {n}\n"),
+            format!("egress_proxies_pool_placement_degraded{l} 0\n"),
+            format!(
+                "egress_proxies_pool_creations_total{{namespace=\"crawlers\",pool=\"web\",provider=\"{provider}\"}} {n}\n"
+            ),
+        ] {
+            assert!(m.contains(&line), "{line}{m}");
+        }
+    }
+
+    // A cordoned member is replaced: one deletion, and why.
+    let victim = r.members("web").into_keys().next().unwrap();
+    cordon(&r, &victim).await;
+    r.until("the cordoned one replaced", Duration::from_secs(600), |r| {
+        let m = r.members("web");
+        !m.contains_key(&victim) && m.values().filter(|p| available(p)).count() == 3
+    })
+    .await;
+    let m = r.ctx.metrics.encode();
+    assert!(
+        m.contains(
+            "egress_proxies_pool_deletions_total{namespace=\"crawlers\",pool=\"web\",reason=\"Cordoned\"} 1\n"
+        ),
+        "{m}"
+    );
+
+    // What this run has no part of records through the same calls its producers make (the
+    // runtime's call observer, the egress checker's, the sweeper and the health monitor;
+    // their own tests drive them): a family is served once it has a sample.
+    {
+        use egress_runtime::CallObserver;
+        use egress_runtime::egress::CheckObserver;
+        let m = &r.ctx.metrics;
+        m.observe("east", "create", Duration::from_millis(40), None);
+        m.observe(
+            "east",
+            "create",
+            Duration::from_millis(40),
+            Some(egress_core::ErrorClass::QuotaExceeded),
+        );
+        m.checked("east", egress_core::egress::CheckReason::Verified, Some(12));
+        m.egress_counts("east", 3, 0);
+        m.gc_deleted("east");
+        m.gc_sweep_failed("east", "memory");
+        m.target("east", "api", true);
+    }
+    // The real endpoint's output passes promtool's lint, and declares every series the
+    // shipped alerts and dashboard read, of the type they read it as.
+    let exposition = scrape(r.ctx.metrics.clone());
+    if let Some(promtool) = support::promtool() {
+        let mut child = std::process::Command::new(promtool)
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(exposition.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics:\n{}{}\n{exposition}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let rules = std::fs::read_to_string(format!("{MONITORING}/prometheusrule.yaml")).unwrap();
+    let dashboard = std::fs::read_to_string(format!("{MONITORING}/dashboard.json")).unwrap();
+    let read = series_named(&format!("{rules}\n{dashboard}"));
+    assert!(read.len() >= 15, "{read:?}");
+    for series in &read {
+        assert!(
+            declares(&exposition, series),
+            "{series} is read by the monitoring component but not served:\n{exposition}"
+        );
+    }
+
+    // A pool that is gone takes its gauges with it.
+    r.pools()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    r.until("the pool's Proxies gone", Duration::from_secs(600), |r| {
+        r.members("web").is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    let m = r.ctx.metrics.encode();
+    assert!(
+        !m.contains(&format!("egress_proxies_pool_ready_replicas{web}")),
+        "{m}"
+    );
+    assert!(
+        !m.contains("egress_proxies_pool_placement_degraded{"),
+        "{m}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn kubectl_scale_and_an_autoscaler_drive_a_pool_through_its_scale_subresource() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+
+    let scale = r.pools().get_scale("web").await.unwrap();
+    assert_eq!(scale.spec.as_ref().unwrap().replicas, Some(3));
+    let status = scale.status.clone().unwrap();
+    assert_eq!(status.replicas, 3);
+    // The selector an autoscaler requires, and it selects exactly the pool's Proxies.
+    let selector = status.selector.expect("the Scale carries the selector");
+    assert_eq!(selector, "crawl.example.com/pool=web");
+    let selected: BTreeSet<String> = r
+        .proxies_api()
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(kube::ResourceExt::name_any)
+        .collect();
+    assert_eq!(selected, r.members("web").into_keys().collect());
+
+    // kubectl scale: a merge patch of the Scale.
+    r.pools()
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 5}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.pool("web")["metadata"]["generation"], 2);
+    r.settled("web", 5).await;
+
+    // An autoscaler's read-modify-write: from a stale read it conflicts, from the latest it
+    // scales.
+    let mut stale = scale;
+    stale.spec.as_mut().unwrap().replicas = Some(2);
+    let e = r
+        .pools()
+        .replace_scale("web", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    assert!(matches!(&e, kube::Error::Api(s) if s.code == 409), "{e}");
+    let mut latest = r.pools().get_scale("web").await.unwrap();
+    assert_eq!(latest.status.as_ref().unwrap().replicas, 5);
+    latest.spec.as_mut().unwrap().replicas = Some(2);
+    r.pools()
+        .replace_scale("web", &PostParams::default(), &latest)
+        .await
+        .unwrap();
+    r.settled("web", 2).await;
+    assert_eq!(r.pool("web")["spec"]["replicas"], 2);
 }

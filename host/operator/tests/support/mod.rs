@@ -60,3 +60,38 @@ pub fn events(d: &Double) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// One HTTP/1.0 GET on loopback: (status code, body).
+#[allow(dead_code)]
+pub async fn get(addr: std::net::SocketAddr, target: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {target} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let code = out[9..12].parse().unwrap();
+    let body = out.split_once("\r\n\r\n").unwrap().1.to_string();
+    (code, body)
+}
+
+/// Debian's promtool (the `prometheus` package), or None with the reason printed; with
+/// EGRESS_REQUIRE_REAL_BACKENDS=1 (set by .ci/run) its absence is a failure.
+#[allow(dead_code)]
+pub fn promtool() -> Option<std::path::PathBuf> {
+    let found = std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some("promtool".into());
+    }
+    let why = "promtool is not installed (apt-get install -y prometheus; .ci/run does)";
+    assert!(
+        std::env::var("EGRESS_REQUIRE_REAL_BACKENDS").as_deref() != Ok("1"),
+        "EGRESS_REQUIRE_REAL_BACKENDS=1 but {why}"
+    );
+    eprintln!("skipped: {why}");
+    None
+}
