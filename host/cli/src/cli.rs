@@ -181,6 +181,27 @@ pub enum Format {
     Text,
     Yaml,
     Json,
+    /// One self-contained page: each pool's counts against its floor over the run, and each
+    /// Proxy's states (`reconcile` only).
+    Html,
+}
+
+/// What `check` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CheckFormat {
+    Text,
+    Yaml,
+    Json,
+}
+
+impl From<CheckFormat> for Format {
+    fn from(f: CheckFormat) -> Self {
+        match f {
+            CheckFormat::Text => Format::Text,
+            CheckFormat::Yaml => Format::Yaml,
+            CheckFormat::Json => Format::Json,
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -265,7 +286,7 @@ pub struct CheckArgs {
     #[arg(long)]
     pub world: Option<PathBuf>,
     #[arg(short = 'o', long, value_enum, default_value = "text")]
-    pub output: Format,
+    pub output: CheckFormat,
 }
 
 fn parse_concurrency(s: &str) -> Result<usize, String> {

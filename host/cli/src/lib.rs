@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod echo;
 pub mod examples;
+pub mod html;
 pub mod output;
 pub mod provider;
 pub mod reconcile;

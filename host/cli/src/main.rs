@@ -228,7 +228,7 @@ async fn run(cli: Cli) -> ExitCode {
             .await
             {
                 Ok(reports) => {
-                    print!("{}", output::check(&reports, a.output));
+                    print!("{}", output::check(&reports, a.output.into()));
                     if output::all_healthy(&reports) {
                         ExitCode::SUCCESS
                     } else {

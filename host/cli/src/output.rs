@@ -27,6 +27,7 @@ pub fn reconcile(report: &Report, format: Format, dry_run: bool) -> String {
         Format::Json => serde_json::to_string_pretty(report).unwrap_or_default() + "\n",
         Format::Yaml => serde_yaml::to_string(report).unwrap_or_default(),
         Format::Text => reconcile_text(report, dry_run),
+        Format::Html => crate::html::page(report),
     }
 }
 
@@ -273,7 +274,7 @@ pub fn check(reports: &[CheckReport], format: Format) -> String {
     match format {
         Format::Json => serde_json::to_string_pretty(reports).unwrap_or_default() + "\n",
         Format::Yaml => serde_yaml::to_string(reports).unwrap_or_default(),
-        Format::Text => {
+        Format::Text | Format::Html => {
             let mut out = String::new();
             for r in reports {
                 let digest: String = r.module.chars().take(12).collect();

@@ -4,8 +4,8 @@
 
 use crate::state::{StateFile, StateWriter, StoredPool, StoredProxy};
 use egress_core::pool::ProxyPool;
-pub use pools::PoolReport;
 use pools::PoolRun;
+pub use pools::{PoolReport, PoolSample};
 
 pub mod lanes;
 mod pools;

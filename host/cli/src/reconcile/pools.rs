@@ -31,6 +31,21 @@ pub(super) struct PoolRun {
     pub dirty: bool,
     /// Each placement's revision, for the providers' revisions it was worked out from.
     revisions: Option<(Vec<String>, Vec<String>)>,
+    /// Its counts at each decision that changed them, for `-o html`.
+    timeline: Vec<PoolSample>,
+}
+
+/// A pool's counts as one decision left them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolSample {
+    pub at_ms: u64,
+    pub replicas: u32,
+    /// replicas − maxUnavailable.
+    pub floor: u32,
+    pub ready: u32,
+    pub available: u32,
+    /// Each placement's available members, in the spec's order.
+    pub placements: Vec<u32>,
 }
 
 /// A pool as the report shows it.
@@ -50,6 +65,9 @@ pub struct PoolReport {
     /// `replicas − maxUnavailable` (never, unless the pool breaks its promise).
     pub deletions_below_floor: u32,
     pub events: Vec<ReportEvent>,
+    /// Its counts over the run (not serialised: `-o html` draws them).
+    #[serde(skip)]
+    pub timeline: Vec<PoolSample>,
 }
 
 impl PoolRun {
@@ -66,6 +84,7 @@ impl PoolRun {
             next_at_ms: None,
             dirty: true,
             revisions: None,
+            timeline: Vec::new(),
         }
     }
 
@@ -231,6 +250,37 @@ impl PoolRun {
         self.next_at_ms = d
             .requeue_after
             .map(|r| now_ms.saturating_add(r.as_millis() as u64));
+        let sample = PoolSample {
+            at_ms: now_ms,
+            replicas: spec.replicas,
+            floor,
+            ready: d.status.ready_replicas,
+            available: d.status.available_replicas,
+            placements: d
+                .status
+                .placements
+                .iter()
+                .map(|p| p.available_replicas)
+                .collect(),
+        };
+        let changed = self.timeline.last().is_none_or(|last| {
+            (
+                last.replicas,
+                last.floor,
+                last.ready,
+                last.available,
+                &last.placements,
+            ) != (
+                sample.replicas,
+                sample.floor,
+                sample.ready,
+                sample.available,
+                &sample.placements,
+            )
+        });
+        if changed {
+            self.timeline.push(sample);
+        }
         let mut status = d.status;
         status.observed_generation = Some(self.pool.metadata.generation.unwrap_or(1));
         status.member_serial = self.serial;
@@ -246,6 +296,7 @@ impl PoolRun {
             min_available_replicas: self.min_available,
             deletions_below_floor: self.deletions_below_floor,
             events: self.events,
+            timeline: self.timeline,
         }
     }
 }
