@@ -733,7 +733,10 @@ fn collection(
                 .map_err(|_| ApiError::bad_request(format!("limit {l:?} is not a number")))
         })
         .transpose()?
-        .filter(|l| *l > 0);
+        .filter(|l| *l > 0)
+        // A list at resourceVersion 0 (a client's "any" semantic) is served from the API
+        // server's watch cache, which answers it whole, whatever the limit (kubernetes#70735).
+        .filter(|_| !(param(q, "resourceVersion") == Some("0") && param(q, "continue").is_none()));
     let page = shared.with(|c| c.list(&sel, limit, param(q, "continue")))?;
     let mut metadata = json!({"resourceVersion": page.resource_version.to_string()});
     if let Some(t) = &page.continue_token {

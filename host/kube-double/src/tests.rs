@@ -253,3 +253,26 @@ async fn faults_answer_errors_and_hold_requests() {
     d.release();
     assert!(held.await.unwrap().is_ok());
 }
+
+/// As the API server: a list at resourceVersion 0 is the watch cache's, answered whole
+/// whatever the limit; any other list pages.
+#[tokio::test]
+async fn a_list_at_resource_version_0_ignores_the_limit() {
+    let d = Double::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(d.client(), "default");
+    for n in ["a", "b", "c"] {
+        api.create(&PostParams::default(), &config_map(n))
+            .await
+            .unwrap();
+    }
+    // (kube itself never sends both: it drops resourceVersion 0 when a limit is set.)
+    let req = http::Request::get("/api/v1/namespaces/default/configmaps?limit=1&resourceVersion=0")
+        .body(Vec::new())
+        .unwrap();
+    let cached: Value = d.client().request(req).await.unwrap();
+    assert_eq!(cached["items"].as_array().unwrap().len(), 3);
+    assert!(cached["metadata"].get("continue").is_none());
+    let paged = api.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(paged.items.len(), 1);
+    assert!(paged.metadata.continue_.is_some());
+}

@@ -122,22 +122,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     // a standby), and for the outage rule, which counts the failures the statuses hold, so a
     // new leader decides as the last one would have.
     let fleet = Arc::new(StatusFleet::default());
-    let (store, writer) = reflector::store();
-    let discovery_watch = watcher(
-        kube::Api::<crd::Proxy>::all(client.clone()),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .for_each({
-        let fleet = fleet.clone();
-        move |event| {
-            if let Ok(e) = event {
-                feed_fleet(&fleet, &e);
-            }
-            async {}
-        }
-    });
+    let (store, discovery_watch) = discovery_watch(client.clone(), fleet.clone());
     tokio::spawn(discovery_watch);
     let loaded = Loaded {
         egress: checker_for(&config, None, &clock, &metrics, &fleet).map_err(|message| {
@@ -233,6 +218,37 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     }
 }
 
+/// How every watch of Proxies lists: in pages of the watcher's 500, from the API server's
+/// cache where it can. A list at resourceVersion 0 is served whole from the watch cache,
+/// whatever its limit; kube sends no resourceVersion with a page size, so the pages are real
+/// and neither the server nor this process holds 10,000 Proxies in one response
+/// (tests/paging.rs).
+pub fn proxy_watch_config() -> watcher::Config {
+    watcher::Config::default().any_semantic()
+}
+
+/// The watch of every Proxy each replica keeps: discovery's store, and the fleet the outage
+/// rule counts from. Run the future beside the store's readers.
+pub fn discovery_watch(
+    client: kube::Client,
+    fleet: Arc<StatusFleet>,
+) -> (
+    reflector::Store<crd::Proxy>,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (store, writer) = reflector::store();
+    let watch = watcher(kube::Api::<crd::Proxy>::all(client), proxy_watch_config())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(move |event| {
+            if let Ok(e) = event {
+                feed_fleet(&fleet, &e);
+            }
+            async {}
+        });
+    (store, watch)
+}
+
 /// The Proxy controller over a watch of every Proxy, woken only by what needs a reconcile: a
 /// new generation (spec changes, and the deletion mark, which bumps it) or a change of
 /// finalizers (ours arriving). Status writes are not among them, so a reconcile's own status
@@ -240,7 +256,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
 pub fn proxy_controller(client: kube::Client, concurrency: u16) -> Controller<crd::Proxy> {
     let api: kube::Api<crd::Proxy> = kube::Api::all(client);
     let (reader, writer) = reflector::store();
-    let proxies = watcher(api, watcher::Config::default().any_semantic())
+    let proxies = watcher(api, proxy_watch_config())
         .default_backoff()
         .reflect(writer)
         .applied_objects()

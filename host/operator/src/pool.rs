@@ -78,10 +78,7 @@ pub fn pool_controller(client: kube::Client, concurrency: u16) -> Controller<Pro
     // controller nothing.
     let proxies: Api<Proxy> = Api::all(client);
     Controller::for_stream(pools, reader)
-        .owns(
-            proxies,
-            watcher::Config::default().any_semantic().labels(POOL_LABEL),
-        )
+        .owns(proxies, crate::proxy_watch_config().labels(POOL_LABEL))
         .with_config(kube_controller::Config::default().concurrency(concurrency))
 }
 
