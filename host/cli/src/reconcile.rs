@@ -459,21 +459,24 @@ impl Driver<'_> {
                 );
                 sink.pool(run)?;
             }
-            let due: Vec<String> = tracked
-                .iter()
-                .filter(|(_, t)| !t.released && t.next_at_ms <= now)
-                .map(|(k, _)| k.clone())
-                .collect();
+            // One pass finds the due Proxies and, for when none is, the next one due: most
+            // rounds of a long run step one or two Proxies out of hundreds.
+            let mut due: Vec<String> = Vec::new();
+            let mut next_tracked = u64::MAX;
+            for (k, t) in tracked.iter().filter(|(_, t)| !t.released) {
+                if t.next_at_ms <= now {
+                    due.push(k.clone());
+                } else {
+                    next_tracked = next_tracked.min(t.next_at_ms);
+                }
+            }
             if due.is_empty() {
                 let settled = tracked.values().all(|t| t.released || t.steady)
                     && pools.iter().all(|p| p.settled);
                 if settled && end_ms.is_none() {
                     break;
                 }
-                let next = tracked
-                    .values()
-                    .filter(|t| !t.released)
-                    .map(|t| t.next_at_ms)
+                let next = std::iter::once(next_tracked)
                     .chain(pools.iter().filter_map(|p| p.next_at_ms))
                     .chain(end_ms)
                     .min()
@@ -614,11 +617,18 @@ impl Driver<'_> {
             now: &now,
             egress: self.egress.as_deref(),
         };
-        let r = reconcile_proxy(&env, &t.proxy, t.status.clone(), t.deleting, key)
-            .instrument(egress_runtime::reconciler::reconcile_span(
-                &t.proxy, t.deleting,
-            ))
-            .await;
+        // The status is replaced by the one the step returns, so it is moved in, not cloned.
+        let r = reconcile_proxy(
+            &env,
+            &t.proxy,
+            std::mem::take(&mut t.status),
+            t.deleting,
+            key,
+        )
+        .instrument(egress_runtime::reconciler::reconcile_span(
+            &t.proxy, t.deleting,
+        ))
+        .await;
         let now_ms = self.time.now_ms();
         t.events.extend(r.events.into_iter().map(|e| ReportEvent {
             at_ms:

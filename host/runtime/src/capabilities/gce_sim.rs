@@ -282,10 +282,15 @@ impl HttpBackend for SimGce {
             }
             None => self.answer(&req),
         };
+        // Straight into bytes: the same compact JSON as the Value's Display, without going
+        // through a String and the formatter (every resync of a gce Proxy answers here). A
+        // Value's keys are strings, so this cannot fail; should it, Display says the same.
+        let body = serde_json::to_vec(&answer.body)
+            .unwrap_or_else(|_| answer.body.to_string().into_bytes());
         Ok(HttpResponse {
             status: answer.status,
             headers: vec![("content-type".into(), model::CONTENT_TYPE.into())],
-            body: answer.body.to_string().into_bytes(),
+            body,
             final_url: req.url,
         })
     }
