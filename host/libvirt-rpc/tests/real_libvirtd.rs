@@ -397,24 +397,41 @@ async fn killed_ssh_connection_fails_the_call_and_the_next_call_redials() {
     }));
     assert!(pool.lib_version(HOST).await.unwrap() > 0);
 
-    // keep calls in flight on the shared connection while it is cut
-    let busy = {
-        let pool = pool.clone();
-        tokio::spawn(async move {
-            loop {
-                if let Err(e) = pool.node_info(HOST).await {
-                    return e;
-                }
-            }
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Keep calls in flight on the shared connection while it is cut. The kill can land
+    // between two calls, and the next one then redials and succeeds: no call was in flight
+    // to fail. So the cut is repeated until one lands on a call in flight (each try is a
+    // fresh connection, the last one's having been replaced).
     let port: u16 = env.get("LIBVIRT_SSH_PORT").parse().unwrap();
-    assert!(kill_our_ssh_connections(port) > 0, "found no sshd to kill");
-    let err = tokio::time::timeout(Duration::from_secs(15), busy)
-        .await
-        .expect("the in-flight call must fail promptly")
-        .unwrap();
+    let mut failed_in_flight = None;
+    for _ in 0..5 {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let busy = {
+            let pool = pool.clone();
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    if let Err(e) = pool.node_info(HOST).await {
+                        return Some(e);
+                    }
+                }
+                None
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(kill_our_ssh_connections(port) > 0, "found no sshd to kill");
+        // A call in flight fails at once; calls that keep succeeding went over a new link.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let outcome = tokio::time::timeout(Duration::from_secs(15), busy)
+            .await
+            .expect("the calls in flight end promptly")
+            .unwrap();
+        if let Some(err) = outcome {
+            failed_in_flight = Some(err);
+            break;
+        }
+    }
+    let err = failed_in_flight.expect("in five cuts, one landed on a call in flight and failed it");
     assert!(
         err.is_transient() && matches!(err, Error::ConnectionLost(_)),
         "{err:?}"
