@@ -6,6 +6,23 @@ use egress_proxies::{Source, examples, output, telemetry};
 use egress_runtime::RuntimeOptions;
 use std::process::ExitCode;
 
+/// Completes on SIGINT (Ctrl-C). The handler is installed here, at once: `ctrl_c()` installs
+/// its own only when first polled, and a SIGINT that came before that (just after a server
+/// said it listens) would kill the process instead of stopping it cleanly.
+fn interrupted() -> impl std::future::Future<Output = ()> {
+    let signal = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
+    async move {
+        match signal {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+}
+
 fn source(path: Option<std::path::PathBuf>, embedded: fn() -> Source) -> Source {
     path.map(Source::File).unwrap_or_else(embedded)
 }
@@ -63,9 +80,7 @@ async fn run(cli: Cli) -> ExitCode {
                     std::time::Duration::from_millis(500),
                     |report| print!("{}", output::reconcile(report, format, dry_run)),
                     |why| eprintln!("{why}"),
-                    async {
-                        let _ = tokio::signal::ctrl_c().await;
-                    },
+                    interrupted(),
                 )
                 .await;
                 return match watched {
@@ -200,18 +215,13 @@ async fn run(cli: Cli) -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Echo(a) => {
-            let stopped = async {
-                let _ = tokio::signal::ctrl_c().await;
-            };
-            match egress_proxies::echo::run(&a, stopped).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::FAILURE
-                }
+        Command::Echo(a) => match egress_proxies::echo::run(&a, interrupted()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
             }
-        }
+        },
         Command::Check(a) => {
             let all_embedded = a.providers.is_none();
             let world = match a.world {
