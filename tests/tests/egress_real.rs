@@ -104,6 +104,17 @@ fn ready(r: &Report, name: &str) -> (String, String, String) {
     (c.status.clone(), c.reason.clone(), c.message.clone())
 }
 
+/// The Proxy named `name`, asserted Ready because Running.
+fn ready_and_running<'r>(r: &'r Report, name: &str) -> &'r egress_proxies::reconcile::ProxyReport {
+    let (status, reason, message) = ready(r, name);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("True", "Running"),
+        "{message}"
+    );
+    r.proxies.iter().find(|p| p.name == name).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_squid_is_verified_listed_and_an_announcing_one_replaced() {
     let Some(squid) = squid_and_echoes() else {
@@ -124,13 +135,7 @@ async fn a_real_squid_is_verified_listed_and_an_announcing_one_replaced() {
     let report = run(dir.path(), &providers, &proxies, Duration::from_secs(15)).await;
 
     // The anonymous one: verified with the address the echo saw, and listed.
-    let (status, reason, message) = ready(&report, "quiet");
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("True", "Running"),
-        "{message}"
-    );
-    let q = report.proxies.iter().find(|p| p.name == "quiet").unwrap();
+    let q = ready_and_running(&report, "quiet");
     assert_eq!(
         q.status.egress_ip.as_deref(),
         Some("127.0.0.1"),
@@ -212,13 +217,7 @@ async fn with_the_first_echo_down_proxies_stay_verified() {
     );
     let proxies = proxies(dir.path(), &[("quiet", quiet.listen.port())]);
     let report = run(dir.path(), &providers, &proxies, Duration::from_secs(12)).await;
-    let (status, reason, message) = ready(&report, "quiet");
-    assert_eq!(
-        (status.as_str(), reason.as_str()),
-        ("True", "Running"),
-        "{message}"
-    );
-    let q = report.proxies.iter().find(|p| p.name == "quiet").unwrap();
+    let q = ready_and_running(&report, "quiet");
     assert_eq!(q.status.egress_failures, 0, "{:#?}", q.status);
     assert!(
         !q.events.iter().any(|e| e.reason == "ReplacingUnhealthy"),

@@ -255,21 +255,23 @@ fn unique_path(label: &str) -> String {
     )
 }
 
+/// Debian's squid and this process's echo, or None with the reason printed (a failure under
+/// EGRESS_REQUIRE_REAL_BACKENDS=1).
+fn squid_and_echo() -> Option<(std::path::PathBuf, Arc<Echo>)> {
+    let binary = squid_binary()
+        .or_else(|| skip("squid is not installed (apt-get install -y squid; .ci/run does)"))?;
+    match echo() {
+        Ok(e) => Some((binary, e)),
+        Err(why) => skip(&format!(
+            "the echo cannot listen where Squid's Safe_ports lets it forward: {why}"
+        )),
+    }
+}
+
 /// Everything the issue asks of a generated config, against the real Squid.
 async fn proves_an_anonymous_closed_proxy(label: &str, generated: &str, ip: Ipv4Addr) {
-    let Some(binary) = squid_binary()
-        .or_else(|| skip("squid is not installed (apt-get install -y squid; .ci/run does)"))
-    else {
+    let Some((binary, echo)) = squid_and_echo() else {
         return;
-    };
-    let echo = match echo() {
-        Ok(e) => e,
-        Err(why) => {
-            let _: Option<()> = skip(&format!(
-                "the echo cannot listen where Squid's Safe_ports lets it forward: {why}"
-            ));
-            return;
-        }
     };
     let squid = Squid::start(&binary, generated, ip);
     let proxy = squid.listen;
@@ -374,17 +376,8 @@ async fn proves_an_anonymous_closed_proxy(label: &str, generated: &str, ip: Ipv4
 
 /// The same block without `allowedDestinationCIDRs`: the loopback echo is internal too.
 async fn refuses_loopback_without_the_opt_in(label: &str, generated: &str, ip: Ipv4Addr) {
-    let Some(binary) = squid_binary()
-        .or_else(|| skip("squid is not installed (apt-get install -y squid; .ci/run does)"))
-    else {
+    let Some((binary, echo)) = squid_and_echo() else {
         return;
-    };
-    let echo = match echo() {
-        Ok(e) => e,
-        Err(why) => {
-            let _: Option<()> = skip(&format!("the echo cannot listen: {why}"));
-            return;
-        }
     };
     assert!(!generated.contains("egress_opted_in"), "{generated}");
     let squid = Squid::start(&binary, generated, ip);

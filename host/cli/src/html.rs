@@ -164,8 +164,11 @@ fn svg_or_error(
     }
 }
 
+/// Points of a line drawn in steps.
+type StepLine = Vec<(f64, f64)>;
+
 /// A step line: each value holds until the next sample, the last until the end.
-fn steps(points: &[(f64, u32)], end: f64) -> Vec<(f64, f64)> {
+fn steps(points: &[(f64, u32)], end: f64) -> StepLine {
     let mut out = Vec::with_capacity(points.len() * 2 + 1);
     for (i, &(t, v)) in points.iter().enumerate() {
         if i > 0 {
@@ -218,23 +221,29 @@ fn draw_pool(
             .collect();
         steps(&points, span)
     };
-    let names = pool_series(pool);
     // Widest first, so a count that sits on the floor (maxUnavailable 0) still shows: the
     // floor broad and pale, available over it, ready thin on top.
-    let mut lines: Vec<(Vec<(f64, f64)>, ShapeStyle)> = vec![
-        (line(&|s| s.ready), READY.stroke_width(1)),
-        (line(&|s| s.available), AVAILABLE.stroke_width(2)),
-        (line(&|s| s.floor), FLOOR.mix(0.45).stroke_width(5)),
+    let mut lines: Vec<(String, StepLine, ShapeStyle)> = vec![
+        (
+            "floor".into(),
+            line(&|s| s.floor),
+            FLOOR.mix(0.45).stroke_width(5),
+        ),
+        (
+            "available".into(),
+            line(&|s| s.available),
+            AVAILABLE.stroke_width(2),
+        ),
+        ("ready".into(), line(&|s| s.ready), READY.stroke_width(1)),
     ];
-    for i in 0..pool.status.placements.len() {
+    for (i, name) in pool_series(pool).into_iter().skip(3).enumerate() {
         lines.push((
+            name,
             line(&move |s| s.placements.get(i).copied().unwrap_or(0)),
             PLACEMENT_COLOURS[i % PLACEMENT_COLOURS.len()].stroke_width(1),
         ));
     }
-    let mut named: Vec<_> = lines.into_iter().zip(names).collect();
-    named.swap(0, 2);
-    for ((points, colour), name) in named {
+    for (name, points, colour) in lines {
         chart
             .draw_series(LineSeries::new(points, colour))
             .map_err(e)?

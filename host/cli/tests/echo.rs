@@ -5,21 +5,68 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[test]
-fn serves_the_echo_format_until_ctrl_c() {
+/// A running `egress-proxies echo`, with its stderr held open: it writes there as it stops,
+/// and a closed pipe would fail that.
+struct Running {
+    child: Child,
+    _stderr: BufReader<ChildStderr>,
+}
+
+/// `egress-proxies echo ARGS`, and the first `lines` lines it prints on stderr.
+fn start_echo(args: &[&str], lines: usize) -> (Running, Vec<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_egress-proxies"))
-        .args(["echo", "--listen", "127.0.0.1:0"])
+        .arg("echo")
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
+    let mut out = Vec::new();
+    for _ in 0..lines {
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        out.push(line.trim().to_string());
+    }
+    (
+        Running {
+            child,
+            _stderr: stderr,
+        },
+        out,
+    )
+}
+
+/// SIGINT, by the PID started, then the exit within 10 s, which must be a success.
+fn interrupt(running: Running) {
+    let mut child = running.child;
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still serving 10 s after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit}");
+}
+
+#[test]
+fn serves_the_echo_format_until_ctrl_c() {
+    let (child, lines) = start_echo(&["--listen", "127.0.0.1:0"], 1);
+    let line = &lines[0];
     let addr = line
         .trim()
         .strip_prefix("echo listening on http://")
@@ -45,43 +92,14 @@ fn serves_the_echo_format_until_ctrl_c() {
     assert_eq!(v["origin"], "127.0.0.1");
     assert_eq!(v["url"], "http://echo.test/anything?egress_nonce=n1");
 
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let exit = loop {
-        if let Some(exit) = child.try_wait().unwrap() {
-            break exit;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("still serving 10 s after SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(exit.success(), "{exit}");
+    interrupt(child);
 }
 
 /// With --tls-listen and no certificate, the echo makes one, prints its fingerprint, and a
 /// checker pinning that fingerprint gets the echo's answer over TLS.
 #[tokio::test]
 async fn serves_tls_with_a_self_signed_certificate_it_prints_the_fingerprint_of() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_egress-proxies"))
-        .args(["echo", "--tls-listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut lines = Vec::new();
-    for _ in 0..2 {
-        let mut line = String::new();
-        stderr.read_line(&mut line).unwrap();
-        lines.push(line.trim().to_string());
-    }
+    let (child, lines) = start_echo(&["--tls-listen", "127.0.0.1:0"], 2);
     let addr = lines[0]
         .strip_prefix("echo listening on https://")
         .and_then(|a| a.strip_suffix('/'))
@@ -109,18 +127,5 @@ async fn serves_tls_with_a_self_signed_certificate_it_prints_the_fingerprint_of(
     );
     assert_eq!(outcome.egress_ip, Some("127.0.0.1".parse().unwrap()));
 
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(exit) = child.try_wait().unwrap() {
-            assert!(exit.success(), "{exit}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "still serving 10 s after SIGINT");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    interrupt(child);
 }

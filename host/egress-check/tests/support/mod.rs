@@ -64,9 +64,12 @@ pub fn bind_patiently(addr: SocketAddr) -> Result<TcpListener, String> {
     }
 }
 
-/// Runs `egress_check::echo` on `listener` on a runtime of its own thread, for the life of the
-/// process.
-pub fn spawn_echo_thread(listener: TcpListener) {
+/// Runs `serve` on `listener` on a runtime of its own thread, for the life of the process.
+fn spawn_serving<F, Fut>(listener: TcpListener, serve: F)
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), egress_check::echo::EchoError>>,
+{
     listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -76,9 +79,15 @@ pub fn spawn_echo_thread(listener: TcpListener) {
             .unwrap();
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            egress_check::echo::serve(listener).await.unwrap();
+            serve(listener).await.unwrap();
         });
     });
+}
+
+/// Runs `egress_check::echo` on `listener` on a runtime of its own thread, for the life of the
+/// process.
+pub fn spawn_echo_thread(listener: TcpListener) {
+    spawn_serving(listener, egress_check::echo::serve);
 }
 
 /// The echo on 127.0.0.9:80 of this test process, started once; Err says why it cannot be.
@@ -375,18 +384,7 @@ pub fn shared_tls_echo() -> Result<(SocketAddr, egress_check::ServerIdentity), S
 
 /// Runs `egress_check::echo` over TLS on `listener` on a runtime of its own thread.
 pub fn spawn_tls_echo_thread(listener: TcpListener, identity: egress_check::ServerIdentity) {
-    listener.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            egress_check::echo::serve_tls_until(listener, identity.config, std::future::pending())
-                .await
-                .unwrap();
-        });
+    spawn_serving(listener, move |l| {
+        egress_check::echo::serve_tls_until(l, identity.config, std::future::pending())
     });
 }
