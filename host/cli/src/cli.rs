@@ -247,6 +247,11 @@ pub struct ReconcileArgs {
     /// changes (needs -f and --providers).
     #[arg(long)]
     pub watch: bool,
+    /// How a real run shows what it is doing on stderr: live lines on a terminal and plain
+    /// lines elsewhere (auto), either of them always, or nothing beyond the logs. A dry-run
+    /// shows none.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: crate::progress::ProgressMode,
 }
 
 #[derive(Debug, clap::Args)]

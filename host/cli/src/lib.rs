@@ -6,6 +6,7 @@ pub mod echo;
 pub mod examples;
 pub mod html;
 pub mod output;
+pub mod progress;
 pub mod provider;
 pub mod reconcile;
 pub mod state;

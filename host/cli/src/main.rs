@@ -2,8 +2,10 @@
 
 use clap::Parser;
 use egress_proxies::cli::{Cli, Command, Doctor, Format, ProviderCmd, ReconcileArgs};
+use egress_proxies::progress::{Progress, ProgressMode};
 use egress_proxies::{Source, examples, output, telemetry};
 use egress_runtime::RuntimeOptions;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// Completes on SIGINT (Ctrl-C). The handler is installed here, at once: `ctrl_c()` installs
@@ -30,13 +32,13 @@ fn source(path: Option<std::path::PathBuf>, embedded: fn() -> Source) -> Source 
 #[tokio::main]
 async fn main() -> ExitCode {
     let telemetry = telemetry::init();
-    let code = run(Cli::parse()).await;
+    let code = run(Cli::parse(), telemetry.progress()).await;
     // Every command ends here, so the spans of a run reach the collector before it exits.
     telemetry.shutdown().await;
     code
 }
 
-async fn run(cli: Cli) -> ExitCode {
+async fn run(cli: Cli, progress: &Progress) -> ExitCode {
     let command = cli.command.unwrap_or(Command::Reconcile(ReconcileArgs {
         file: None,
         providers: None,
@@ -50,6 +52,7 @@ async fn run(cli: Cli) -> ExitCode {
         concurrency: egress_proxies::reconcile::DEFAULT_CONCURRENCY,
         run_for: None,
         watch: false,
+        progress: ProgressMode::Auto,
     }));
     match command {
         Command::Reconcile(a) => {
@@ -60,6 +63,15 @@ async fn run(cli: Cli) -> ExitCode {
                 None => None,
             };
             let dry_run = a.dry_run;
+            // A dry-run is over in moments and its stderr is part of what tests compare.
+            if !dry_run {
+                let term = std::env::var("TERM").ok();
+                progress.start(egress_proxies::progress::resolve(
+                    a.progress,
+                    std::io::stderr().is_terminal(),
+                    term.as_deref(),
+                ));
+            }
             let req = egress_proxies::ReconcileRequest {
                 proxies: source(a.file, examples::proxies),
                 providers: source(a.providers, examples::providers),
@@ -78,11 +90,15 @@ async fn run(cli: Cli) -> ExitCode {
                 let watched = egress_proxies::run_reconcile_watch(
                     req,
                     std::time::Duration::from_millis(500),
-                    |report| print!("{}", output::reconcile(report, format, dry_run)),
-                    |why| eprintln!("{why}"),
+                    |report| {
+                        progress
+                            .suspend(|| print!("{}", output::reconcile(report, format, dry_run)))
+                    },
+                    |why| progress.suspend(|| eprintln!("{why}")),
                     interrupted(),
                 )
                 .await;
+                progress.stop();
                 return match watched {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
@@ -91,7 +107,9 @@ async fn run(cli: Cli) -> ExitCode {
                     }
                 };
             }
-            match egress_proxies::run_reconcile(req).await {
+            let outcome = egress_proxies::run_reconcile(req).await;
+            progress.stop();
+            match outcome {
                 Ok(report) => {
                     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
                     let written = output::write_reconcile(&mut out, &report, a.output, dry_run)

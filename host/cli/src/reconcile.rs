@@ -572,6 +572,19 @@ impl Driver<'_> {
                 .filter(|t| !t.released)
                 .map(|t| t.next_at_ms)
                 .min();
+            // What the progress lines show (nothing listens otherwise): every pass, so the
+            // counts are current; drawing is rate-limited there.
+            tracing::trace!(
+                target: crate::progress::RUN_TARGET,
+                proxies = (tracked.values().filter(|t| !t.released).count() + in_flight.len()) as u64,
+                steady = tracked.values().filter(|t| !t.released && t.steady).count() as u64,
+                in_flight = in_flight.len() as u64,
+                next_step_ms = idle_next
+                    .filter(|&n| n != u64::MAX)
+                    .map(|n| n.saturating_sub(now)),
+                deadline_ms = deadline_ms.saturating_sub(now),
+                "run"
+            );
             if in_flight.is_empty() {
                 let settled = tracked.values().all(|t| t.released || t.steady)
                     && pools.iter().all(|p| p.settled);

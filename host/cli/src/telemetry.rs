@@ -43,6 +43,7 @@ pub enum TelemetryError {
 /// The installed telemetry; `shutdown` before the process exits.
 pub struct Telemetry {
     provider: Option<SdkTracerProvider>,
+    progress: crate::progress::Progress,
 }
 
 /// Whether traces are exported, from the environment `env` reads: an OTLP endpoint is
@@ -60,10 +61,11 @@ pub fn exports_traces(env: impl Fn(&str) -> Option<String>) -> bool {
 /// (a malformed endpoint) is reported as a warning and the process runs on without traces.
 pub fn init() -> Telemetry {
     let env = |k: &str| std::env::var(k).ok();
+    let progress = crate::progress::Progress::default();
     let (provider, refused) = if exports_traces(env) {
         // The exporter warns while it is built (a variable it ignores, say), before the global
         // subscriber exists: show those warnings through the logs alone meanwhile.
-        let logs_only = tracing_subscriber::registry().with(logs());
+        let logs_only = tracing_subscriber::registry().with(logs(&progress));
         match tracing::subscriber::with_default(logs_only, || tracer_provider(env)) {
             Ok(p) => (Some(p), None),
             Err(e) => (None, Some(e)),
@@ -79,7 +81,8 @@ pub fn init() -> Telemetry {
             .with_filter(EnvFilter::new(EXPORTED))
     });
     if let Err(e) = tracing_subscriber::registry()
-        .with(logs())
+        .with(logs(&progress))
+        .with(progress.layer())
         .with(traces)
         .try_init()
     {
@@ -89,16 +92,17 @@ pub fn init() -> Telemetry {
     if let Some(e) = refused {
         tracing::warn!("traces are not exported: {e}");
     }
-    Telemetry { provider }
+    Telemetry { provider, progress }
 }
 
-/// The stderr log layer, filtered by EGRESS_PROXIES_LOG.
-fn logs<S>() -> Box<dyn Layer<S> + Send + Sync>
+/// The stderr log layer, filtered by EGRESS_PROXIES_LOG; its lines keep clear of the live
+/// progress lines.
+fn logs<S>(progress: &crate::progress::Progress) -> Box<dyn Layer<S> + Send + Sync>
 where
     S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
 {
     tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
+        .with_writer(progress.log_writer())
         .with_filter(
             EnvFilter::try_from_env("EGRESS_PROXIES_LOG")
                 .unwrap_or_else(|_| EnvFilter::new("warn")),
@@ -107,6 +111,11 @@ where
 }
 
 impl Telemetry {
+    /// What long work shows on stderr while it runs.
+    pub fn progress(&self) -> &crate::progress::Progress {
+        &self.progress
+    }
+
     /// Sends the spans still queued and stops the exporter, so a run that ends now loses none.
     pub async fn shutdown(self) {
         let Some(provider) = self.provider else {
