@@ -498,6 +498,7 @@ impl Driver<'_> {
                     sink.record(&key, t)?;
                     mark_pool(pools, t, before);
                 }
+                self.refresh_peers(tracked, sink)?;
             }
         }
         Ok(if end_ms.is_some() {
@@ -607,11 +608,39 @@ impl Driver<'_> {
                     flying.remove(&key);
                     mark_pool(pools, &t, before);
                     tracked.insert(key, t);
+                    self.refresh_peers(tracked, sink)?;
                 }
                 () = sleep_or_never(wake) => {}
             }
         }
         Ok(steps)
+    }
+
+    /// Brings `egressSharedWith` up to date on the Proxies whose peers changed (another one
+    /// joined or left their egress address), without a step: a status of what the fleet
+    /// knows. One being stepped is out of the map; its step ends with its peers as they are.
+    fn refresh_peers(
+        &self,
+        tracked: &mut BTreeMap<String, Tracked>,
+        sink: &mut Sink,
+    ) -> Result<(), crate::CliError> {
+        let Some(c) = &self.egress else {
+            return Ok(());
+        };
+        for key in c.take_peers_changed() {
+            let Some(t) = tracked.get_mut(&key).filter(|t| !t.released) else {
+                continue;
+            };
+            let peers = match t.status.egress_ip.as_deref() {
+                Some(ip) if reconcile::ready_is_true(&t.status) => c.egress_peers(&key, ip),
+                _ => Vec::new(),
+            };
+            if peers != t.status.egress_shared_with {
+                t.status.egress_shared_with = peers;
+                sink.record(&key, t)?;
+            }
+        }
+        Ok(())
     }
 
     /// The egress check's thresholds, when the run checks egress.

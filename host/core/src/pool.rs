@@ -69,7 +69,20 @@ pub struct PoolSpec {
     /// is lent to the other placements (a permanent failure lends it at once); default 10m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spill_after: Option<String>,
+    /// Count only members with an egress address of their own: a member whose egress
+    /// address an older member already has is not available and is replaced; a placement
+    /// that gives shared addresses SHARED_EGRESS_LIMIT times in a row (Pods behind one NAT) is
+    /// degraded and lends its share to the others. Off by default: a pool of one cluster
+    /// behind one NAT still works, and the sharing shows in `status.distinctEgressIPs` and in
+    /// discovery either way.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub distinct_egress: bool,
 }
+
+/// With `distinctEgress`, how many members in a row a placement may give an address an
+/// older member has before it is degraded (its share lent to the others, one probe kept,
+/// replaced with the failed-member backoff).
+pub const SHARED_EGRESS_LIMIT: u32 = 3;
 
 /// The default of `spec.spillAfter`.
 pub const DEFAULT_SPILL_AFTER: Duration = Duration::from_secs(600);
@@ -244,6 +257,15 @@ pub struct PlacementStatus {
     /// next replacement doubles with each).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub failed_replacements: u32,
+    /// With `distinctEgress`: members of it replaced in a row because an older member had
+    /// their egress address. At SHARED_EGRESS_LIMIT it is degraded; a member of it with an
+    /// address of its own, newer than the last one counted, clears the count.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub shared_egress_replacements: u32,
+    /// RFC 3339: the creation time of the last member counted in sharedEgressReplacements,
+    /// so a member is counted once however many decisions see it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_egress_counted_to: Option<String>,
     /// The last failure of one of its proxies, if any is failing now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -498,6 +520,8 @@ pub enum DeleteReason {
     Rotated,
     /// More proxies than replicas.
     ScaledDown,
+    /// With `distinctEgress`: an older member egresses from its address.
+    SharedEgress,
 }
 
 impl DeleteReason {
@@ -509,10 +533,11 @@ impl DeleteReason {
             Self::Rebalanced => "Rebalanced",
             Self::Rotated => "Rotated",
             Self::ScaledDown => "ScaledDown",
+            Self::SharedEgress => "SharedEgress",
         }
     }
 
-    pub fn all() -> [Self; 6] {
+    pub fn all() -> [Self; 7] {
         [
             Self::Cordoned,
             Self::OutOfDate,
@@ -520,6 +545,7 @@ impl DeleteReason {
             Self::Rebalanced,
             Self::Rotated,
             Self::ScaledDown,
+            Self::SharedEgress,
         ]
     }
 }
@@ -644,6 +670,10 @@ struct Health {
     /// Unix seconds: since when its creates fail (None: it creates).
     degraded_since: Option<i64>,
     failed_replacements: u32,
+    /// Members replaced in a row for a shared egress address (distinctEgress), and the
+    /// creation time of the last one counted.
+    shared_replacements: u32,
+    shared_counted_to: Option<i64>,
     /// Its failing member's `Reason: message`, if one is failing now.
     failure: Option<String>,
 }
@@ -664,7 +694,8 @@ pub fn decide(
     let min_available = replicas.saturating_sub(unavailable);
     let n = spec.placements.len();
     let live: Vec<&Member> = members.iter().filter(|m| !m.deleting).collect();
-    let available_of = |m: &Member| m.available && !m.cordoned;
+    let shared = shared_egress(spec, &live);
+    let available_of = |m: &Member| m.available && !m.cordoned && !shared.contains_key(&*m.name);
     let spill = spill_after(spec).as_secs() as i64;
 
     let rotation_due = |m: &Member| {
@@ -718,9 +749,24 @@ pub fn decide(
             let recovered = since.is_some_and(|t| {
                 mine(i).any(|m| available_of(m) && m.running_since.is_some_and(|r| r >= t))
             });
+            // A member with an address of its own, newer than the last shared one counted,
+            // ends the run of shared addresses.
+            let counted_to = recorded
+                .and_then(|p| p.shared_egress_counted_to.as_deref())
+                .and_then(crate::gc::parse_rfc3339);
+            let own_address_since = counted_to.is_some_and(|t| {
+                mine(i).any(|m| available_of(m) && m.created_at.is_some_and(|c| c > t))
+            });
+            let shared_replacements = if (since.is_some() && recovered) || own_address_since {
+                0
+            } else {
+                recorded.map_or(0, |p| p.shared_egress_replacements)
+            };
+            let shares_addresses = spec.distinct_egress && shared_replacements >= SHARED_EGRESS_LIMIT;
             let degraded_since = match (since, failing) {
                 (Some(t), _) if !recovered => Some(t),
                 (_, Some(_)) => Some(now),
+                _ if shares_addresses => Some(now),
                 _ => None,
             };
             let failed_replacements = if since.is_some() && recovered {
@@ -731,10 +777,27 @@ pub fn decide(
             let failure = mine(i)
                 .filter_map(|m| m.failure.as_ref())
                 .min_by_key(|f| (f.since, f.message.clone()))
-                .map(|f| f.message.clone());
+                .map(|f| f.message.clone())
+                .or_else(|| {
+                    shares_addresses.then(|| {
+                        let seen: std::collections::BTreeSet<&str> = mine(i)
+                            .filter_map(|m| shared.get(&*m.name).copied())
+                            .collect();
+                        let mut m = format!(
+                            "SharedEgress: {shared_replacements} members in a row egressed from an address an older member has"
+                        );
+                        if !seen.is_empty() {
+                            let list: Vec<&str> = seen.into_iter().collect();
+                            m.push_str(&format!(" ({})", list.join(", ")));
+                        }
+                        m
+                    })
+                });
             Health {
                 degraded_since,
                 failed_replacements,
+                shared_replacements,
+                shared_counted_to: if shared_replacements == 0 { None } else { counted_to },
                 failure,
             }
         })
@@ -782,6 +845,32 @@ pub fn decide(
                     next_failed_due = Some(next_failed_due.map_or(due, |d| d.min(due)));
                 }
             }
+        }
+    }
+
+    // 3b. With distinctEgress, a member an older member shares an address with makes way for
+    //     a new one (it is not available, so this costs the floor nothing); in a degraded
+    //     placement, only once it has served for the failed-member backoff, so the probe
+    //     tries again at that pace rather than churning.
+    if !spec.paused {
+        for m in live.iter().filter(|m| shared.contains_key(&*m.name)) {
+            if stale.contains_key(m.name.as_str()) {
+                continue;
+            }
+            let Some(i) = m.placement.filter(|&i| i < n) else {
+                continue;
+            };
+            if degraded(i) {
+                let wait =
+                    failed_replacement_backoff(health[i].shared_replacements).as_secs() as i64;
+                let since = m.running_since.or(m.created_at).unwrap_or(now);
+                if now.saturating_sub(since) < wait {
+                    let due = since + wait - now;
+                    next_failed_due = Some(next_failed_due.map_or(due, |d| d.min(due)));
+                    continue;
+                }
+            }
+            stale.insert(&m.name, DeleteReason::SharedEgress);
         }
     }
 
@@ -951,6 +1040,7 @@ pub fn decide(
         spec,
         prior,
         &live,
+        &available_of,
         Counts {
             ready: ready_now,
             available: available_now,
@@ -989,6 +1079,34 @@ pub fn decide(
         status,
         requeue_after,
     }
+}
+
+/// With `distinctEgress`, the members whose egress address an older available member (by
+/// creation, then name) already has, each with that address. The oldest holder of an
+/// address keeps it; without `distinctEgress`, none.
+fn shared_egress<'a>(
+    spec: &PoolSpec,
+    live: &[&'a Member],
+) -> std::collections::BTreeMap<&'a str, &'a str> {
+    let mut out = std::collections::BTreeMap::new();
+    if !spec.distinct_egress {
+        return out;
+    }
+    let mut holders: Vec<&Member> = live
+        .iter()
+        .copied()
+        .filter(|m| m.available && !m.cordoned && m.egress_ip.is_some())
+        .collect();
+    holders.sort_by_key(|m| (m.created_at.unwrap_or(i64::MIN), m.name.clone()));
+    let mut seen = std::collections::BTreeSet::new();
+    for m in holders {
+        if let Some(ip) = m.egress_ip.as_deref()
+            && !seen.insert(ip)
+        {
+            out.insert(m.name.as_str(), ip);
+        }
+    }
+    out
 }
 
 /// Each placement's [`revision`], from its provider entry's revision (`missing` for an entry
@@ -1167,6 +1285,7 @@ fn status(
     spec: &PoolSpec,
     prior: &PoolStatus,
     live: &[&Member],
+    available_of: &dyn Fn(&Member) -> bool,
     counts: Counts,
     health: &[Health],
     target: &[usize],
@@ -1181,12 +1300,20 @@ fn status(
         .map(|(i, p)| {
             let mine: Vec<&&Member> = live.iter().filter(|m| m.placement == Some(i)).collect();
             let h = &health[i];
+            // Members replaced for a shared address now, each counted once: created after
+            // the last one counted.
+            let counted: Vec<i64> = deletes
+                .iter()
+                .filter(|(_, why)| *why == DeleteReason::SharedEgress)
+                .filter_map(|(name, _)| mine.iter().find(|m| m.name == *name))
+                .map(|m| m.created_at.unwrap_or(0))
+                .filter(|c| h.shared_counted_to.is_none_or(|t| *c > t))
+                .collect();
             PlacementStatus {
                 provider: p.provider.clone(),
                 replicas: mine.len() as u32,
                 ready_replicas: mine.iter().filter(|m| m.ready && !m.cordoned).count() as u32,
-                available_replicas: mine.iter().filter(|m| m.available && !m.cordoned).count()
-                    as u32,
+                available_replicas: mine.iter().filter(|m| available_of(m)).count() as u32,
                 target_replicas: target.get(i).copied().unwrap_or(0) as u32,
                 degraded_since: h.degraded_since.map(crate::gc::format_rfc3339),
                 failed_replacements: h.failed_replacements
@@ -1196,6 +1323,13 @@ fn status(
                             *why == DeleteReason::Failed && mine.iter().any(|m| m.name == *name)
                         })
                         .count() as u32,
+                shared_egress_replacements: h.shared_replacements + counted.len() as u32,
+                shared_egress_counted_to: counted
+                    .iter()
+                    .copied()
+                    .max()
+                    .or(h.shared_counted_to)
+                    .map(crate::gc::format_rfc3339),
                 last_error: h.failure.clone(),
             }
         })

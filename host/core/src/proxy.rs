@@ -146,6 +146,11 @@ pub struct ProxyStatus {
     /// Failed checks in a row.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub egress_failures: u32,
+    /// Other Ready Proxies (`namespace/name`, sorted, at most 10) whose last verified check
+    /// came from the same egress address (Pods behind one NAT): a crawler that buys distinct
+    /// IPs uses one of them. As of this Proxy's last step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress_shared_with: Vec<String>,
     /// RFC 3339: when the instance was first seen running with its address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running_since: Option<String>,

@@ -111,6 +111,7 @@ fn pool_of(replicas: u32, surge: u32, unavailable: u32) -> ProxyPool {
             },
             paused: false,
             spill_after: None,
+            distinct_egress: false,
         },
         status: None,
     }

@@ -139,6 +139,12 @@ pub struct ProxyPoolSpec {
     /// is lent to the other placements (a permanent failure lends it at once); default 10m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spill_after: Option<String>,
+    /// Count only members with an egress address of their own: a member whose egress address
+    /// an older member already has is not available and is replaced, and a placement that
+    /// keeps giving shared addresses (Pods behind one NAT) is degraded and lends its share.
+    /// Default false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub distinct_egress: bool,
 }
 
 /// maxSurge and maxUnavailable as Kubernetes' IntOrString: a structural schema cannot hold
@@ -180,6 +186,7 @@ impl ProxyPool {
                 strategy: self.spec.strategy.clone(),
                 paused: self.spec.paused,
                 spill_after: self.spec.spill_after.clone(),
+                distinct_egress: self.spec.distinct_egress,
             },
             status: None,
         }

@@ -178,6 +178,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
 
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel::<()>(1);
     let (pool_reload_tx, pool_reload_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let peers = peers_changed(fleet.clone());
     let reload = reload_loop(
         reloader,
         ctx.clone(),
@@ -188,6 +189,8 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     );
     let controller = proxy_controller(client.clone(), opts.concurrency)
         .reconcile_all_on(tokio_stream_from(reload_rx))
+        // A Proxy another one joined or left the egress address of: its egressSharedWith.
+        .reconcile_on(peers)
         .shutdown_on_signal()
         .run(controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|_| async {});
@@ -293,6 +296,25 @@ pub fn checker_for(
             .with_observer(metrics.clone())
             .with_fleet(fleet.clone()),
     )))
+}
+
+/// The Proxies whose egress peers changed (another one joined or left their address), as the
+/// fleet learns it from the watch: each is reconciled, which writes its `egressSharedWith`.
+pub fn peers_changed(
+    fleet: Arc<StatusFleet>,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<crd::Proxy>> + Send + 'static {
+    let queue: std::collections::VecDeque<String> = Default::default();
+    futures::stream::unfold((fleet, queue), |(fleet, mut queue)| async move {
+        loop {
+            if let Some(key) = queue.pop_front() {
+                let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
+                let r = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
+                return Some((r, (fleet, queue)));
+            }
+            fleet.peers_changed().await;
+            queue.extend(fleet.take_peers_changed());
+        }
+    })
 }
 
 /// Tells the outage rule's fleet what the watch of every Proxy saw.

@@ -100,7 +100,19 @@ pub trait Fleet: Send + Sync {
     /// Told of a Proxy's status by a caller that tracks them itself (or, with None, that it
     /// went); a fleet fed otherwise (a watch) ignores it.
     fn record(&self, _key: &str, _provider: &str, _status: Option<&ProxyStatus>) {}
+    /// The other Ready Proxies (`namespace/name`, sorted, at most [`PEERS_SHOWN`]) whose last
+    /// verified check came from `egress_ip`, leaving `key` out.
+    fn egress_peers(&self, _key: &str, _egress_ip: &str) -> Vec<String> {
+        Vec::new()
+    }
+    /// The Proxies whose peers changed since the last call.
+    fn take_peers_changed(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
+
+/// How many Proxies sharing an egress address a status names.
+pub const PEERS_SHOWN: usize = 10;
 
 /// A [`Fleet`] kept from the statuses it is told of (the CLI's tracked statuses, the
 /// operator's watch of every Proxy), with each provider's counts kept as they change, so a
@@ -108,6 +120,8 @@ pub trait Fleet: Send + Sync {
 #[derive(Default)]
 pub struct StatusFleet {
     inner: Mutex<FleetInner>,
+    /// Wakes whoever refreshes the statuses of Proxies whose egress peers changed.
+    peers_changed: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -118,6 +132,12 @@ struct FleetInner {
     counts: HashMap<String, (usize, usize)>,
     /// The keys a relist has seen so far, while one is under way.
     relist: Option<std::collections::HashSet<String>>,
+    /// Each Ready Proxy's egress address, and the Proxies of each address: who shares one.
+    egress_of: HashMap<String, String>,
+    by_egress: HashMap<String, std::collections::BTreeSet<String>>,
+    /// Proxies whose peers changed since the last [`StatusFleet::take_peers_changed`]: the
+    /// others of an address a Proxy joined or left.
+    peers_changed: std::collections::BTreeSet<String>,
 }
 
 impl FleetInner {
@@ -146,6 +166,29 @@ impl FleetInner {
             self.votes.insert(key.to_string(), (p, v));
         }
     }
+
+    /// `key`'s egress address now: a Ready Proxy's last verified one, else none.
+    fn set_egress(&mut self, key: &str, egress: Option<&str>) {
+        if self.egress_of.get(key).map(String::as_str) == egress {
+            return;
+        }
+        if let Some(old) = self.egress_of.remove(key)
+            && let Some(keys) = self.by_egress.get_mut(&old)
+        {
+            keys.remove(key);
+            self.peers_changed.extend(keys.iter().cloned());
+            if keys.is_empty() {
+                self.by_egress.remove(&old);
+            }
+        }
+        if let Some(ip) = egress {
+            self.egress_of.insert(key.to_string(), ip.to_string());
+            let keys = self.by_egress.entry(ip.to_string()).or_default();
+            self.peers_changed
+                .extend(keys.iter().filter(|k| *k != key).cloned());
+            keys.insert(key.to_string());
+        }
+    }
 }
 
 impl StatusFleet {
@@ -156,6 +199,20 @@ impl StatusFleet {
     /// Records a Proxy's status (or, with None, that it went).
     pub fn record(&self, key: &str, provider: &str, status: Option<&ProxyStatus>) {
         Fleet::record(self, key, provider, status)
+    }
+
+    /// The Proxies whose egress peers changed since the last call (another Proxy joined or
+    /// left their address): their `egressSharedWith` is out of date until refreshed.
+    pub fn take_peers_changed(&self) -> Vec<String> {
+        std::mem::take(&mut self.inner().peers_changed)
+            .into_iter()
+            .collect()
+    }
+
+    /// Completes when [`Self::take_peers_changed`] has something (or had since the last
+    /// wait).
+    pub async fn peers_changed(&self) {
+        self.peers_changed.notified().await
     }
 
     /// A watch lists everything again: what the list does not name by [`Self::end_relist`]
@@ -177,6 +234,12 @@ impl StatusFleet {
             .collect();
         for k in gone {
             inner.set(&k, None);
+            inner.set_egress(&k, None);
+        }
+        let changed = !inner.peers_changed.is_empty();
+        drop(inner);
+        if changed {
+            self.peers_changed.notify_one();
         }
     }
 }
@@ -193,6 +256,33 @@ impl Fleet for StatusFleet {
             key,
             status.map(|s| (provider.to_string(), egress::outage_vote(s))),
         );
+        let egress = status
+            .filter(|s| egress_core::reconcile::ready_is_true(s))
+            .and_then(|s| s.egress_ip.as_deref());
+        inner.set_egress(key, egress);
+        let changed = !inner.peers_changed.is_empty();
+        drop(inner);
+        if changed {
+            self.peers_changed.notify_one();
+        }
+    }
+
+    fn take_peers_changed(&self) -> Vec<String> {
+        StatusFleet::take_peers_changed(self)
+    }
+
+    fn egress_peers(&self, key: &str, egress_ip: &str) -> Vec<String> {
+        let inner = self.inner();
+        inner
+            .by_egress
+            .get(egress_ip)
+            .map_or_else(Vec::new, |keys| {
+                keys.iter()
+                    .filter(|k| *k != key)
+                    .take(PEERS_SHOWN)
+                    .cloned()
+                    .collect()
+            })
     }
 
     fn outage_counts(&self, provider: &str, except: &str) -> (usize, usize) {
@@ -365,6 +455,22 @@ impl EgressChecker {
             failing,
             checked,
         )
+    }
+
+    /// The other Ready Proxies whose egress address is `egress_ip`, as the fleet knows them
+    /// (none without a fleet).
+    pub fn egress_peers(&self, key: &str, egress_ip: &str) -> Vec<String> {
+        self.fleet
+            .as_ref()
+            .map_or_else(Vec::new, |f| f.egress_peers(key, egress_ip))
+    }
+
+    /// The Proxies whose egress peers changed since the last call (see
+    /// [`StatusFleet::take_peers_changed`]).
+    pub fn take_peers_changed(&self) -> Vec<String> {
+        self.fleet
+            .as_ref()
+            .map_or_else(Vec::new, |f| f.take_peers_changed())
     }
 
     /// Tells the fleet of a Proxy's status (or, with None, that it went), for a caller that
@@ -1082,6 +1188,61 @@ mod tests {
             Arc::new(SimEgress::new(spec, clock.clone())),
             clock,
         )
+    }
+
+    /// Ready with a verified egress address (or not Ready).
+    fn egress_status(ready: bool, egress: &str) -> ProxyStatus {
+        ProxyStatus {
+            egress_ip: Some(egress.into()),
+            conditions: vec![egress_core::Condition {
+                type_: egress_core::reconcile::READY.into(),
+                status: if ready { "True" } else { "False" }.into(),
+                reason: "Verified".into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: String::new(),
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// The fleet knows who shares an egress address: the Ready Proxies of it, the asker left
+    /// out; a Proxy that stops being Ready, moves to another address or goes leaves the list,
+    /// and a relist forgets one it no longer sees.
+    #[test]
+    fn the_fleet_names_who_shares_an_egress_address() {
+        let fleet = StatusFleet::default();
+        let peers = |k: &str, ip: &str| Fleet::egress_peers(&fleet, k, ip);
+        for k in ["ns/a", "ns/b", "ns/c"] {
+            fleet.record(k, "p", Some(&egress_status(true, "198.51.100.20")));
+        }
+        fleet.record("ns/d", "p", Some(&egress_status(true, "203.0.113.4")));
+        assert_eq!(peers("ns/a", "198.51.100.20"), vec!["ns/b", "ns/c"]);
+        assert!(peers("ns/d", "203.0.113.4").is_empty());
+        // b joined a's address, then c joined a's and b's: their lists are out of date.
+        assert_eq!(fleet.take_peers_changed(), vec!["ns/a", "ns/b"]);
+        assert!(fleet.take_peers_changed().is_empty());
+        // The same status again changes no one's peers.
+        fleet.record("ns/a", "p", Some(&egress_status(true, "198.51.100.20")));
+        assert!(fleet.take_peers_changed().is_empty());
+        fleet.record("ns/b", "p", Some(&egress_status(false, "198.51.100.20")));
+        fleet.record("ns/c", "p", Some(&egress_status(true, "203.0.113.4")));
+        assert!(peers("ns/a", "198.51.100.20").is_empty());
+        assert_eq!(peers("ns/d", "203.0.113.4"), vec!["ns/c"]);
+        assert_eq!(fleet.take_peers_changed(), vec!["ns/a", "ns/c", "ns/d"]);
+        fleet.begin_relist();
+        fleet.record("ns/d", "p", Some(&egress_status(true, "203.0.113.4")));
+        fleet.end_relist();
+        assert!(peers("ns/d", "203.0.113.4").is_empty());
+        // At most PEERS_SHOWN named.
+        for n in 0..30 {
+            fleet.record(
+                &format!("ns/m{n:02}"),
+                "p",
+                Some(&egress_status(true, "192.0.2.1")),
+            );
+        }
+        assert_eq!(peers("ns/x", "192.0.2.1").len(), PEERS_SHOWN);
     }
 
     #[tokio::test]

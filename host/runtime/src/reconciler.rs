@@ -124,6 +124,29 @@ pub struct ReconcileEnv<'a> {
 pub async fn reconcile_proxy(
     env: &ReconcileEnv<'_>,
     proxy: &Proxy,
+    status: ProxyStatus,
+    deleting: bool,
+    subject: &str,
+) -> StepResult {
+    let mut r = reconcile_steps(env, proxy, status, deleting, subject).await;
+    // Who else egresses from this address, as the fleet knows every Proxy's status now: a
+    // peer verified later shows here at this Proxy's next step.
+    if let Some(checker) = env.egress
+        && !r.released
+    {
+        r.status.egress_shared_with = match r.status.egress_ip.as_deref() {
+            Some(ip) if reconcile::ready_is_true(&r.status) => {
+                checker.egress_peers(&proxy.key(), ip)
+            }
+            _ => Vec::new(),
+        };
+    }
+    r
+}
+
+async fn reconcile_steps(
+    env: &ReconcileEnv<'_>,
+    proxy: &Proxy,
     mut status: ProxyStatus,
     deleting: bool,
     subject: &str,

@@ -27,6 +27,7 @@ fn spec(replicas: u32, weights: &[u32]) -> PoolSpec {
         },
         paused: false,
         spill_after: None,
+        distinct_egress: false,
     }
 }
 
@@ -911,4 +912,271 @@ fn the_status_counts_distinct_egress_addresses_of_the_available() {
     ms[2].cordoned = true;
     let d = decide(&sp, &r, &ms, &PoolStatus::default(), NOW);
     assert_eq!(d.status.distinct_egress_ips, 1);
+}
+
+/// The Sim with egress addresses: members of placement 0 all egress from one NAT address,
+/// those of placement 1 each from its own.
+fn give_addresses(s: &mut Sim) {
+    for m in &mut s.members {
+        if m.available && m.egress_ip.is_none() {
+            m.egress_ip = Some(match m.placement {
+                Some(0) => "198.51.100.20".to_string(),
+                _ => format!("203.0.113.{}", m.name.trim_start_matches("pool-")),
+            });
+        }
+    }
+}
+
+/// With distinctEgress, a placement whose members all egress from one NAT address keeps its
+/// oldest, replaces the others (never costing the floor: they do not count), is degraded
+/// after SHARED_EGRESS_LIMIT of them in a row with a reason that says so, and lends its share
+/// to a placement whose members have addresses of their own; the pool ends with every
+/// available member on an address of its own. Without it, the same pool keeps them all.
+#[test]
+fn distinct_egress_replaces_shared_addresses_and_spills_a_placement_behind_one_nat() {
+    let mut sp = spec(6, &[1, 1]);
+    sp.distinct_egress = true;
+    let mut s = Sim::new(sp.clone());
+    let mut shared_deletes = 0;
+    for minute in 0..240 {
+        s.now = NOW + minute * 60;
+        let d = s.step();
+        shared_deletes += d
+            .deletes
+            .iter()
+            .filter(|(_, r)| *r == DeleteReason::SharedEgress)
+            .count();
+        s.ready_all();
+        give_addresses(&mut s);
+    }
+    let st = &s.status;
+    assert!(st.placements[0].degraded_since.is_some(), "{st:#?}");
+    assert!(
+        shared_deletes >= SHARED_EGRESS_LIMIT as usize,
+        "{shared_deletes}"
+    );
+    let degraded = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PlacementDegraded")
+        .unwrap();
+    assert_eq!(degraded.status, "True", "{degraded:?}");
+    assert!(
+        degraded
+            .message
+            .contains("placements[0] (p0): SharedEgress: ")
+            && degraded.message.contains("198.51.100.20"),
+        "{}",
+        degraded.message
+    );
+    // One member of placement 0 keeps the NAT address; the share went to placement 1.
+    assert_eq!(
+        st.placements
+            .iter()
+            .map(|p| p.target_replicas)
+            .collect::<Vec<_>>(),
+        vec![1, 5],
+        "{st:#?}"
+    );
+    assert_eq!(st.available_replicas, 6, "{st:#?}");
+    assert_eq!(st.distinct_egress_ips, 6, "{st:#?}");
+    let available = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Available")
+        .unwrap();
+    assert_eq!(available.status, "True");
+    // The probe is replaced at the failed-member backoff, not every minute.
+    assert!(
+        shared_deletes < 20,
+        "{shared_deletes} replacements in 4 hours"
+    );
+
+    // Without distinctEgress the same weather keeps three members behind the NAT.
+    let mut s = Sim::new(spec(6, &[1, 1]));
+    for minute in 0..30 {
+        s.now = NOW + minute * 60;
+        let d = s.step();
+        assert!(d.deletes.is_empty(), "{:?}", d.deletes);
+        s.ready_all();
+        give_addresses(&mut s);
+    }
+    assert_eq!(s.by_placement(), vec![3, 3]);
+    assert_eq!(s.status.available_replicas, 6);
+    assert_eq!(s.status.distinct_egress_ips, 4);
+}
+
+/// A member with an address of its own, newer than the last shared one, ends the run: two
+/// shared addresses, then a distinct one, then two shared again do not degrade the placement.
+#[test]
+fn a_distinct_address_between_shared_ones_clears_the_count() {
+    let mut sp = spec(2, &[1]);
+    sp.distinct_egress = true;
+    let r = revs(&sp);
+    let mut prior = PoolStatus::default();
+    let mut oldest = member("m0", 0, &r[0], true, NOW - 3600);
+    oldest.egress_ip = Some("198.51.100.20".into());
+    let mut t = NOW;
+    let run = |ip: &str, prior: &mut PoolStatus, t: &mut i64| {
+        *t += 60;
+        let mut m = member(&format!("m{t}"), 0, &r[0], true, *t - 30);
+        m.egress_ip = Some(ip.into());
+        let d = decide(&sp, &r, &[oldest.clone(), m], prior, *t);
+        *prior = d.status.clone();
+        d
+    };
+    for _ in 0..2 {
+        let d = run("198.51.100.20", &mut prior, &mut t);
+        assert_eq!(d.deletes.len(), 1, "{:?}", d.deletes);
+        assert_eq!(d.deletes[0].1, DeleteReason::SharedEgress);
+    }
+    assert_eq!(prior.placements[0].shared_egress_replacements, 2);
+    let d = run("203.0.113.9", &mut prior, &mut t);
+    assert!(d.deletes.is_empty(), "{:?}", d.deletes);
+    assert_eq!(
+        prior.placements[0].shared_egress_replacements, 0,
+        "{prior:#?}"
+    );
+    for _ in 0..2 {
+        run("198.51.100.20", &mut prior, &mut t);
+    }
+    assert_eq!(prior.placements[0].shared_egress_replacements, 2);
+    assert!(prior.placements[0].degraded_since.is_none());
+    // The same decision seen twice (a delete that did not land yet) counts the member once.
+    let mut m = member("again", 0, &r[0], true, t + 30);
+    m.egress_ip = Some("198.51.100.20".into());
+    t += 60;
+    for _ in 0..2 {
+        let d = decide(&sp, &r, &[oldest.clone(), m.clone()], &prior, t);
+        assert_eq!(d.status.placements[0].shared_egress_replacements, 3);
+        if d.status.placements[0].shared_egress_counted_to.is_some() {
+            prior = d.status;
+        }
+    }
+}
+
+/// Over every state of a small pool with distinctEgress (every multiset of up to three
+/// members, each serving or not, cordoned or not, with no address or one of two, of either
+/// placement, degraded prior or not): the pool's own deletions never leave fewer members
+/// with an address of their own available than the floor (or than there were); the oldest
+/// holder of an address is never deleted for sharing it; a member deleted for sharing did
+/// share.
+#[test]
+fn over_every_state_distinct_egress_keeps_the_floor_of_distinct_members() {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    struct Egress {
+        serving: bool,
+        cordoned: bool,
+        placement: usize,
+        ip: Option<u8>,
+    }
+    let mut shapes = Vec::new();
+    for serving in [false, true] {
+        for cordoned in [false, true] {
+            for placement in 0..2 {
+                for ip in [None, Some(1), Some(2)] {
+                    shapes.push(Egress {
+                        serving,
+                        cordoned,
+                        placement,
+                        ip,
+                    });
+                }
+            }
+        }
+    }
+    // Every multiset of up to three shapes, in creation order.
+    let mut sets: Vec<Vec<Egress>> = vec![Vec::new()];
+    let mut layer: Vec<Vec<Egress>> = vec![Vec::new()];
+    for _ in 0..3 {
+        layer = layer
+            .iter()
+            .flat_map(|set| {
+                shapes.iter().map(move |sh| {
+                    let mut s = set.clone();
+                    s.push(*sh);
+                    s
+                })
+            })
+            .collect();
+        sets.extend(layer.iter().cloned());
+    }
+    let mut decisions = 0u64;
+    for replicas in 1..=3u32 {
+        for (surge, unavailable) in [(1, 0), (0, 1)] {
+            let mut sp = spec(replicas, &[1, 1]);
+            sp.distinct_egress = true;
+            sp.strategy = Strategy {
+                max_surge: IntOrPercent::Int(surge),
+                max_unavailable: IntOrPercent::Int(unavailable),
+            };
+            let r = revs(&sp);
+            let floor = (replicas - unavailable) as usize;
+            for set in &sets {
+                let members: Vec<Member> = set
+                    .iter()
+                    .enumerate()
+                    .map(|(k, sh)| {
+                        let mut m = member(
+                            &format!("m{k}"),
+                            sh.placement,
+                            &r[sh.placement],
+                            sh.serving,
+                            NOW - 600 + k as i64,
+                        );
+                        m.cordoned = sh.cordoned;
+                        m.egress_ip = sh
+                            .ip
+                            .filter(|_| sh.serving)
+                            .map(|i| format!("203.0.113.{i}"));
+                        m
+                    })
+                    .collect();
+                // The truth: available, not cordoned, and first (oldest) on its address.
+                let mut holders = std::collections::BTreeSet::new();
+                let distinct: Vec<bool> = members
+                    .iter()
+                    .map(|m| {
+                        m.available
+                            && !m.cordoned
+                            && m.egress_ip
+                                .as_ref()
+                                .is_none_or(|ip| holders.insert(ip.clone()))
+                    })
+                    .collect();
+                let before = distinct.iter().filter(|d| **d).count();
+                for prior in [PoolStatus::default(), degraded_prior(&sp, 0)] {
+                    let d = decide(&sp, &r, &members, &prior, NOW);
+                    decisions += 1;
+                    let deleted = |m: &Member| d.deletes.iter().any(|(n, _)| *n == m.name);
+                    let after = members
+                        .iter()
+                        .zip(&distinct)
+                        .filter(|(m, d)| **d && !deleted(m))
+                        .count();
+                    assert!(
+                        after >= before.min(floor),
+                        "{set:?} replicas {replicas}: distinct available {before} -> {after}: {:?}",
+                        d.deletes
+                    );
+                    for (name, why) in &d.deletes {
+                        let k: usize = name[1..].parse().unwrap();
+                        if *why == DeleteReason::SharedEgress {
+                            assert!(
+                                !distinct[k]
+                                    && members[k].egress_ip.is_some()
+                                    && members[k].available,
+                                "{set:?}: {name} deleted for sharing an address it holds first"
+                            );
+                        }
+                    }
+                    assert_eq!(
+                        d.status.available_replicas as usize, before,
+                        "{set:?}: the status counts members with an address of their own"
+                    );
+                }
+            }
+        }
+    }
+    assert!(decisions > 20_000, "{decisions}");
 }
