@@ -220,6 +220,8 @@ fn deploy_kustomization_builds() {
         kinds,
         vec![
             "ClusterRole egress-proxies",
+            "ClusterRole egress-proxies-crawler",
+            "ClusterRole egress-proxies-metrics-reader",
             "ClusterRole egress-proxies-pods",
             "ClusterRoleBinding egress-proxies",
             "ClusterRoleBinding egress-proxies-pods",
