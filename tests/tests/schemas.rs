@@ -204,6 +204,22 @@ fn deploy_kustomization_builds() {
             // The pool controller watches pools, writes their status, creates and deletes
             // their Proxies, and sets blockOwnerDeletion on the Proxies' ownerReference
             // (update on the pool's finalizers under OwnerReferencesPermissionEnforcement).
+            // The HTTP API reviews its callers' tokens and their access.
+            for (group, resource) in [
+                ("authentication.k8s.io", "tokenreviews"),
+                ("authorization.k8s.io", "subjectaccessreviews"),
+            ] {
+                assert!(
+                    v["rules"].as_sequence().unwrap().iter().any(|r| {
+                        r["apiGroups"][0] == group
+                            && r["resources"][0] == resource
+                            && r["verbs"]
+                                .as_sequence()
+                                .is_some_and(|v| v.iter().any(|v| v == "create"))
+                    }),
+                    "create on {resource}: {rules}"
+                );
+            }
             for (resource, verb) in [
                 ("proxypools", "watch"),
                 ("proxypools/status", "patch"),
@@ -215,11 +231,50 @@ fn deploy_kustomization_builds() {
             }
         }
     }
+    // The NetworkPolicy selects the operator's Pods and admits their HTTP port only.
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+    };
+    let policy = find("NetworkPolicy", "egress-proxies");
+    let pods = &find("Deployment", "egress-proxies")["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
+        assert_eq!(&pods[k], v, "{k:?}");
+    }
+    assert_eq!(policy["spec"]["policyTypes"][0], "Ingress");
+    let ingress = policy["spec"]["ingress"].as_sequence().unwrap();
+    assert_eq!(ingress.len(), 1, "{ingress:?}");
+    assert!(ingress[0].get("from").is_none(), "{ingress:?}");
+    assert_eq!(
+        ingress[0]["ports"].as_sequence().unwrap().as_slice(),
+        [serde_yaml::from_str::<serde_yaml::Value>("{port: http, protocol: TCP}").unwrap()]
+    );
+    // What a crawler and a scraper bind.
+    let crawler = find("ClusterRole", "egress-proxies-crawler");
+    assert_eq!(
+        crawler["rules"],
+        serde_yaml::from_str::<serde_yaml::Value>(
+            "[{apiGroups: [crawl.example.com], resources: [proxypools/proxies], verbs: [get]}]"
+        )
+        .unwrap()
+    );
+    let reader = find("ClusterRole", "egress-proxies-metrics-reader");
+    assert_eq!(
+        reader["rules"],
+        serde_yaml::from_str::<serde_yaml::Value>("[{nonResourceURLs: [/metrics], verbs: [get]}]")
+            .unwrap()
+    );
     kinds.sort();
     assert_eq!(
         kinds,
         vec![
             "ClusterRole egress-proxies",
+            "ClusterRole egress-proxies-crawler",
+            "ClusterRole egress-proxies-metrics-reader",
             "ClusterRole egress-proxies-pods",
             "ClusterRoleBinding egress-proxies",
             "ClusterRoleBinding egress-proxies-pods",
@@ -229,6 +284,7 @@ fn deploy_kustomization_builds() {
             "CustomResourceDefinition proxypools.crawl.example.com",
             "Deployment egress-proxies",
             "Namespace egress-proxies",
+            "NetworkPolicy egress-proxies",
             "Role egress-proxies-leader",
             "RoleBinding egress-proxies-leader",
             "Service egress-proxies",
@@ -360,6 +416,31 @@ fn the_monitoring_component_builds_onto_the_deploy() {
     {
         assert_eq!(&service["metadata"]["labels"][k], v, "{k:?}");
     }
+    // It scrapes with the token of a ServiceAccount bound to the metrics-reader ClusterRole.
+    let authorization = &monitor["spec"]["endpoints"][0]["authorization"];
+    assert_eq!(authorization["type"], "Bearer");
+    let secret = find(
+        "Secret",
+        authorization["credentials"]["name"].as_str().unwrap(),
+    );
+    assert_eq!(secret["type"], "kubernetes.io/service-account-token");
+    assert_eq!(authorization["credentials"]["key"], "token");
+    let account = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+        .as_str()
+        .unwrap();
+    find("ServiceAccount", account);
+    assert!(
+        docs.iter().any(|d| d["kind"] == "ClusterRoleBinding"
+            && d["roleRef"]["name"] == "egress-proxies-metrics-reader"
+            && d["subjects"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|s| s["kind"] == "ServiceAccount"
+                    && s["name"] == account
+                    && s["namespace"] == secret["metadata"]["namespace"])),
+        "no ClusterRoleBinding of egress-proxies-metrics-reader to {account}"
+    );
     let rule = find("PrometheusRule", "egress-proxies");
     assert_eq!(rule["metadata"]["namespace"], "egress-proxies");
     let dashboard = find("ConfigMap", "egress-proxies-dashboard");

@@ -159,9 +159,14 @@ pub struct RunArgs {
     pub identity: String,
     #[arg(long, default_value = "egress-proxies-leader")]
     pub lease: String,
-    /// Address of /healthz, /readyz and /metrics.
+    /// Address of /healthz, /readyz, /metrics and discovery (/v1/proxies).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: std::net::SocketAddr,
+    /// A file of named tokens (their SHA-256, and what each may see) that may call /metrics
+    /// and /v1/proxies. Without it, callers present a token the API server reviews
+    /// (TokenReview, then SubjectAccessReview against RBAC).
+    #[arg(long, value_name = "FILE")]
+    pub api_tokens: Option<PathBuf>,
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub gc_interval: std::time::Duration,
     /// Instances younger than this are never swept: their Proxy's status may not be written.

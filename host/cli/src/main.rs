@@ -148,6 +148,7 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                 health_interval: a.health_interval,
                 reload_interval: a.reload_interval,
                 concurrency: a.concurrency,
+                api_tokens: a.api_tokens,
             };
             match egress_operator::run(opts).await {
                 Ok(()) => ExitCode::SUCCESS,

@@ -4,14 +4,20 @@
 //!
 //! It serves GET, LIST and WATCH (chunked, from a resourceVersion, with bookmarks and
 //! `timeoutSeconds`), POST, PUT, PATCH (merge, JSON, apply; strategic as the model answers
-//! it), DELETE, and the `/status` subresource. Every request is recorded for assertions, and
+//! it), DELETE, and the `/status` subresource; TokenReview for the tokens a test registers
+//! ([`Double::add_token`], [`Double::service_account_token`]) and SubjectAccessReview against
+//! the RBAC objects it stores (`rbac`). Every request is recorded for assertions, and
 //! faults and latency can be injected per route: an error answer, a delay, or a request held
 //! until released.
 //!
 //! Time: the model's clock is a base time plus tokio's clock plus what a test adds with
 //! [`Double::advance`], so paused tokio time drives it too.
 
+pub mod rbac;
+mod review;
 mod route;
+
+pub use review::Identity;
 
 use egress_sim::kube::{
     ApiError, Cluster, DeleteOptions, FieldSelector, Key, Kind, LabelSelector, Options, Patch,
@@ -24,6 +30,7 @@ use hyper::body::{Bytes, Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use route::Target;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -151,6 +158,8 @@ struct Shared {
     offset_ms: AtomicU64,
     bookmark_interval: Duration,
     server_version: String,
+    /// The tokens TokenReview authenticates, and as whom.
+    tokens: Mutex<HashMap<String, Identity>>,
 }
 
 impl Shared {
@@ -174,6 +183,18 @@ impl Shared {
         out
     }
 }
+
+/// The kinds of rbac.authorization.k8s.io the double stores beside the model's.
+const RBAC_KINDS: &[Kind] = &[
+    Kind::namespaced(rbac::API_VERSION, "Role", "roles"),
+    Kind::namespaced(rbac::API_VERSION, "RoleBinding", "rolebindings"),
+    Kind::cluster(rbac::API_VERSION, "ClusterRole", "clusterroles"),
+    Kind::cluster(
+        rbac::API_VERSION,
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+    ),
+];
 
 /// A running double. Dropping it stops the server.
 pub struct Double {
@@ -214,7 +235,18 @@ impl Double {
             .map_err(StartError)?;
         let addr = listener.local_addr().map_err(StartError)?;
         let kubelet = config.options.kubelet.is_some();
-        let mut cluster = Cluster::new(config.options);
+        let mut options = config.options;
+        // RBAC's kinds, which SubjectAccessReview reads.
+        for kind in RBAC_KINDS {
+            let served = egress_sim::kube::KINDS
+                .iter()
+                .chain(&options.extra_kinds)
+                .any(|k| k.api_version == kind.api_version && k.kind == kind.kind);
+            if !served {
+                options.extra_kinds.push(kind.clone());
+            }
+        }
+        let mut cluster = Cluster::new(options);
         cluster.set_now(config.start_ms);
         for ns in &config.namespaces {
             // Creating a namespace in a fresh cluster only fails for an invalid name.
@@ -231,6 +263,7 @@ impl Double {
             offset_ms: AtomicU64::new(0),
             bookmark_interval: config.bookmark_interval,
             server_version: config.server_version,
+            tokens: Mutex::new(HashMap::new()),
         });
         let mut tasks = vec![tokio::spawn(accept(listener, shared.clone()))];
         if kubelet {
@@ -358,6 +391,35 @@ impl Double {
     /// Lets every held request go on.
     pub fn release(&self) {
         self.shared.release.send_modify(|n| *n += 1);
+    }
+
+    /// Makes TokenReview authenticate `token` as `who` (replacing what it was).
+    pub fn add_token(&self, token: &str, who: Identity) {
+        self.shared
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.to_string(), who);
+    }
+
+    /// Makes TokenReview authenticate `token` as no one from now on.
+    pub fn revoke_token(&self, token: &str) {
+        self.shared
+            .tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
+    }
+
+    /// A new token of the ServiceAccount `namespace/name`, as its Pods mount one.
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write(namespace.as_bytes());
+        h.write(name.as_bytes());
+        let token = format!("sa-token.{namespace}.{name}.{:016x}", h.finish());
+        self.add_token(&token, Identity::service_account(namespace, name));
+        token
     }
 
     /// Moves the model's clock on (the kubelet runs at the next request or tick).
@@ -513,6 +575,18 @@ async fn serve(
             "the server could not find the requested resource",
         )
     };
+    if *method == Method::POST && r.path == review::TOKEN_REVIEWS {
+        let body = json_body(bytes)?;
+        let tokens = shared.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        let review = review::token_review(&body, |t| tokens.get(t).cloned())?;
+        return Ok(object(StatusCode::CREATED, &review));
+    }
+    if *method == Method::POST && r.path == review::SUBJECT_ACCESS_REVIEWS {
+        let body = json_body(bytes)?;
+        let objects = shared.with(review::rbac_objects);
+        let review = review::subject_access_review(&body, &objects)?;
+        return Ok(object(StatusCode::CREATED, &review));
+    }
     let target = route::parse(&r.path).ok_or_else(not_found)?;
     let q = route::query(Some(&r.query));
     let (api_version, plural, namespace, name, sub) = match target {

@@ -276,3 +276,177 @@ async fn a_list_at_resource_version_0_ignores_the_limit() {
     assert_eq!(paged.items.len(), 1);
     assert!(paged.metadata.continue_.is_some());
 }
+
+mod reviews {
+    use super::*;
+    use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+    use k8s_openapi::api::authorization::v1::{
+        NonResourceAttributes, ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+
+    async fn review(d: &Double, token: &str) -> TokenReview {
+        let api: Api<TokenReview> = Api::all(d.client());
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &review).await.unwrap()
+    }
+
+    async fn access(d: &Double, spec: SubjectAccessReviewSpec) -> bool {
+        let api: Api<SubjectAccessReview> = Api::all(d.client());
+        let review = SubjectAccessReview {
+            spec,
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &review)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .allowed
+    }
+
+    /// A ServiceAccount's token authenticates as the ServiceAccount, in its groups; another
+    /// token, or one asked for an audience it was not issued for, as no one.
+    #[tokio::test]
+    async fn token_review_authenticates_the_registered_tokens() {
+        let d = Double::start().await.unwrap();
+        let token = d.service_account_token("crawlers", "spider");
+        let status = review(&d, &token).await.status.unwrap();
+        assert_eq!(status.authenticated, Some(true));
+        let user = status.user.unwrap();
+        assert_eq!(
+            user.username.as_deref(),
+            Some("system:serviceaccount:crawlers:spider")
+        );
+        assert_eq!(
+            user.groups.unwrap(),
+            vec![
+                "system:serviceaccounts",
+                "system:serviceaccounts:crawlers",
+                "system:authenticated"
+            ]
+        );
+        assert!(user.uid.is_some());
+        assert!(user.extra.is_some());
+
+        let status = review(&d, "not-a-token").await.status.unwrap();
+        assert_ne!(status.authenticated, Some(true));
+        assert!(status.error.is_some());
+
+        let api: Api<TokenReview> = Api::all(d.client());
+        let other_audience = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.clone()),
+                audiences: Some(vec!["https://elsewhere".into()]),
+            },
+            ..Default::default()
+        };
+        let status = api
+            .create(&PostParams::default(), &other_audience)
+            .await
+            .unwrap()
+            .status
+            .unwrap();
+        assert_ne!(status.authenticated, Some(true));
+
+        d.revoke_token(&token);
+        assert_ne!(
+            review(&d, &token).await.status.unwrap().authenticated,
+            Some(true)
+        );
+
+        // No token: the API server refuses the review itself.
+        let empty = api
+            .create(&PostParams::default(), &TokenReview::default())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&empty, kube::Error::Api(e) if e.code == 400),
+            "{empty}"
+        );
+    }
+
+    /// A SubjectAccessReview is answered from the Roles and bindings stored in the double.
+    #[tokio::test]
+    async fn subject_access_review_reads_the_stored_rbac() {
+        let d = Double::start_with(Config {
+            namespaces: vec!["default".into(), "crawlers".into(), "other".into()],
+            ..Config::default()
+        })
+        .await
+        .unwrap();
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": {"name": "crawler"},
+            "rules": [{"apiGroups": ["crawl.example.com"], "resources": ["proxypools/proxies"],
+                       "verbs": ["get"]}]
+        }))
+        .unwrap();
+        Api::<ClusterRole>::all(d.client())
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+        let binding: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "crawler"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "crawler"},
+            "subjects": [{"kind": "ServiceAccount", "name": "spider", "namespace": "crawlers"}]
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(d.client(), "crawlers")
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+        let spec = |namespace: &str| SubjectAccessReviewSpec {
+            user: Some("system:serviceaccount:crawlers:spider".into()),
+            groups: Some(vec!["system:serviceaccounts".into()]),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("crawl.example.com".into()),
+                resource: Some("proxypools".into()),
+                subresource: Some("proxies".into()),
+                verb: Some("get".into()),
+                namespace: Some(namespace.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(access(&d, spec("crawlers")).await);
+        assert!(!access(&d, spec("other")).await);
+        assert!(!access(&d, spec("")).await);
+        let metrics = SubjectAccessReviewSpec {
+            user: Some("system:serviceaccount:crawlers:spider".into()),
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some("/metrics".into()),
+                verb: Some("get".into()),
+            }),
+            ..Default::default()
+        };
+        assert!(!access(&d, metrics).await);
+
+        // Neither a user nor a group: the review is invalid.
+        let api: Api<SubjectAccessReview> = Api::all(d.client());
+        let invalid = api
+            .create(
+                &PostParams::default(),
+                &SubjectAccessReview {
+                    spec: SubjectAccessReviewSpec {
+                        user: None,
+                        groups: None,
+                        ..spec("crawlers")
+                    },
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&invalid, kube::Error::Api(e) if e.code == 422),
+            "{invalid}"
+        );
+    }
+}

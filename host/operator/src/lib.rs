@@ -2,6 +2,7 @@
 //! reconcile decisions, a ProxyPool controller on the shared pool decisions, a GC sweeper, a ProviderHealth monitor, leader election on a Lease,
 //! metrics and health endpoints, and reload of the providers config.
 
+pub mod auth;
 pub mod context;
 pub mod controller;
 pub mod crd;
@@ -42,6 +43,9 @@ pub struct Options {
     pub reload_interval: Duration,
     /// How many Proxies are reconciled at once (and as many ProxyPools).
     pub concurrency: u16,
+    /// Named tokens that may call the HTTP API (see [`auth::tokens`]). None: callers present
+    /// a token the API server reviews (TokenReview and SubjectAccessReview).
+    pub api_tokens: Option<PathBuf>,
 }
 
 /// The reconciles running at once unless `--concurrency` says otherwise.
@@ -59,6 +63,8 @@ pub enum Error {
     Listen { addr: String, message: String },
     #[error("lost the lease {0}")]
     LostLease(String),
+    #[error("{0}")]
+    ApiTokens(#[from] auth::tokens::TokenFileError),
     #[error(
         "the Lease namespace {0:?} does not exist: create it, or name the operator's namespace with --namespace"
     )]
@@ -86,6 +92,12 @@ pub async fn installation(
 
 /// Runs the operator until a signal, a lost lease or a fatal error.
 pub async fn run(opts: Options) -> Result<(), Error> {
+    // First, so a bad file stops the start before anything is watched or written.
+    let tokens = opts
+        .api_tokens
+        .as_deref()
+        .map(auth::tokens::TokenFile::load)
+        .transpose()?;
     let config = kube::Config::infer()
         .await
         .map_err(|e| Error::Runtime(format!("Kubernetes config: {e}")))?;
@@ -159,11 +171,24 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             addr: opts.listen.to_string(),
             message: e.to_string(),
         })?;
+    let reviewer: Arc<dyn auth::Reviewer> = match tokens {
+        Some(t) => {
+            tracing::info!(
+                tokens = t.names().count(),
+                "the HTTP API admits the named tokens of its file"
+            );
+            Arc::new(t)
+        }
+        None => Arc::new(auth::kube::KubeReviewer::new(client.clone())),
+    };
     tokio::spawn(server::serve(
         listener,
-        metrics.clone(),
-        ready.clone(),
-        source,
+        Arc::new(server::Api {
+            metrics: metrics.clone(),
+            ready: ready.clone(),
+            source,
+            guard: Arc::new(auth::Guard::new(reviewer)),
+        }),
     ));
     ready.set(true);
 

@@ -1,6 +1,9 @@
 //! /healthz, /readyz, /metrics and the crawlers' discovery, `GET /v1/proxies`, over plain
-//! HTTP/1.
+//! HTTP/1. The probes are open (the kubelet sends no token); /metrics and discovery answer only
+//! a caller the [`Guard`] lets through: 401 without a valid bearer token, 403 outside what it
+//! may see, 503 when that could not be found out.
 
+use crate::auth::{Access, Guard, Refusal};
 use crate::context::Context;
 use crate::crd::Proxy;
 use crate::metrics::Metrics;
@@ -142,20 +145,35 @@ fn bad_request(message: String) -> Response<Full<Bytes>> {
 /// Seconds a caller is asked to wait before it asks again, while discovery has not synced.
 const SYNC_RETRY_AFTER: &str = "2";
 
-/// `GET /v1/proxies[?provider=&namespace=&pool=&format=json|text]`.
-fn proxies(query: Option<&str>, source: &dyn ProxySource) -> Response<Full<Bytes>> {
-    if !source.synced() {
-        let mut r = respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "discovery has not listed the Proxies yet\n".into(),
-        );
-        r.headers_mut().insert(
-            http::header::RETRY_AFTER,
-            http::HeaderValue::from_static(SYNC_RETRY_AFTER),
-        );
-        return r;
+/// What `GET /v1/proxies` asks for.
+struct ProxiesQuery {
+    filter: Filter,
+    text: bool,
+}
+
+/// A request's ask, as the guard authorises it.
+trait Asks {
+    fn access(&self) -> Access;
+}
+
+impl Asks for Access {
+    fn access(&self) -> Access {
+        self.clone()
     }
+}
+
+/// The namespace and pool filters are what is asked; the provider and format are not.
+impl Asks for ProxiesQuery {
+    fn access(&self) -> Access {
+        Access::Proxies {
+            namespace: self.filter.namespace.clone(),
+            pool: self.filter.pool.clone(),
+        }
+    }
+}
+
+/// `?provider=&namespace=&pool=&format=json|text`, or what is wrong with it.
+fn proxies_query(query: Option<&str>) -> Result<ProxiesQuery, String> {
     let mut filter = Filter::default();
     let mut text = false;
     for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
@@ -168,20 +186,37 @@ fn proxies(query: Option<&str>, source: &dyn ProxySource) -> Response<Full<Bytes
                 "text" => text = true,
                 "json" => text = false,
                 other => {
-                    return bad_request(format!(
+                    return Err(format!(
                         "format={other:?}: the formats are json (the default) and text"
                     ));
                 }
             },
             other => {
-                return bad_request(format!(
+                return Err(format!(
                     "unknown parameter {other:?}: the filters are provider, namespace, pool and format"
                 ));
             }
         }
     }
-    let list = source.discover(&filter);
-    if text {
+    Ok(ProxiesQuery { filter, text })
+}
+
+/// The list `GET /v1/proxies` answers, once the caller may see it.
+fn proxies(q: &ProxiesQuery, source: &dyn ProxySource) -> Response<Full<Bytes>> {
+    if !source.synced() {
+        let mut r = respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "text/plain",
+            "discovery has not listed the Proxies yet\n".into(),
+        );
+        r.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static(SYNC_RETRY_AFTER),
+        );
+        return r;
+    }
+    let list = source.discover(&q.filter);
+    if q.text {
         respond(
             StatusCode::OK,
             "text/plain; charset=utf-8",
@@ -194,46 +229,135 @@ fn proxies(query: Option<&str>, source: &dyn ProxySource) -> Response<Full<Bytes
     }
 }
 
-pub fn route(
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
-    headers: &http::HeaderMap,
-    metrics: &Metrics,
-    ready: &Readiness,
-    source: &dyn ProxySource,
-) -> Response<Full<Bytes>> {
-    if method != Method::GET && method != Method::HEAD {
-        return respond(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "text/plain",
-            "only GET\n".into(),
-        );
-    }
-    match path {
-        "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
-        "/readyz" if ready.get() && source.synced() => {
-            respond(StatusCode::OK, "text/plain", "ready\n".into())
+/// The answer to a refused request: 401 with the Bearer challenge, 403 with what the caller
+/// would need, 503 asking it to come back.
+fn refused(r: &Refusal) -> Response<Full<Bytes>> {
+    let mut out = respond(r.status(), "text/plain", format!("{r}\n"));
+    let headers = out.headers_mut();
+    match r {
+        Refusal::Unauthenticated(why) => {
+            let challenge = if *why == crate::auth::NO_TOKEN {
+                r#"Bearer realm="egress-proxies""#
+            } else {
+                r#"Bearer realm="egress-proxies", error="invalid_token""#
+            };
+            headers.insert(
+                http::header::WWW_AUTHENTICATE,
+                http::HeaderValue::from_static(challenge),
+            );
         }
-        "/readyz" => respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain",
-            "not ready\n".into(),
-        ),
-        // OpenMetrics to a client that asks for it (Prometheus does); the classic text format
-        // to any other (curl, promtool check metrics), as the Go client negotiates.
-        "/metrics" if accepts_openmetrics(headers) => respond(
-            StatusCode::OK,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            metrics.encode(),
-        ),
-        "/metrics" => respond(
-            StatusCode::OK,
-            "text/plain; version=0.0.4; charset=utf-8",
-            metrics.encode_text(),
-        ),
-        "/v1/proxies" => proxies(query, source),
-        _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        Refusal::Unavailable(_) => {
+            headers.insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static(SYNC_RETRY_AFTER),
+            );
+        }
+        Refusal::Forbidden(_) => {}
+    }
+    out
+}
+
+/// Why a request is not served what it asked.
+enum NotServed {
+    /// The request is malformed: 400.
+    BadRequest(String),
+    Refused(Refusal),
+}
+
+impl NotServed {
+    fn response(&self) -> Response<Full<Bytes>> {
+        match self {
+            NotServed::BadRequest(why) => bad_request(why.clone()),
+            NotServed::Refused(r) => refused(r),
+        }
+    }
+}
+
+/// What the server answers from: the metrics, readiness, discovery's source, and the guard in
+/// front of the last two.
+pub struct Api {
+    pub metrics: Arc<Metrics>,
+    pub ready: Arc<Readiness>,
+    pub source: Arc<dyn ProxySource>,
+    pub guard: Arc<Guard>,
+}
+
+impl Api {
+    /// Answers one request.
+    pub async fn answer(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &http::HeaderMap,
+    ) -> Response<Full<Bytes>> {
+        if method != Method::GET && method != Method::HEAD {
+            return respond(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "only GET\n".into(),
+            );
+        }
+        match path {
+            "/healthz" => respond(StatusCode::OK, "text/plain", "ok\n".into()),
+            "/readyz" if self.ready.get() && self.source.synced() => {
+                respond(StatusCode::OK, "text/plain", "ready\n".into())
+            }
+            "/readyz" => respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                "not ready\n".into(),
+            ),
+            "/metrics" => self
+                .admit(headers, || Ok(Access::Metrics))
+                .await
+                .map_or_else(|n| n.response(), |_| self.metrics(headers)),
+            "/v1/proxies" => self
+                .admit(headers, || proxies_query(query))
+                .await
+                .map_or_else(|n| n.response(), |q| proxies(&q, self.source.as_ref())),
+            _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        }
+    }
+
+    /// Lets the request through with what it asks for, or answers why not: its token is
+    /// authenticated first (so a caller without a valid one learns nothing else), then what it
+    /// asks for is read (a 400 for a malformed query) and authorised.
+    async fn admit<T: Asks>(
+        &self,
+        headers: &http::HeaderMap,
+        read: impl FnOnce() -> Result<T, String>,
+    ) -> Result<T, NotServed> {
+        let said = |r: Refusal| {
+            tracing::debug!(status = r.status().as_u16(), "refused: {r}");
+            NotServed::Refused(r)
+        };
+        let token = Guard::bearer(headers).map_err(said)?;
+        let caller = self.guard.authenticate(&token).await.map_err(said)?;
+        let asked = read().map_err(NotServed::BadRequest)?;
+        self.guard
+            .authorize(&token, &caller, &asked.access())
+            .await
+            .map_err(said)?;
+        Ok(asked)
+    }
+
+    /// OpenMetrics to a client that asks for it (Prometheus does); the classic text format to
+    /// any other (curl, promtool check metrics), as the Go client negotiates.
+    fn metrics(&self, headers: &http::HeaderMap) -> Response<Full<Bytes>> {
+        if accepts_openmetrics(headers) {
+            respond(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                self.metrics.encode(),
+            )
+        } else {
+            respond(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                self.metrics.encode_text(),
+            )
+        }
     }
 }
 
@@ -273,22 +397,11 @@ impl Default for Limits {
     }
 }
 
-pub async fn serve(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    ready: Arc<Readiness>,
-    source: Arc<dyn ProxySource>,
-) {
-    serve_limited(listener, metrics, ready, source, Limits::default()).await
+pub async fn serve(listener: TcpListener, api: Arc<Api>) {
+    serve_limited(listener, api, Limits::default()).await
 }
 
-pub async fn serve_limited(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    ready: Arc<Readiness>,
-    source: Arc<dyn ProxySource>,
-    limits: Limits,
-) {
+pub async fn serve_limited(listener: TcpListener, api: Arc<Api>, limits: Limits) {
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     loop {
         // A slot first, so a full server stops accepting rather than accepting and dropping.
@@ -302,22 +415,22 @@ pub async fn serve_limited(
                 continue;
             }
         };
-        let metrics = metrics.clone();
-        let ready = ready.clone();
-        let source = source.clone();
+        let api = api.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let svc = service_fn(move |req: Request<Incoming>| {
-                let r = route(
-                    req.method(),
-                    req.uri().path(),
-                    req.uri().query(),
-                    req.headers(),
-                    &metrics,
-                    &ready,
-                    source.as_ref(),
-                );
-                async move { Ok::<_, std::convert::Infallible>(r) }
+                let api = api.clone();
+                async move {
+                    let r = api
+                        .answer(
+                            req.method(),
+                            req.uri().path(),
+                            req.uri().query(),
+                            req.headers(),
+                        )
+                        .await;
+                    Ok::<_, std::convert::Infallible>(r)
+                }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -349,78 +462,147 @@ mod tests {
         }
     }
 
+    const TOKEN: &str = "a-test-token";
+
+    /// A guard that lets one token see everything.
+    fn guard() -> Arc<Guard> {
+        let file = crate::auth::tokens::TokenFile::parse(&format!(
+            "tokens: [{{name: all, sha256: {}, allNamespaces: true, metrics: true}}]",
+            crate::auth::tokens::sha256_hex(TOKEN)
+        ))
+        .unwrap();
+        Arc::new(Guard::new(Arc::new(file)))
+    }
+
+    fn api(metrics: Metrics, ready: bool, source: Arc<Source>) -> Api {
+        let readiness = Readiness::default();
+        readiness.set(ready);
+        Api {
+            metrics: Arc::new(metrics),
+            ready: Arc::new(readiness),
+            source,
+            guard: guard(),
+        }
+    }
+
+    async fn get(api: &Api, path: &str, headers: &[(&str, &str)]) -> Response<Full<Bytes>> {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in headers {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        let (path, query) = match path.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path, None),
+        };
+        api.answer(&Method::GET, path, query, &h).await
+    }
+
+    const AUTHORIZED: (&str, &str) = ("authorization", "Bearer a-test-token");
+
     /// A replica whose watch has not listed yet answers 503 with Retry-After, never an empty
     /// list, and is not ready; once listed, an empty list is an answer.
-    #[test]
-    fn discovery_answers_only_once_its_watch_has_listed() {
-        let metrics = Metrics::new();
-        let ready = Readiness::default();
-        ready.set(true);
-        let source = Source(AtomicBool::new(false));
-        let get = |path| {
-            route(
-                &Method::GET,
-                path,
-                None,
-                &Default::default(),
-                &metrics,
-                &ready,
-                &source,
-            )
-        };
-        let r = get("/v1/proxies");
+    #[tokio::test]
+    async fn discovery_answers_only_once_its_watch_has_listed() {
+        let source = Arc::new(Source(AtomicBool::new(false)));
+        let api = api(Metrics::new(), true, source.clone());
+        let r = get(&api, "/v1/proxies", &[AUTHORIZED]).await;
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[http::header::RETRY_AFTER], "2");
-        assert_eq!(get("/readyz").status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            get(&api, "/readyz", &[]).await.status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
         source.0.store(true, Ordering::SeqCst);
-        assert_eq!(get("/v1/proxies").status(), StatusCode::OK);
-        assert_eq!(get("/readyz").status(), StatusCode::OK);
+        assert_eq!(
+            get(&api, "/v1/proxies", &[AUTHORIZED]).await.status(),
+            StatusCode::OK
+        );
+        assert_eq!(get(&api, "/readyz", &[]).await.status(), StatusCode::OK);
     }
 
     /// Prometheus asks for OpenMetrics and gets it; curl and promtool get the classic format.
-    #[test]
-    fn metrics_are_openmetrics_to_who_asks_and_classic_text_to_the_rest() {
+    #[tokio::test]
+    async fn metrics_are_openmetrics_to_who_asks_and_classic_text_to_the_rest() {
         let metrics = Metrics::new();
         metrics.reconciled("ok");
-        let ready = Readiness::default();
-        let source = Source(AtomicBool::new(true));
-        let scrape = |accept: Option<&str>| {
-            let mut headers = http::HeaderMap::new();
-            if let Some(a) = accept {
-                headers.insert(http::header::ACCEPT, a.parse().unwrap());
+        let api = api(metrics, false, Arc::new(Source(AtomicBool::new(true))));
+        let scrape = |accept: Option<&'static str>| {
+            let api = &api;
+            async move {
+                let mut headers = vec![AUTHORIZED];
+                if let Some(a) = accept {
+                    headers.push(("accept", a));
+                }
+                let r = get(api, "/metrics", &headers).await;
+                r.headers()[http::header::CONTENT_TYPE]
+                    .to_str()
+                    .unwrap()
+                    .to_string()
             }
-            let r = route(
-                &Method::GET,
-                "/metrics",
-                None,
-                &headers,
-                &metrics,
-                &ready,
-                &source,
-            );
-            r.headers()[http::header::CONTENT_TYPE]
-                .to_str()
-                .unwrap()
-                .to_string()
         };
         let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-        assert!(scrape(Some(prometheus)).starts_with("application/openmetrics-text"));
-        assert!(scrape(None).starts_with("text/plain; version=0.0.4"));
-        assert!(scrape(Some("*/*")).starts_with("text/plain; version=0.0.4"));
+        assert!(
+            scrape(Some(prometheus))
+                .await
+                .starts_with("application/openmetrics-text")
+        );
+        assert!(scrape(None).await.starts_with("text/plain; version=0.0.4"));
+        assert!(
+            scrape(Some("*/*"))
+                .await
+                .starts_with("text/plain; version=0.0.4")
+        );
+    }
+
+    /// Without a token, /metrics and discovery are 401 with the Bearer challenge, the probes
+    /// answer; a bad query of an authenticated caller is 400, of any other 401.
+    #[tokio::test]
+    async fn the_probes_are_open_and_the_rest_needs_a_token() {
+        let api = api(
+            Metrics::new(),
+            true,
+            Arc::new(Source(AtomicBool::new(true))),
+        );
+        for path in ["/metrics", "/v1/proxies", "/v1/proxies?zone=x"] {
+            let r = get(&api, path, &[]).await;
+            assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
+            assert!(
+                r.headers()[http::header::WWW_AUTHENTICATE]
+                    .to_str()
+                    .unwrap()
+                    .starts_with("Bearer"),
+                "{path}"
+            );
+            let r = get(&api, path, &[("authorization", "Bearer wrong")]).await;
+            assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}");
+        }
+        for path in ["/healthz", "/readyz"] {
+            assert_eq!(
+                get(&api, path, &[]).await.status(),
+                StatusCode::OK,
+                "{path}"
+            );
+        }
+        assert_eq!(
+            get(&api, "/v1/proxies?zone=x", &[AUTHORIZED])
+                .await
+                .status(),
+            StatusCode::BAD_REQUEST
+        );
     }
 
     async fn server(limits: Limits) -> std::net::SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let ready = Arc::new(Readiness::default());
-        ready.set(true);
-        tokio::spawn(serve_limited(
-            listener,
-            Arc::new(Metrics::new()),
-            ready,
+        let api = api(
+            Metrics::new(),
+            true,
             Arc::new(Source(AtomicBool::new(true))),
-            limits,
-        ));
+        );
+        tokio::spawn(serve_limited(listener, Arc::new(api), limits));
         addr
     }
 

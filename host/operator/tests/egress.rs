@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
-use support::get;
+use support::get_as;
 
 /// The providers config, with the egress check's `maxUnhealthy`.
 fn providers(max_unhealthy: &str) -> String {
@@ -256,12 +256,23 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    // A crawler allowed every namespace's proxies, as the API server reviews its token.
+    support::deploy_cluster_role(&e.d, "egress-proxies-crawler").await;
+    support::bind(&e.d, "egress-proxies-crawler", "crawlers", "spider", None).await;
+    let token = e.d.service_account_token("crawlers", "spider");
     tokio::spawn(server::serve(
         listener,
-        e.ctx.metrics.clone(),
-        Arc::new(Readiness::default()),
-        source,
+        Arc::new(server::Api {
+            metrics: e.ctx.metrics.clone(),
+            ready: Arc::new(Readiness::default()),
+            source,
+            guard: support::kube_guard(&e.d),
+        }),
     ));
+    let get = |addr, target| {
+        let token = token.clone();
+        async move { get_as(addr, target, &token).await }
+    };
     let ip = status["ip"].as_str().unwrap();
     let (code, body) = get(addr, "/v1/proxies").await;
     assert_eq!(code, 200, "{body}");

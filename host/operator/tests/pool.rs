@@ -822,13 +822,22 @@ fn scrape(metrics: Arc<Metrics>) -> String {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
+            // A scraper's named token that may read /metrics.
+            let tokens = egress_operator::auth::tokens::TokenFile::parse(&format!(
+                "tokens: [{{name: prometheus, sha256: {}, metrics: true}}]",
+                egress_operator::auth::tokens::sha256_hex("scraper-token")
+            ))
+            .unwrap();
             tokio::spawn(egress_operator::server::serve(
                 listener,
-                metrics,
-                Arc::new(egress_operator::server::Readiness::default()),
-                Arc::new(NoProxies),
+                Arc::new(egress_operator::server::Api {
+                    metrics,
+                    ready: Arc::new(egress_operator::server::Readiness::default()),
+                    source: Arc::new(NoProxies),
+                    guard: Arc::new(egress_operator::auth::Guard::new(Arc::new(tokens))),
+                }),
             ));
-            let (code, body) = support::get(addr, "/metrics").await;
+            let (code, body) = support::get_as(addr, "/metrics", "scraper-token").await;
             assert_eq!(code, 200, "{body}");
             body
         })

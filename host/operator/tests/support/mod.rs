@@ -95,3 +95,93 @@ pub fn promtool() -> Option<std::path::PathBuf> {
     eprintln!("skipped: {why}");
     None
 }
+
+/// One HTTP/1.0 GET on loopback with `headers`: (status code, response head, body).
+#[allow(dead_code)]
+pub async fn request(
+    addr: std::net::SocketAddr,
+    target: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut head = format!("GET {target} HTTP/1.0\r\nHost: x\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let code = out[9..12].parse().unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (code, head.to_string(), body.to_string())
+}
+
+/// As [`get`], presenting `token` as `Authorization: Bearer <token>`.
+#[allow(dead_code)]
+pub async fn get_as(addr: std::net::SocketAddr, target: &str, token: &str) -> (u16, String) {
+    let auth = format!("Bearer {token}");
+    let (code, _, body) = request(addr, target, &[("Authorization", &auth)]).await;
+    (code, body)
+}
+
+/// The deploy's ClusterRole `name` (examples/deploy/rbac.yaml), created in `d`.
+#[allow(dead_code)]
+pub async fn deploy_cluster_role(d: &Double, name: &str) {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/deploy/rbac.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let role: ClusterRole = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap())
+        .find_map(|v: serde_yaml::Value| {
+            (v["kind"] == "ClusterRole" && v["metadata"]["name"] == name)
+                .then(|| serde_yaml::from_value(v).unwrap())
+        })
+        .unwrap_or_else(|| panic!("no ClusterRole {name} in examples/deploy/rbac.yaml"));
+    kube::Api::<ClusterRole>::all(d.client())
+        .create(&Default::default(), &role)
+        .await
+        .unwrap();
+}
+
+/// Binds the ClusterRole `role` to the ServiceAccount `sa_namespace/sa`: with a RoleBinding
+/// in `namespace`, or with None a ClusterRoleBinding.
+#[allow(dead_code)]
+pub async fn bind(d: &Double, role: &str, sa_namespace: &str, sa: &str, namespace: Option<&str>) {
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
+    let name = format!("{role}-{sa_namespace}-{sa}");
+    let binding = serde_json::json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": sa_namespace}],
+    });
+    match namespace {
+        Some(ns) => {
+            kube::Api::<RoleBinding>::namespaced(d.client(), ns)
+                .create(
+                    &Default::default(),
+                    &serde_json::from_value(binding).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+        None => {
+            kube::Api::<ClusterRoleBinding>::all(d.client())
+                .create(
+                    &Default::default(),
+                    &serde_json::from_value(binding).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// A guard that asks `d`'s API server (TokenReview, SubjectAccessReview).
+#[allow(dead_code)]
+pub fn kube_guard(d: &Double) -> Arc<egress_operator::auth::Guard> {
+    Arc::new(egress_operator::auth::Guard::new(Arc::new(
+        egress_operator::auth::kube::KubeReviewer::new(d.client()),
+    )))
+}
