@@ -266,6 +266,15 @@ pub struct PlacementStatus {
     /// so a member is counted once however many decisions see it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_egress_counted_to: Option<String>,
+    /// The egress addresses its members were replaced for sharing, while the run of them
+    /// lasts: a member on one of them is no proof the placement now gives addresses of their
+    /// own (the holder of a NAT address may just have failed a check, leaving it to the next).
+    #[serde(
+        default,
+        rename = "sharedEgressIPs",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub shared_egress_ips: Vec<String>,
     /// The last failure of one of its proxies, if any is failing now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -674,6 +683,8 @@ struct Health {
     /// creation time of the last one counted.
     shared_replacements: u32,
     shared_counted_to: Option<i64>,
+    /// The addresses of that run.
+    shared_ips: Vec<String>,
     /// Its failing member's `Reason: message`, if one is failing now.
     failure: Option<String>,
 }
@@ -696,6 +707,18 @@ pub fn decide(
     let live: Vec<&Member> = members.iter().filter(|m| !m.deleting).collect();
     let shared = shared_egress(spec, &live);
     let available_of = |m: &Member| m.available && !m.cordoned && !shared.contains_key(&*m.name);
+    // Available, on an address no other live member has and none of its placement's run of
+    // shared ones.
+    let unique = |m: &Member, known_shared: &[String]| {
+        available_of(m)
+            && m.egress_ip.as_deref().is_some_and(|ip| {
+                !known_shared.iter().any(|s| s == ip)
+                    && live
+                        .iter()
+                        .filter(|o| o.name != m.name)
+                        .all(|o| o.egress_ip.as_deref() != Some(ip))
+            })
+    };
     let spill = spill_after(spec).as_secs() as i64;
 
     let rotation_due = |m: &Member| {
@@ -749,20 +772,42 @@ pub fn decide(
             let recovered = since.is_some_and(|t| {
                 mine(i).any(|m| available_of(m) && m.running_since.is_some_and(|r| r >= t))
             });
-            // A member with an address of its own, newer than the last shared one counted,
-            // ends the run of shared addresses.
+            // A member with an address no other member of the pool has, newer than the last
+            // shared one counted, ends the run of shared addresses. (Not merely the oldest
+            // holder of a shared address: while that one blips, the next holder is available,
+            // yet its placement still gives shared addresses.)
             let counted_to = recorded
                 .and_then(|p| p.shared_egress_counted_to.as_deref())
                 .and_then(crate::gc::parse_rfc3339);
+            let known_shared: &[String] = recorded.map_or(&[], |p| &p.shared_egress_ips);
             let own_address_since = counted_to.is_some_and(|t| {
-                mine(i).any(|m| available_of(m) && m.created_at.is_some_and(|c| c > t))
+                mine(i).any(|m| unique(m, known_shared) && m.created_at.is_some_and(|c| c > t))
             });
+            // The members giving shared addresses now count at once, so the decision that
+            // meets the limit does not first create more here.
+            let sharing_now = mine(i)
+                .filter(|m| shared.contains_key(&*m.name))
+                .filter(|m| counted_to.is_none_or(|t| m.created_at.unwrap_or(0) > t))
+                .count() as u32;
+            let recorded_sharing = recorded.map_or(0, |p| p.shared_egress_replacements);
+            // Degraded for giving shared addresses, it recovers only through a member with
+            // an address of its own.
+            let degraded_for_sharing =
+                spec.distinct_egress && recorded_sharing + sharing_now >= SHARED_EGRESS_LIMIT;
+            let recovered = recovered
+                && (!degraded_for_sharing
+                    || since.is_some_and(|t| {
+                        mine(i).any(|m| {
+                            unique(m, known_shared) && m.running_since.is_some_and(|r| r >= t)
+                        })
+                    }));
             let shared_replacements = if (since.is_some() && recovered) || own_address_since {
                 0
             } else {
-                recorded.map_or(0, |p| p.shared_egress_replacements)
+                recorded_sharing
             };
-            let shares_addresses = spec.distinct_egress && shared_replacements >= SHARED_EGRESS_LIMIT;
+            let in_a_row = shared_replacements + sharing_now;
+            let shares_addresses = spec.distinct_egress && in_a_row >= SHARED_EGRESS_LIMIT;
             let degraded_since = match (since, failing) {
                 (Some(t), _) if !recovered => Some(t),
                 (_, Some(_)) => Some(now),
@@ -784,7 +829,7 @@ pub fn decide(
                             .filter_map(|m| shared.get(&*m.name).copied())
                             .collect();
                         let mut m = format!(
-                            "SharedEgress: {shared_replacements} members in a row egressed from an address an older member has"
+                            "SharedEgress: {in_a_row} members in a row egressed from an address an older member has"
                         );
                         if !seen.is_empty() {
                             let list: Vec<&str> = seen.into_iter().collect();
@@ -797,7 +842,16 @@ pub fn decide(
                 degraded_since,
                 failed_replacements,
                 shared_replacements,
-                shared_counted_to: if shared_replacements == 0 { None } else { counted_to },
+                shared_counted_to: if shared_replacements == 0 {
+                    None
+                } else {
+                    counted_to
+                },
+                shared_ips: if shared_replacements == 0 {
+                    Vec::new()
+                } else {
+                    known_shared.to_vec()
+                },
                 failure,
             }
         })
@@ -1041,6 +1095,7 @@ pub fn decide(
         prior,
         &live,
         &available_of,
+        &shared,
         Counts {
             ready: ready_now,
             available: available_now,
@@ -1079,6 +1134,21 @@ pub fn decide(
         status,
         requeue_after,
     }
+}
+
+/// The names of the members that count toward the floor as [`decide`] counts them: available,
+/// not cordoned, not being deleted, and with `distinctEgress` not on an address an older
+/// member has. What a harness that checks the floor must count.
+pub fn counted_available<'a>(
+    spec: &PoolSpec,
+    members: &'a [Member],
+) -> std::collections::BTreeSet<&'a str> {
+    let live: Vec<&Member> = members.iter().filter(|m| !m.deleting).collect();
+    let shared = shared_egress(spec, &live);
+    live.iter()
+        .filter(|m| m.available && !m.cordoned && !shared.contains_key(m.name.as_str()))
+        .map(|m| m.name.as_str())
+        .collect()
 }
 
 /// With `distinctEgress`, the members whose egress address an older available member (by
@@ -1286,6 +1356,7 @@ fn status(
     prior: &PoolStatus,
     live: &[&Member],
     available_of: &dyn Fn(&Member) -> bool,
+    shared: &std::collections::BTreeMap<&str, &str>,
     counts: Counts,
     health: &[Health],
     target: &[usize],
@@ -1304,7 +1375,9 @@ fn status(
             // the last one counted.
             let counted: Vec<i64> = deletes
                 .iter()
-                .filter(|(_, why)| *why == DeleteReason::SharedEgress)
+                .filter(|(name, why)| {
+                    *why == DeleteReason::SharedEgress || shared.contains_key(name.as_str())
+                })
                 .filter_map(|(name, _)| mine.iter().find(|m| m.name == *name))
                 .map(|m| m.created_at.unwrap_or(0))
                 .filter(|c| h.shared_counted_to.is_none_or(|t| *c > t))
@@ -1330,6 +1403,17 @@ fn status(
                     .max()
                     .or(h.shared_counted_to)
                     .map(crate::gc::format_rfc3339),
+                shared_egress_ips: {
+                    let mut ips: std::collections::BTreeSet<String> =
+                        h.shared_ips.iter().cloned().collect();
+                    // Those its members share now, whether replaced yet or kept as a probe.
+                    ips.extend(
+                        mine.iter()
+                            .filter_map(|m| shared.get(m.name.as_str()))
+                            .map(|ip| ip.to_string()),
+                    );
+                    ips.into_iter().collect()
+                },
                 last_error: h.failure.clone(),
             }
         })

@@ -84,25 +84,21 @@ fn brief(e: &kube::Error) -> String {
 
 /// The status as a merge patch that also clears the fields the new status no longer has.
 pub fn status_patch(status: &egress_core::ProxyStatus) -> Value {
+    clearing_patch(status)
+}
+
+/// `{"status": status}` as a merge patch in which every field of the status's schema it
+/// leaves out is sent as null: a field the new status no longer has is cleared, and a field
+/// added to the status is cleared too without a list to keep up by hand.
+pub fn clearing_patch<T: serde::Serialize + schemars::JsonSchema>(status: &T) -> Value {
+    let schema = schemars::schema_for!(T);
     let mut v = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
-    if let Some(map) = v.as_object_mut() {
-        for key in [
-            "providerID",
-            "instanceName",
-            "state",
-            "ip",
-            "observedGeneration",
-            "providerRevision",
-            "conditions",
-            "egressIP",
-            "egressCheckedAt",
-            "egressVerifiedAt",
-            "egressLatencyMs",
-            "egressFailures",
-            "runningSince",
-            "replaceRequested",
-        ] {
-            map.entry(key).or_insert(Value::Null);
+    if let (Some(map), Some(fields)) = (
+        v.as_object_mut(),
+        schema.get("properties").and_then(Value::as_object),
+    ) {
+        for key in fields.keys() {
+            map.entry(key.clone()).or_insert(Value::Null);
         }
     }
     json!({ "status": v })

@@ -141,15 +141,10 @@ fn stamp(status: &mut PoolStatus, old: &PoolStatus, generation: Option<i64>, now
     }
 }
 
-/// The status as a merge patch that also clears the fields the new status no longer has.
+/// The status as a merge patch that also clears the fields the new status no longer has
+/// (`distinctEgressIPs` falling to 0 among them).
 fn status_patch(status: &PoolStatus) -> Value {
-    let mut v = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
-    if let Some(map) = v.as_object_mut() {
-        for key in ["observedGeneration", "conditions", "placements"] {
-            map.entry(key).or_insert(Value::Null);
-        }
-    }
-    json!({ "status": v })
+    crate::controller::clearing_patch(status)
 }
 
 /// The serialised label selector of pool `name`'s Proxies, as the scale subresource carries it.
@@ -536,5 +531,14 @@ mod tests {
         let p = status_patch(&PoolStatus::default());
         assert_eq!(p["status"]["conditions"], Value::Null);
         assert!(p["status"].as_object().unwrap().contains_key("placements"));
+        assert_eq!(p["status"]["distinctEgressIPs"], Value::Null);
+        let p = crate::controller::status_patch(&egress_core::ProxyStatus::default());
+        for field in ["egressSharedWith", "instanceSpec", "egressIP", "conditions"] {
+            assert_eq!(p["status"][field], Value::Null, "{field}");
+            assert!(
+                p["status"].as_object().unwrap().contains_key(field),
+                "{field}"
+            );
+        }
     }
 }

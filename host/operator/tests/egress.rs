@@ -20,7 +20,7 @@ use egress_operator::crd::Proxy;
 use egress_operator::metrics::Metrics;
 use egress_operator::server::{self, ProxySource, Readiness, StoreSource};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::egress::{Chosen, EchoLook, EgressChecker, EgressProbe};
+use egress_runtime::egress::{Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet};
 use futures::StreamExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
@@ -86,9 +86,18 @@ struct Env {
     ctx: Arc<Context>,
     net: Arc<Network>,
     clock: Arc<VirtualClock>,
+    /// Every Proxy's status as the checker's outage rule and egress peers count them, fed as
+    /// the operator's watch feeds it.
+    fleet: Arc<StatusFleet>,
 }
 
 async fn env(max_unhealthy: &str) -> Env {
+    env_counting(max_unhealthy, false).await
+}
+
+/// With `fleet`, the checker counts the outage rule and egress peers over a fleet the test
+/// feeds as the operator's watch does; without, over its own checks.
+async fn env_counting(max_unhealthy: &str, fleet: bool) -> Env {
     let d = Double::start_with(Config {
         options: Options {
             kubelet: Some(Kubelet {
@@ -122,6 +131,13 @@ async fn env(max_unhealthy: &str) -> Env {
         clock.clone() as Arc<dyn ClockBackend>,
     )
     .with_observer(metrics.clone());
+    let fleet_of_statuses = Arc::new(StatusFleet::default());
+    let checker = if fleet {
+        checker.with_fleet(fleet_of_statuses.clone())
+    } else {
+        checker
+    };
+    let fleet = fleet_of_statuses;
     let ctx = Arc::new(Context::new(
         d.client(),
         "test".into(),
@@ -136,7 +152,13 @@ async fn env(max_unhealthy: &str) -> Env {
             instance: Some("test".into()),
         },
     ));
-    Env { d, ctx, net, clock }
+    Env {
+        d,
+        ctx,
+        net,
+        clock,
+        fleet,
+    }
 }
 
 impl Env {
@@ -493,4 +515,71 @@ async fn while_the_echo_is_down_no_proxy_is_blamed_and_provider_health_says_so()
         metrics.contains("egress_proxies_egress_proxies{provider=\"cluster\",state=\"failing\"} 1"),
         "{metrics}"
     );
+}
+
+/// Two proxies behind one egress address: the one verified second names the first in its
+/// status; the watch telling the fleet of it makes the operator reconcile the first (the
+/// stream the Proxy controller reconciles on), whose status then names the second.
+#[tokio::test]
+async fn proxies_behind_one_egress_address_name_each_other() {
+    let e = env_counting("40%", true).await;
+    // p0 is verified on the same address already, as the watch tells the fleet.
+    let p0: Proxy = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+        "metadata": {"name": "p0", "namespace": "crawlers"},
+        "spec": {"provider": "cluster", "port": 3128},
+        "status": {"egressIP": EGRESS_IP, "conditions": [{"type": "Ready", "status": "True",
+            "reason": "Verified", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    }))
+    .unwrap();
+    egress_operator::feed_fleet(&e.fleet, &watcher::Event::Apply(p0));
+    let mut peers = Box::pin(egress_operator::peers_changed(e.fleet.clone()));
+    e.running().await;
+    let status = e.status();
+    assert_eq!(status["egressIP"], EGRESS_IP, "{status}");
+    assert_eq!(
+        status["egressSharedWith"],
+        json!(["crawlers/p0"]),
+        "{status}"
+    );
+    // The watch brings p1's new status: p0's peers changed, and p0 is to be reconciled.
+    egress_operator::feed_fleet(
+        &e.fleet,
+        &watcher::Event::Apply(e.proxy().await.as_ref().clone()),
+    );
+    let next = tokio::time::timeout(Duration::from_secs(5), peers.next())
+        .await
+        .expect("a Proxy to reconcile")
+        .unwrap();
+    assert_eq!(
+        (next.name.as_str(), next.namespace.as_deref()),
+        ("p0", Some("crawlers"))
+    );
+    assert_eq!(
+        e.ctx
+            .loaded()
+            .egress
+            .as_ref()
+            .unwrap()
+            .egress_peers("crawlers/p0", EGRESS_IP),
+        vec!["crawlers/p1"]
+    );
+    // p1 stops forwarding and is no longer Ready: p0 is told again, and p1 names no one.
+    e.net.forwarding.store(false, Ordering::SeqCst);
+    e.next_interval();
+    e.reconcile().await;
+    assert!(
+        e.status().get("egressSharedWith").is_none(),
+        "{}",
+        e.status()
+    );
+    egress_operator::feed_fleet(
+        &e.fleet,
+        &watcher::Event::Apply(e.proxy().await.as_ref().clone()),
+    );
+    let next = tokio::time::timeout(Duration::from_secs(5), peers.next())
+        .await
+        .expect("p0 again")
+        .unwrap();
+    assert_eq!(next.name, "p0");
 }

@@ -150,15 +150,16 @@ impl PoolRun {
         // Counted here from the members, apart from the decision, so the report shows what
         // the decision did rather than what it meant to do.
         let floor = spec.replicas.saturating_sub(pool::budgets(spec).1 as u32);
+        // As the pool counts them: with distinctEgress, a member sharing an older one's
+        // address does not count, so deleting it costs the floor nothing.
+        let counted = pool::counted_available(spec, &members);
         let mut available_now = members
             .iter()
-            .filter(|m| m.available && !m.deleting)
+            .filter(|m| m.available && !m.deleting && !m.cordoned)
+            .filter(|m| counted.contains(m.name.as_str()))
             .count() as u32;
         for (name, _) in &d.deletes {
-            if members
-                .iter()
-                .any(|m| &m.name == name && m.available && !m.deleting)
-            {
+            if counted.contains(name.as_str()) {
                 available_now = available_now.saturating_sub(1);
                 if available_now < floor {
                     self.deletions_below_floor += 1;

@@ -991,6 +991,43 @@ fn distinct_egress_replaces_shared_addresses_and_spills_a_placement_behind_one_n
         shared_deletes < 20,
         "{shared_deletes} replacements in 4 hours"
     );
+    // The member holding the NAT address blips: the probe, next on the address, serves alone
+    // meanwhile, but the placement still gives shared addresses: it stays degraded, and
+    // nothing more is created there.
+    let holder = s
+        .members
+        .iter()
+        .filter(|m| m.placement == Some(0) && m.available)
+        .min_by_key(|m| m.created_at)
+        .unwrap()
+        .name
+        .clone();
+    let placed_before = s.serial;
+    for minute in 240..260 {
+        s.now = NOW + minute * 60;
+        let blipping = minute < 250;
+        let blip = |s: &mut Sim| {
+            for m in s.members.iter_mut().filter(|m| m.name == holder) {
+                m.available = !blipping;
+                m.ready = !blipping;
+            }
+        };
+        blip(&mut s);
+        s.step();
+        s.ready_all();
+        blip(&mut s);
+        give_addresses(&mut s);
+        assert!(
+            s.status.placements[0].degraded_since.is_some(),
+            "minute {minute}: {:#?}",
+            s.status
+        );
+    }
+    assert!(
+        s.serial - placed_before <= 1,
+        "{} created during the blip",
+        s.serial - placed_before
+    );
 
     // Without distinctEgress the same weather keeps three members behind the NAT.
     let mut s = Sim::new(spec(6, &[1, 1]));
@@ -1042,16 +1079,36 @@ fn a_distinct_address_between_shared_ones_clears_the_count() {
     }
     assert_eq!(prior.placements[0].shared_egress_replacements, 2);
     assert!(prior.placements[0].degraded_since.is_none());
-    // The same decision seen twice (a delete that did not land yet) counts the member once.
+    // The third in a row degrades the placement in that very decision (nothing more is
+    // created there); the member stays as its probe until the backoff.
     let mut m = member("again", 0, &r[0], true, t + 30);
     m.egress_ip = Some("198.51.100.20".into());
     t += 60;
+    let d = decide(&sp, &r, &[oldest.clone(), m.clone()], &prior, t);
+    assert!(
+        d.status.placements[0].degraded_since.is_some(),
+        "{:#?}",
+        d.status
+    );
+    assert!(d.deletes.is_empty(), "{:?}", d.deletes);
+    assert!(
+        d.creates.iter().all(|c| c.placement != 0 || c.probe),
+        "{:?}",
+        d.creates
+    );
+    prior = d.status;
+    // Past the backoff it is replaced, and counted once however many decisions see it (a
+    // delete that did not land yet).
+    t += 600;
     for _ in 0..2 {
         let d = decide(&sp, &r, &[oldest.clone(), m.clone()], &prior, t);
+        assert_eq!(
+            d.deletes,
+            vec![("again".to_string(), DeleteReason::SharedEgress)]
+        );
         assert_eq!(d.status.placements[0].shared_egress_replacements, 3);
-        if d.status.placements[0].shared_egress_counted_to.is_some() {
-            prior = d.status;
-        }
+        assert!(d.status.placements[0].degraded_since.is_some());
+        prior = d.status;
     }
 }
 
