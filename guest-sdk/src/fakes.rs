@@ -104,7 +104,15 @@ pub struct FakeHost {
     /// When the fake call ends; None: ten minutes after whatever time it is now, as if every
     /// capability call started a fresh call.
     call_deadline_ms: Cell<Option<u64>>,
+    /// What `proxy_htpasswd` answers: [`FAKE_HTPASSWD`] unless a test sets another.
+    pub htpasswd: RefCell<Option<String>>,
 }
+
+/// The htpasswd a [`FakeHost`] hands a create by default: a real SHA-512 crypt line, of the
+/// password [`FAKE_PASSWORD`] for the user `fake-proxy`.
+pub const FAKE_HTPASSWD: &str = "fake-proxy:$6$rounds=5000$c2FsdHNhbHRzYWx0$rSyUEPQAK88gypcRYg.Y.4GYNwDN102Wi6hBfRorG9Wq444M3Gl0vwpfyybmqMEdYHL/iNgqzRF4ic.0TBNne1\n";
+/// The password [`FAKE_HTPASSWD`] accepts.
+pub const FAKE_PASSWORD: &str = "fake-password-of-the-fake-proxy";
 
 /// Locks as one call sees them: a key held twice fails at once (a native test has no other
 /// call to wait for), every acquisition is recorded.
@@ -169,6 +177,7 @@ impl FakeHost {
             rng: Cell::new(0x9e37_79b9_7f4a_7c15),
             locks: FakeLocks::default(),
             call_deadline_ms: Cell::new(None),
+            htpasswd: RefCell::new(Some(FAKE_HTPASSWD.to_string())),
         }
     }
 
@@ -272,6 +281,9 @@ impl Host for FakeHost {
     fn locks(&self) -> &dyn Locks {
         &self.locks
     }
+    fn proxy_htpasswd(&self) -> Option<String> {
+        self.htpasswd.borrow().clone()
+    }
 }
 
 impl Http for FakeHost {
@@ -293,7 +305,7 @@ pub fn kube_error(status: u16, reason: &str, message: &str) -> KubeError {
 
 impl FakeKube {
     /// The next call named `op` (`get`, `create`, `delete`, `list`, `patch`, `server-version`)
-    /// fails with `err`.
+    /// fails with `err`; `op` may name the kind too (`create Secret`) to fail only that.
     pub fn fail_next(&self, op: &str, err: KubeError) {
         self.faults.borrow_mut().push_back((op.to_string(), err));
     }
@@ -346,11 +358,12 @@ impl FakeKube {
         self.cluster.borrow().is_empty()
     }
 
-    fn fault(&self, op: &str) -> Result<(), KubeError> {
+    fn fault(&self, op: &str, kind: &str) -> Result<(), KubeError> {
         let mut faults = self.faults.borrow_mut();
+        let of_kind = format!("{op} {kind}");
         if let Some((_, e)) = faults
             .iter()
-            .position(|(o, _)| o == op)
+            .position(|(o, _)| o == op || *o == of_kind)
             .and_then(|pos| faults.remove(pos))
         {
             return Err(e);
@@ -392,7 +405,7 @@ impl Kube for FakeKube {
             target.namespace.as_deref(),
             &target.name,
         );
-        self.fault("get")?;
+        self.fault("get", &target.kind)?;
         self.model(|c| c.get(&Self::key(target)))
             .map(|v| v.to_string())
     }
@@ -407,7 +420,7 @@ impl Kube for FakeKube {
         let obj = parse(body, "object")?;
         let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
         self.record("create", kind, namespace, &name);
-        self.fault("create")?;
+        self.fault("create", kind)?;
         self.model(|c| c.create(api_version, kind, namespace, obj))
             .map(|v| v.to_string())
     }
@@ -419,7 +432,7 @@ impl Kube for FakeKube {
             target.namespace.as_deref(),
             &target.name,
         );
-        self.fault("delete")?;
+        self.fault("delete", &target.kind)?;
         self.model(|c| c.delete(&Self::key(target), &DeleteOptions::default()))
             .map(|_| ())
     }
@@ -434,7 +447,7 @@ impl Kube for FakeKube {
         continue_token: Option<&str>,
     ) -> Result<(Vec<String>, Option<String>), KubeError> {
         self.record("list", &options.kind, options.namespace.as_deref(), "");
-        self.fault("list")?;
+        self.fault("list", &options.kind)?;
         self.model(|c| {
             let mut sel = Selection::of(
                 &options.api_version,
@@ -458,7 +471,7 @@ impl Kube for FakeKube {
             target.namespace.as_deref(),
             &target.name,
         );
-        self.fault("patch")?;
+        self.fault("patch", &target.kind)?;
         let patch = parse(merge_patch, "patch")?;
         self.model(|c| c.patch(&Self::key(target), &Patch::Merge(patch), Subresource::Main))
             .map(|v| v.to_string())
@@ -466,7 +479,7 @@ impl Kube for FakeKube {
 
     fn server_version(&self) -> Result<(String, String), KubeError> {
         self.record("server-version", "", None, "");
-        self.fault("server-version")?;
+        self.fault("server-version", "")?;
         Ok(("v1.33.0".to_string(), "https://fake-apiserver".to_string()))
     }
 }

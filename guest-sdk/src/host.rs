@@ -172,6 +172,9 @@ pub trait Host: Log + Clock {
     fn http(&self) -> &dyn Http;
     fn libvirt(&self) -> &dyn Libvirt;
     fn locks(&self) -> &dyn Locks;
+    /// The htpasswd of the proxy the current create call makes (contract 0.1.3): write it
+    /// where the proxy's Squid reads it, and nowhere else. None outside a create.
+    fn proxy_htpasswd(&self) -> Option<String>;
 }
 
 /// The capabilities as the component's imports.
@@ -397,5 +400,8 @@ impl Host for WasmHost {
     }
     fn locks(&self) -> &dyn Locks {
         self
+    }
+    fn proxy_htpasswd(&self) -> Option<String> {
+        wit::credentials::proxy_htpasswd()
     }
 }

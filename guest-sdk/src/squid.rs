@@ -13,6 +13,11 @@
 //! and unique-local networks ([`REFUSED_DESTINATIONS`]) are refused as destinations unless a
 //! provider's `allowedDestinationCIDRs` opts a range back in, and the cloud metadata addresses
 //! ([`METADATA_DESTINATIONS`]) are refused always.
+//!
+//! And it serves no one without the proxy's credential: Basic proxy authentication against
+//! the htpasswd the host hands each create ([`Htpasswd`]), checked by Squid's
+//! `basic_ncsa_auth` (crypt(3), SHA-512 crypt lines). A client outside the allowed source
+//! ranges is refused before it is asked for one.
 
 use crate::ProviderError;
 use crate::json::config_error;
@@ -52,6 +57,128 @@ pub const METADATA_DESTINATIONS: [&str; 3] = [
     "fd00:ec2::254/128",
     "fd20:ce::254/128",
 ];
+
+/// Where a VM's Squid reads the proxy's htpasswd: beside its config, readable by root and the
+/// `proxy` group Squid's helpers run as, no one else.
+pub const VM_HTPASSWD_PATH: &str = "/etc/squid/egress-proxies.htpasswd";
+
+/// Where a container's Squid reads the proxy's htpasswd: the file `htpasswd` of the Secret
+/// volume mounted at [`CONTAINER_AUTH_DIR`] (a whole volume, not a `subPath`, so an updated
+/// Secret reaches the running proxy).
+pub const CONTAINER_HTPASSWD_PATH: &str = "/etc/squid-auth/htpasswd";
+/// The Secret volume's mount point.
+pub const CONTAINER_AUTH_DIR: &str = "/etc/squid-auth";
+/// The key of the htpasswd in the proxy's Secret.
+pub const HTPASSWD_KEY: &str = "htpasswd";
+
+/// Debian's (and the Ubuntu squid image's) Basic authentication helper for htpasswd files.
+pub const NCSA_AUTH_HELPER: &str = "/usr/lib/squid/basic_ncsa_auth";
+
+/// The realm a 407 challenge names.
+pub const AUTH_REALM: &str = "egress-proxies";
+
+/// The htpasswd of a proxy as the host handed it: one or more `user:hash` lines, each user
+/// name and hash made only of the characters crypt(3) hashes and safe user names use, so the
+/// text can go into a YAML block or a file without quoting and carries no directive.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Htpasswd(String);
+
+/// Never printed: it is a secret even hashed.
+impl fmt::Debug for Htpasswd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Htpasswd(<{} lines>)", self.0.lines().count())
+    }
+}
+
+impl Htpasswd {
+    /// Checks the host's text. The error says what is wrong without quoting the text.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let lines: Vec<&str> = text.lines().collect();
+        if lines.is_empty() {
+            return Err("the proxy's htpasswd is empty".into());
+        }
+        for (i, line) in lines.iter().enumerate() {
+            let Some((user, hash)) = line.split_once(':') else {
+                return Err(format!("line {} of the proxy's htpasswd has no ':'", i + 1));
+            };
+            let user_ok = !user.is_empty()
+                && user
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+            let hash_ok = hash.starts_with('$')
+                && hash
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'$' | b'.' | b'/' | b'='));
+            if !user_ok || !hash_ok {
+                return Err(format!(
+                    "line {} of the proxy's htpasswd is not `user:$id$…` in crypt(3)'s characters",
+                    i + 1
+                ));
+            }
+        }
+        let mut text = lines.join("\n");
+        text.push('\n');
+        Ok(Self(text))
+    }
+
+    /// The file's content, newline-terminated.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// An htpasswd no password matches (`*` is no crypt(3) hash): what a generated config
+    /// gets should a caller have no credential for it, so it admits no one rather than all.
+    pub fn nobody() -> Self {
+        Self("nobody:*\n".into())
+    }
+}
+
+/// The htpasswd a VM create needs: none when the Proxy brings its own cloud-init (it installs
+/// whatever it installs, and the host's credential cannot be woven into it), else the host's
+/// ([`require_htpasswd`]). Called before anything is made, so a create without a credential
+/// leaves nothing behind.
+pub fn htpasswd_unless_own(
+    host: &dyn crate::Host,
+    req: &crate::CreateRequest,
+) -> Result<Option<Htpasswd>, ProviderError> {
+    match req.cloud_init {
+        Some(_) => Ok(None),
+        None => require_htpasswd(host).map(Some),
+    }
+}
+
+/// A VM's user-data: the Proxy's own cloud-init when it brings one (it wins, whatever it
+/// holds), else [`cloud_init`] for its port, the block's ranges and the proxy's htpasswd.
+pub fn vm_user_data<'a>(
+    req: &'a crate::CreateRequest,
+    allowed: &[SourceRange],
+    allowed_destinations: &[SourceRange],
+    htpasswd: Option<&Htpasswd>,
+) -> std::borrow::Cow<'a, str> {
+    match &req.cloud_init {
+        Some(own) => std::borrow::Cow::Borrowed(own),
+        None => std::borrow::Cow::Owned(cloud_init(
+            req.port,
+            allowed,
+            allowed_destinations,
+            htpasswd.unwrap_or(&Htpasswd::nobody()),
+        )),
+    }
+}
+
+/// The htpasswd of the proxy a create makes, from the host; a create without one fails
+/// (permanent: the host is older than the module or broken), since a proxy without a
+/// credential would be open to every client in its source ranges.
+pub fn require_htpasswd(host: &dyn crate::Host) -> Result<Htpasswd, ProviderError> {
+    let text = host.proxy_htpasswd().ok_or_else(|| {
+        crate::permanent(
+            "NoCredential",
+            "the host gave this create no proxy credential; a proxy is never made without one"
+                .to_string(),
+        )
+    })?;
+    Htpasswd::parse(&text).map_err(|m| crate::permanent("NoCredential", m))
+}
 
 /// Where Squid writes its config on a VM. The distribution's own path, so the packaged
 /// service unit starts it as is.
@@ -243,7 +370,18 @@ pub enum Layout {
     Service,
 }
 
-/// The squid.conf for a proxy on `port` that accepts clients from `allowed` only and reaches
+impl Layout {
+    /// Where Squid reads the proxy's htpasswd.
+    pub fn htpasswd_path(self) -> &'static str {
+        match self {
+            Layout::Container => CONTAINER_HTPASSWD_PATH,
+            Layout::Service => VM_HTPASSWD_PATH,
+        }
+    }
+}
+
+/// The squid.conf for a proxy on `port` that accepts clients from `allowed` only, and of them
+/// only those presenting a credential of the htpasswd at the layout's path; and that reaches
 /// no [`REFUSED_DESTINATIONS`] but those in `allowed_destinations`, and no
 /// [`METADATA_DESTINATIONS`] at all.
 ///
@@ -258,6 +396,16 @@ pub fn squid_conf(
     let mut s = String::new();
     s.push_str("# Generated by egress-proxies.\n");
     s.push_str(&format!("http_port {port}\n"));
+    // Few helpers: a proxy authenticates a handful of crawlers, and Squid remembers a
+    // verified credential for an hour, so the helper runs about once per client an hour.
+    s.push_str(&format!(
+        "auth_param basic program {NCSA_AUTH_HELPER} {}\n\
+         auth_param basic children 5 startup=1 idle=1\n\
+         auth_param basic realm {AUTH_REALM}\n\
+         auth_param basic credentialsttl 1 hour\n\
+         acl egress_users proxy_auth REQUIRED\n",
+        layout.htpasswd_path()
+    ));
     for range in allowed {
         s.push_str(&format!("acl egress_clients src {range}\n"));
     }
@@ -290,8 +438,13 @@ pub fn squid_conf(
          http_access deny manager\n",
     );
     if !allowed.is_empty() {
-        // The source first: a client outside the ranges is refused without the destination
-        // lookup `dst` may need.
+        // The source first: a client outside the ranges is refused (403) without being asked
+        // for a credential or the destination lookup `dst` may need; then the credential
+        // (407 without a valid one), then the destination.
+        s.push_str(
+            "http_access deny !egress_clients\n\
+             http_access deny !egress_users\n",
+        );
         if !allowed_destinations.is_empty() {
             s.push_str("http_access allow egress_clients !egress_metadata egress_opted_in\n");
         }
@@ -327,14 +480,16 @@ pub fn squid_conf(
 }
 
 /// The cloud-init a VM gets when its Proxy has none: install the distribution's Squid, write
-/// [`squid_conf`] for the port and ranges, and (re)start the service.
+/// [`squid_conf`] for the port and ranges and the proxy's htpasswd, and (re)start the service.
 ///
-/// The file is written after the package is installed (`defer`), so the package finds no
-/// conffile of someone else's and the service is restarted on the final config.
+/// The files are written after the package is installed (`defer`), so the package finds no
+/// conffile of someone else's, the `proxy` group the htpasswd is readable by exists, and the
+/// service is restarted on the final config.
 pub fn cloud_init(
     port: u16,
     allowed: &[SourceRange],
     allowed_destinations: &[SourceRange],
+    htpasswd: &Htpasswd,
 ) -> String {
     let conf = squid_conf(port, allowed, allowed_destinations, Layout::Service);
     let mut s = String::from(
@@ -348,6 +503,14 @@ pub fn cloud_init(
         "  - path: {VM_CONF_PATH}\n    owner: root:root\n    permissions: '0644'\n    defer: true\n    content: |\n"
     ));
     for line in conf.lines() {
+        s.push_str("      ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push_str(&format!(
+        "  - path: {VM_HTPASSWD_PATH}\n    owner: root:proxy\n    permissions: '0640'\n    defer: true\n    content: |\n"
+    ));
+    for line in htpasswd.as_str().lines() {
         s.push_str("      ");
         s.push_str(line);
         s.push('\n');
@@ -522,11 +685,20 @@ mod tests {
                 "http_access deny !Safe_ports",
                 "http_access deny CONNECT !SSL_ports",
                 "http_access deny manager",
+                "http_access deny !egress_clients",
+                "http_access deny !egress_users",
                 "http_access allow egress_clients !egress_metadata !egress_internal",
                 "http_access deny all",
             ],
             "the refusals come before the only allow, and everything else is denied"
         );
+        for wanted in [
+            "auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid-auth/htpasswd",
+            "auth_param basic realm egress-proxies",
+            "acl egress_users proxy_auth REQUIRED",
+        ] {
+            assert!(lines.contains(&wanted), "{wanted:?} missing from\n{conf}");
+        }
         assert!(!conf.contains("allow all"));
         assert!(!conf.contains("forwarded_for on"));
         assert!(!conf.contains("egress_opted_in"), "{conf}");
@@ -639,6 +811,7 @@ mod tests {
             l.starts_with("pid_filename ")
                 || l.starts_with("access_log ")
                 || l.starts_with("cache_log ")
+                || l.starts_with("auth_param basic program ")
         };
         let rest = |c: &str| -> Vec<String> {
             c.lines()
@@ -652,6 +825,7 @@ mod tests {
         assert_eq!(
             only(&container),
             [
+                "auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid-auth/htpasswd",
                 "pid_filename none",
                 "access_log stdio:/dev/stdout",
                 "cache_log stdio:/dev/stderr"
@@ -660,6 +834,7 @@ mod tests {
         assert_eq!(
             only(&service),
             [
+                "auth_param basic program /usr/lib/squid/basic_ncsa_auth /etc/squid/egress-proxies.htpasswd",
                 "pid_filename /run/squid.pid",
                 "access_log daemon:/var/log/squid/access.log",
                 "cache_log /var/log/squid/cache.log"
@@ -670,7 +845,7 @@ mod tests {
     #[test]
     fn the_cloud_init_installs_writes_and_starts_squid() {
         let allowed = ranges(&["10.0.0.0/8", "2001:db8::/32"]);
-        let text = cloud_init(3128, &allowed, &[]);
+        let text = cloud_init(3128, &allowed, &[], &htpasswd());
         assert!(text.starts_with("#cloud-config\n"), "{text}");
         let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
         let keys: Vec<&str> = doc
@@ -689,7 +864,12 @@ mod tests {
             serde_yaml::from_str::<serde_yaml::Value>("[squid]").unwrap()
         );
         let files = doc["write_files"].as_sequence().unwrap();
-        assert_eq!(files.len(), 1);
+        assert_eq!(files.len(), 2);
+        assert_eq!(files[1]["path"], VM_HTPASSWD_PATH);
+        assert_eq!(files[1]["owner"], "root:proxy");
+        assert_eq!(files[1]["permissions"], "0640");
+        assert_eq!(files[1]["defer"], true);
+        assert_eq!(files[1]["content"].as_str().unwrap(), htpasswd().as_str());
         assert_eq!(files[0]["path"], VM_CONF_PATH);
         assert_eq!(files[0]["defer"], true);
         assert_eq!(
@@ -709,13 +889,64 @@ mod tests {
     #[test]
     fn the_cloud_init_is_pure() {
         let allowed = ranges(&["10.0.0.0/8"]);
+        let h = htpasswd();
         assert_eq!(
-            cloud_init(3128, &allowed, &[]),
-            cloud_init(3128, &allowed, &[])
+            cloud_init(3128, &allowed, &[], &h),
+            cloud_init(3128, &allowed, &[], &h)
         );
         assert_ne!(
-            cloud_init(3128, &allowed, &[]),
-            cloud_init(8080, &allowed, &[])
+            cloud_init(3128, &allowed, &[], &h),
+            cloud_init(8080, &allowed, &[], &h)
         );
+    }
+
+    fn htpasswd() -> Htpasswd {
+        Htpasswd::parse(crate::fakes::FAKE_HTPASSWD).unwrap()
+    }
+
+    /// The host's htpasswd reaches a file or a YAML block only as `user:$id$…` lines: a
+    /// newline, a YAML indicator or a directive in it is refused, without quoting it back.
+    #[test]
+    fn an_htpasswd_is_only_crypt_lines() {
+        assert_eq!(htpasswd().as_str(), crate::fakes::FAKE_HTPASSWD);
+        let two = "a:$6$x$y\nb-1.c_d:$5$rounds=1000$s$h/.\n";
+        assert_eq!(Htpasswd::parse(two).unwrap().as_str(), two);
+        assert_eq!(Htpasswd::parse("a:$6$x$y").unwrap().as_str(), "a:$6$x$y\n");
+        for bad in [
+            "",
+            "\n",
+            "nocolon",
+            ":$6$x$y",
+            "a:plain",
+            "a:$6$x$y\n  runcmd: [reboot]",
+            "a:$6$x y",
+            "a b:$6$x$y",
+            "a:$6$x$y#",
+            "a:$6$x$y\r",
+            "a:$6$x$y\n\nb:$6$x$y",
+            "a:$6$x$y'",
+        ] {
+            let e = Htpasswd::parse(bad).unwrap_err();
+            assert!(
+                !bad.trim().is_empty() || e.contains("empty") || e.contains("line"),
+                "{e}"
+            );
+            if bad.len() > 3 {
+                assert!(!e.contains(bad), "the error quotes the text: {e}");
+            }
+        }
+        assert!(!format!("{:?}", htpasswd()).contains("$6$"));
+    }
+
+    #[test]
+    fn a_create_without_a_credential_fails_permanently() {
+        let host = crate::fakes::FakeHost::new();
+        assert!(require_htpasswd(&host).is_ok());
+        *host.htpasswd.borrow_mut() = None;
+        let e = require_htpasswd(&host).unwrap_err();
+        assert_eq!(e.reason, "NoCredential");
+        assert_eq!(e.class, crate::ErrorClass::Permanent);
+        *host.htpasswd.borrow_mut() = Some("a:b\nc".into());
+        assert_eq!(require_htpasswd(&host).unwrap_err().reason, "NoCredential");
     }
 }

@@ -19,6 +19,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 /// Every directive the generator may write.
 const DIRECTIVES: &[&str] = &[
     "http_port",
+    "auth_param",
     "acl",
     "http_access",
     "via",
@@ -265,6 +266,9 @@ fn check_conf(
         "deny manager",
     ];
     if !allowed.is_empty() {
+        // Outsiders refused before the credential is asked for, then no credential no service.
+        expected.push("deny !egress_clients");
+        expected.push("deny !egress_users");
         if !destinations.is_empty() {
             expected.push("allow egress_clients !egress_metadata egress_opted_in");
         }
@@ -303,7 +307,12 @@ fn cloud_init_is_yaml_that_writes_exactly_the_conf() {
         600,
         (any::<u16>(), ranges(), ranges()),
         |(port, allowed, destinations)| {
-            let text = cloud_init(port, &allowed, &destinations);
+            let text = cloud_init(
+                port,
+                &allowed,
+                &destinations,
+                &guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap(),
+            );
             prop_assert!(text.starts_with("#cloud-config\n"));
             let doc: serde_yaml::Value = serde_yaml::from_str(&text)
                 .map_err(|e| TestCaseError::fail(format!("not YAML: {e}\n{text}")))?;
@@ -319,8 +328,12 @@ fn cloud_init_is_yaml_that_writes_exactly_the_conf() {
                 .as_sequence()
                 .cloned()
                 .unwrap_or_default();
-            prop_assert_eq!(files.len(), 1);
+            prop_assert_eq!(files.len(), 2);
             prop_assert_eq!(files[0]["path"].as_str(), Some(VM_CONF_PATH));
+            prop_assert_eq!(
+                files[1]["content"].as_str(),
+                Some(guest_sdk::fakes::FAKE_HTPASSWD)
+            );
             let conf = squid_conf(port, &allowed, &destinations, Layout::Service);
             prop_assert_eq!(files[0]["content"].as_str(), Some(conf.as_str()));
             check_conf(&conf, port, &allowed, &destinations)

@@ -152,7 +152,12 @@ fn kvm_default_user_data() -> String {
     let normalized =
         provider_libvirt::LibvirtProvider::validate_config("kvm2", "p", &block).unwrap();
     let cfg = provider_libvirt::config::validate("p", &normalized).unwrap();
-    provider_libvirt::seed::user_data(&cfg, &request(None)).into_owned()
+    provider_libvirt::seed::user_data(
+        &cfg,
+        &request(None),
+        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+    )
+    .into_owned()
 }
 
 /// `cloud-init schema` validates a file against the schema of the installed version.
@@ -188,7 +193,13 @@ fn gcp_default_user_data() -> String {
         image: Some("projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into()),
     };
     let at = provider_gcp::insert::resolve(&req).unwrap();
-    let body = provider_gcp::insert::build_insert_request("gce", &cfg, &req, &at);
+    let body = provider_gcp::insert::build_insert_request(
+        "gce",
+        &cfg,
+        &req,
+        &at,
+        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+    );
     body["metadata"]["items"][0]["value"]
         .as_str()
         .unwrap()

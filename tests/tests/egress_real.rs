@@ -62,7 +62,24 @@ fn squid_and_echoes() -> Option<std::path::PathBuf> {
     }
 }
 
+/// The test's Squids all hold the fake host's htpasswd: each Proxy's credential is that one,
+/// written into the credentials file beside the state before the run, where the CLI finds it
+/// (as it finds the ones it made on an earlier run) instead of making a new one.
+fn provision(dir: &Path, names: &[&str]) {
+    let mut text = String::new();
+    for name in names {
+        let uid = egress_core::name::derived_uid("ns", name);
+        text.push_str(&format!(
+            "{uid}:\n  proxy: ns/{name}\n  username: fake-proxy\n  password: {}\n",
+            guest_sdk::fakes::FAKE_PASSWORD
+        ));
+    }
+    std::fs::write(dir.join("state.yaml.credentials"), text).unwrap();
+}
+
 fn proxies(dir: &Path, ports: &[(&str, u16)]) -> std::path::PathBuf {
+    let names: Vec<&str> = ports.iter().map(|(n, _)| *n).collect();
+    provision(dir, &names);
     let p = dir.join("proxies.yaml");
     let docs: Vec<String> = ports
         .iter()
@@ -162,14 +179,20 @@ async fn a_real_squid_is_verified_listed_and_an_announcing_one_replaced() {
 
     // Discovery from the state file lists the verified one only.
     let state = egress_proxies::state::StateFile::read(&dir.path().join("state.yaml")).unwrap();
-    let listed = egress_core::discovery::discover(
-        state.proxies.values().map(|p| p.candidate()),
-        &Default::default(),
-    );
+    let credentials = egress_runtime::credential_store::FileCredentials::open(
+        dir.path().join("state.yaml.credentials"),
+    )
+    .unwrap();
+    let listed = state.discover(&credentials, &Default::default());
     let urls: Vec<&str> = listed.iter().map(|d| d.url.as_str()).collect();
     assert_eq!(
         urls,
-        vec![format!("http://127.0.0.1:{}", quiet.listen.port())]
+        vec![format!(
+            "http://fake-proxy:{}@127.0.0.1:{}",
+            guest_sdk::fakes::FAKE_PASSWORD,
+            quiet.listen.port()
+        )],
+        "the verified proxy, with the credential its Squid requires"
     );
     assert_eq!(listed[0].egress_ip.as_deref(), Some("127.0.0.1"));
     drop(loud);

@@ -194,7 +194,18 @@ fn get(path: &str, extra: &str) -> String {
     get_from(&ECHO_IP.to_string(), path, extra)
 }
 
+/// A GET with the proxy's credential (every test Squid holds the fake host's htpasswd).
 fn get_from(host: &str, path: &str, extra: &str) -> String {
+    let auth = support::authorization();
+    get_as(
+        host,
+        path,
+        &format!("Proxy-Authorization: {auth}\r\n{extra}"),
+    )
+}
+
+/// A GET with only the headers given: no credential unless `extra` has one.
+fn get_as(host: &str, path: &str, extra: &str) -> String {
     format!(
         "GET http://{host}{path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: egress-tests\r\nAccept: */*\r\n{extra}Connection: close\r\n\r\n"
     )
@@ -205,7 +216,10 @@ fn connect(port: u16) -> String {
 }
 
 fn connect_to(host: &str, port: u16) -> String {
-    format!("CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n")
+    let auth = support::authorization();
+    format!(
+        "CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\nProxy-Authorization: {auth}\r\n\r\n"
+    )
 }
 
 /// Listeners on the internal address's ports 80 and 443 that only count what reaches them.
@@ -282,11 +296,53 @@ async fn proves_an_anonymous_closed_proxy(label: &str, generated: &str, ip: Ipv4
     assert_eq!(r.status, 200, "{}\n{}", r.text, squid.logs());
     let seen = echo.seen(&path).expect("the echo saw the request");
     assert_eq!(seen.header("User-Agent"), ["egress-tests"], "{}", seen.head);
-    for name in ["Via", "X-Forwarded-For", "Forwarded", "Cache-Control"] {
+    for name in [
+        "Via",
+        "X-Forwarded-For",
+        "Forwarded",
+        "Cache-Control",
+        "Proxy-Authorization",
+    ] {
         assert!(
             seen.header(name).is_empty(),
             "{label}: the site saw {name}:\n{}",
             seen.head
+        );
+    }
+    assert!(
+        !seen.head.contains(guest_sdk::fakes::FAKE_PASSWORD),
+        "{label}: the proxy's credential reached the site"
+    );
+
+    // Without the proxy's credential, or with a wrong one: 407 to a GET and a CONNECT, and
+    // nothing forwarded.
+    let wrong = {
+        use base64::Engine;
+        format!(
+            "Proxy-Authorization: Basic {}\r\n",
+            base64::engine::general_purpose::STANDARD.encode("fake-proxy:wrong")
+        )
+    };
+    for extra in ["", wrong.as_str()] {
+        let path = unique_path(label);
+        let r = exchange(
+            ALLOWED_CLIENT,
+            proxy,
+            &get_as(&ECHO_IP.to_string(), &path, extra),
+        )
+        .await;
+        assert_eq!(r.status, 407, "{label}: {}", r.text);
+        assert!(
+            echo.seen(&path).is_none(),
+            "{label}: forwarded without the credential"
+        );
+        let host = ECHO_IP.to_string();
+        let ask = format!("CONNECT {host}:443 HTTP/1.1\r\nHost: {host}:443\r\n{extra}\r\n");
+        let r = exchange(ALLOWED_CLIENT, proxy, &ask).await;
+        assert_eq!(
+            r.status, 407,
+            "{label}: CONNECT without the credential: {}",
+            r.text
         );
     }
     assert!(
@@ -471,7 +527,12 @@ fn kvm_user_data(opt_in: bool) -> String {
     let normalized =
         provider_libvirt::LibvirtProvider::validate_config("kvm2", path, &block).unwrap();
     let cfg = provider_libvirt::config::validate(path, &normalized).unwrap();
-    provider_libvirt::seed::user_data(&cfg, &request(PROXY_PORT, None)).into_owned()
+    provider_libvirt::seed::user_data(
+        &cfg,
+        &request(PROXY_PORT, None),
+        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+    )
+    .into_owned()
 }
 
 /// The `user-data` metadata of a gcp Proxy without cloudInit, from its insert request.
@@ -495,7 +556,13 @@ fn gcp_user_data(opt_in: bool) -> String {
         image: Some("projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64".into()),
     };
     let at = provider_gcp::insert::resolve(&req).unwrap();
-    let body = provider_gcp::insert::build_insert_request("gce", &cfg, &req, &at);
+    let body = provider_gcp::insert::build_insert_request(
+        "gce",
+        &cfg,
+        &req,
+        &at,
+        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+    );
     let items = body["metadata"]["items"].as_array().unwrap();
     items
         .iter()

@@ -38,6 +38,7 @@ fn driver<'a>(e: &'a Env, state: &Path, max_rounds: u32) -> Driver<'a> {
         recorder: e.recorder.clone(),
         time: Time::Virtual(e.world.clock.clone()),
         egress: None,
+        credentials: std::sync::Arc::new(egress_runtime::credential_store::SimulatedCredentials),
         options: DriverOptions {
             installation: "test".into(),
             max_rounds,
@@ -78,7 +79,8 @@ async fn a_removed_proxy_is_deleted_on_the_next_run() {
 
     let first = run(&e, &(proxy("a") + &proxy("b")), &state).await;
     assert!(first.steady);
-    assert_eq!(calls(&first).len(), 2);
+    // Each Proxy's Pod and the Secret holding its htpasswd.
+    assert_eq!(calls(&first).len(), 4, "{:?}", calls(&first));
     let saved = StateFile::read(&state).unwrap();
     assert_eq!(saved.proxies.len(), 2);
     assert_eq!(
@@ -137,7 +139,14 @@ async fn an_interrupted_create_is_adopted_and_an_orphan_swept() {
         .await
         .unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(calls(&r), vec!["delete Pod ns/proxy-orphan".to_string()]);
+    // The adopted Pod gets the htpasswd Secret the interrupted create never wrote.
+    assert_eq!(
+        calls(&r),
+        vec![
+            "create Secret ns/proxy-53b77d6a2f65-htpasswd".to_string(),
+            "delete Pod ns/proxy-orphan".to_string()
+        ]
+    );
     let theirs = e
         .providers
         .get("cluster")

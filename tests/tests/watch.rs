@@ -71,9 +71,10 @@ async fn watch_reconciles_again_on_change() {
     ));
 
     let first = next(&mut reports).await;
+    // Its Pod and the Pod's htpasswd Secret.
     assert_eq!(
         first,
-        vec![("a".to_string(), 1, Some("10.244.0.3".to_string()))]
+        vec![("a".to_string(), 2, Some("10.244.0.3".to_string()))]
     );
 
     // A second Proxy appears: only it is created; `a` is untouched.
@@ -83,7 +84,7 @@ async fn watch_reconciles_again_on_change() {
         second[0],
         ("a".to_string(), 0, Some("10.244.0.3".to_string()))
     );
-    assert_eq!((second[1].0.as_str(), second[1].1), ("b", 1));
+    assert_eq!((second[1].0.as_str(), second[1].1), ("b", 2));
 
     // A broken providers config is refused; the next proxies change still reconciles.
     std::fs::write(
@@ -97,8 +98,8 @@ async fn watch_reconciles_again_on_change() {
     let third = next(&mut reports).await;
     assert_eq!(
         third.iter().find(|p| p.0 == "b").map(|p| p.1),
-        Some(1),
-        "b is deleted with the old config serving"
+        Some(2),
+        "b is deleted (its Pod, then the Pod's Secret) with the old config serving"
     );
 
     stop_tx.send(()).unwrap();

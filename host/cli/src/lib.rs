@@ -442,12 +442,14 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
         req.runtime.clone(),
     )
     .await?;
+    let credentials = credentials_for(options.state_path.as_deref())?;
     let driver = Driver {
         providers: &providers,
         config: &cfg,
         recorder,
         time: Time::Real(backends.clock.clone() as Arc<dyn ClockBackend>),
         egress,
+        credentials,
         options,
     };
     let out = driver
@@ -459,6 +461,21 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
     // not wait for: it happens on a thread of its own while the caller renders the report.
     std::thread::spawn(move || drop((providers, backends, cfg)));
     out
+}
+
+/// Where a real run keeps its Proxies' credentials: the file beside its state file, or,
+/// without one, memory (random, lost with the run). A dry-run derives them
+/// ([`egress_runtime::credential_store::SimulatedCredentials`]).
+fn credentials_for(
+    state: Option<&Path>,
+) -> Result<Arc<dyn egress_runtime::credential_store::CredentialSource>, CliError> {
+    use egress_runtime::credential_store::{FileCredentials, MemoryCredentials};
+    Ok(match state {
+        Some(path) => Arc::new(
+            FileCredentials::open(FileCredentials::path_for(path)).map_err(CliError::Runtime)?,
+        ),
+        None => Arc::new(MemoryCredentials::default()),
+    })
 }
 
 /// A dry-run's inputs dealt to its lanes: each lane's provider names, Proxies and pools, and
@@ -629,6 +646,9 @@ async fn run_lanes(
                         recorder,
                         time: Time::Virtual(sim.clock.clone()),
                         egress,
+                        credentials: Arc::new(
+                            egress_runtime::credential_store::SimulatedCredentials,
+                        ),
                         options,
                     };
                     driver
@@ -739,6 +759,16 @@ pub async fn run_reconcile_watch(
     tokio::pin!(stop);
     // A changed proxies file is acted on once two polls in a row read the same text.
     let mut proxies_file = egress_core::settle::Settle::default();
+    // One store for every pass, so a Proxy keeps its credential from pass to pass.
+    let credentials: Arc<dyn egress_runtime::credential_store::CredentialSource> = if req.dry_run {
+        Arc::new(egress_runtime::credential_store::SimulatedCredentials)
+    } else {
+        credentials_for(
+            req.driver_options(String::new(), None)
+                .state_path
+                .as_deref(),
+        )?
+    };
     loop {
         // An unreadable file (mid-rename, removed) is refused, never read as "no Proxies".
         let read = std::fs::read_to_string(proxies_path).map_err(|e| e.to_string());
@@ -817,6 +847,7 @@ pub async fn run_reconcile_watch(
                     recorder: recorder.clone(),
                     time,
                     egress,
+                    credentials: credentials.clone(),
                     options: req.driver_options(installation, None),
                 };
                 let (r, next) = driver

@@ -206,34 +206,38 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                 ExitCode::FAILURE
             }
         }
-        Command::Proxies(a) => match egress_proxies::state::StateFile::read(&a.state) {
-            Ok(state) => {
-                let filter = egress_core::discovery::Filter {
-                    provider: a.provider,
-                    namespace: a.namespace,
-                    pool: a.pool,
-                };
-                let list = egress_core::discovery::discover(
-                    state.proxies.values().map(|p| p.candidate()),
-                    &filter,
-                );
-                match a.output {
-                    egress_proxies::cli::ProxiesFormat::Text => {
-                        print!("{}", egress_core::discovery::text(&list))
+        Command::Proxies(a) => {
+            match egress_proxies::state::StateFile::read(&a.state).and_then(|state| {
+                let path = egress_runtime::credential_store::FileCredentials::path_for(&a.state);
+                egress_runtime::credential_store::FileCredentials::open(path)
+                    .map(|c| (state, c))
+                    .map_err(egress_proxies::CliError::Runtime)
+            }) {
+                Ok((state, credentials)) => {
+                    let filter = egress_core::discovery::Filter {
+                        provider: a.provider,
+                        namespace: a.namespace,
+                        pool: a.pool,
+                    };
+                    let list = state.discover(&credentials, &filter);
+                    match a.output {
+                        egress_proxies::cli::ProxiesFormat::Text => {
+                            print!("{}", egress_core::discovery::text(&list))
+                        }
+                        egress_proxies::cli::ProxiesFormat::Json => println!(
+                            "{}",
+                            serde_json::to_string_pretty(&egress_core::discovery::json(&list))
+                                .unwrap_or_default()
+                        ),
                     }
-                    egress_proxies::cli::ProxiesFormat::Json => println!(
-                        "{}",
-                        serde_json::to_string_pretty(&egress_core::discovery::json(&list))
-                            .unwrap_or_default()
-                    ),
+                    ExitCode::SUCCESS
                 }
-                ExitCode::SUCCESS
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         Command::Echo(a) => match egress_proxies::echo::run(&a, interrupted()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

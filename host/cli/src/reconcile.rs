@@ -271,6 +271,8 @@ pub struct Driver<'a> {
     pub time: Time,
     /// The egress check, when the providers config has one.
     pub egress: Option<Arc<EgressChecker>>,
+    /// Each Proxy's credential: beside the state file in real mode, in memory in a dry-run.
+    pub credentials: Arc<dyn egress_runtime::credential_store::CredentialSource>,
     pub options: DriverOptions,
 }
 
@@ -378,6 +380,12 @@ impl Driver<'_> {
             sink.pool(run)?;
         }
         let state = sink.finish()?;
+        // A Proxy gone from the state has no instance left: its credential goes too.
+        let keep: std::collections::BTreeSet<String> =
+            state.proxies.values().map(|p| p.uid.clone()).collect();
+        self.credentials
+            .retain(&keep)
+            .map_err(crate::CliError::Runtime)?;
 
         let mut by_subject: BTreeMap<String, Vec<Change>> = BTreeMap::new();
         for step in self.recorder.take() {
@@ -655,6 +663,7 @@ impl Driver<'_> {
             providers: self.providers,
             installation: &self.options.installation,
             cloud_init: &InlineCloudInit,
+            credentials: self.credentials.as_ref(),
             owner_references: false,
             now: &now,
             egress: self.egress.as_deref(),

@@ -77,10 +77,14 @@ fn default_port() -> u16 {
 }
 
 impl StoredProxy {
-    /// As discovery sees it.
-    pub fn candidate(&self) -> egress_core::discovery::Candidate<'_> {
+    /// As discovery sees it, with its credential when known.
+    pub fn candidate<'a>(
+        &'a self,
+        credential: Option<&'a egress_core::credential::ProxyCredential>,
+    ) -> egress_core::discovery::Candidate<'a> {
         let (namespace, name) = self.key.split_once('/').unwrap_or(("", &self.key));
         egress_core::discovery::Candidate {
+            credential,
             namespace,
             name,
             provider: &self.provider,
@@ -90,6 +94,29 @@ impl StoredProxy {
             cordoned: self.cordoned,
             status: &self.status,
         }
+    }
+}
+
+impl StateFile {
+    /// What discovery lists from this state, each proxy with its credential from
+    /// `credentials` (the file beside the state) when it has one.
+    pub fn discover(
+        &self,
+        credentials: &egress_runtime::credential_store::FileCredentials,
+        filter: &egress_core::discovery::Filter,
+    ) -> Vec<egress_core::discovery::Discovered> {
+        let known: Vec<_> = self
+            .proxies
+            .values()
+            .map(|p| credentials.get(&p.uid))
+            .collect();
+        egress_core::discovery::discover(
+            self.proxies
+                .values()
+                .zip(&known)
+                .map(|(p, c)| p.candidate(c.as_ref())),
+            filter,
+        )
     }
 }
 

@@ -153,6 +153,7 @@ async fn run_captured(suite: Suite, captured: Captured) -> Result<Report, SuiteE
             Some(Grants {
                 kube: wants(Capability::Kube).then(|| KubeGrant {
                     cluster_scope: true,
+                    write_only_kinds: vec!["Secret".into()],
                     ..Default::default()
                 }),
                 http: wants(Capability::Http).then(|| HttpGrant {
@@ -326,6 +327,11 @@ impl Run {
                 name: format!("conformance-{n}"),
                 uid,
             }),
+            // Carries the sentinel too: the credential is as secret as the cloud-init.
+            htpasswd: Some(format!(
+                "conformance-{n}:$6$rounds=5000${}$x\n",
+                self.hash_sentinel()
+            )),
         }
     }
 
@@ -983,28 +989,34 @@ impl Run {
         pass(NAME, format!("{expected} target(s), all Healthy"))
     }
 
+    /// The sentinel in the characters of a crypt(3) hash, as the htpasswd carries it.
+    fn hash_sentinel(&self) -> String {
+        self.sentinel.replace('-', "")
+    }
+
     fn cloud_init_not_leaked(&self, captured: &Captured) -> CaseResult {
         const NAME: &str = "secrets/cloud-init-not-leaked";
         let plan = self.recorder.snapshot();
         let plan_text = serde_json::to_string(&plan).unwrap_or_default();
+        let hash = self.hash_sentinel();
+        let leaked = |text: &str| text.contains(&self.sentinel) || text.contains(&hash);
         let mut leaks = Vec::new();
-        if captured.contains(&self.sentinel) {
+        if captured.contains(&self.sentinel) || captured.contains(&hash) {
             leaks.push("logs or spans");
         }
-        if plan_text.contains(&self.sentinel) {
+        if leaked(&plan_text) {
             leaks.push("the plan");
         }
-        if self
-            .results
-            .iter()
-            .any(|r| r.message.contains(&self.sentinel))
-        {
+        if self.results.iter().any(|r| leaked(&r.message)) {
             leaks.push("errors");
         }
         if !leaks.is_empty() {
             return fail(
                 NAME,
-                format!("a line of the cloud-init appeared in {}", leaks.join(", ")),
+                format!(
+                    "a line of the cloud-init or the htpasswd appeared in {}",
+                    leaks.join(", ")
+                ),
             );
         }
         if captured.len() == 0 {

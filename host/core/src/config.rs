@@ -404,18 +404,41 @@ pub struct KubeGrant {
     /// Kinds the provider may touch (`Pod`, `Secret`, ...). Empty means `Pod` only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kinds: Vec<String>,
+    /// Kinds the provider may create and delete but never read (get, list, patch): the Secret
+    /// the built-in kubernetes type writes each proxy's htpasswd into, so a module that writes
+    /// its own proxies' Secrets still cannot read anyone else's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write_only_kinds: Vec<String>,
 }
 
 impl KubeGrant {
     /// Why a call on `kind` in `namespace` (None: cluster-wide) is refused, if it is.
     pub fn deny_reason(&self, kind: &str, namespace: Option<&str>) -> Option<String> {
-        let kind_ok = if self.kinds.is_empty() {
-            kind == "Pod"
-        } else {
-            self.kinds.iter().any(|k| k == kind)
-        };
+        self.deny_reason_for("get", kind, namespace)
+    }
+
+    /// Why the call `verb` (`get`, `list`, `create`, `delete`, `patch`) on `kind` in
+    /// `namespace` is refused, if it is.
+    pub fn deny_reason_for(
+        &self,
+        verb: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Option<String> {
+        let write_only = self.write_only_kinds.iter().any(|k| k == kind);
+        let kind_ok = write_only
+            || if self.kinds.is_empty() {
+                kind == "Pod"
+            } else {
+                self.kinds.iter().any(|k| k == kind)
+            };
         if !kind_ok {
             return Some(format!("kind {kind:?} is not granted"));
+        }
+        if write_only && !matches!(verb, "create" | "delete") {
+            return Some(format!(
+                "kind {kind:?} is granted for create and delete only, not {verb}"
+            ));
         }
         match namespace {
             _ if self.cluster_scope => None,
@@ -1254,6 +1277,7 @@ mod tests {
             namespaces: vec!["a".into()],
             cluster_scope: false,
             kinds: vec![],
+            write_only_kinds: vec![],
         };
         assert_eq!(g.deny_reason("Pod", Some("a")), None);
         assert!(g.deny_reason("Pod", Some("b")).is_some());
@@ -1266,6 +1290,23 @@ mod tests {
         };
         assert_eq!(all.deny_reason("Secret", None), None);
         assert!(all.deny_reason("ConfigMap", None).is_some());
+        // A write-only kind: made and removed, never read, and only where the grant reaches.
+        let write = KubeGrant {
+            namespaces: vec!["a".into()],
+            write_only_kinds: vec!["Secret".into()],
+            ..Default::default()
+        };
+        for verb in ["create", "delete"] {
+            assert_eq!(write.deny_reason_for(verb, "Secret", Some("a")), None);
+            assert!(write.deny_reason_for(verb, "Secret", Some("b")).is_some());
+        }
+        for verb in ["get", "list", "patch"] {
+            assert_eq!(
+                write.deny_reason_for(verb, "Secret", Some("a")).unwrap(),
+                format!("kind \"Secret\" is granted for create and delete only, not {verb}")
+            );
+        }
+        assert_eq!(write.deny_reason_for("get", "Pod", Some("a")), None);
     }
 
     #[test]

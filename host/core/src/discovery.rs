@@ -22,16 +22,24 @@ pub struct Candidate<'a> {
     pub pool: Option<&'a str>,
     pub cordoned: bool,
     pub status: &'a ProxyStatus,
+    /// The proxy's credential, when the caller may have it.
+    pub credential: Option<&'a crate::credential::ProxyCredential>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Discovered {
     pub namespace: String,
     pub name: String,
     pub provider: String,
-    /// `http://IP:PORT`.
+    /// `http://USER:PASSWORD@IP:PORT` with the proxy's credential, as crawlers' HTTP clients
+    /// take it; `http://IP:PORT` when the credential is not known.
     pub url: String,
+    /// The credential apart, for clients that take it apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
     #[serde(rename = "egressIP", skip_serializing_if = "Option::is_none")]
     pub egress_ip: Option<String>,
     /// Another usable proxy egresses from the same address (Pods behind one NAT): a crawler
@@ -45,6 +53,19 @@ pub struct Discovered {
     pub verified_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<u64>,
+}
+
+/// Without the password: a listing that reaches a log through `{:?}` hands out nothing.
+impl std::fmt::Debug for Discovered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Discovered")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .field("provider", &self.provider)
+            .field("egress_ip", &self.egress_ip)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a listing keeps: every filter given must match.
@@ -85,21 +106,23 @@ pub fn discover<'a>(
         .filter(|c| filter.keeps(c))
         .filter_map(|c| {
             let ip = c.status.ip.as_deref()?;
-            // An IPv6 address needs brackets in a URL.
-            let host = if ip.contains(':') {
-                format!("[{ip}]")
-            } else {
-                ip.to_string()
-            };
             // What the instance serves and where it runs, whatever the spec says now.
             let served = c.status.instance_spec.as_ref();
             let port = served.map_or(c.port, |i| i.port);
             let zone = served.and_then(|i| i.placement.zone.as_deref()).or(c.zone);
+            let url = match c.credential {
+                Some(cred) => cred.url(ip, port),
+                // An IPv6 address needs brackets in a URL.
+                None if ip.contains(':') => format!("http://[{ip}]:{port}"),
+                None => format!("http://{ip}:{port}"),
+            };
             Some(Discovered {
                 namespace: c.namespace.to_string(),
                 name: c.name.to_string(),
                 provider: c.provider.to_string(),
-                url: format!("http://{host}:{port}"),
+                url,
+                username: c.credential.map(|x| x.username.clone()),
+                password: c.credential.map(|x| x.password.clone()),
                 egress_ip: c.status.egress_ip.clone(),
                 egress_shared: c
                     .status
@@ -115,7 +138,7 @@ pub fn discover<'a>(
         .collect()
 }
 
-/// One `http://IP:PORT` a line, the form crawler middlewares read.
+/// One URL a line (`http://USER:PASSWORD@IP:PORT`), the form crawler middlewares read.
 pub fn text(list: &[Discovered]) -> String {
     list.iter().map(|d| format!("{}\n", d.url)).collect()
 }
@@ -156,7 +179,35 @@ mod tests {
             pool: (name == "p").then_some("web"),
             cordoned: name == "cordoned",
             status: s,
+            credential: None,
         }
+    }
+
+    /// With its credential known, a proxy is listed with it in its URL and apart, and its
+    /// password never in the listing's debug form.
+    #[test]
+    fn a_known_credential_goes_into_the_url() {
+        let ready = status(true, "10.0.0.1");
+        let v6 = status(true, "fd00::7");
+        let cred = crate::credential::ProxyCredential::from_entropy("a", &[9u8; 24]);
+        let mut a = cand("a", "k8s", &ready);
+        a.credential = Some(&cred);
+        let mut b = cand("v6", "k8s", &v6);
+        b.credential = Some(&cred);
+        let list = discover([a, b], &Filter::default());
+        assert_eq!(
+            list[0].url,
+            format!("http://a:{}@10.0.0.1:3128", cred.password)
+        );
+        assert_eq!(
+            list[1].url,
+            format!("http://a:{}@[fd00::7]:3128", cred.password)
+        );
+        assert_eq!(list[0].username.as_deref(), Some("a"));
+        assert_eq!(list[0].password.as_deref(), Some(cred.password.as_str()));
+        let json = json(&list).to_string();
+        assert!(json.contains("\"password\""), "{json}");
+        assert!(!format!("{list:?}").contains(&cred.password));
     }
 
     #[test]

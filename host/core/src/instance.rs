@@ -104,6 +104,9 @@ pub struct CreateRequest {
     pub cloud_init: Option<String>,
     pub installation: String,
     pub owner: Option<OwnerReference>,
+    /// The htpasswd line of the Proxy's credential (`crate::credential`), which the provider's
+    /// Squid requires. Secret like the cloud-init: never logged, never in an error, event or plan.
+    pub htpasswd: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,6 +139,7 @@ impl CreateRequest {
                 name: proxy.metadata.name.clone(),
                 uid,
             }),
+            htpasswd: None,
         }
     }
 }

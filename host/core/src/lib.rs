@@ -3,6 +3,7 @@
 //! observations in and carry the decisions out.
 
 pub mod config;
+pub mod credential;
 pub mod discovery;
 pub mod egress;
 pub mod gc;

@@ -135,6 +135,7 @@ fn targets(n: usize, proxies: &[SocketAddr]) -> Vec<Target<String>> {
         .map(|i| Target {
             key: format!("crawlers/proxy-{i:05}"),
             proxy: proxies[i % proxies.len()],
+            proxy_authorization: None,
         })
         .collect()
 }

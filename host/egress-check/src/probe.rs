@@ -23,7 +23,7 @@ use tokio::time::{Instant, timeout_at};
 
 /// What to probe: through `proxy`, or with `proxy: None` straight to the echo (the direct
 /// check that tells an echo outage from broken proxies).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ProbeRequest {
     pub proxy: Option<SocketAddr>,
     pub echo: Arc<EchoUrl>,
@@ -32,6 +32,26 @@ pub struct ProbeRequest {
     /// More of the checker's own addresses for this probe, besides the options' (those the
     /// echoes saw the checker come from when asked directly: behind a NAT, its public ones).
     pub client_addresses: Vec<IpAddr>,
+    /// The `Proxy-Authorization` value the proxy requires (`Basic …`): sent to the proxy only,
+    /// on the plain GET and on the CONNECT, never inside the tunnel. Secret: no message
+    /// quotes it.
+    pub proxy_authorization: Option<String>,
+}
+
+/// Without the credential.
+impl std::fmt::Debug for ProbeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeRequest")
+            .field("proxy", &self.proxy)
+            .field("echo", &self.echo)
+            .field("nonce", &self.nonce)
+            .field("client_addresses", &self.client_addresses)
+            .field(
+                "proxy_authorization",
+                &self.proxy_authorization.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
 }
 
 impl ProbeRequest {
@@ -41,7 +61,14 @@ impl ProbeRequest {
             echo,
             nonce,
             client_addresses: Vec::new(),
+            proxy_authorization: None,
         }
+    }
+
+    /// The request presenting `authorization` to the proxy.
+    pub fn with_authorization(mut self, authorization: String) -> ProbeRequest {
+        self.proxy_authorization = Some(authorization);
+        self
     }
 }
 
@@ -334,7 +361,13 @@ impl HttpProber {
         let _ = stream.set_nodelay(true);
         let (parts, body) = if echo.is_https() {
             let who = if request.proxy.is_some() {
-                self.open_tunnel(&mut stream, echo, deadline).await?;
+                self.open_tunnel(
+                    &mut stream,
+                    echo,
+                    request.proxy_authorization.as_deref(),
+                    deadline,
+                )
+                .await?;
                 "echo through the tunnel"
             } else {
                 "echo"
@@ -342,9 +375,11 @@ impl HttpProber {
             let tls = self
                 .handshake(stream, echo, request.proxy.is_some(), deadline)
                 .await?;
-            self.get(tls, uri, echo, who, deadline).await?
+            // Inside the tunnel the request goes to the echo: no proxy credential in it.
+            self.get(tls, uri, echo, who, None, deadline).await?
         } else {
-            self.get(stream, uri, echo, who, deadline).await?
+            let auth = request.proxy.and(request.proxy_authorization.as_deref());
+            self.get(stream, uri, echo, who, auth, deadline).await?
         };
         let latency = start.elapsed();
         let mut outcome = classify(
@@ -374,11 +409,16 @@ impl HttpProber {
         &self,
         stream: &mut TcpStream,
         echo: &EchoUrl,
+        proxy_authorization: Option<&str>,
         deadline: Instant,
     ) -> Result<(), Failure> {
         let target = echo.connect_authority();
+        let auth = proxy_authorization
+            .filter(|a| !a.contains(['\r', '\n']))
+            .map(|a| format!("Proxy-Authorization: {a}\r\n"))
+            .unwrap_or_default();
         let ask = format!(
-            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nUser-Agent: {USER_AGENT_VALUE}\r\n\r\n"
+            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}User-Agent: {USER_AGENT_VALUE}\r\n\r\n"
         );
         let refused = |m: String| (Reason::TunnelRefused, m);
         let exchange = async {
@@ -496,6 +536,7 @@ impl HttpProber {
         uri: Uri,
         echo: &EchoUrl,
         who: &str,
+        proxy_authorization: Option<&str>,
         deadline: Instant,
     ) -> Result<(hyper::http::response::Parts, Bytes), Failure>
     where
@@ -507,7 +548,11 @@ impl HttpProber {
             .handshake::<_, Empty<Bytes>>(TokioIo::new(io))
             .await
             .map_err(|e| head_failure(&e, who))?;
-        let req = Request::get(uri)
+        let mut req = Request::get(uri);
+        if let Some(auth) = proxy_authorization {
+            req = req.header(hyper::header::PROXY_AUTHORIZATION, auth);
+        }
+        let req = req
             .header(HOST, echo.authority())
             .header(ACCEPT, "application/json")
             .header(USER_AGENT, USER_AGENT_VALUE)

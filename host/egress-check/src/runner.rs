@@ -18,6 +18,8 @@ use tokio::task::JoinSet;
 pub struct Target<K> {
     pub key: K,
     pub proxy: SocketAddr,
+    /// The proxy's `Proxy-Authorization` value, if it requires one.
+    pub proxy_authorization: Option<String>,
 }
 
 /// One target's result, in the order the targets were given.
@@ -282,6 +284,7 @@ where
                                 echo: echo.clone(),
                                 nonce: self.nonces.next_nonce(),
                                 client_addresses: learned.clone(),
+                                proxy_authorization: target.proxy_authorization.clone(),
                             })
                             .collect::<Vec<_>>(),
                     );

@@ -53,6 +53,7 @@ fn targets(n: usize) -> Vec<Target<String>> {
         .map(|i| Target {
             key: format!("p{i}"),
             proxy: SocketAddr::from(([127, 0, 1, (i % 250) as u8], 3128)),
+            proxy_authorization: None,
         })
         .collect()
 }

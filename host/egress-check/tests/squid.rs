@@ -51,11 +51,10 @@ fn checker(client: Ipv4Addr, echoes: Vec<EchoUrl>) -> Checker<String> {
 
 async fn probe(client: Ipv4Addr, proxy: SocketAddr, echo: &EchoUrl) -> egress_check::Outcome {
     prober_from(client)
-        .probe(&ProbeRequest::new(
-            Some(proxy),
-            Arc::new(echo.clone()),
-            "n0123456789".into(),
-        ))
+        .probe(
+            &ProbeRequest::new(Some(proxy), Arc::new(echo.clone()), "n0123456789".into())
+                .with_authorization(support::authorization()),
+        )
         .await
 }
 
@@ -80,6 +79,7 @@ async fn a_generated_squid_is_verified_with_the_address_the_echo_saw() {
         .round([Target {
             key: "default/p1".to_string(),
             proxy: squid.listen,
+            proxy_authorization: Some(support::authorization()),
         }])
         .await;
     assert!(round.echoes[0].available, "{:?}", round.echoes);
@@ -110,6 +110,7 @@ async fn a_killed_squid_is_unreachable_on_every_round() {
     let target = || Target {
         key: "default/p2".to_string(),
         proxy: listen,
+        proxy_authorization: Some(support::authorization()),
     };
     let first = checker.round([target()]).await;
     assert_eq!(
@@ -153,6 +154,7 @@ async fn with_the_echo_down_the_direct_check_says_unavailable_and_the_probe_fail
     let target = || Target {
         key: "default/p3".to_string(),
         proxy: squid.listen,
+        proxy_authorization: Some(support::authorization()),
     };
     let up = checker.round([target()]).await;
     assert_eq!(
@@ -236,6 +238,7 @@ async fn many_targets_through_one_squid_are_checked_within_the_concurrency() {
         .map(|i| Target {
             key: format!("default/p{i}"),
             proxy: squid.listen,
+            proxy_authorization: Some(support::authorization()),
         })
         .collect();
     let results = checker.check_all(targets, &[echo_url()]).await;
@@ -278,8 +281,10 @@ async fn both(prober: &HttpProber, proxy: SocketAddr) -> egress_check::Outcome {
     egress_check::probe_all(
         prober,
         &[
-            ProbeRequest::new(Some(proxy), Arc::new(echo_url()), "plain0123".into()),
-            ProbeRequest::new(Some(proxy), Arc::new(tls_echo_url()), "tls0123".into()),
+            ProbeRequest::new(Some(proxy), Arc::new(echo_url()), "plain0123".into())
+                .with_authorization(support::authorization()),
+            ProbeRequest::new(Some(proxy), Arc::new(tls_echo_url()), "tls0123".into())
+                .with_authorization(support::authorization()),
         ],
     )
     .await
@@ -325,6 +330,7 @@ async fn a_generated_squid_tunnels_to_the_tls_echo_and_is_verified_by_its_answer
         .round([Target {
             key: "default/t1".to_string(),
             proxy: squid.listen,
+            proxy_authorization: Some(support::authorization()),
         }])
         .await;
     assert_eq!(round.used, [echo_url(), tls_echo_url()]);
@@ -375,11 +381,60 @@ async fn without_the_opt_in_the_generated_squid_refuses_the_loopback_echo() {
     assert_eq!(plain.reason, Reason::ProxyRefused, "{plain:?}");
     assert!(plain.message.contains("ERR_ACCESS_DENIED"), "{plain:?}");
     let tunnel = prober
-        .probe(&ProbeRequest::new(
-            Some(squid.listen),
-            Arc::new(tls_echo_url()),
-            "t".into(),
-        ))
+        .probe(
+            &ProbeRequest::new(Some(squid.listen), Arc::new(tls_echo_url()), "t".into())
+                .with_authorization(support::authorization()),
+        )
         .await;
     assert_eq!(tunnel.reason, Reason::TunnelRefused, "{tunnel:?}");
+}
+
+/// Every generated Squid requires the proxy's credential: without one, or with a wrong one,
+/// it answers 407 to a GET and to a CONNECT (and the echo sees nothing); with it the same
+/// requests are verified. A credential of the right user with another password is refused
+/// too, so the hash, not the user name, is what admits.
+#[tokio::test]
+async fn a_generated_squid_admits_only_its_credential() {
+    let Some(binary) = squid_and_echo() else {
+        return;
+    };
+    let Some(prober) = tls_prober(ALLOWED_CLIENT) else {
+        return;
+    };
+    let squid = Squid::start(&binary, &generated_conf(), Ipv4Addr::new(127, 0, 0, 45));
+    let wrong = {
+        use base64::Engine;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode("fake-proxy:not-the-password")
+        )
+    };
+    for auth in [None, Some(wrong)] {
+        let plain = ProbeRequest::new(Some(squid.listen), Arc::new(echo_url()), "auth0".into());
+        let tunnel =
+            ProbeRequest::new(Some(squid.listen), Arc::new(tls_echo_url()), "auth1".into());
+        let (plain, tunnel) = match &auth {
+            Some(a) => (
+                plain.with_authorization(a.clone()),
+                tunnel.with_authorization(a.clone()),
+            ),
+            None => (plain, tunnel),
+        };
+        let got = prober.probe(&plain).await;
+        assert_eq!(got.reason, Reason::ProxyRefused, "{got:?}");
+        assert!(got.message.contains("407"), "{got:?}");
+        let got = prober.probe(&tunnel).await;
+        assert_eq!(got.reason, Reason::TunnelRefused, "{got:?}");
+        assert!(got.message.contains("407"), "{got:?}");
+        if let Some(a) = &auth {
+            assert!(!got.message.contains(a.as_str()));
+        }
+    }
+    let outcome = both(&prober, squid.listen).await;
+    assert_eq!(
+        outcome.reason,
+        Reason::Verified,
+        "{outcome:?}\n{}",
+        squid.logs()
+    );
 }

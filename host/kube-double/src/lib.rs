@@ -348,6 +348,11 @@ impl Double {
         self.with(|c| c.peek(key)).map(|v| (*v).clone())
     }
 
+    /// Every object stored, in key order.
+    pub fn objects(&self) -> Vec<Value> {
+        self.with(|c| c.objects().map(|(_, v)| (**v).clone()).collect())
+    }
+
     /// Every request received, in order.
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared

@@ -28,6 +28,8 @@ pub struct Context {
     /// One for the controller: it remembers the Events it wrote, so a repeat is counted into
     /// the first one's series instead of becoming a new Event.
     pub recorder: Recorder,
+    /// Each Proxy's credential, in its Secret.
+    pub credentials: crate::credentials::SecretCredentials,
     loaded: RwLock<Arc<Loaded>>,
     attempts: Mutex<HashMap<String, u32>>,
     /// Unix seconds, for the times statuses record: the system clock in a cluster; a test
@@ -45,6 +47,7 @@ impl Context {
     ) -> Self {
         Self {
             recorder: Recorder::new(client.clone(), reporter.clone()),
+            credentials: crate::credentials::SecretCredentials::new(client.clone()),
             client,
             installation,
             metrics,

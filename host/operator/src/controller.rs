@@ -167,6 +167,7 @@ async fn reconcile_in_span(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Actio
         providers: &loaded.providers,
         installation: &ctx.installation,
         cloud_init: &cloud_init,
+        credentials: &ctx.credentials,
         owner_references: true,
         now: &now,
         egress: loaded.egress.as_deref(),

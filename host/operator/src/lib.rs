@@ -6,6 +6,7 @@ pub mod auth;
 pub mod context;
 pub mod controller;
 pub mod crd;
+pub mod credentials;
 pub mod health;
 pub mod leader;
 pub mod metrics;
@@ -160,7 +161,9 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         },
     ));
 
-    let source = Arc::new(server::StoreSource::new(store));
+    let (secrets, credential_watch) = credential_watch(client.clone());
+    tokio::spawn(credential_watch);
+    let source = Arc::new(server::StoreSource::new(store).with_credentials(secrets));
     tokio::spawn(source.clone().track_sync());
     let _ = source.context.set(ctx.clone());
 
@@ -274,6 +277,29 @@ pub fn discovery_watch(
             }
             async {}
         });
+    (store, watch)
+}
+
+/// The watch of every credential Secret (by their label) each replica keeps, so discovery on
+/// any replica hands each authorised caller its proxies' credentials. Run the future beside
+/// the store's readers.
+pub fn credential_watch(
+    client: kube::Client,
+) -> (
+    reflector::Store<k8s_openapi::api::core::v1::Secret>,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let (store, writer) = reflector::store();
+    let config = watcher::Config::default()
+        .labels(credentials::CREDENTIAL_OF_LABEL)
+        .any_semantic();
+    let watch = watcher(
+        kube::Api::<k8s_openapi::api::core::v1::Secret>::all(client),
+        config,
+    )
+    .default_backoff()
+    .reflect(writer)
+    .for_each(|_| async {});
     (store, watch)
 }
 

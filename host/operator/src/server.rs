@@ -48,6 +48,9 @@ pub trait ProxySource: Send + Sync {
 pub struct StoreSource {
     pub store: Store<Proxy>,
     pub context: OnceLock<Arc<Context>>,
+    /// The credential Secrets (`crate::credentials`), when watched: each listed proxy's
+    /// credential goes to the caller, who is authorised for its pool by then.
+    credentials: Option<Store<k8s_openapi::api::core::v1::Secret>>,
     synced: AtomicBool,
 }
 
@@ -56,8 +59,25 @@ impl StoreSource {
         Self {
             store,
             context: OnceLock::new(),
+            credentials: None,
             synced: AtomicBool::new(false),
         }
+    }
+
+    pub fn with_credentials(mut self, secrets: Store<k8s_openapi::api::core::v1::Secret>) -> Self {
+        self.credentials = Some(secrets);
+        self
+    }
+
+    fn credential_of(&self, p: &Proxy) -> Option<egress_core::credential::ProxyCredential> {
+        let store = self.credentials.as_ref()?;
+        let uid = p.metadata.uid.as_deref()?;
+        let name = p.metadata.name.as_deref()?;
+        let secret = store.get(
+            &kube::runtime::reflector::ObjectRef::new(&crate::credentials::secret_name(name))
+                .within(p.metadata.namespace.as_deref()?),
+        )?;
+        crate::credentials::from_secret(&secret, uid)
     }
 
     /// Marks the source synced once its watch has listed every Proxy (run it beside the
@@ -94,12 +114,15 @@ impl ProxySource for StoreSource {
             .iter()
             .map(|p| p.namespace().unwrap_or_default())
             .collect();
+        let credentials: Vec<_> = proxies.iter().map(|p| self.credential_of(p)).collect();
         let candidates = proxies
             .iter()
             .zip(&statuses)
             .zip(&namespaces)
-            .filter(|((p, _), _)| p.metadata.deletion_timestamp.is_none())
-            .map(|((p, status), namespace)| Candidate {
+            .zip(&credentials)
+            .filter(|(((p, _), _), _)| p.metadata.deletion_timestamp.is_none())
+            .map(|(((p, status), namespace), credential)| Candidate {
+                credential: credential.as_ref(),
                 namespace,
                 name: p.metadata.name.as_deref().unwrap_or_default(),
                 provider: &p.spec.provider,

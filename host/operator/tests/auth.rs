@@ -32,6 +32,8 @@ fn proxy(namespace: &str, name: &str, pool: &str) -> Discovered {
         name: name.into(),
         provider: "cluster".into(),
         url: format!("http://10.0.0.{}:3128", name.len()),
+        username: None,
+        password: None,
         egress_ip: None,
         egress_shared: false,
         zone: None,

@@ -50,12 +50,15 @@ struct Network {
     forwarding: AtomicBool,
     echo_up: AtomicBool,
     probes: AtomicUsize,
+    /// The `Proxy-Authorization` the last probe presented.
+    presented: std::sync::Mutex<Option<String>>,
 }
 
 #[async_trait::async_trait]
 impl EgressProbe for Network {
-    async fn probe(&self, _ip: &str, _port: u16, _s: &Settings, _e: &Chosen) -> CheckResult {
+    async fn probe(&self, _ip: &str, _port: u16, _s: &Settings, e: &Chosen) -> CheckResult {
         self.probes.fetch_add(1, Ordering::SeqCst);
+        *self.presented.lock().unwrap() = e.proxy_authorization.clone();
         if self.forwarding.load(Ordering::SeqCst) && self.echo_up.load(Ordering::SeqCst) {
             CheckResult {
                 reason: CheckReason::Verified,
@@ -117,6 +120,7 @@ async fn env_counting(max_unhealthy: &str, fleet: bool) -> Env {
         forwarding: AtomicBool::new(true),
         echo_up: AtomicBool::new(true),
         probes: AtomicUsize::new(0),
+        presented: std::sync::Mutex::new(None),
     });
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -267,14 +271,82 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
             .for_each(|_| async {}),
     );
     store.wait_until_ready().await.unwrap();
-    let source = Arc::new(StoreSource::new(store));
+    let (secrets, credential_watch) = egress_operator::credential_watch(e.d.client());
+    tokio::spawn(credential_watch);
+    secrets.wait_until_ready().await.unwrap();
+    let source = Arc::new(StoreSource::new(store).with_credentials(secrets));
     source.clone().track_sync().await;
     let _ = source.context.set(e.ctx.clone());
     for _ in 0..100 {
-        if !source.discover(&Default::default()).is_empty() {
+        if source
+            .discover(&Default::default())
+            .first()
+            .is_some_and(|d| d.password.is_some())
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The Proxy's credential: a Secret beside it, owned by it; the check presented it, and
+    // the Pod's Squid got only its hash, in a Secret of the Pod's.
+    let credential =
+        e.d.object(&Key::new(
+            "v1",
+            "Secret",
+            Some("crawlers"),
+            "p1-proxy-credential",
+        ))
+        .expect("the credential Secret is made with the first instance");
+    assert_eq!(
+        credential["metadata"]["ownerReferences"][0]["kind"],
+        "Proxy"
+    );
+    let field = |k: &str| {
+        use base64::Engine;
+        let b = credential["data"][k].as_str().unwrap();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b).unwrap()).unwrap()
+    };
+    let (username, password) = (field("username"), field("password"));
+    assert_eq!(username, "p1");
+    assert_eq!(password.len(), 32);
+    let basic = {
+        use base64::Engine;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"))
+        )
+    };
+    assert_eq!(
+        e.net.presented.lock().unwrap().as_deref(),
+        Some(basic.as_str())
+    );
+    let pods_secret =
+        e.d.objects()
+            .into_iter()
+            .find(|o| {
+                o["kind"] == "Secret"
+                    && o["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with("-htpasswd"))
+            })
+            .expect("the Pod's htpasswd Secret");
+    let htpasswd = {
+        use base64::Engine;
+        let b = pods_secret["data"]["htpasswd"].as_str().unwrap();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b).unwrap()).unwrap()
+    };
+    assert!(
+        egress_core::credential::htpasswd_accepts(&htpasswd, &username, &password),
+        "{htpasswd}"
+    );
+    assert!(!htpasswd.contains(&password));
+    // Nowhere else: not in the Proxy, its status or any Event.
+    for o in e.d.objects() {
+        if o["kind"] != "Secret" {
+            let text = o.to_string();
+            assert!(!text.contains(&password), "{text}");
+            assert!(!text.contains("$6$"), "{text}");
+        }
     }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -304,15 +376,18 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
     assert_eq!(list[0]["namespace"], "crawlers");
     assert_eq!(list[0]["name"], "p1");
     assert_eq!(list[0]["provider"], "cluster");
-    assert_eq!(list[0]["url"], format!("http://{ip}:3128"));
+    assert_eq!(list[0]["url"], format!("http://p1:{password}@{ip}:3128"));
+    assert_eq!(list[0]["username"], "p1");
+    assert_eq!(list[0]["password"], password.as_str());
     assert_eq!(list[0]["egressIP"], EGRESS_IP);
     assert_eq!(list[0]["zone"], "z1");
     assert_eq!(list[0]["pool"], "web");
     assert_eq!(list[0]["latencyMs"], 12);
     assert!(list[0]["verifiedAt"].is_string());
+    let line = format!("http://p1:{password}@{ip}:3128\n");
     assert_eq!(
         get(addr, "/v1/proxies?format=text").await,
-        (200, format!("http://{ip}:3128\n"))
+        (200, line.clone())
     );
     assert_eq!(
         get(
@@ -320,7 +395,7 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
             "/v1/proxies?provider=cluster&namespace=crawlers&format=text"
         )
         .await,
-        (200, format!("http://{ip}:3128\n"))
+        (200, line.clone())
     );
     let (_, none) = get(addr, "/v1/proxies?provider=other").await;
     assert_eq!(
@@ -329,7 +404,7 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
     );
     assert_eq!(
         get(addr, "/v1/proxies?pool=web&format=text").await,
-        (200, format!("http://{ip}:3128\n"))
+        (200, line.clone())
     );
     let (_, none) = get(addr, "/v1/proxies?pool=other&format=text").await;
     assert_eq!(none, "");

@@ -34,6 +34,7 @@ fn req() -> CreateRequest {
         cloud_init: None,
         installation: "bench".into(),
         owner: None,
+        htpasswd: None,
     }
 }
 

@@ -32,6 +32,9 @@ pub(crate) struct CallState {
     pub(crate) locks: Option<crate::capabilities::lock::LockScope>,
     /// Unix ms at which the host ends this call.
     pub(crate) deadline_ms: u64,
+    /// The htpasswd of the proxy a create call makes (the `credentials` import); None in
+    /// every other call.
+    pub(crate) htpasswd: Option<String>,
 }
 
 impl WasiView for CallState {
@@ -74,6 +77,7 @@ impl CallState {
             redactor,
             locks: None,
             deadline_ms: 0,
+            htpasswd: None,
         }
     }
 
@@ -155,7 +159,8 @@ pub(crate) enum Op {
         config: String,
     },
     Describe,
-    Create(CallContext, Box<CreateRequest>),
+    /// The request and the htpasswd the `credentials` import answers during the call.
+    Create(CallContext, Box<CreateRequest>, Option<String>),
     Get(CallContext, String),
     Delete(CallContext, String),
     List(CallContext, String),
@@ -284,7 +289,7 @@ pub(crate) async fn execute(
                 .await
                 .map(OpOut::Validate),
             Op::Describe => p.call_describe(&mut store).await.map(OpOut::Describe),
-            Op::Create(ctx, req) => p
+            Op::Create(ctx, req, _) => p
                 .call_create(&mut store, &ctx, &req)
                 .await
                 .map(OpOut::Create),

@@ -38,6 +38,9 @@ pub struct Chosen {
     pub urls: Vec<String>,
     /// More of the checker's own addresses: [`EchoLook::origins`].
     pub own_addresses: Vec<String>,
+    /// The proxy's credential as a `Proxy-Authorization` value, which every generated Squid
+    /// requires. Secret: a probe sends it to the proxy and quotes it nowhere.
+    pub proxy_authorization: Option<String>,
 }
 
 fn is_https(url: &str) -> bool {
@@ -76,6 +79,7 @@ impl EchoLook {
         Ok(Chosen {
             urls: chosen,
             own_addresses: self.origins.clone(),
+            proxy_authorization: None,
         })
     }
 }
@@ -504,6 +508,17 @@ impl EgressChecker {
     /// CheckerUnavailable: the proxy is not blamed), then the provider's short-circuit and
     /// the core's decisions.
     pub async fn check(&self, proxy: &Proxy, status: &ProxyStatus) -> CheckOutcome {
+        self.check_as(proxy, status, None).await
+    }
+
+    /// [`EgressChecker::check`], presenting `authorization` (the proxy's credential as a
+    /// `Proxy-Authorization` value) to the proxy.
+    pub async fn check_as(
+        &self,
+        proxy: &Proxy,
+        status: &ProxyStatus,
+        authorization: Option<String>,
+    ) -> CheckOutcome {
         let key = proxy.key();
         let ip = status.ip.clone().unwrap_or_default();
         let unavailable = |message: String| CheckResult {
@@ -518,7 +533,8 @@ impl EgressChecker {
                 "{why} ({}); the proxy is not blamed",
                 look.why_down.join("; ")
             )),
-            Ok(chosen) => {
+            Ok(mut chosen) => {
+                chosen.proxy_authorization = authorization;
                 let ticket = self.ticket();
                 let result = self
                     .probe
@@ -806,6 +822,7 @@ impl EgressProbe for NetworkProbe {
                 echo: echo.clone(),
                 nonce: self.nonces.next_nonce(),
                 client_addresses: own.clone(),
+                proxy_authorization: chosen.proxy_authorization.clone(),
             })
             .collect();
         let out = egress_check::probe_all(&self.prober, &requests).await;
@@ -1052,6 +1069,16 @@ impl EgressProbe for SimEgress {
                 format!("connecting to {ip}:{port}: connection refused"),
             );
         }
+        // As every generated Squid: no credential, no service.
+        if chosen.proxy_authorization.is_none() {
+            return fail(
+                CheckReason::ProxyRefused,
+                Some(latency),
+                format!(
+                    "{ip}:{port} answered 407 Proxy Authentication Required: the check presented no credential"
+                ),
+            );
+        }
         if let Some(url) = chosen.urls.iter().find(|u| self.echo_down(u)) {
             return fail(
                 CheckReason::BadEcho,
@@ -1135,6 +1162,11 @@ impl EgressProbe for SimEgress {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// What every check presents: the simulated proxies, as the generated Squids, want one.
+    fn auth() -> Option<String> {
+        Some("Basic c2ltOnNpbQ==".into())
+    }
     use crate::capabilities::clock::VirtualClock;
     use egress_core::config::IntOrPercent;
     use egress_core::proxy::{ObjectMeta, ProxySpec};
@@ -1245,15 +1277,28 @@ mod tests {
         assert_eq!(peers("ns/x", "192.0.2.1").len(), PEERS_SHOWN);
     }
 
+    /// A simulated proxy answers as a generated Squid does: 407 to a check without the
+    /// proxy's credential, so a path that forgets to present it fails in a dry-run too.
+    #[tokio::test]
+    async fn a_simulated_proxy_refuses_a_check_without_a_credential() {
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let c = checker("{}", clock.clone());
+        let out = c.check(&proxy("a"), &running("10.0.0.1")).await;
+        assert_eq!(out.status.egress_failures, 1, "{:?}", out.status.conditions);
+        assert!(!egress::verified(&out.status));
+        let ok = c.check_as(&proxy("b"), &running("10.0.0.2"), auth()).await;
+        assert!(egress::verified(&ok.status));
+    }
+
     #[tokio::test]
     async fn a_check_that_changes_nothing_leaves_the_status_alone() {
         let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
         let c = checker("{}", clock.clone());
         let p = proxy("a");
-        let first = c.check(&p, &running("10.0.0.1")).await.status;
+        let first = c.check_as(&p, &running("10.0.0.1"), auth()).await.status;
         assert!(egress::verified(&first));
         clock.advance_to(1_767_225_630_000);
-        let second = c.check(&p, &first).await.status;
+        let second = c.check_as(&p, &first, auth()).await.status;
         assert_eq!(second, first, "same result: same status");
         assert_eq!(
             c.latest()["ns/a"].checked_at_ms,
@@ -1261,7 +1306,7 @@ mod tests {
             "fresh in memory"
         );
         clock.advance_to(1_767_225_600_000 + STATUS_REFRESH.as_millis() as u64);
-        let third = c.check(&p, &second).await.status;
+        let third = c.check_as(&p, &second, auth()).await.status;
         assert_ne!(
             third.egress_checked_at, first.egress_checked_at,
             "refreshed at last"
@@ -1276,11 +1321,11 @@ mod tests {
             clock.clone(),
         );
         let (a, b) = (proxy("a"), proxy("b"));
-        let sa = c.check(&a, &running("10.0.0.1")).await.status;
-        let sb = c.check(&b, &running("10.0.0.2")).await.status;
+        let sa = c.check_as(&a, &running("10.0.0.1"), auth()).await.status;
+        let sb = c.check_as(&b, &running("10.0.0.2"), auth()).await.status;
         assert!(egress::verified(&sa) && egress::verified(&sb));
         clock.advance_to(1_767_225_660_000);
-        let out = c.check(&a, &sa).await;
+        let out = c.check_as(&a, &sa, auth()).await;
         let cond = out.status.condition(egress::EGRESS_VERIFIED).unwrap();
         assert_eq!(cond.reason, "CheckerUnavailable");
         assert_eq!(out.replace, None);
@@ -1289,9 +1334,9 @@ mod tests {
             "proxies: [{ip: 10.0.0.2, serving: false}, {ip: 10.0.0.1, serving: false}]\n",
             clock.clone(),
         );
-        let sa = c.check(&a, &sa).await.status;
-        let sb = c.check(&b, &sb).await.status;
-        let out = c.check(&b, &sb).await;
+        let sa = c.check_as(&a, &sa, auth()).await.status;
+        let sb = c.check_as(&b, &sb, auth()).await.status;
+        let out = c.check_as(&b, &sb, auth()).await;
         assert_eq!(c.provider_health("p"), (false, 2, 2));
         assert_eq!(
             out.replace, None,
@@ -1363,9 +1408,9 @@ mod tests {
         let urls = ["http://a/x", "https://c/x", "http://b/x", "https://d/x"];
         let net = scripted(&[false, true, true, true]);
         let c = EgressChecker::new(settings_with(&urls), net.clone(), clock.clone());
-        let out = c.check(&proxy("a"), &running("10.0.0.1")).await;
+        let out = c.check_as(&proxy("a"), &running("10.0.0.1"), auth()).await;
         assert!(egress::verified(&out.status), "{:?}", out.status);
-        let again = c.check(&proxy("b"), &running("10.0.0.2")).await;
+        let again = c.check_as(&proxy("b"), &running("10.0.0.2"), auth()).await;
         assert!(egress::verified(&again.status));
         assert_eq!(
             *net.asked.lock().unwrap(),
@@ -1383,7 +1428,7 @@ mod tests {
         // No https echo answering: nothing is probed and no proxy is blamed.
         let net = scripted(&[true, false, true, false]);
         let c = EgressChecker::new(settings_with(&urls), net.clone(), clock.clone());
-        let out = c.check(&proxy("a"), &running("10.0.0.1")).await;
+        let out = c.check_as(&proxy("a"), &running("10.0.0.1"), auth()).await;
         let cond = out.status.condition(egress::EGRESS_VERIFIED).unwrap();
         assert_eq!(cond.reason, "CheckerUnavailable");
         assert!(cond.message.contains("no https echo"), "{}", cond.message);
@@ -1398,7 +1443,7 @@ mod tests {
         let net = scripted(&[true, true]);
         *net.after_probe.lock().unwrap() = Some(vec![false, true]);
         let c = EgressChecker::new(settings(), net.clone(), clock.clone());
-        let out = c.check(&proxy("a"), &running("10.0.0.1")).await;
+        let out = c.check_as(&proxy("a"), &running("10.0.0.1"), auth()).await;
         let cond = out.status.condition(egress::EGRESS_VERIFIED).unwrap();
         assert_eq!(cond.reason, "CheckerUnavailable", "{}", cond.message);
         assert!(
@@ -1423,7 +1468,7 @@ mod tests {
             ("c", "10.0.0.3", "NotAnonymous"),
             ("d", "10.0.0.4", "Verified"),
         ] {
-            let out = c.check(&proxy(name), &running(ip)).await;
+            let out = c.check_as(&proxy(name), &running(ip), auth()).await;
             let cond = out.status.condition(egress::EGRESS_VERIFIED).unwrap();
             assert_eq!(cond.reason, reason, "{ip}: {}", cond.message);
         }
@@ -1436,7 +1481,7 @@ mod tests {
             )),
             clock,
         );
-        let out = c.check(&proxy("a"), &running("10.0.0.1")).await;
+        let out = c.check_as(&proxy("a"), &running("10.0.0.1"), auth()).await;
         assert!(egress::verified(&out.status), "{:?}", out.status);
     }
 
@@ -1455,7 +1500,7 @@ mod tests {
         let mut statuses = Vec::new();
         for (i, name) in ["a", "b", "c"].iter().enumerate() {
             let s = old
-                .check(&proxy(name), &running(&format!("10.0.0.{}", i + 1)))
+                .check_as(&proxy(name), &running(&format!("10.0.0.{}", i + 1)), auth())
                 .await
                 .status;
             statuses.push(s);
@@ -1467,7 +1512,7 @@ mod tests {
                 if round == 1 && i == 2 {
                     continue;
                 }
-                let out = old.check(&proxy(name), &statuses[i]).await;
+                let out = old.check_as(&proxy(name), &statuses[i], auth()).await;
                 statuses[i] = out.status;
             }
         }
@@ -1479,11 +1524,11 @@ mod tests {
         // The new process checks c, which reaches the threshold of 2.
         clock.advance_to(1_767_225_700_000);
         let fresh = checker(world, clock.clone());
-        let out = fresh.check(&proxy("c"), &statuses[2]).await;
+        let out = fresh.check_as(&proxy("c"), &statuses[2], auth()).await;
         assert_eq!(out.status.egress_failures, 2);
         assert!(out.replace.is_some(), "alone it sees one failing of one");
         let fresh = checker(world, clock.clone()).with_fleet(fleet.clone());
-        let out = fresh.check(&proxy("c"), &statuses[2]).await;
+        let out = fresh.check_as(&proxy("c"), &statuses[2], auth()).await;
         assert_eq!(out.replace, None, "three of three fail: an outage");
         assert_eq!(fresh.provider_health("p"), (false, 3, 3));
     }

@@ -48,8 +48,21 @@ fn allowed(entry: &ProviderEntry, block: &Value) -> EffectiveGrants {
         (builtin && entry.type_ == "kubernetes").then(|| KubeGrant {
             cluster_scope: true,
             kinds: vec!["Pod".into()],
+            // Each Pod's htpasswd, in a Secret the module writes and deletes but cannot read.
+            write_only_kinds: vec!["Secret".into()],
             namespaces: vec![],
         })
+    });
+    // The built-in kubernetes type writes each Pod's htpasswd into a Secret beside it: an
+    // explicit grant keeps its namespaces and kinds, and gains that, write-only.
+    let kube = kube.map(|mut g| {
+        if builtin
+            && entry.type_ == "kubernetes"
+            && !g.write_only_kinds.iter().any(|k| k == "Secret")
+        {
+            g.write_only_kinds.push("Secret".into());
+        }
+        g
     });
     let kvm = builtin && matches!(entry.type_.as_str(), "kvm" | "kvm2");
     let images = image_grant(explicit.libvirt.as_ref(), kvm, block);
@@ -175,8 +188,10 @@ mod tests {
         assert!(kube.cluster_scope);
         assert_eq!(
             kube.deny_reason("Secret", Some("x")),
-            Some("kind \"Secret\" is not granted".into())
+            Some("kind \"Secret\" is granted for create and delete only, not get".into())
         );
+        assert_eq!(kube.deny_reason_for("create", "Secret", Some("x")), None);
+        assert!(kube.deny_reason("ConfigMap", Some("x")).is_some());
         assert!(g.http.is_none() && g.libvirt.is_none());
     }
 

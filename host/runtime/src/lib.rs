@@ -6,6 +6,7 @@
 
 pub mod bindings;
 pub mod capabilities;
+pub mod credential_store;
 pub mod egress;
 pub mod engine;
 pub mod grants;

@@ -509,7 +509,7 @@ impl Provider {
                 locks: self.runtime.inner.locks.clone(),
                 scope: self.module.digest.clone(),
             };
-            let state = CallState::new(
+            let mut state = CallState::new(
                 &self.name,
                 self.grants.clone(),
                 self.backends.clone(),
@@ -519,6 +519,9 @@ impl Provider {
                 self.entry.memory_bytes(),
             )
             .bounded(deadline_ms, Some(locks));
+            if let Op::Create(_, _, htpasswd) = &op {
+                state.htpasswd = htpasswd.clone();
+            }
             let started = std::time::Instant::now();
             let out = execute(
                 &self.runtime.inner.engine,
@@ -607,7 +610,7 @@ impl Provider {
         subject: &str,
         req: &CreateRequest,
     ) -> Result<Instance, ProviderError> {
-        let redactor = Redactor::for_cloud_init(req.cloud_init.as_deref());
+        let redactor = Redactor::for_create(req.cloud_init.as_deref(), req.htpasswd.as_deref());
         // The instance name and zone find the instance in the backend; the request's
         // cloud-init never becomes an attribute.
         let span = tracing::info_span!(
@@ -619,7 +622,11 @@ impl Provider {
             error.type = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
         );
-        let op = Op::Create(self.ctx(), Box::new(to_wit_request(req)));
+        let op = Op::Create(
+            self.ctx(),
+            Box::new(to_wit_request(req)),
+            req.htpasswd.clone(),
+        );
         let out = self
             .call(op, span.clone(), subject, redactor.clone())
             .await

@@ -104,6 +104,9 @@ pub struct ReconcileEnv<'a> {
     /// Written on every instance.
     pub installation: &'a str,
     pub cloud_init: &'a dyn CloudInitSource,
+    /// Each Proxy's credential: its htpasswd goes to the create, its authorization to the
+    /// egress check.
+    pub credentials: &'a dyn crate::credential_store::CredentialSource,
     /// Instances carry an OwnerReference to their Proxy, so a backend that understands it
     /// (Kubernetes) collects them with it: in operator mode only. The CLI's Proxies exist in no
     /// cluster, and a reference to a UID no object has would let Kubernetes' garbage collector
@@ -155,10 +158,20 @@ async fn reconcile_steps(
         providers,
         installation,
         cloud_init,
+        credentials,
         owner_references,
         now,
         egress,
     } = *env;
+    // What the check presents; a credential that cannot be had now leaves the check to fail
+    // as the proxy then would for a crawler (407), which is the truth of it.
+    let authorization = || async {
+        credentials
+            .credential(proxy)
+            .await
+            .ok()
+            .map(|c| c.authorization())
+    };
     let provider = providers.get(&proxy.spec.provider);
     let lookup = match provider {
         Some(p) => ProviderLookup::Present {
@@ -179,7 +192,9 @@ async fn reconcile_steps(
     {
         let key = proxy.key();
         if checker.next_due_ms(&key, &status) <= checker.now_ms() {
-            let out = checker.check(proxy, &status).await;
+            let out = checker
+                .check_as(proxy, &status, authorization().await)
+                .await;
             if let Some((warning, reason, message)) = out.event {
                 events.push(event(now(), warning, &reason, message));
             }
@@ -234,21 +249,32 @@ async fn reconcile_steps(
                 *o
             }
             (Step::Create, Some(p)) => {
-                let result = match cloud_init.resolve(proxy).await {
-                    Ok(ci) => {
+                let unavailable = |reason: &str, m: String| {
+                    Err(egress_core::ProviderError::new(
+                        &p.name,
+                        "create",
+                        ErrorClass::Transient,
+                        reason,
+                        m,
+                    ))
+                };
+                let htpasswd = match credentials.credential(proxy).await {
+                    Ok(c) => credentials.htpasswd(proxy, &c).ok_or_else(|| {
+                        "the operating system gave no randomness for a salt".to_string()
+                    }),
+                    Err(m) => Err(m),
+                };
+                let result = match (cloud_init.resolve(proxy).await, htpasswd) {
+                    (Ok(ci), Ok(htpasswd)) => {
                         let mut req = CreateRequest::for_proxy(proxy, installation, ci);
+                        req.htpasswd = Some(htpasswd);
                         if !owner_references {
                             req.owner = None;
                         }
                         p.create(subject, &req).await
                     }
-                    Err(m) => Err(egress_core::ProviderError::new(
-                        &p.name,
-                        "create",
-                        ErrorClass::Transient,
-                        "CloudInitUnavailable",
-                        m,
-                    )),
+                    (Err(m), _) => unavailable("CloudInitUnavailable", m),
+                    (_, Err(m)) => unavailable("CredentialUnavailable", m),
                 };
                 match &result {
                     Ok(i) => events.push(event(
@@ -360,7 +386,9 @@ async fn reconcile_steps(
         {
             let key = proxy.key();
             if checker.next_due_ms(&key, &status) <= checker.now_ms() {
-                let out = checker.check(proxy, &status).await;
+                let out = checker
+                    .check_as(proxy, &status, authorization().await)
+                    .await;
                 if let Some((warning, reason, message)) = out.event {
                     events.push(event(now(), warning, &reason, message));
                 }

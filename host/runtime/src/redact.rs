@@ -32,6 +32,25 @@ impl Redactor {
         Self::new(std::iter::once(text.to_string()).chain(lines))
     }
 
+    /// The secrets of a create: the cloud-init as [`Redactor::for_cloud_init`] takes it, and
+    /// the proxy's htpasswd whole, line by line, each line's hash alone and base64-encoded (as
+    /// a Kubernetes Secret's `data` would carry it).
+    pub fn for_create(cloud_init: Option<&str>, htpasswd: Option<&str>) -> Self {
+        use base64::Engine;
+        let mut secrets = Self::for_cloud_init(cloud_init).secrets;
+        if let Some(h) = htpasswd {
+            secrets.push(h.to_string());
+            secrets.push(base64::engine::general_purpose::STANDARD.encode(h));
+            for line in h.lines().map(str::trim) {
+                secrets.push(line.to_string());
+                if let Some((_, hash)) = line.split_once(':') {
+                    secrets.push(hash.to_string());
+                }
+            }
+        }
+        Self::new(secrets)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
     }

@@ -452,6 +452,7 @@ mod tests {
         let chosen = crate::egress::Chosen {
             urls: settings.urls.clone(),
             own_addresses: Vec::new(),
+            proxy_authorization: Some("Basic c2ltOnNpbQ==".into()),
         };
         let (mut down, mut nat) = (0, 0);
         for i in 0..400u32 {

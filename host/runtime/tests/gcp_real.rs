@@ -357,6 +357,7 @@ fn request(uid: &str, zone: &str) -> CreateRequest {
         cloud_init: Some(SECRET.into()),
         installation: "test".into(),
         owner: None,
+        htpasswd: None,
     }
 }
 

@@ -62,6 +62,7 @@ fn request(i: usize) -> CreateRequest {
         cloud_init: None,
         installation: "test".into(),
         owner: None,
+        htpasswd: None,
     }
 }
 

@@ -80,6 +80,7 @@ fn request(namespace: &str, uid: &str) -> CreateRequest {
         cloud_init: Some("#cloud-config\nchpasswd: {list: 'root:SENTINEL-SECRET'}".into()),
         installation: "test".into(),
         owner: None,
+        htpasswd: Some(guest_sdk::fakes::FAKE_HTPASSWD.into()),
     }
 }
 
@@ -99,7 +100,8 @@ async fn kubernetes_provider_runs_a_pod_through_its_life() {
     assert_eq!(inst.state, InstanceState::Provisioning);
 
     let steps = s.recorder.snapshot();
-    assert_eq!(steps.len(), 1);
+    // The Pod, then the Secret holding its htpasswd, whose content the plan never shows.
+    assert_eq!(steps.len(), 2);
     assert_eq!(
         (steps[0].capability.as_str(), steps[0].call.as_str()),
         ("kube", "create")
@@ -110,7 +112,14 @@ async fn kubernetes_provider_runs_a_pod_through_its_life() {
         steps[0].args["metadata"]["labels"]["egress-proxies.crawl.example.com/uid"],
         UID
     );
-    assert!(!serde_json::to_string(&steps).unwrap().contains("SENTINEL"));
+    assert_eq!(
+        steps[1].target,
+        "Secret default/proxy-3f2b9c1e7a44-htpasswd"
+    );
+    assert_eq!(steps[1].args["stringData"]["htpasswd"], "<redacted>");
+    let plan = serde_json::to_string(&steps).unwrap();
+    assert!(!plan.contains("SENTINEL"));
+    assert!(!plan.contains("$6$"), "{plan}");
 
     s.clock.advance(Duration::from_secs(3));
     let got = p.get("default/p1", &inst.provider_id).await.unwrap();

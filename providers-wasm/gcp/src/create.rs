@@ -20,6 +20,7 @@ pub fn create(
     req: &CreateRequest,
 ) -> Result<Instance, ProviderError> {
     let at = insert::resolve(req)?;
+    let htpasswd = guest_sdk::squid::htpasswd_unless_own(host, req)?;
     let api = Api::new(host, cfg);
     // Only the size of cloud-init: it is secret.
     let ci_bytes = req.cloud_init.as_ref().map_or(0, String::len).to_string();
@@ -37,7 +38,7 @@ pub fn create(
     if cfg.manage_firewall {
         firewall::ensure(&api, provider, cfg, req.port)?;
     }
-    let body = insert::build_insert_request(provider, cfg, req, &at);
+    let body = insert::build_insert_request(provider, cfg, req, &at, htpasswd.as_ref());
     host.log(
         Level::Trace,
         "insert request",

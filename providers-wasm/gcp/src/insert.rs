@@ -107,6 +107,7 @@ pub fn build_insert_request(
     cfg: &GcpConfig,
     req: &CreateRequest,
     at: &Resolved,
+    htpasswd: Option<&squid::Htpasswd>,
 ) -> Value {
     let mut nic = json!({ "network": cfg.network_path() });
     if !cfg.internal_ip {
@@ -137,22 +138,25 @@ pub fn build_insert_request(
         }],
         "networkInterfaces": [nic],
     });
-    body["metadata"] = json!({ "items": [{ "key": "user-data", "value": user_data(cfg, req) }] });
+    body["metadata"] =
+        json!({ "items": [{ "key": "user-data", "value": user_data(cfg, req, htpasswd) }] });
     body
 }
 
 /// The instance's user-data: the Proxy's own cloud-init when it brings one (it wins, whatever
-/// it holds), else the SDK's Squid install for its port and the block's `allowedSourceCIDRs` and
-/// `allowedDestinationCIDRs`.
-pub fn user_data<'a>(cfg: &GcpConfig, req: &'a CreateRequest) -> Cow<'a, str> {
-    match &req.cloud_init {
-        Some(own) => Cow::Borrowed(own),
-        None => Cow::Owned(squid::cloud_init(
-            req.port,
-            &cfg.allowed_source_cidrs,
-            &cfg.allowed_destination_cidrs,
-        )),
-    }
+/// it holds), else the SDK's Squid install for its port, the block's `allowedSourceCIDRs` and
+/// `allowedDestinationCIDRs`, and the proxy's htpasswd.
+pub fn user_data<'a>(
+    cfg: &GcpConfig,
+    req: &'a CreateRequest,
+    htpasswd: Option<&squid::Htpasswd>,
+) -> Cow<'a, str> {
+    squid::vm_user_data(
+        req,
+        &cfg.allowed_source_cidrs,
+        &cfg.allowed_destination_cidrs,
+        htpasswd,
+    )
 }
 
 /// What may be logged of the request: everything but the user-data.

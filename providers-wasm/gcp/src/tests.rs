@@ -172,7 +172,13 @@ fn insert_request_external() {
     let cfg = config::validate("p", r#"{"project": "acme-proxies"}"#).unwrap();
     let r = req();
     let at = insert::resolve(&r).unwrap();
-    insta::assert_json_snapshot!(insert::build_insert_request("gce", &cfg, &r, &at));
+    insta::assert_json_snapshot!(insert::build_insert_request(
+        "gce",
+        &cfg,
+        &r,
+        &at,
+        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap())
+    ));
 }
 
 #[test]
@@ -185,7 +191,13 @@ fn insert_request_internal() {
     let mut r = req();
     r.cloud_init = None;
     let at = insert::resolve(&r).unwrap();
-    let body = insert::build_insert_request("gce", &cfg, &r, &at);
+    let body = insert::build_insert_request(
+        "gce",
+        &cfg,
+        &r,
+        &at,
+        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+    );
     assert!(body["networkInterfaces"][0].get("accessConfigs").is_none());
     insta::assert_json_snapshot!(body);
 }
@@ -203,20 +215,39 @@ fn user_data_is_the_generated_squid_unless_the_proxy_brings_cloud_init() {
     r.cloud_init = None;
     r.port = 8080;
     let at = insert::resolve(&r).unwrap();
-    let body = insert::build_insert_request("gce", &cfg, &r, &at);
+    let body = insert::build_insert_request(
+        "gce",
+        &cfg,
+        &r,
+        &at,
+        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+    );
     assert_eq!(body["metadata"]["items"][0]["key"], "user-data");
     assert_eq!(
         body["metadata"]["items"][0]["value"],
-        guest_sdk::squid::cloud_init(8080, &cfg.allowed_source_cidrs, &[])
+        guest_sdk::squid::cloud_init(
+            8080,
+            &cfg.allowed_source_cidrs,
+            &[],
+            &guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()
+        )
     );
     assert_eq!(
         insert::curated(&body)["metadata"]["items"][0]["value"],
-        format!("<{} bytes>", insert::user_data(&cfg, &r).len()),
+        format!(
+            "<{} bytes>",
+            insert::user_data(
+                &cfg,
+                &r,
+                Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap())
+            )
+            .len()
+        ),
         "logged by size only, like a Proxy's own"
     );
 
     let own = req();
-    let body = insert::build_insert_request("gce", &cfg, &own, &at);
+    let body = insert::build_insert_request("gce", &cfg, &own, &at, None);
     assert_eq!(
         body["metadata"]["items"][0]["value"], SECRET,
         "the Proxy's own wins"

@@ -33,6 +33,50 @@ fn pod_ref(namespace: &str, name: &str) -> ObjectRef {
     }
 }
 
+fn secret_ref(namespace: &str, name: &str) -> ObjectRef {
+    ObjectRef {
+        api_version: "v1".into(),
+        kind: "Secret".into(),
+        namespace: Some(namespace.into()),
+        name: name.into(),
+    }
+}
+
+/// Writes the proxy's htpasswd Secret. One that exists already (a create retried after the
+/// Pod was made) is replaced: the module may not read Secrets, and the name is the Pod's, so
+/// whatever holds it belongs to this proxy.
+fn write_secret(
+    host: &dyn Host,
+    provider: &str,
+    req: &CreateRequest,
+    pod: &Value,
+    htpasswd: &guest_sdk::squid::Htpasswd,
+) -> Result<(), ProviderError> {
+    let uid = pod["metadata"]["uid"].as_str();
+    let body = pod::build_secret(provider, req, uid, htpasswd).to_string();
+    let create = || {
+        host.kube()
+            .create("v1", "Secret", Some(&req.namespace), &body)
+    };
+    match create() {
+        Ok(_) => Ok(()),
+        Err(e) if e.status == 409 => {
+            match host
+                .kube()
+                .delete(&secret_ref(&req.namespace, &pod::secret_name(&req.name)))
+            {
+                Ok(()) => {}
+                Err(e) if e.status == 404 => {}
+                Err(e) => return Err(classify("replace Secret", &e)),
+            }
+            create()
+                .map(|_| ())
+                .map_err(|e| classify("create Secret", &e))
+        }
+        Err(e) => Err(classify("create Secret", &e)),
+    }
+}
+
 fn parse_json(op: &str, text: &str) -> Result<Value, ProviderError> {
     serde_json::from_str(text)
         .map_err(|e| transient("BadResponse", format!("{op}: API answer is not JSON: {e}")))
@@ -85,6 +129,7 @@ impl Provider for Kubernetes {
                 &[("name", &req.name), ("cloudInitBytes", &bytes)],
             );
         }
+        let htpasswd = guest_sdk::squid::require_htpasswd(host)?;
         let pod = pod::build_pod(&ctx.provider, &cfg, req);
         let body = pod.to_string();
         let created = host.kube().create("v1", "Pod", Some(&req.namespace), &body);
@@ -137,6 +182,16 @@ impl Provider for Kubernetes {
             }
             Err(e) => return Err(classify("create Pod", &e)),
         };
+        // After the Pod, so the Secret can name it as its owner; until it exists the kubelet
+        // waits to start the Pod, and a failure here is retried through the adoption above.
+        if let Err(e) = write_secret(host, &ctx.provider, req, &pod, &htpasswd) {
+            // A Secret that cannot be written (no grant, no RBAC) will not be on a retry
+            // either: the Pod goes too, leaving no half-made proxy behind.
+            if e.class != guest_sdk::ErrorClass::Transient {
+                let _ = host.kube().delete(&pod_ref(&req.namespace, &req.name));
+            }
+            return Err(e);
+        }
         Ok(state::instance_from_pod(&pod))
     }
 
@@ -173,10 +228,16 @@ impl Provider for Kubernetes {
                     "pod deleted",
                     &[("namespace", ns), ("name", name)],
                 );
-                Ok(())
             }
+            Err(e) if e.status == 404 => {}
+            Err(e) => return Err(classify("delete Pod", &e)),
+        }
+        // Kubernetes collects the Secret with its Pod; deleting it here too leaves nothing
+        // where no garbage collector runs, and only once the Pod is gone.
+        match host.kube().delete(&secret_ref(ns, &pod::secret_name(name))) {
+            Ok(()) => Ok(()),
             Err(e) if e.status == 404 => Ok(()),
-            Err(e) => Err(classify("delete Pod", &e)),
+            Err(e) => Err(classify("delete Secret", &e)),
         }
     }
 

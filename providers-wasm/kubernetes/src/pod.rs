@@ -1,15 +1,64 @@
 //! The Pod for one proxy: Squid configured from the port and the allowed source ranges (the
-//! SDK's generator, the same the VM providers install), passed as SQUID_CONF so there is
-//! exactly one object per proxy.
+//! SDK's generator, the same the VM providers install), passed as SQUID_CONF; and the Secret
+//! holding its htpasswd, mounted as a whole volume (not a `subPath`, which never updates) and
+//! owned by the Pod, so Kubernetes removes it with the Pod whoever deletes that.
 
 use crate::config::KubernetesConfig;
-use guest_sdk::squid::{Layout, squid_conf};
+use guest_sdk::squid::{CONTAINER_AUTH_DIR, HTPASSWD_KEY, Htpasswd, Layout, squid_conf};
 use guest_sdk::{CreateRequest, LABEL_INSTALLATION, LABEL_MANAGED, LABEL_PROVIDER, LABEL_UID};
 use serde_json::{Value, json};
 
 /// Where the generated config is written inside the container; an emptyDir, so the root
 /// filesystem stays read-only.
 const CONF_DIR: &str = "/etc/squid-egress";
+
+/// The marks a proxy's objects carry: its UID, installation and provider.
+fn labels(provider: &str, req: &CreateRequest) -> Value {
+    json!({
+        "app.kubernetes.io/name": "squid",
+        "app.kubernetes.io/managed-by": "egress-proxies",
+        LABEL_MANAGED: "true",
+        LABEL_UID: req.uid,
+        LABEL_INSTALLATION: req.installation,
+        LABEL_PROVIDER: provider,
+    })
+}
+
+/// The name of the Secret holding the Pod `pod`'s htpasswd.
+pub fn secret_name(pod: &str) -> String {
+    format!("{pod}-htpasswd")
+}
+
+/// The Secret holding the proxy's htpasswd, owned by its Pod (`pod_uid`, when the API server
+/// gave one) and marked as the Pod is. The htpasswd goes as `stringData`, so what the host
+/// records of the call is the text it knows to redact.
+pub fn build_secret(
+    provider: &str,
+    req: &CreateRequest,
+    pod_uid: Option<&str>,
+    htpasswd: &Htpasswd,
+) -> Value {
+    let mut metadata = json!({
+        "name": secret_name(&req.name),
+        "namespace": req.namespace,
+        "labels": labels(provider, req),
+    });
+    if let Some(uid) = pod_uid.filter(|u| !u.is_empty()) {
+        metadata["ownerReferences"] = json!([{
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": req.name,
+            "uid": uid,
+        }]);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": metadata,
+        "type": "Opaque",
+        "stringData": {HTPASSWD_KEY: htpasswd.as_str()},
+    })
+}
 
 /// Builds the Pod manifest. Pure: the same request and config give the same bytes.
 pub fn build_pod(provider: &str, cfg: &KubernetesConfig, req: &CreateRequest) -> Value {
@@ -34,14 +83,7 @@ pub fn build_pod(provider: &str, cfg: &KubernetesConfig, req: &CreateRequest) ->
     let mut metadata = json!({
         "name": req.name,
         "namespace": req.namespace,
-        "labels": {
-            "app.kubernetes.io/name": "squid",
-            "app.kubernetes.io/managed-by": "egress-proxies",
-            LABEL_MANAGED: "true",
-            LABEL_UID: req.uid,
-            LABEL_INSTALLATION: req.installation,
-            LABEL_PROVIDER: provider,
-        },
+        "labels": labels(provider, req),
     });
     if let Some(owner) = &req.owner {
         // A bypassed finalizer no longer leaves the Pod behind: Kubernetes collects it with
@@ -85,6 +127,7 @@ pub fn build_pod(provider: &str, cfg: &KubernetesConfig, req: &CreateRequest) ->
             },
             "volumeMounts": [
                 {"name": "conf", "mountPath": CONF_DIR},
+                {"name": "auth", "mountPath": CONTAINER_AUTH_DIR, "readOnly": true},
                 {"name": "spool", "mountPath": "/var/spool/squid"},
                 {"name": "logs", "mountPath": "/var/log/squid"},
                 {"name": "run", "mountPath": "/run"},
@@ -92,6 +135,8 @@ pub fn build_pod(provider: &str, cfg: &KubernetesConfig, req: &CreateRequest) ->
         }],
         "volumes": [
             {"name": "conf", "emptyDir": {"sizeLimit": "1Mi"}},
+            // Readable by the container's group (fsGroup) only.
+            {"name": "auth", "secret": {"secretName": secret_name(&req.name), "defaultMode": 0o440}},
             {"name": "spool", "emptyDir": {"sizeLimit": "64Mi"}},
             {"name": "logs", "emptyDir": {"sizeLimit": "64Mi"}},
             {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},

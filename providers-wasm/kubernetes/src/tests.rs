@@ -277,7 +277,8 @@ fn a_repeated_create_adopts_the_same_pod() {
     let a = Kubernetes::create(&h, &ctx(), &req()).unwrap();
     let b = Kubernetes::create(&h, &ctx(), &req()).unwrap();
     assert_eq!(a.provider_id, b.provider_id);
-    assert_eq!(h.kube.len(), 1);
+    // One Pod and its htpasswd Secret.
+    assert_eq!(h.kube.len(), 2);
 }
 
 #[test]
@@ -449,4 +450,116 @@ fn check_reports_the_server_version() {
         kube_error(401, "Unauthorized", "who are you"),
     );
     assert_eq!(Kubernetes::check(&h, &ctx())[0].reason, "Unauthorized");
+}
+
+/// The Pod's Squid requires the credential the host handed the create: its htpasswd goes into
+/// a Secret owned by the Pod, mounted whole where the generated config reads it.
+#[test]
+fn the_htpasswd_goes_into_a_secret_the_pod_mounts_and_owns() {
+    let h = FakeHost::new();
+    Kubernetes::create(&h, &ctx(), &req()).unwrap();
+    let pod = h
+        .kube
+        .object("v1", "Pod", "default", "proxy-3f2b9c1e7a44")
+        .unwrap();
+    let secret = h
+        .kube
+        .object("v1", "Secret", "default", "proxy-3f2b9c1e7a44-htpasswd")
+        .expect("the Secret is made beside the Pod");
+    let owner = &secret["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Pod");
+    assert_eq!(owner["name"], "proxy-3f2b9c1e7a44");
+    assert_eq!(owner["uid"], pod["metadata"]["uid"]);
+    assert_eq!(secret["metadata"]["labels"][guest_sdk::LABEL_UID], UID);
+    let stored = secret["stringData"]["htpasswd"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| {
+            use base64::Engine;
+            let b = secret["data"]["htpasswd"].as_str()?;
+            let bytes = base64::engine::general_purpose::STANDARD.decode(b).ok()?;
+            String::from_utf8(bytes).ok()
+        })
+        .unwrap();
+    assert_eq!(stored, guest_sdk::fakes::FAKE_HTPASSWD);
+    let volume = pod["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "auth")
+        .unwrap();
+    assert_eq!(
+        volume["secret"]["secretName"],
+        "proxy-3f2b9c1e7a44-htpasswd"
+    );
+    let mount = pod["spec"]["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "auth")
+        .unwrap();
+    assert_eq!(mount["mountPath"], squid::CONTAINER_AUTH_DIR);
+    assert!(mount.get("subPath").is_none(), "a subPath never updates");
+    let conf = pod["spec"]["containers"][0]["env"][0]["value"]
+        .as_str()
+        .unwrap();
+    assert!(
+        conf.contains(&format!(
+            "basic_ncsa_auth {}",
+            squid::CONTAINER_HTPASSWD_PATH
+        )),
+        "{conf}"
+    );
+    // Nothing of the htpasswd in the Pod itself or the logs.
+    assert!(!pod.to_string().contains("$6$"));
+    assert!(!h.log_text().contains("$6$"));
+    // Deleting the proxy removes both.
+    Kubernetes::delete(&h, &ctx(), "default/proxy-3f2b9c1e7a44").unwrap();
+    assert!(h.kube.is_empty(), "{:?}", h.kube.calls());
+}
+
+#[test]
+fn a_create_without_a_credential_makes_nothing() {
+    let h = FakeHost::new();
+    *h.htpasswd.borrow_mut() = None;
+    let e = Kubernetes::create(&h, &ctx(), &req()).unwrap_err();
+    assert_eq!(e.reason, "NoCredential");
+    assert_eq!(e.class, ErrorClass::Permanent);
+    assert!(h.kube.is_empty());
+}
+
+/// A Secret the module may not write leaves no Pod behind; a Secret that failed for a while
+/// is written by the retried create, which adopts the Pod.
+#[test]
+fn a_secret_that_cannot_be_written_leaves_no_pod_and_a_blip_is_retried() {
+    let h = FakeHost::new();
+    h.kube.fail_next(
+        "create Secret",
+        kube_error(403, "Forbidden", "secrets is forbidden"),
+    );
+    let e = Kubernetes::create(&h, &ctx(), &req()).unwrap_err();
+    assert_eq!(e.class, ErrorClass::Permanent);
+    assert!(e.message.starts_with("create Secret: "), "{}", e.message);
+    assert!(h.kube.is_empty(), "{:?}", h.kube.calls());
+
+    h.kube.fail_next(
+        "create Secret",
+        kube_error(503, "ServiceUnavailable", "busy"),
+    );
+    let e = Kubernetes::create(&h, &ctx(), &req()).unwrap_err();
+    assert_eq!(e.class, ErrorClass::Transient);
+    assert!(
+        h.kube
+            .object("v1", "Secret", "default", "proxy-3f2b9c1e7a44-htpasswd")
+            .is_none()
+    );
+    Kubernetes::create(&h, &ctx(), &req()).unwrap();
+    assert!(
+        h.kube
+            .object("v1", "Secret", "default", "proxy-3f2b9c1e7a44-htpasswd")
+            .is_some()
+    );
+    // Once more (a create retried after it succeeded): the Secret is replaced, not refused.
+    Kubernetes::create(&h, &ctx(), &req()).unwrap();
+    assert_eq!(h.kube.len(), 2);
 }

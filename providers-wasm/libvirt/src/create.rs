@@ -47,6 +47,8 @@ pub fn create(call: &Call<'_>, req: &CreateRequest) -> Result<Instance, Provider
         ));
     }
     let resolved = call.cfg.resolve(&req.placement)?;
+    // Before anything is made: a create without a credential leaves nothing behind.
+    guest_sdk::squid::htpasswd_unless_own(call.host, req)?;
     let host = resolved.host.name.as_str();
     let name = req.name.as_str();
     let cloud_init_bytes = req.cloud_init.as_ref().map_or(0, String::len).to_string();
@@ -370,12 +372,13 @@ fn write_seed(
     pool: &str,
 ) -> Result<String, ProviderError> {
     let lv = call.host.libvirt();
+    let htpasswd = guest_sdk::squid::htpasswd_unless_own(call.host, req)?;
     let volume = seed_name(&req.name);
     crate::delete::remove_volume(call, Op::Create, host, pool, &volume)?;
     let files = seed::seed_files(
         &req.name,
         &req.name,
-        &seed::user_data(&call.cfg, req),
+        &seed::user_data(&call.cfg, req, htpasswd.as_ref()),
         call.cfg.vendor_data.as_deref(),
         call.cfg.install_guest_agent,
     );

@@ -49,17 +49,19 @@ pub struct SeedFile {
 }
 
 /// The user-data of a Proxy's seed: its own cloud-init when it brings one (it wins, whatever
-/// it holds), else the SDK's Squid install for its port and the block's `allowedSourceCIDRs` and
-/// `allowedDestinationCIDRs`.
-pub fn user_data<'a>(cfg: &KvmConfig, req: &'a CreateRequest) -> Cow<'a, str> {
-    match &req.cloud_init {
-        Some(own) => Cow::Borrowed(own),
-        None => Cow::Owned(squid::cloud_init(
-            req.port,
-            &cfg.allowed_source_cidrs,
-            &cfg.allowed_destination_cidrs,
-        )),
-    }
+/// it holds), else the SDK's Squid install for its port, the block's `allowedSourceCIDRs` and
+/// `allowedDestinationCIDRs`, and the proxy's htpasswd.
+pub fn user_data<'a>(
+    cfg: &KvmConfig,
+    req: &'a CreateRequest,
+    htpasswd: Option<&squid::Htpasswd>,
+) -> Cow<'a, str> {
+    squid::vm_user_data(
+        req,
+        &cfg.allowed_source_cidrs,
+        &cfg.allowed_destination_cidrs,
+        htpasswd,
+    )
 }
 
 /// The three NoCloud files.

@@ -698,7 +698,15 @@ fn the_seed_carries_the_generated_squid_unless_the_proxy_brings_cloud_init() {
         .iter()
         .map(|r| r.parse().unwrap())
         .collect();
-    assert_eq!(seed_user_data(&lv), squid::cloud_init(8080, &ranges, &[]));
+    assert_eq!(
+        seed_user_data(&lv),
+        squid::cloud_init(
+            8080,
+            &ranges,
+            &[],
+            &squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()
+        )
+    );
 
     let (lv, host) = setup();
     let own = request(UID);

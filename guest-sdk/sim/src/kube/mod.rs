@@ -549,6 +549,31 @@ fn meta_str<'a>(v: &'a Value, field: &str) -> Option<&'a str> {
     v["metadata"][field].as_str().filter(|s| !s.is_empty())
 }
 
+/// A Secret's `stringData` as the API server stores it: each value base64-encoded into
+/// `data` (over a `data` value of the same key), and `stringData` itself never kept.
+fn fold_string_data(body: &mut Value) {
+    use base64::Engine;
+    let Some(obj) = body.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = obj.remove("stringData") else {
+        return;
+    };
+    let data = obj
+        .entry("data")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(data) = data.as_object_mut() {
+        for (k, v) in strings {
+            if let Some(text) = v.as_str() {
+                data.insert(
+                    k,
+                    json!(base64::engine::general_purpose::STANDARD.encode(text)),
+                );
+            }
+        }
+    }
+}
+
 fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
     if !v.is_object() {
         *v = Value::Object(Map::new());
@@ -1099,6 +1124,9 @@ impl Cluster {
             m.insert("generation".into(), json!(1));
         } else {
             m.remove("generation");
+        }
+        if api_version == "v1" && kind_name == "Secret" {
+            fold_string_data(&mut body);
         }
         let is_pod = api_version == "v1" && kind_name == "Pod";
         let is_namespace = api_version == "v1" && kind_name == "Namespace";

@@ -754,3 +754,24 @@ fn the_scale_subresource_writes_spec_replicas_only_and_reads_the_selector() {
     assert_eq!(c.get_scale(&key("a")).unwrap_err().code, 404);
     assert_eq!(c.get_scale(&pool_key("q")).unwrap_err().code, 404);
 }
+
+/// As the API server stores a Secret: `stringData` folded into `data`, base64, and gone.
+#[test]
+fn a_secrets_string_data_is_stored_as_data() {
+    let mut c = cluster();
+    c.create("v1", "Namespace", None, json!({"metadata": {"name": "ns"}}))
+        .ok();
+    let made = c
+        .create(
+            "v1",
+            "Secret",
+            Some("ns"),
+            json!({"metadata": {"name": "s"}, "data": {"kept": "eA==", "both": "eA=="},
+                   "stringData": {"both": "line\n", "new": "y"}}),
+        )
+        .unwrap();
+    assert!(made.get("stringData").is_none(), "{made}");
+    assert_eq!(made["data"]["kept"], "eA==");
+    assert_eq!(made["data"]["both"], "bGluZQo=");
+    assert_eq!(made["data"]["new"], "eQ==");
+}

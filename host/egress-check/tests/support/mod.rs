@@ -138,14 +138,33 @@ pub fn generated_conf_without_opt_in() -> String {
     )
 }
 
-/// Only what this machine forces: where Squid listens, and where it writes its pid file and
-/// logs. Every other line stays as generated.
+/// The `Proxy-Authorization` value of the credential every test Squid's htpasswd holds
+/// (the SDK's fake host's: `fake-proxy` and its password).
+pub fn authorization() -> String {
+    use base64::Engine;
+    let pair = format!("fake-proxy:{}", guest_sdk::fakes::FAKE_PASSWORD);
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// Only what this machine forces: where Squid listens, where it writes its pid file and logs,
+/// and where it reads the htpasswd (a file in `dir`). Every other line stays as generated.
 pub fn for_this_machine(conf: &str, listen: SocketAddr, dir: &Path) -> String {
     let mut replaced: HashMap<&str, usize> = HashMap::new();
     let out: Vec<String> = conf
         .lines()
         .map(|line| {
             let directive = line.split_whitespace().next().unwrap_or_default();
+            if let Some(program) = line.strip_prefix("auth_param basic program ") {
+                let helper = program.split_whitespace().next().unwrap_or_default();
+                *replaced.entry("auth_param basic program").or_default() += 1;
+                return format!(
+                    "auth_param basic program {helper} {}",
+                    dir.join("htpasswd").display()
+                );
+            }
             let new = match directive {
                 "http_port" => format!("http_port {listen}"),
                 "pid_filename" => format!("pid_filename {}", dir.join("squid.pid").display()),
@@ -157,7 +176,13 @@ pub fn for_this_machine(conf: &str, listen: SocketAddr, dir: &Path) -> String {
             new
         })
         .collect();
-    for directive in ["http_port", "pid_filename", "access_log", "cache_log"] {
+    for directive in [
+        "http_port",
+        "pid_filename",
+        "access_log",
+        "cache_log",
+        "auth_param basic program",
+    ] {
         assert_eq!(
             replaced.get(directive),
             Some(&1),
@@ -212,8 +237,14 @@ pub struct Squid {
 }
 
 impl Squid {
+    /// Squid on `conf`, its htpasswd the fake host's ([`authorization`] passes).
     pub fn start(binary: &Path, conf: &str, ip: Ipv4Addr) -> Squid {
+        Self::start_with_htpasswd(binary, conf, ip, guest_sdk::fakes::FAKE_HTPASSWD)
+    }
+
+    pub fn start_with_htpasswd(binary: &Path, conf: &str, ip: Ipv4Addr, htpasswd: &str) -> Squid {
         let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("htpasswd"), htpasswd).unwrap();
         // A file we create is owned by our effective uid: root, or whoever runs the tests.
         let probe = dir.path().join("owner");
         std::fs::write(&probe, "").unwrap();

@@ -311,10 +311,15 @@ fn to_wit(e: KubeError) -> wit::KubeError {
 }
 
 impl CallState {
-    fn kube_denied(&self, kind: &str, namespace: Option<&str>) -> Option<wit::KubeError> {
+    fn kube_denied(
+        &self,
+        verb: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Option<wit::KubeError> {
         let why = match &self.grants.kube {
             None => Some("no kube grant".to_string()),
-            Some(g) => g.deny_reason(kind, namespace),
+            Some(g) => g.deny_reason_for(verb, kind, namespace),
         };
         why.map(|m| {
             tracing::warn!(provider = %self.provider, kind, namespace = namespace.unwrap_or(""), "kube call denied: {m}");
@@ -334,7 +339,7 @@ impl CallState {
     ) -> Result<Vec<Option<String>>, wit::KubeError> {
         let Some(grant) = self.grants.kube.clone() else {
             return Err(self
-                .kube_denied(&options.kind, options.namespace.as_deref())
+                .kube_denied("list", &options.kind, options.namespace.as_deref())
                 .unwrap_or_else(|| to_wit(KubeError::new(0, "Denied", "no kube grant"))));
         };
         let namespaces: Vec<Option<String>> = match (&options.namespace, grant.cluster_scope) {
@@ -343,7 +348,7 @@ impl CallState {
             (None, false) => grant.namespaces.iter().cloned().map(Some).collect(),
         };
         for ns in &namespaces {
-            if let Some(e) = self.kube_denied(&options.kind, ns.as_deref()) {
+            if let Some(e) = self.kube_denied("list", &options.kind, ns.as_deref()) {
                 return Err(e);
             }
         }
@@ -353,7 +358,7 @@ impl CallState {
 
 impl wit::Host for CallState {
     async fn get(&mut self, target: wit::ObjectRef) -> Result<String, wit::KubeError> {
-        if let Some(e) = self.kube_denied(&target.kind, target.namespace.as_deref()) {
+        if let Some(e) = self.kube_denied("get", &target.kind, target.namespace.as_deref()) {
             return Err(e);
         }
         let r = to_ref(&target);
@@ -376,7 +381,7 @@ impl wit::Host for CallState {
         namespace: Option<String>,
         body: String,
     ) -> Result<String, wit::KubeError> {
-        if let Some(e) = self.kube_denied(&kind, namespace.as_deref()) {
+        if let Some(e) = self.kube_denied("create", &kind, namespace.as_deref()) {
             return Err(e);
         }
         let body: Value = serde_json::from_str(&body).map_err(|e| wit::KubeError {
@@ -415,7 +420,7 @@ impl wit::Host for CallState {
     }
 
     async fn delete(&mut self, target: wit::ObjectRef) -> Result<(), wit::KubeError> {
-        if let Some(e) = self.kube_denied(&target.kind, target.namespace.as_deref()) {
+        if let Some(e) = self.kube_denied("delete", &target.kind, target.namespace.as_deref()) {
             return Err(e);
         }
         let r = to_ref(&target);
@@ -541,7 +546,7 @@ impl wit::Host for CallState {
         target: wit::ObjectRef,
         merge_patch: String,
     ) -> Result<String, wit::KubeError> {
-        if let Some(e) = self.kube_denied(&target.kind, target.namespace.as_deref()) {
+        if let Some(e) = self.kube_denied("patch", &target.kind, target.namespace.as_deref()) {
             return Err(e);
         }
         let patch: Value = serde_json::from_str(&merge_patch).map_err(|e| wit::KubeError {

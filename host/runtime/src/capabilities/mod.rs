@@ -3,6 +3,7 @@
 //! record mutating calls as plan steps, and call the backend.
 
 pub mod clock;
+pub mod credentials;
 pub mod gce_sim;
 pub mod google_auth;
 pub mod http;

@@ -1,0 +1,273 @@
+//! Where each Proxy's credential lives: made when its first instance is created, kept for the
+//! Proxy's life (keyed by its UID, so a Proxy deleted and made again under the same name gets
+//! a new one), read by the egress check and by discovery. The operator keeps them in a Secret
+//! per Proxy; the CLI in a file beside its state ([`FileCredentials`]); a dry-run in memory.
+
+use egress_core::Proxy;
+use egress_core::credential::ProxyCredential;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// A Proxy's credential, made on first use.
+#[async_trait::async_trait]
+pub trait CredentialSource: Send + Sync {
+    /// The credential of `proxy`, made and stored if it has none. The error names what
+    /// failed, never a password.
+    async fn credential(&self, proxy: &Proxy) -> Result<ProxyCredential, String>;
+
+    /// Forgets the credentials of every Proxy whose UID is not in `keep`, where the store
+    /// is one a run owns (the CLI's file); a store shared with others ignores it.
+    fn retain(&self, _keep: &std::collections::BTreeSet<String>) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The htpasswd line of `credential` for a create of `proxy`: under a fresh salt.
+    fn htpasswd(&self, _proxy: &Proxy, credential: &ProxyCredential) -> Option<String> {
+        crate::capabilities::credentials::htpasswd(credential)
+    }
+}
+
+/// A dry-run's: each Proxy's credential and salt derived from its UID, so a plan (which
+/// records the bytes a seed volume holds by their digest) is the same on every run. Never
+/// for proxies that exist: anyone who knows a UID knows the password.
+#[derive(Default)]
+pub struct SimulatedCredentials;
+
+fn derived<const N: usize>(what: &str, uid: &str) -> [u8; N] {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{what}/{uid}").as_bytes());
+    let mut out = [0u8; N];
+    for (o, d) in out.iter_mut().zip(digest.iter().cycle()) {
+        *o = *d;
+    }
+    out
+}
+
+#[async_trait::async_trait]
+impl CredentialSource for SimulatedCredentials {
+    async fn credential(&self, proxy: &Proxy) -> Result<ProxyCredential, String> {
+        Ok(ProxyCredential::from_entropy(
+            &proxy.metadata.name,
+            &derived("simulated-password", &proxy.uid()),
+        ))
+    }
+
+    fn htpasswd(&self, proxy: &Proxy, credential: &ProxyCredential) -> Option<String> {
+        Some(credential.htpasswd(&derived("simulated-salt", &proxy.uid())))
+    }
+}
+
+fn fresh(proxy: &Proxy) -> Result<ProxyCredential, String> {
+    crate::capabilities::credentials::fresh(&proxy.metadata.name)
+        .ok_or_else(|| "the operating system gave no randomness for a password".to_string())
+}
+
+/// In memory only, random: a real run that keeps no state.
+#[derive(Default)]
+pub struct MemoryCredentials {
+    by_uid: Mutex<BTreeMap<String, ProxyCredential>>,
+}
+
+#[async_trait::async_trait]
+impl CredentialSource for MemoryCredentials {
+    async fn credential(&self, proxy: &Proxy) -> Result<ProxyCredential, String> {
+        let uid = proxy.uid();
+        if let Some(c) = self.lock().get(&uid) {
+            return Ok(c.clone());
+        }
+        let made = fresh(proxy)?;
+        Ok(self.lock().entry(uid).or_insert(made).clone())
+    }
+}
+
+impl MemoryCredentials {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ProxyCredential>> {
+        self.by_uid.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One stored credential: the Proxy it belongs to (`namespace/name`, for people reading the
+/// file) and the credential.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StoredCredential {
+    pub proxy: String,
+    #[serde(flatten)]
+    pub credential: ProxyCredential,
+}
+
+/// The CLI's credentials file, `STATE.credentials` beside the state file: YAML, by Proxy UID,
+/// readable by its owner only, rewritten whole (a synced temporary file renamed into place)
+/// whenever a credential is made or forgotten, which happens once per Proxy, not per step.
+/// Apart from the state file so the state can be read, shared or attached to a report
+/// without handing out working proxy passwords.
+pub struct FileCredentials {
+    path: PathBuf,
+    by_uid: Mutex<BTreeMap<String, StoredCredential>>,
+}
+
+impl FileCredentials {
+    /// The file beside `state`.
+    pub fn path_for(state: &Path) -> PathBuf {
+        let mut name = state.file_name().unwrap_or_default().to_os_string();
+        name.push(".credentials");
+        state.with_file_name(name)
+    }
+
+    /// Reads the file (none yet: empty). The error names the file.
+    pub fn open(path: PathBuf) -> Result<Self, String> {
+        let by_uid = match std::fs::read_to_string(&path) {
+            Ok(text) => serde_yaml::from_str(&text)
+                .map_err(|e| format!("{}: not a credentials file: {e}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        Ok(Self {
+            path,
+            by_uid: Mutex::new(by_uid),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The credential of the Proxy with `uid`, if one was made.
+    pub fn get(&self, uid: &str) -> Option<ProxyCredential> {
+        self.lock().get(uid).map(|s| s.credential.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, StoredCredential>> {
+        self.by_uid.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self, map: &BTreeMap<String, StoredCredential>) -> Result<(), String> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let fail = |e: std::io::Error| format!("{}: {e}", self.path.display());
+        let text = serde_yaml::to_string(map).map_err(|e| format!("credentials: {e}"))?;
+        let mut tmp_name = self.path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(".tmp");
+        let tmp = self.path.with_file_name(tmp_name);
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(fail)?;
+        f.write_all(text.as_bytes()).map_err(fail)?;
+        f.sync_all().map_err(fail)?;
+        std::fs::rename(&tmp, &self.path).map_err(fail)
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialSource for FileCredentials {
+    /// Those whose Proxies are gone with their instances.
+    fn retain(&self, keep: &std::collections::BTreeSet<String>) -> Result<(), String> {
+        let mut map = self.lock();
+        let before = map.len();
+        map.retain(|uid, _| keep.contains(uid));
+        if map.len() == before {
+            return Ok(());
+        }
+        self.write(&map)
+    }
+
+    async fn credential(&self, proxy: &Proxy) -> Result<ProxyCredential, String> {
+        let uid = proxy.uid();
+        let mut map = self.lock();
+        if let Some(c) = map.get(&uid) {
+            return Ok(c.credential.clone());
+        }
+        let made = fresh(proxy)?;
+        map.insert(
+            uid.clone(),
+            StoredCredential {
+                proxy: proxy.key(),
+                credential: made.clone(),
+            },
+        );
+        // Stored before any instance can hold it: a run cut off after the create still
+        // knows the password of the proxy it made.
+        if let Err(e) = self.write(&map) {
+            map.remove(&uid);
+            return Err(e);
+        }
+        Ok(made)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::credential_store::CredentialSource;
+
+    fn proxy(name: &str) -> Proxy {
+        serde_yaml::from_str(&format!(
+            "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: {name}, namespace: ns}}\nspec: {{provider: p}}\n"
+        ))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_file_keeps_each_proxys_credential_private_and_across_opens() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = FileCredentials::path_for(&dir.path().join("state.yaml"));
+        assert_eq!(path, dir.path().join("state.yaml.credentials"));
+        let file = FileCredentials::open(path.clone()).unwrap();
+        let a = file.credential(&proxy("a")).await.unwrap();
+        let b = file.credential(&proxy("b")).await.unwrap();
+        assert_ne!(a.password, b.password);
+        assert_eq!(a.username, "a");
+        assert_eq!(file.credential(&proxy("a")).await.unwrap(), a);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let again = FileCredentials::open(path.clone()).unwrap();
+        assert_eq!(again.credential(&proxy("a")).await.unwrap(), a);
+        assert_eq!(again.get(&proxy("b").uid()), Some(b));
+        again
+            .retain(&[proxy("a").uid()].into_iter().collect())
+            .unwrap();
+        let last = FileCredentials::open(path.clone()).unwrap();
+        assert_eq!(last.get(&proxy("a").uid()), Some(a));
+        assert_eq!(last.get(&proxy("b").uid()), None);
+        std::fs::write(&path, "not: [a credentials file").unwrap();
+        let e = FileCredentials::open(path.clone()).err().unwrap();
+        assert!(e.starts_with(&path.display().to_string()), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_simulated_credential_is_the_same_on_every_run_and_distinct_per_proxy() {
+        let s = SimulatedCredentials;
+        let a = s.credential(&proxy("a")).await.unwrap();
+        assert_eq!(
+            SimulatedCredentials.credential(&proxy("a")).await.unwrap(),
+            a
+        );
+        assert_ne!(s.credential(&proxy("b")).await.unwrap(), a);
+        let line = s.htpasswd(&proxy("a"), &a).unwrap();
+        assert_eq!(
+            SimulatedCredentials.htpasswd(&proxy("a"), &a).unwrap(),
+            line
+        );
+        assert!(egress_core::credential::htpasswd_accepts(
+            &line,
+            "a",
+            &a.password
+        ));
+    }
+
+    #[tokio::test]
+    async fn memory_keeps_one_credential_per_proxy() {
+        let m = MemoryCredentials::default();
+        let a = m.credential(&proxy("a")).await.unwrap();
+        assert_eq!(m.credential(&proxy("a")).await.unwrap(), a);
+        assert_ne!(m.credential(&proxy("b")).await.unwrap(), a);
+    }
+}
