@@ -19,7 +19,9 @@ pub const FINALIZER: &str = "crawl.example.com/egress-proxies";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kube API: {0}")]
+    /// Shown as the API's code and reason only: its message may quote the object sent (an
+    /// invalid field's value: the cloud-init), and this text reaches the log.
+    #[error("kube API: {}", brief(.0))]
     Kube(#[source] kube::Error),
     #[error("the Proxy has no namespace")]
     NoNamespace,
@@ -75,7 +77,7 @@ impl CloudInitSource for SecretCloudInit {
 }
 
 /// An API error without the response body, which could echo request content.
-fn brief(e: &kube::Error) -> String {
+pub(crate) fn brief(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} {}", s.code, s.reason),
         other => other.to_string(),

@@ -44,7 +44,9 @@ pub struct PoolContext {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kube API: {0}")]
+    /// As the Proxy controller shows it: the API's code and reason, never its message, which
+    /// may quote the object sent (a member's template, its cloud-init).
+    #[error("kube API: {}", crate::controller::brief(.0))]
     Kube(#[source] kube::Error),
     #[error("the ProxyPool has no namespace")]
     NoNamespace,
@@ -489,6 +491,29 @@ pub fn error_policy(_pool: Arc<ProxyPool>, error: &Error, _ctx: Arc<PoolContext>
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// An API error quoting what was sent reaches the log as its code and reason only, in the
+    /// pool controller as in the Proxy controller.
+    #[test]
+    fn an_api_error_is_logged_without_what_it_quotes() {
+        let api = || {
+            kube::Error::Api(
+                kube::core::Status::failure(
+                    "Proxy.crawl.example.com \"p\" is invalid: spec.cloudInit: Invalid value: \"#cloud-config password: hunter2\"",
+                    "Invalid",
+                )
+                .with_code(422)
+                .boxed(),
+            )
+        };
+        for text in [
+            Error::Kube(api()).to_string(),
+            crate::controller::Error::Kube(api()).to_string(),
+        ] {
+            assert_eq!(text, "kube API: 422 Invalid");
+            assert!(!text.contains("hunter2"));
+        }
+    }
 
     #[test]
     fn a_condition_keeps_its_transition_time_while_its_status_holds() {
