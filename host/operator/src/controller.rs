@@ -39,6 +39,9 @@ impl Error {
     }
 }
 
+/// The label a Secret needs before a Proxy's `cloudInitSecretRef` may name it.
+pub const CLOUD_INIT_LABEL: &str = "egress-proxies.crawl.example.com/cloud-init";
+
 /// Reads `cloudInitSecretRef` from the Proxy's namespace at create time. The content goes to
 /// the provider call and nowhere else.
 pub struct SecretCloudInit {
@@ -57,6 +60,21 @@ impl CloudInitSource for SecretCloudInit {
             .get(&r.name)
             .await
             .map_err(|e| format!("Secret {}/{}: {}", self.namespace, r.name, brief(&e)))?;
+        // Only a Secret its namespace marked for the purpose: the operator may read every
+        // Secret, and whoever may create a Proxy must not copy one of them into a VM's user
+        // data (where the VM, and whoever can read its metadata, sees it).
+        let marked = secret
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(CLOUD_INIT_LABEL))
+            .is_some_and(|v| v == "true");
+        if !marked {
+            return Err(format!(
+                "Secret {}/{} is not marked for cloud-init: label it {CLOUD_INIT_LABEL}=true to let Proxies use it",
+                self.namespace, r.name
+            ));
+        }
         let bytes = secret
             .data
             .as_ref()

@@ -59,7 +59,9 @@ pub struct ProxySpec {
     /// cloud-init that installs Squid on `port` for the provider's allowedSourceCIDRs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_init: Option<String>,
-    /// Cloud-init user data from a Secret in the Proxy's namespace, read at create time.
+    /// Cloud-init user data from a Secret in the Proxy's namespace, read at create time. The
+    /// Secret must carry the label `egress-proxies.crawl.example.com/cloud-init: "true"`, so a
+    /// Proxy can copy into user data only what its namespace marked for the purpose.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cloud_init_secret_ref: Option<SecretKeyRef>,
 }

@@ -399,9 +399,43 @@ async fn cloud_init_is_read_from_the_secret_and_never_echoed() {
     let e = env(PROVIDERS).await;
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(e.d.client(), "crawlers");
-    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
-        json!({"metadata": {"name": "ci"}, "stringData": {}, "data": {"user-data": b64(SECRET_TEXT)}}),
+    // A Secret its namespace did not mark for cloud-init is refused, naming the label, and
+    // nothing of it goes anywhere.
+    let unmarked: k8s_openapi::api::core::v1::Secret = serde_json::from_value(
+        json!({"metadata": {"name": "db"}, "data": {"user-data": b64(SECRET_TEXT)}}),
     )
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &unmarked)
+        .await
+        .unwrap();
+    e.create_proxy(
+        &[FINALIZER],
+        json!({"cloudInitSecretRef": {"name": "db", "key": "user-data"}}),
+    )
+    .await;
+    e.reconcile().await;
+    assert!(
+        e.pod().is_none(),
+        "an unmarked Secret's content reached a create"
+    );
+    let status = e.status_patches().pop().unwrap();
+    let ready = ready_condition(&status);
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("Secret crawlers/db is not marked for cloud-init")
+            && message.contains("egress-proxies.crawl.example.com/cloud-init=true"),
+        "{ready}"
+    );
+    assert!(!status.to_string().contains("SENTINEL"));
+
+    let e = env(PROVIDERS).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(e.d.client(), "crawlers");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "ci", "labels": {"egress-proxies.crawl.example.com/cloud-init": "true"}},
+        "stringData": {}, "data": {"user-data": b64(SECRET_TEXT)}
+    }))
     .unwrap();
     secrets
         .create(&PostParams::default(), &secret)
