@@ -111,6 +111,12 @@ pub struct FakeHost {
 /// The htpasswd a [`FakeHost`] hands a create by default: a real SHA-512 crypt line, of the
 /// password [`FAKE_PASSWORD`] for the user `fake-proxy`.
 pub const FAKE_HTPASSWD: &str = "fake-proxy:$6$rounds=5000$c2FsdHNhbHRzYWx0$rSyUEPQAK88gypcRYg.Y.4GYNwDN102Wi6hBfRorG9Wq444M3Gl0vwpfyybmqMEdYHL/iNgqzRF4ic.0TBNne1\n";
+/// [`FAKE_HTPASSWD`], checked: what a test hands a generator that takes an htpasswd.
+pub fn fake_htpasswd() -> crate::squid::Htpasswd {
+    crate::squid::Htpasswd::parse(FAKE_HTPASSWD)
+        .unwrap_or_else(|_| crate::squid::Htpasswd::nobody())
+}
+
 /// The password [`FAKE_HTPASSWD`] accepts.
 pub const FAKE_PASSWORD: &str = "fake-password-of-the-fake-proxy";
 

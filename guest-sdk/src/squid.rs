@@ -901,7 +901,7 @@ mod tests {
     }
 
     fn htpasswd() -> Htpasswd {
-        Htpasswd::parse(crate::fakes::FAKE_HTPASSWD).unwrap()
+        crate::fakes::fake_htpasswd()
     }
 
     /// The host's htpasswd reaches a file or a YAML block only as `user:$id$…` lines: a

@@ -311,7 +311,7 @@ fn cloud_init_is_yaml_that_writes_exactly_the_conf() {
                 port,
                 &allowed,
                 &destinations,
-                &guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap(),
+                &guest_sdk::fakes::fake_htpasswd(),
             );
             prop_assert!(text.starts_with("#cloud-config\n"));
             let doc: serde_yaml::Value = serde_yaml::from_str(&text)

@@ -155,7 +155,7 @@ fn kvm_default_user_data() -> String {
     provider_libvirt::seed::user_data(
         &cfg,
         &request(None),
-        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+        Some(&guest_sdk::fakes::fake_htpasswd()),
     )
     .into_owned()
 }
@@ -198,7 +198,7 @@ fn gcp_default_user_data() -> String {
         &cfg,
         &req,
         &at,
-        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+        Some(&guest_sdk::fakes::fake_htpasswd()),
     );
     body["metadata"]["items"][0]["value"]
         .as_str()

@@ -530,7 +530,7 @@ fn kvm_user_data(opt_in: bool) -> String {
     provider_libvirt::seed::user_data(
         &cfg,
         &request(PROXY_PORT, None),
-        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+        Some(&guest_sdk::fakes::fake_htpasswd()),
     )
     .into_owned()
 }
@@ -561,7 +561,7 @@ fn gcp_user_data(opt_in: bool) -> String {
         &cfg,
         &req,
         &at,
-        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+        Some(&guest_sdk::fakes::fake_htpasswd()),
     );
     let items = body["metadata"]["items"].as_array().unwrap();
     items

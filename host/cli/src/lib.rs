@@ -763,11 +763,7 @@ pub async fn run_reconcile_watch(
     let credentials: Arc<dyn egress_runtime::credential_store::CredentialSource> = if req.dry_run {
         Arc::new(egress_runtime::credential_store::SimulatedCredentials)
     } else {
-        credentials_for(
-            req.driver_options(String::new(), None)
-                .state_path
-                .as_deref(),
-        )?
+        credentials_for(req.state.as_deref())?
     };
     loop {
         // An unreadable file (mid-rename, removed) is refused, never read as "no Proxies".

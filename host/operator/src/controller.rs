@@ -104,20 +104,31 @@ pub(crate) fn brief(e: &kube::Error) -> String {
 
 /// The status as a merge patch that also clears the fields the new status no longer has.
 pub fn status_patch(status: &egress_core::ProxyStatus) -> Value {
-    clearing_patch(status)
+    static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    clearing_patch(
+        status,
+        FIELDS.get_or_init(schema_fields::<egress_core::ProxyStatus>),
+    )
 }
 
-/// `{"status": status}` as a merge patch in which every field of the status's schema it
-/// leaves out is sent as null: a field the new status no longer has is cleared, and a field
-/// added to the status is cleared too without a list to keep up by hand.
-pub fn clearing_patch<T: serde::Serialize + schemars::JsonSchema>(status: &T) -> Value {
-    let schema = schemars::schema_for!(T);
+/// The property names of `T`'s schema: every field its status may carry. Computed once per
+/// type by the caller (a schema is built from scratch each time, and patches are written on
+/// every change of every Proxy).
+pub fn schema_fields<T: schemars::JsonSchema>() -> Vec<String> {
+    schemars::schema_for!(T)
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// `{"status": status}` as a merge patch in which every one of `fields` (the status schema's,
+/// [`schema_fields`]) it leaves out is sent as null: a field the new status no longer has is
+/// cleared, and a field added to the status is cleared too without a list to keep up by hand.
+pub fn clearing_patch<T: serde::Serialize>(status: &T, fields: &[String]) -> Value {
     let mut v = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
-    if let (Some(map), Some(fields)) = (
-        v.as_object_mut(),
-        schema.get("properties").and_then(Value::as_object),
-    ) {
-        for key in fields.keys() {
+    if let Some(map) = v.as_object_mut() {
+        for key in fields {
             map.entry(key.clone()).or_insert(Value::Null);
         }
     }
@@ -237,6 +248,7 @@ async fn reconcile_in_span(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Actio
                 .map_err(Error::Kube)?;
         }
         ctx.forget(&key);
+        ctx.credentials.forget(&core.uid());
         ctx.metrics.reconciled("ok");
         return Ok(Action::await_change());
     }

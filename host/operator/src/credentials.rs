@@ -79,10 +79,7 @@ impl SecretCredentials {
 
 /// An API error without its body (which could echo the request: the password).
 fn brief(what: &str, e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{what}: {} {}", s.code, s.reason),
-        _ => format!("{what}: the API server could not be reached"),
-    }
+    format!("{what}: {}", crate::controller::brief(e))
 }
 
 #[async_trait::async_trait]
@@ -110,8 +107,7 @@ impl CredentialSource for SecretCredentials {
             Ok(None) => {}
             Err(e) => return Err(brief(&what, &e)),
         }
-        let made = egress_runtime::capabilities::credentials::fresh(&proxy.metadata.name)
-            .ok_or_else(|| "the operating system gave no randomness for a password".to_string())?;
+        let made = egress_runtime::credential_store::fresh(proxy)?;
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(name.clone()),

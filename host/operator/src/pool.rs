@@ -146,7 +146,11 @@ fn stamp(status: &mut PoolStatus, old: &PoolStatus, generation: Option<i64>, now
 /// The status as a merge patch that also clears the fields the new status no longer has
 /// (`distinctEgressIPs` falling to 0 among them).
 fn status_patch(status: &PoolStatus) -> Value {
-    crate::controller::clearing_patch(status)
+    static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    crate::controller::clearing_patch(
+        status,
+        FIELDS.get_or_init(crate::controller::schema_fields::<PoolStatus>),
+    )
 }
 
 /// The serialised label selector of pool `name`'s Proxies, as the scale subresource carries it.

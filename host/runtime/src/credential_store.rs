@@ -59,7 +59,8 @@ impl CredentialSource for SimulatedCredentials {
     }
 }
 
-fn fresh(proxy: &Proxy) -> Result<ProxyCredential, String> {
+/// A new random credential for `proxy`; the error says the system had no randomness.
+pub fn fresh(proxy: &Proxy) -> Result<ProxyCredential, String> {
     crate::capabilities::credentials::fresh(&proxy.metadata.name)
         .ok_or_else(|| "the operating system gave no randomness for a password".to_string())
 }

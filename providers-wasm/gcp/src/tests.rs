@@ -177,7 +177,7 @@ fn insert_request_external() {
         &cfg,
         &r,
         &at,
-        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap())
+        Some(&guest_sdk::fakes::fake_htpasswd())
     ));
 }
 
@@ -196,7 +196,7 @@ fn insert_request_internal() {
         &cfg,
         &r,
         &at,
-        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+        Some(&guest_sdk::fakes::fake_htpasswd()),
     );
     assert!(body["networkInterfaces"][0].get("accessConfigs").is_none());
     insta::assert_json_snapshot!(body);
@@ -220,7 +220,7 @@ fn user_data_is_the_generated_squid_unless_the_proxy_brings_cloud_init() {
         &cfg,
         &r,
         &at,
-        Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()),
+        Some(&guest_sdk::fakes::fake_htpasswd()),
     );
     assert_eq!(body["metadata"]["items"][0]["key"], "user-data");
     assert_eq!(
@@ -229,19 +229,14 @@ fn user_data_is_the_generated_squid_unless_the_proxy_brings_cloud_init() {
             8080,
             &cfg.allowed_source_cidrs,
             &[],
-            &guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()
+            &guest_sdk::fakes::fake_htpasswd()
         )
     );
     assert_eq!(
         insert::curated(&body)["metadata"]["items"][0]["value"],
         format!(
             "<{} bytes>",
-            insert::user_data(
-                &cfg,
-                &r,
-                Some(&guest_sdk::squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap())
-            )
-            .len()
+            insert::user_data(&cfg, &r, Some(&guest_sdk::fakes::fake_htpasswd())).len()
         ),
         "logged by size only, like a Proxy's own"
     );

@@ -700,12 +700,7 @@ fn the_seed_carries_the_generated_squid_unless_the_proxy_brings_cloud_init() {
         .collect();
     assert_eq!(
         seed_user_data(&lv),
-        squid::cloud_init(
-            8080,
-            &ranges,
-            &[],
-            &squid::Htpasswd::parse(guest_sdk::fakes::FAKE_HTPASSWD).unwrap()
-        )
+        squid::cloud_init(8080, &ranges, &[], &guest_sdk::fakes::fake_htpasswd())
     );
 
     let (lv, host) = setup();
