@@ -258,7 +258,7 @@ fn deploy_kustomization_builds() {
     assert_eq!(
         crawler["rules"],
         serde_yaml::from_str::<serde_yaml::Value>(
-            "[{apiGroups: [crawl.example.com], resources: [proxypools/proxies], verbs: [get]}]"
+            "[{apiGroups: [crawl.example.com], resources: [proxypools/proxies], verbs: [get]}, {apiGroups: [crawl.example.com], resources: [proxypools/leases], verbs: [get, create]}]"
         )
         .unwrap()
     );

@@ -92,6 +92,9 @@ impl StoredProxy {
             zone: self.zone.as_deref(),
             pool: self.pool.as_deref(),
             cordoned: self.cordoned,
+            // The CLI's state holds no drains or leases yet: its runs lease nothing.
+            draining: false,
+            exclusively_leased: false,
             status: &self.status,
         }
     }

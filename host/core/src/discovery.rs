@@ -10,6 +10,11 @@ use serde::Serialize;
 pub const POOL_LABEL: &str = "crawl.example.com/pool";
 /// The annotation that takes a Proxy out of discovery at once (and makes its pool replace it).
 pub const CORDON_ANNOTATION: &str = "crawl.example.com/cordon";
+/// RFC 3339: the pool drains this Proxy (out of discovery, no new leases) and deletes it once
+/// its leases end, or at this time, whichever is first.
+pub const RETIRE_AT_ANNOTATION: &str = "crawl.example.com/retire-at";
+/// Why the pool drains it ([`crate::pool::DeleteReason`]).
+pub const RETIRE_REASON_ANNOTATION: &str = "crawl.example.com/retire-reason";
 
 /// One Proxy as discovery sees it.
 #[derive(Debug, Clone)]
@@ -21,6 +26,10 @@ pub struct Candidate<'a> {
     pub zone: Option<&'a str>,
     pub pool: Option<&'a str>,
     pub cordoned: bool,
+    /// Draining (retire-at set): on its way out, so no one new is handed it.
+    pub draining: bool,
+    /// Held by an exclusive lease now: its holder's alone.
+    pub exclusively_leased: bool,
     pub status: &'a ProxyStatus,
     /// The proxy's credential, when the caller may have it.
     pub credential: Option<&'a crate::credential::ProxyCredential>,
@@ -93,7 +102,7 @@ pub fn discover<'a>(
 ) -> Vec<Discovered> {
     let usable: Vec<Candidate<'a>> = candidates
         .into_iter()
-        .filter(|c| !c.cordoned && ready_is_true(c.status))
+        .filter(|c| !c.cordoned && !c.draining && ready_is_true(c.status))
         .collect();
     let mut egress_uses: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     for c in &usable {
@@ -103,39 +112,47 @@ pub fn discover<'a>(
     }
     usable
         .iter()
-        .filter(|c| filter.keeps(c))
+        .filter(|c| filter.keeps(c) && !c.exclusively_leased)
         .filter_map(|c| {
-            let ip = c.status.ip.as_deref()?;
-            // What the instance serves and where it runs, whatever the spec says now.
-            let served = c.status.instance_spec.as_ref();
-            let port = served.map_or(c.port, |i| i.port);
-            let zone = served.and_then(|i| i.placement.zone.as_deref()).or(c.zone);
-            let url = match c.credential {
-                Some(cred) => cred.url(ip, port),
-                // An IPv6 address needs brackets in a URL.
-                None if ip.contains(':') => format!("http://[{ip}]:{port}"),
-                None => format!("http://{ip}:{port}"),
-            };
-            Some(Discovered {
-                namespace: c.namespace.to_string(),
-                name: c.name.to_string(),
-                provider: c.provider.to_string(),
-                url,
-                username: c.credential.map(|x| x.username.clone()),
-                password: c.credential.map(|x| x.password.clone()),
-                egress_ip: c.status.egress_ip.clone(),
-                egress_shared: c
-                    .status
-                    .egress_ip
-                    .as_deref()
-                    .is_some_and(|e| egress_uses.get(e).is_some_and(|&n| n > 1)),
-                zone: zone.map(str::to_string),
-                pool: c.pool.map(str::to_string),
-                verified_at: c.status.egress_verified_at.clone(),
-                latency_ms: c.status.egress_latency_ms,
-            })
+            let shared = c
+                .status
+                .egress_ip
+                .as_deref()
+                .is_some_and(|e| egress_uses.get(e).is_some_and(|&n| n > 1));
+            describe(c, shared)
         })
         .collect()
+}
+
+/// One proxy as a crawler is handed it, usable or not (a lease's holder is told of its
+/// proxies however they are now); None without an address. `egress_shared` as [`discover`]
+/// judges it.
+pub fn describe(c: &Candidate<'_>, egress_shared: bool) -> Option<Discovered> {
+    let ip = c.status.ip.as_deref()?;
+    // What the instance serves and where it runs, whatever the spec says now.
+    let served = c.status.instance_spec.as_ref();
+    let port = served.map_or(c.port, |i| i.port);
+    let zone = served.and_then(|i| i.placement.zone.as_deref()).or(c.zone);
+    let url = match c.credential {
+        Some(cred) => cred.url(ip, port),
+        // An IPv6 address needs brackets in a URL.
+        None if ip.contains(':') => format!("http://[{ip}]:{port}"),
+        None => format!("http://{ip}:{port}"),
+    };
+    Some(Discovered {
+        namespace: c.namespace.to_string(),
+        name: c.name.to_string(),
+        provider: c.provider.to_string(),
+        url,
+        username: c.credential.map(|x| x.username.clone()),
+        password: c.credential.map(|x| x.password.clone()),
+        egress_ip: c.status.egress_ip.clone(),
+        egress_shared,
+        zone: zone.map(str::to_string),
+        pool: c.pool.map(str::to_string),
+        verified_at: c.status.egress_verified_at.clone(),
+        latency_ms: c.status.egress_latency_ms,
+    })
 }
 
 /// One URL a line (`http://USER:PASSWORD@IP:PORT`), the form crawler middlewares read.
@@ -178,6 +195,8 @@ mod tests {
             zone: Some("z1"),
             pool: (name == "p").then_some("web"),
             cordoned: name == "cordoned",
+            draining: name == "draining",
+            exclusively_leased: name == "leased",
             status: s,
             credential: None,
         }
@@ -210,6 +229,7 @@ mod tests {
         assert!(!format!("{list:?}").contains(&cred.password));
     }
 
+    /// Not Ready, cordoned, draining and exclusively leased proxies are not listed.
     #[test]
     fn only_ready_uncordoned_proxies_that_match_are_listed() {
         let ready = status(true, "10.0.0.1");
@@ -219,6 +239,8 @@ mod tests {
             cand("a", "k8s", &ready),
             cand("b", "k8s", &not_ready),
             cand("cordoned", "k8s", &ready),
+            cand("draining", "k8s", &ready),
+            cand("leased", "k8s", &ready),
             cand("v6", "gce", &v6),
             cand("p", "gce", &ready),
         ];

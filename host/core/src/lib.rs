@@ -8,6 +8,7 @@ pub mod discovery;
 pub mod egress;
 pub mod gc;
 pub mod instance;
+pub mod lease;
 pub mod name;
 pub mod pool;
 pub mod proxy;

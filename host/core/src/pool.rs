@@ -77,7 +77,36 @@ pub struct PoolSpec {
     /// discovery either way.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub distinct_egress: bool,
+    /// How its proxies are leased (`POST /v1/leases`): the shared bound, the longest ttl.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leases: Option<crate::lease::LeasePolicy>,
+    /// How long a leased member that rotation, a rollout, a scale-down or a cordon retires may
+    /// drain (out of discovery, no new leases, its replacement made first) before it goes
+    /// although a lease still holds it; default 30m. A member that fails its check is not
+    /// drained: it goes at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<String>,
 }
+
+impl PoolSpec {
+    /// `spec.leases`, or its defaults.
+    pub fn lease_policy(&self) -> crate::lease::LeasePolicy {
+        self.leases.clone().unwrap_or_default()
+    }
+}
+
+/// The pool's `drainTimeout`, parsed (its default when absent or unreadable).
+pub fn drain_timeout(s: &PoolSpec) -> Duration {
+    s.drain_timeout
+        .as_deref()
+        .and_then(|a| crate::config::parse_duration(a).ok())
+        .unwrap_or(crate::lease::DEFAULT_DRAIN_TIMEOUT)
+}
+
+/// Proxies a lease lost, kept in the pool's status this long for their holders to read.
+pub const LOST_KEPT: Duration = Duration::from_secs(3600);
+/// ... and at most this many.
+pub const LOST_KEPT_MAX: usize = 64;
 
 /// With `distinctEgress`, how many members in a row a placement may give an address an
 /// older member has before it is degraded (its share lent to the others, one probe kept,
@@ -222,6 +251,18 @@ pub struct PoolStatus {
     /// Each placement's counts and share, in the spec's order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placements: Vec<PlacementStatus>,
+    /// Members a lease holds now (they count toward the floor while they serve).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub leased_replicas: u32,
+    /// Members draining: retired but kept for their leases, until they end or drainTimeout
+    /// (they count toward neither replicas nor the floor).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub draining_replicas: u32,
+    /// Proxies leases lost without a drain in the last hour (a member that failed its check
+    /// goes at once; a drain that reached drainTimeout), so their holders learn why; newest
+    /// last, at most LOST_KEPT_MAX.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost_leases: Vec<crate::lease::LostProxy>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -371,6 +412,34 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
     {
         problems.push(format!("spec.spillAfter: {m}"));
     }
+    if let Some(a) = &s.drain_timeout {
+        match crate::config::parse_duration(a) {
+            Ok(d) if d.is_zero() => {
+                problems.push("spec.drainTimeout: must be longer than 0".into());
+            }
+            Ok(_) => {}
+            Err(m) => problems.push(format!("spec.drainTimeout: {m}")),
+        }
+    }
+    if let Some(l) = &s.leases {
+        if l.max_shared == 0 {
+            problems.push("spec.leases.maxShared: must be at least 1".into());
+        }
+        let max = crate::config::parse_duration(&l.max_ttl)
+            .map_err(|m| problems.push(format!("spec.leases.maxTTL: {m}")))
+            .ok();
+        let default = crate::config::parse_duration(&l.default_ttl)
+            .map_err(|m| problems.push(format!("spec.leases.defaultTTL: {m}")))
+            .ok();
+        if let (Some(max), Some(default)) = (max, default)
+            && default > max
+        {
+            problems.push(format!(
+                "spec.leases.defaultTTL: {} is longer than maxTTL ({})",
+                l.default_ttl, l.max_ttl
+            ));
+        }
+    }
     problems
 }
 
@@ -492,6 +561,27 @@ pub struct Member {
     pub egress_ip: Option<String>,
     /// Why it cannot be created now, if so.
     pub failure: Option<MemberFailure>,
+    /// The leases recorded on it: (id, Unix seconds of its end), expired ones included (the
+    /// decision judges them against its `now`).
+    pub leases: Vec<(String, i64)>,
+    /// Draining since the pool retired it: Unix seconds of its retirement at the latest, and
+    /// why. Neither counted nor chosen again; deleted once its leases end or by then.
+    pub retiring: Option<(i64, DeleteReason)>,
+}
+
+impl Member {
+    /// Whether a lease holds it at `now`.
+    pub fn leased(&self, now: i64) -> bool {
+        self.leases.iter().any(|(_, end)| *end > now)
+    }
+
+    /// The ids of the leases that hold it at `now`.
+    fn live_leases(&self, now: i64) -> impl Iterator<Item = &str> {
+        self.leases
+            .iter()
+            .filter(move |(_, end)| *end > now)
+            .map(|(id, _)| id.as_str())
+    }
 }
 
 /// A member's create failing, as its Ready condition says.
@@ -534,6 +624,11 @@ pub enum DeleteReason {
 }
 
 impl DeleteReason {
+    /// The reason named `s` ([`Self::as_str`]).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::all().into_iter().find(|r| r.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Cordoned => "Cordoned",
@@ -573,6 +668,12 @@ pub struct Create {
 pub struct Decision {
     pub creates: Vec<Create>,
     pub deletes: Vec<(String, DeleteReason)>,
+    /// Leased members to drain rather than delete (a voluntary disruption the budget paid
+    /// for, as a deletion): out of discovery and leases now, deleted once their leases end or
+    /// at `retire_at`, whichever is first.
+    pub drains: Vec<(String, DeleteReason)>,
+    /// Unix seconds: when the members drained now retire at the latest (now + drainTimeout).
+    pub retire_at: i64,
     pub status: PoolStatus,
     /// When to look again at the latest (the next rotation or failed-member replacement due),
     /// absent other changes.
@@ -704,7 +805,15 @@ pub fn decide(
     let (surge, unavailable) = budgets(spec);
     let min_available = replicas.saturating_sub(unavailable);
     let n = spec.placements.len();
-    let live: Vec<&Member> = members.iter().filter(|m| !m.deleting).collect();
+    // Draining members are on their way out: apart from the rest, neither counted nor chosen.
+    let live: Vec<&Member> = members
+        .iter()
+        .filter(|m| !m.deleting && m.retiring.is_none())
+        .collect();
+    let draining: Vec<&Member> = members
+        .iter()
+        .filter(|m| !m.deleting && m.retiring.is_some())
+        .collect();
     let shared = shared_egress(spec, &live);
     let available_of = |m: &Member| m.available && !m.cordoned && !shared.contains_key(&*m.name);
     // Available, on an address no other live member has and none of its placement's run of
@@ -958,7 +1067,8 @@ pub fn decide(
         .copied()
         .filter(|m| !stale.contains_key(m.name.as_str()) && !probes.contains(&m.name.as_str()))
         .collect();
-    current.sort_by_key(|m| (available_of(m), age_key(m)));
+    // Unleased before leased: a leased one would only drain.
+    current.sort_by_key(|m| (available_of(m), m.leased(now), age_key(m)));
     let scaled_down: Vec<&Member> = current
         .iter()
         .copied()
@@ -990,7 +1100,20 @@ pub fn decide(
         })
         .count();
     let mut deletes: Vec<(String, DeleteReason)> = Vec::new();
+    let mut drains: Vec<(String, DeleteReason)> = Vec::new();
+    let mut lost: Vec<crate::lease::LostProxy> = Vec::new();
     let mut creates = Vec::new();
+    let retire_at = now.saturating_add(drain_timeout(spec).as_secs() as i64);
+    let lose = |lost: &mut Vec<crate::lease::LostProxy>, m: &Member, why: String| {
+        for id in m.live_leases(now) {
+            lost.push(crate::lease::LostProxy {
+                lease: id.to_string(),
+                proxy: m.name.clone(),
+                reason: why.clone(),
+                at: crate::gc::format_rfc3339(now),
+            });
+        }
+    };
 
     if !spec.paused {
         let mut available = available_now;
@@ -998,13 +1121,31 @@ pub fn decide(
             .iter()
             .filter_map(|m| stale.get(m.name.as_str()).map(|r| (*m, *r)))
             .collect();
-        stale_members.sort_by_key(|(m, r)| (*r, m.created_at.unwrap_or(i64::MIN), m.name.clone()));
+        // Unleased before leased within a reason: a leased one only starts to drain.
+        stale_members.sort_by_key(|(m, r)| {
+            (
+                *r,
+                m.leased(now),
+                m.created_at.unwrap_or(i64::MIN),
+                m.name.clone(),
+            )
+        });
 
-        // 6. Stale members that serve no one cost nothing to remove; nor do members scaled
-        //    down that serve no one. A serving one scaled down goes only while the floor holds.
+        // 6. Stale members that serve no one cost nothing to remove, leased or not (a proxy
+        //    that failed is not drained: it goes, and its holders read why in the status); nor
+        //    do members scaled down that serve no one. A serving one scaled down goes only
+        //    while the floor holds, drained first when leased.
         for (m, r) in &stale_members {
             if !available_of(m) {
                 deletes.push((m.name.clone(), *r));
+                lose(
+                    &mut lost,
+                    m,
+                    format!(
+                        "{}: it does not serve (it failed its check or never started)",
+                        r.as_str()
+                    ),
+                );
             }
         }
         for m in &scaled_down {
@@ -1013,16 +1154,44 @@ pub fn decide(
                     break;
                 }
                 available -= 1;
+                if m.leased(now) {
+                    drains.push((m.name.clone(), DeleteReason::ScaledDown));
+                    current.retain(|c| c.name != m.name);
+                    continue;
+                }
+            } else {
+                lose(&mut lost, m, "ScaledDown: it does not serve".to_string());
             }
             deletes.push((m.name.clone(), DeleteReason::ScaledDown));
             current.retain(|c| c.name != m.name);
         }
         // 7. Stale members that still serve: only as far as the available count stays at or
-        //    above replicas - maxUnavailable.
+        //    above replicas - maxUnavailable; a leased one drains instead of going, which
+        //    costs the floor the same.
         for (m, r) in &stale_members {
             if available_of(m) && available > min_available {
-                deletes.push((m.name.clone(), *r));
+                if m.leased(now) {
+                    drains.push((m.name.clone(), *r));
+                } else {
+                    deletes.push((m.name.clone(), *r));
+                }
                 available -= 1;
+            }
+        }
+        // 7b. A draining member goes once no lease holds it, or at its retirement.
+        for m in &draining {
+            let Some((at, why)) = m.retiring else {
+                continue;
+            };
+            if !m.leased(now) {
+                deletes.push((m.name.clone(), why));
+            } else if now >= at {
+                deletes.push((m.name.clone(), why));
+                lose(
+                    &mut lost,
+                    m,
+                    format!("{}: drained until drainTimeout", why.as_str()),
+                );
             }
         }
         // 8. New members of the current revision, within maxSurge; a degraded placement's
@@ -1031,7 +1200,15 @@ pub fn decide(
             .iter()
             .filter(|p| !deletes.iter().any(|(d, _)| d == *p))
             .count();
-        let remaining = live.len().saturating_sub(deletes.len() + kept_probes);
+        // Draining members are not counted: they are bounded by drainTimeout, and counting
+        // them would stall a rotation for as long as a lease is held.
+        let drained_now = deletes
+            .iter()
+            .filter(|(d, _)| draining.iter().any(|m| m.name == *d))
+            .count();
+        let remaining = live
+            .len()
+            .saturating_sub(deletes.len() - drained_now + drains.len() + kept_probes);
         let room = (replicas + surge).saturating_sub(remaining);
         let wanted = replicas.saturating_sub(current.len());
         let mut per_placement = vec![0usize; n];
@@ -1101,13 +1278,28 @@ pub fn decide(
             available: available_now,
             updated: updated_now,
             min_available,
-            deleting: members.len() - live.len(),
+            deleting: members.iter().filter(|m| m.deleting).count(),
+            draining: draining.len() + drains.len(),
         },
         &health,
         &target,
         &creates,
         &deletes,
     );
+    let mut status = status;
+    status.leased_replicas = live.iter().filter(|m| m.leased(now)).count() as u32;
+    status.lost_leases = prior
+        .lost_leases
+        .iter()
+        .filter(|l| {
+            crate::gc::parse_rfc3339(&l.at)
+                .is_some_and(|t| now.saturating_sub(t) < LOST_KEPT.as_secs() as i64)
+        })
+        .cloned()
+        .chain(lost)
+        .collect();
+    let over = status.lost_leases.len().saturating_sub(LOST_KEPT_MAX);
+    status.lost_leases.drain(..over);
     let next_rotation = spec.rotation.as_ref().and_then(|r| {
         live.iter()
             .filter(|m| !stale.contains_key(m.name.as_str()))
@@ -1123,7 +1315,18 @@ pub fn decide(
         .map(|t| t + spill - now)
         .filter(|d| *d > 0)
         .min();
-    let requeue_after = [next_rotation, next_failed_due, next_spill]
+    // A drain ending at its retirement, or when its last lease ends.
+    let next_drain_end = draining
+        .iter()
+        .filter(|m| !deletes.iter().any(|(d, _)| *d == m.name))
+        .filter_map(|m| {
+            let (at, _) = m.retiring?;
+            let lease_end = m.leases.iter().map(|(_, e)| *e).max().unwrap_or(now);
+            Some(at.min(lease_end) - now)
+        })
+        .chain((!drains.is_empty()).then_some(retire_at - now))
+        .min();
+    let requeue_after = [next_rotation, next_failed_due, next_spill, next_drain_end]
         .into_iter()
         .flatten()
         .min()
@@ -1131,6 +1334,8 @@ pub fn decide(
     Decision {
         creates,
         deletes,
+        drains,
+        retire_at,
         status,
         requeue_after,
     }
@@ -1248,7 +1453,28 @@ pub fn member(
         drifted: reconcile::spec_drift(proxy, status).is_some(),
         egress_ip: status.egress_ip.clone(),
         failure,
+        leases: status
+            .leases
+            .iter()
+            .filter(|b| b.holds(status.ip.as_deref()))
+            .map(|b| (b.id.clone(), b.expires()))
+            .collect(),
+        retiring: retiring(&meta.annotations),
     }
+}
+
+/// A Proxy's drain, from its annotations: when it retires at the latest and why (a reason
+/// not known reads as a rotation; a time not readable as now, so a garbled mark ends the
+/// drain rather than holding the member for ever).
+pub fn retiring(
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Option<(i64, DeleteReason)> {
+    let at = annotations.get(crate::discovery::RETIRE_AT_ANNOTATION)?;
+    let why = annotations
+        .get(crate::discovery::RETIRE_REASON_ANNOTATION)
+        .and_then(|r| DeleteReason::parse(r))
+        .unwrap_or(DeleteReason::Rotated);
+    Some((crate::gc::parse_rfc3339(at).unwrap_or(i64::MIN), why))
 }
 
 /// The letters of a member name's suffix: Kubernetes' own for generated names (no vowels, no
@@ -1348,6 +1574,8 @@ struct Counts {
     min_available: usize,
     /// Members still being deleted.
     deleting: usize,
+    /// Members draining, or starting to.
+    draining: usize,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1433,13 +1661,15 @@ fn status(
         updated,
         min_available,
         deleting,
+        draining,
     } = counts;
     let available = serving >= min_available;
     let settled = creates.is_empty()
         && deletes.is_empty()
         && updated == replicas
         && live.len() == replicas
-        && deleting == 0;
+        && deleting == 0
+        && draining == 0;
     let name = |i: usize| format!("placements[{i}] ({})", spec.placements[i].provider);
     let degraded: Vec<String> = placements
         .iter()
@@ -1496,11 +1726,17 @@ fn status(
             } else {
                 "RollingOut"
             },
-            format!(
-                "{updated} of {replicas} up to date; {} to create, {} to delete",
-                creates.len(),
-                deletes.len()
-            ),
+            {
+                let mut m = format!(
+                    "{updated} of {replicas} up to date; {} to create, {} to delete",
+                    creates.len(),
+                    deletes.len()
+                );
+                if draining > 0 {
+                    m.push_str(&format!("; {draining} draining for their leases"));
+                }
+                m
+            },
         ),
         cond(
             "PlacementDegraded",
@@ -1535,6 +1771,9 @@ fn status(
         selector: prior.selector.clone(),
         conditions,
         placements,
+        leased_replicas: 0,
+        draining_replicas: draining as u32,
+        lost_leases: Vec::new(),
     }
 }
 

@@ -162,7 +162,20 @@ pub struct ProxyStatus {
     /// replaces the instance (a pool's member: through its pool's budget).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_spec: Option<InstanceSpec>,
+    /// The leases holding this proxy (`crate::lease`). Written only by the lease API, each
+    /// write on the condition that the Proxy is still the version it read, so two writers
+    /// never hand it to two exclusive holders; the controllers never write it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leases: Vec<crate::lease::LeaseBinding>,
+    /// Lease releases that reported a target banned the proxy's address; at the pool's
+    /// `leases.cordonAfterBans` the proxy is cordoned. Written with the leases.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ban_reports: u32,
 }
+
+/// The status fields the lease API owns: a controller's status write leaves them out, so it
+/// can never put back a binding the lease API has just changed.
+pub const LEASE_STATUS_FIELDS: [&str; 2] = ["leases", "banReports"];
 
 /// The part of a Proxy's spec an instance cannot follow once created.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

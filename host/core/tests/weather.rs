@@ -112,6 +112,8 @@ fn pool_of(replicas: u32, surge: u32, unavailable: u32) -> ProxyPool {
             paused: false,
             spill_after: None,
             distinct_egress: false,
+            leases: None,
+            drain_timeout: None,
         },
         status: None,
     }

@@ -102,13 +102,24 @@ pub(crate) fn brief(e: &kube::Error) -> String {
     }
 }
 
-/// The status as a merge patch that also clears the fields the new status no longer has.
+/// The status as a merge patch that also clears the fields the new status no longer has, and
+/// leaves out the fields the lease API owns (`LEASE_STATUS_FIELDS`): a merge patch without
+/// them never puts back a binding the lease API changed since this status was read.
 pub fn status_patch(status: &egress_core::ProxyStatus) -> Value {
     static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    clearing_patch(
-        status,
-        FIELDS.get_or_init(schema_fields::<egress_core::ProxyStatus>),
-    )
+    let fields = FIELDS.get_or_init(|| {
+        schema_fields::<egress_core::ProxyStatus>()
+            .into_iter()
+            .filter(|f| !egress_core::proxy::LEASE_STATUS_FIELDS.contains(&f.as_str()))
+            .collect()
+    });
+    let mut patch = clearing_patch(status, fields);
+    if let Some(s) = patch.get_mut("status").and_then(Value::as_object_mut) {
+        for f in egress_core::proxy::LEASE_STATUS_FIELDS {
+            s.remove(f);
+        }
+    }
+    patch
 }
 
 /// The property names of `T`'s schema: every field its status may carry. Computed once per

@@ -147,6 +147,17 @@ pub struct ProxyPoolSpec {
     /// Default false.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub distinct_egress: bool,
+    /// How its proxies are leased (`POST /v1/leases`): maxShared (shared leases a proxy takes
+    /// at once, default 4), maxTTL (default 1h), defaultTTL (default 10m) and
+    /// cordonAfterBans (releases reporting `banned` that cordon a proxy, default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leases: Option<egress_core::lease::LeasePolicy>,
+    /// How long a leased member that rotation, a rollout, a scale-down or a cordon retires may
+    /// drain (out of discovery, no new leases, its replacement made first) before it goes
+    /// although a lease still holds it; default 30m. A member that fails its check is not
+    /// drained: it goes at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_timeout: Option<String>,
 }
 
 /// maxSurge and maxUnavailable as Kubernetes' IntOrString: a structural schema cannot hold
@@ -189,6 +200,8 @@ impl ProxyPool {
                 paused: self.spec.paused,
                 spill_after: self.spec.spill_after.clone(),
                 distinct_egress: self.spec.distinct_egress,
+                leases: self.spec.leases.clone(),
+                drain_timeout: self.spec.drain_timeout.clone(),
             },
             status: None,
         }

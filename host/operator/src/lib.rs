@@ -9,6 +9,7 @@ pub mod crd;
 pub mod credentials;
 pub mod health;
 pub mod leader;
+pub mod leases;
 pub mod metrics;
 pub mod pool;
 pub mod server;
@@ -189,8 +190,14 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         Arc::new(server::Api {
             metrics: metrics.clone(),
             ready: ready.clone(),
-            source,
+            source: source.clone(),
             guard: Arc::new(auth::Guard::new(reviewer)),
+            leases: Some(Arc::new(leases::KubeLeases::new(
+                client.clone(),
+                source,
+                pool::system_clock(),
+                metrics.clone(),
+            ))),
         }),
     ));
     ready.set(true);

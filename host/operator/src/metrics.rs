@@ -21,7 +21,7 @@ type Labels = Vec<(String, String)>;
 type PoolKey = (String, String);
 
 /// The pool gauges, one family each, in the order they are registered.
-const POOL_GAUGES: [(&str, &str); 7] = [
+const POOL_GAUGES: [(&str, &str); 9] = [
     ("pool_spec_replicas", "Replicas the pool's spec asks for"),
     (
         "pool_min_available_replicas",
@@ -43,6 +43,14 @@ const POOL_GAUGES: [(&str, &str); 7] = [
     (
         "pool_distinct_egress_ips",
         "Distinct egress addresses among the pool's available Proxies",
+    ),
+    (
+        "pool_leased_replicas",
+        "The pool's Proxies a lease holds now",
+    ),
+    (
+        "pool_draining_replicas",
+        "The pool's Proxies draining for their leases (retired, kept until their leases end or drainTimeout)",
     ),
 ];
 
@@ -67,6 +75,8 @@ pub struct Metrics {
     pub pool_placement_available: Family<Labels, Gauge>,
     pub pool_placement_target: Family<Labels, Gauge>,
     pub pool_deletions: Family<Labels, Counter>,
+    pub pool_drains: Family<Labels, Counter>,
+    pub leases: Family<Labels, Counter>,
     pub pool_creations: Family<Labels, Counter>,
     /// The placement label sets each pool has series for, so that the series of a pool that is
     /// gone, or of a placement it no longer has, go too.
@@ -115,6 +125,8 @@ impl Metrics {
         let pool_placement_available = Family::<Labels, Gauge>::default();
         let pool_placement_target = Family::<Labels, Gauge>::default();
         let pool_deletions = Family::<Labels, Counter>::default();
+        let pool_drains = Family::<Labels, Counter>::default();
+        let leases = Family::<Labels, Counter>::default();
         let pool_creations = Family::<Labels, Counter>::default();
         registry.register(
             "reconciles",
@@ -196,6 +208,16 @@ impl Metrics {
             pool_deletions.clone(),
         );
         registry.register(
+            "pool_drains",
+            "Leased Proxies a pool started to drain instead of deleting, by reason",
+            pool_drains.clone(),
+        );
+        registry.register(
+            "leases",
+            "Lease API calls by operation (acquire, renew, release) and result (granted, unavailable, conflict, refused, banned)",
+            leases.clone(),
+        );
+        registry.register(
             "pool_creations",
             "Proxies a pool created, by provider",
             pool_creations.clone(),
@@ -219,6 +241,8 @@ impl Metrics {
             pool_placement_available,
             pool_placement_target,
             pool_deletions,
+            pool_drains,
+            leases,
             pool_creations,
             pools: Mutex::new(BTreeMap::new()),
         }
@@ -242,6 +266,8 @@ impl Metrics {
             status.available_replicas,
             status.updated_replicas,
             status.distinct_egress_ips,
+            status.leased_replicas,
+            status.draining_replicas,
         ];
         for (family, v) in self.pool_gauges.iter().zip(values) {
             family.get_or_create(&key).set(i64::from(v));
@@ -282,6 +308,30 @@ impl Metrics {
                 ("namespace", namespace),
                 ("pool", pool),
                 ("reason", reason),
+            ]))
+            .inc();
+    }
+
+    /// A leased Proxy the pool started to drain.
+    pub fn pool_drained(&self, namespace: &str, pool: &str, reason: &str) {
+        self.pool_drains
+            .get_or_create(&labels(&[
+                ("namespace", namespace),
+                ("pool", pool),
+                ("reason", reason),
+            ]))
+            .inc();
+    }
+
+    /// A lease API call on pool `pool`: `op` acquire, renew or release; `result` what came of
+    /// it.
+    pub fn lease_call(&self, namespace: &str, pool: &str, op: &str, result: &str) {
+        self.leases
+            .get_or_create(&labels(&[
+                ("namespace", namespace),
+                ("pool", pool),
+                ("op", op),
+                ("result", result),
             ]))
             .inc();
     }

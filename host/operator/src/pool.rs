@@ -9,7 +9,7 @@
 
 use crate::context::Context;
 use crate::crd::{Proxy, ProxyPool, ProxySpec};
-use egress_core::discovery::POOL_LABEL;
+use egress_core::discovery::{POOL_LABEL, RETIRE_AT_ANNOTATION, RETIRE_REASON_ANNOTATION};
 use egress_core::pool::{self, Member, PoolStatus};
 use egress_core::reconcile::RESYNC_INTERVAL;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -256,16 +256,21 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     let revisions = pool::revisions(&core.spec, &provider_revisions);
     let d = pool::decide(&core.spec, &revisions, &members, &old, now);
 
-    for (proxy_name, why) in &d.deletes {
-        let uid = owned
+    let listed_as = |proxy_name: &str| {
+        owned
             .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(proxy_name.as_str()))
-            .and_then(|p| p.metadata.uid.clone());
-        // The uid precondition: never a Proxy of the same name made since the list.
+            .find(|p| p.metadata.name.as_deref() == Some(proxy_name))
+            .copied()
+    };
+    for (proxy_name, why) in &d.deletes {
+        let seen = listed_as(proxy_name);
+        // Preconditions: never a Proxy of the same name made since the list (the uid), and
+        // never one a lease was bound to since (the resourceVersion: a lease written in
+        // between makes this 409, and the next decision sees the lease).
         let params = DeleteParams {
             preconditions: Some(Preconditions {
-                uid,
-                resource_version: None,
+                uid: seen.and_then(|p| p.metadata.uid.clone()),
+                resource_version: seen.and_then(|p| p.metadata.resource_version.clone()),
             }),
             ..DeleteParams::default()
         };
@@ -281,6 +286,41 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
             false,
             why.as_str(),
             format!("deleting {proxy_name} ({})", why.as_str()),
+        )
+        .await;
+    }
+
+    for (proxy_name, why) in &d.drains {
+        let Some(seen) = listed_as(proxy_name) else {
+            continue;
+        };
+        // On the condition that it is the version decided on, as a deletion.
+        let patch = json!({"metadata": {
+            "resourceVersion": seen.metadata.resource_version,
+            "annotations": {
+                RETIRE_AT_ANNOTATION: egress_core::gc::format_rfc3339(d.retire_at),
+                RETIRE_REASON_ANNOTATION: why.as_str(),
+            },
+        }});
+        match proxies
+            .patch(proxy_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => continue,
+            Err(e) => return Err(Error::Kube(e)),
+        }
+        ctx.metrics.pool_drained(&namespace, &name, why.as_str());
+        publish(
+            ctx,
+            &pool,
+            false,
+            "Draining",
+            format!(
+                "draining {proxy_name} ({}): a lease holds it; it goes once its leases end, by {}",
+                why.as_str(),
+                egress_core::gc::format_rfc3339(d.retire_at)
+            ),
         )
         .await;
     }
@@ -568,6 +608,34 @@ mod tests {
                 p["status"].as_object().unwrap().contains_key(field),
                 "{field}"
             );
+        }
+    }
+
+    /// A Proxy controller's status write never carries the lease API's fields, not even as
+    /// null, whatever the status it computed from holds: it cannot undo a binding.
+    #[test]
+    fn a_proxy_status_write_leaves_the_leases_alone() {
+        let status = egress_core::ProxyStatus {
+            leases: vec![egress_core::lease::LeaseBinding {
+                id: "l-a".into(),
+                holder: "alice".into(),
+                mode: egress_core::lease::LeaseMode::Exclusive,
+                acquired_at: String::new(),
+                expires_at: String::new(),
+                count: 1,
+                ip: None,
+            }],
+            ban_reports: 2,
+            ..Default::default()
+        };
+        for s in [status, egress_core::ProxyStatus::default()] {
+            let p = crate::controller::status_patch(&s);
+            for field in egress_core::proxy::LEASE_STATUS_FIELDS {
+                assert!(
+                    !p["status"].as_object().unwrap().contains_key(field),
+                    "{field}: {p}"
+                );
+            }
         }
     }
 }

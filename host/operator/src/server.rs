@@ -6,8 +6,10 @@
 use crate::auth::{Access, Guard, Refusal};
 use crate::context::Context;
 use crate::crd::Proxy;
+use crate::leases::{LeaseBook, LeaseRefusal};
 use crate::metrics::Metrics;
 use egress_core::discovery::{self, CORDON_ANNOTATION, Candidate, Discovered, Filter, POOL_LABEL};
+use egress_core::lease::{LeaseRef, LeaseRequest, LeaseView, ReleaseRequest, RenewRequest};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -69,7 +71,10 @@ impl StoreSource {
         self
     }
 
-    fn credential_of(&self, p: &Proxy) -> Option<egress_core::credential::ProxyCredential> {
+    pub(crate) fn credential_of(
+        &self,
+        p: &Proxy,
+    ) -> Option<egress_core::credential::ProxyCredential> {
         let store = self.credentials.as_ref()?;
         let uid = p.metadata.uid.as_deref()?;
         let name = p.metadata.name.as_deref()?;
@@ -115,23 +120,15 @@ impl ProxySource for StoreSource {
             .map(|p| p.namespace().unwrap_or_default())
             .collect();
         let credentials: Vec<_> = proxies.iter().map(|p| self.credential_of(p)).collect();
+        let now = crate::pool::system_clock()();
         let candidates = proxies
             .iter()
             .zip(&statuses)
             .zip(&namespaces)
             .zip(&credentials)
             .filter(|(((p, _), _), _)| p.metadata.deletion_timestamp.is_none())
-            .map(|(((p, status), namespace), credential)| Candidate {
-                credential: credential.as_ref(),
-                namespace,
-                name: p.metadata.name.as_deref().unwrap_or_default(),
-                provider: &p.spec.provider,
-                port: p.spec.port,
-                zone: p.spec.placement.zone.as_deref(),
-                pool: p.labels().get(POOL_LABEL).map(String::as_str),
-                cordoned: p.annotations().get(CORDON_ANNOTATION).map(String::as_str)
-                    == Some("true"),
-                status,
+            .map(|(((p, status), namespace), credential)| {
+                candidate(p, status, namespace, credential.as_ref(), now)
             });
         let mut list = discovery::discover(candidates, filter);
         for d in &mut list {
@@ -145,6 +142,29 @@ impl ProxySource for StoreSource {
             }
         }
         list
+    }
+}
+
+/// Proxy `p` as discovery and the lease API read it, at `now`.
+pub(crate) fn candidate<'a>(
+    p: &'a Proxy,
+    status: &'a egress_core::ProxyStatus,
+    namespace: &'a str,
+    credential: Option<&'a egress_core::credential::ProxyCredential>,
+    now: i64,
+) -> Candidate<'a> {
+    Candidate {
+        credential,
+        namespace,
+        name: p.metadata.name.as_deref().unwrap_or_default(),
+        provider: &p.spec.provider,
+        port: p.spec.port,
+        zone: p.spec.placement.zone.as_deref(),
+        pool: p.labels().get(POOL_LABEL).map(String::as_str),
+        cordoned: p.annotations().get(CORDON_ANNOTATION).map(String::as_str) == Some("true"),
+        draining: egress_core::pool::retiring(p.annotations()).is_some(),
+        exclusively_leased: egress_core::lease::exclusively_leased(&status.leases, now),
+        status,
     }
 }
 
@@ -296,14 +316,94 @@ impl NotServed {
     }
 }
 
-/// What the server answers from: the metrics, readiness, discovery's source, and the guard in
-/// front of the last two.
+/// A lease call's ask: the pool it is on, whether it writes, and what it carries.
+struct LeaseAsk<T> {
+    at: LeaseRef,
+    write: bool,
+    body: T,
+}
+
+impl<T> Asks for LeaseAsk<T> {
+    fn access(&self) -> Access {
+        Access::Leases {
+            namespace: self.at.namespace.clone(),
+            pool: self.at.pool.clone(),
+            write: self.write,
+        }
+    }
+}
+
+/// A JSON body, or what is wrong with it (an empty body reads as `{}`), naming the field.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            format!("body: {}", e.inner())
+        } else {
+            format!("body: {path}: {}", e.inner())
+        }
+    })
+}
+
+/// The namespace and pool of lease `id`, or why it names none.
+fn lease_ref(id: &str) -> Result<LeaseRef, String> {
+    LeaseRef::parse(id).ok_or_else(|| format!("{id:?} is not a lease id (NAMESPACE_POOL_l-…)"))
+}
+
+fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut body = value.to_string();
+    body.push('\n');
+    respond(status, "application/json", body)
+}
+
+/// A lease call refused, as JSON with its reason; 503s say when to come back.
+fn lease_refused(r: &LeaseRefusal) -> Response<Full<Bytes>> {
+    let (status, reason, retry) = match r {
+        LeaseRefusal::BadRequest(m) => (StatusCode::BAD_REQUEST, m, None),
+        LeaseRefusal::NotFound(m) => (StatusCode::NOT_FOUND, m, None),
+        LeaseRefusal::Forbidden(m) => (StatusCode::FORBIDDEN, m, None),
+        LeaseRefusal::Unavailable {
+            reason,
+            retry_after,
+        } => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            reason,
+            Some(retry_after.as_secs().max(1)),
+        ),
+        LeaseRefusal::Busy(m) => (StatusCode::SERVICE_UNAVAILABLE, m, Some(1)),
+    };
+    let mut body = serde_json::json!({ "reason": reason });
+    if let Some(s) = retry {
+        body["retryAfterSeconds"] = s.into();
+    }
+    let mut out = json_response(status, &body);
+    if let Some(s) = retry
+        && let Ok(v) = http::HeaderValue::from_str(&s.to_string())
+    {
+        out.headers_mut().insert(http::header::RETRY_AFTER, v);
+    }
+    out
+}
+
+/// What the server answers from: the metrics, readiness, discovery's source, the lease book,
+/// and the guard in front of all but the probes.
 pub struct Api {
     pub metrics: Arc<Metrics>,
     pub ready: Arc<Readiness>,
     pub source: Arc<dyn ProxySource>,
     pub guard: Arc<Guard>,
+    /// Where leases are kept; None: `/v1/leases` is not served (404).
+    pub leases: Option<Arc<dyn LeaseBook>>,
 }
+
+/// The largest request body read (a lease request is a few hundred bytes).
+pub const MAX_BODY: usize = 16 * 1024;
 
 impl Api {
     /// Answers one request.
@@ -313,7 +413,11 @@ impl Api {
         path: &str,
         query: Option<&str>,
         headers: &http::HeaderMap,
+        body: &[u8],
     ) -> Response<Full<Bytes>> {
+        if path == "/v1/leases" || path.starts_with("/v1/leases/") {
+            return self.leases(method, path, query, headers, body).await;
+        }
         if method != Method::GET && method != Method::HEAD {
             return respond(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -338,9 +442,157 @@ impl Api {
             "/v1/proxies" => self
                 .admit(headers, || proxies_query(query))
                 .await
-                .map_or_else(|n| n.response(), |q| proxies(&q, self.source.as_ref())),
+                .map_or_else(|n| n.response(), |(q, _)| proxies(&q, self.source.as_ref())),
             _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
         }
+    }
+
+    /// `/v1/leases`: `POST` takes a lease, `GET ?namespace=&pool=` lists the caller's;
+    /// `/v1/leases/{id}`: `GET` reads it, `DELETE` releases it; `/v1/leases/{id}/renew`:
+    /// `POST` renews it. The holder is the authenticated caller; only it may renew, read or
+    /// release its lease.
+    async fn leases(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> Response<Full<Bytes>> {
+        let Some(book) = self.leases.clone() else {
+            return respond(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "leases are not served here\n".into(),
+            );
+        };
+        let rest: Vec<&str> = path["/v1/leases".len()..]
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .collect();
+        let done = |r: Result<serde_json::Value, LeaseRefusal>, ok: StatusCode| match r {
+            Ok(v) => json_response(ok, &v),
+            Err(e) => lease_refused(&e),
+        };
+        let view = |v: LeaseView| serde_json::to_value(v).unwrap_or_default();
+        match (method.clone(), rest.as_slice()) {
+            (Method::POST, []) => {
+                let asked = self
+                    .admit(headers, || {
+                        let req: LeaseRequest = json_body(body)?;
+                        Ok(LeaseAsk {
+                            at: LeaseRef {
+                                namespace: req.namespace.clone(),
+                                pool: req.pool.clone(),
+                            },
+                            write: true,
+                            body: req,
+                        })
+                    })
+                    .await;
+                match asked {
+                    Err(n) => n.response(),
+                    Ok((a, caller)) => done(
+                        book.acquire(&caller.username, &a.body).await.map(view),
+                        StatusCode::CREATED,
+                    ),
+                }
+            }
+            (Method::GET, []) => {
+                let asked = self
+                    .admit(headers, || {
+                        let (mut namespace, mut pool) = (None, None);
+                        for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+                            match k.as_ref() {
+                                "namespace" => namespace = Some(v.into_owned()),
+                                "pool" => pool = Some(v.into_owned()),
+                                other => {
+                                    return Err(format!(
+                                        "unknown parameter {other:?}: the parameters are namespace and pool"
+                                    ));
+                                }
+                            }
+                        }
+                        match (namespace, pool) {
+                            (Some(namespace), Some(pool)) => Ok(LeaseAsk {
+                                at: LeaseRef { namespace, pool },
+                                write: false,
+                                body: (),
+                            }),
+                            _ => Err("namespace= and pool= are required".into()),
+                        }
+                    })
+                    .await;
+                match asked {
+                    Err(n) => n.response(),
+                    Ok((a, caller)) => done(
+                        book.list(&caller.username, &a.at).await.map(|l| {
+                            serde_json::json!({ "leases": l.into_iter().map(view).collect::<Vec<_>>() })
+                        }),
+                        StatusCode::OK,
+                    ),
+                }
+            }
+            (Method::GET, [id]) => match self.admit_on(headers, id, false, || Ok(())).await {
+                Err(n) => n.response(),
+                Ok((a, caller)) => done(
+                    book.view(&caller.username, &a.at, id).await.map(view),
+                    StatusCode::OK,
+                ),
+            },
+            (Method::POST, [id, "renew"]) => {
+                match self
+                    .admit_on(headers, id, true, || json_body::<RenewRequest>(body))
+                    .await
+                {
+                    Err(n) => n.response(),
+                    Ok((a, caller)) => done(
+                        book.renew(&caller.username, &a.at, id, &a.body)
+                            .await
+                            .map(view),
+                        StatusCode::OK,
+                    ),
+                }
+            }
+            (Method::DELETE, [id]) => {
+                match self
+                    .admit_on(headers, id, true, || json_body::<ReleaseRequest>(body))
+                    .await
+                {
+                    Err(n) => n.response(),
+                    Ok((a, caller)) => done(
+                        book.release(&caller.username, &a.at, id, &a.body)
+                            .await
+                            .map(|()| serde_json::json!({ "released": id })),
+                        StatusCode::OK,
+                    ),
+                }
+            }
+            (_, [] | [_] | [_, "renew"]) => respond(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "POST /v1/leases, GET /v1/leases?namespace=&pool=, GET or DELETE /v1/leases/{id}, POST /v1/leases/{id}/renew\n".into(),
+            ),
+            _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        }
+    }
+
+    /// [`Self::admit`] for a call on lease `id`: authorised on the pool the id names.
+    async fn admit_on<T>(
+        &self,
+        headers: &http::HeaderMap,
+        id: &str,
+        write: bool,
+        read: impl FnOnce() -> Result<T, String>,
+    ) -> Result<(LeaseAsk<T>, crate::auth::Caller), NotServed> {
+        self.admit(headers, || {
+            Ok(LeaseAsk {
+                at: lease_ref(id)?,
+                write,
+                body: read()?,
+            })
+        })
+        .await
     }
 
     /// Lets the request through with what it asks for, or answers why not: its token is
@@ -350,7 +602,7 @@ impl Api {
         &self,
         headers: &http::HeaderMap,
         read: impl FnOnce() -> Result<T, String>,
-    ) -> Result<T, NotServed> {
+    ) -> Result<(T, crate::auth::Caller), NotServed> {
         let said = |r: Refusal| {
             tracing::debug!(status = r.status().as_u16(), "refused: {r}");
             NotServed::Refused(r)
@@ -362,7 +614,7 @@ impl Api {
             .authorize(&token, &caller, &asked.access())
             .await
             .map_err(said)?;
-        Ok(asked)
+        Ok((asked, caller))
     }
 
     /// OpenMetrics to a client that asks for it (Prometheus does); the classic text format to
@@ -444,15 +696,32 @@ pub async fn serve_limited(listener: TcpListener, api: Arc<Api>, limits: Limits)
             let svc = service_fn(move |req: Request<Incoming>| {
                 let api = api.clone();
                 async move {
+                    let (parts, body) = req.into_parts();
+                    // A body past MAX_BODY is refused before more of it is read.
+                    let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(
+                        body, MAX_BODY,
+                    ))
+                    .await
+                    {
+                        Ok(b) => b.to_bytes(),
+                        Err(_) => {
+                            return Ok::<_, std::convert::Infallible>(respond(
+                                StatusCode::PAYLOAD_TOO_LARGE,
+                                "text/plain",
+                                format!("a request body is at most {MAX_BODY} bytes\n"),
+                            ));
+                        }
+                    };
                     let r = api
                         .answer(
-                            req.method(),
-                            req.uri().path(),
-                            req.uri().query(),
-                            req.headers(),
+                            &parts.method,
+                            parts.uri.path(),
+                            parts.uri.query(),
+                            &parts.headers,
+                            &body,
                         )
                         .await;
-                    Ok::<_, std::convert::Infallible>(r)
+                    Ok(r)
                 }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
@@ -505,6 +774,7 @@ mod tests {
             ready: Arc::new(readiness),
             source,
             guard: guard(),
+            leases: None,
         }
     }
 
@@ -520,7 +790,7 @@ mod tests {
             Some((p, q)) => (p, Some(q)),
             None => (path, None),
         };
-        api.answer(&Method::GET, path, query, &h).await
+        api.answer(&Method::GET, path, query, &h, b"").await
     }
 
     const AUTHORIZED: (&str, &str) = ("authorization", "Bearer a-test-token");
@@ -615,6 +885,105 @@ mod tests {
                 .status(),
             StatusCode::BAD_REQUEST
         );
+    }
+
+    /// A book that grants every lease request one proxy-less lease and records who asked.
+    #[derive(Default)]
+    struct Book(std::sync::Mutex<Vec<(String, LeaseRequest)>>);
+
+    #[async_trait::async_trait]
+    impl LeaseBook for Book {
+        async fn acquire(
+            &self,
+            holder: &str,
+            req: &LeaseRequest,
+        ) -> Result<LeaseView, LeaseRefusal> {
+            self.0.lock().unwrap().push((holder.into(), req.clone()));
+            Err(LeaseRefusal::Unavailable {
+                reason: "none free".into(),
+                retry_after: std::time::Duration::from_millis(2500),
+            })
+        }
+        async fn renew(
+            &self,
+            _: &str,
+            _: &LeaseRef,
+            id: &str,
+            _: &RenewRequest,
+        ) -> Result<LeaseView, LeaseRefusal> {
+            Err(LeaseRefusal::NotFound(id.into()))
+        }
+        async fn release(
+            &self,
+            _: &str,
+            _: &LeaseRef,
+            _: &str,
+            _: &ReleaseRequest,
+        ) -> Result<(), LeaseRefusal> {
+            Ok(())
+        }
+        async fn view(&self, _: &str, _: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal> {
+            Err(LeaseRefusal::NotFound(id.into()))
+        }
+        async fn list(&self, _: &str, _: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal> {
+            Ok(Vec::new())
+        }
+    }
+
+    /// Over a real socket: a lease request's body reaches the book with the caller as holder,
+    /// a refusal for want of proxies is 503 with Retry-After rounded to whole seconds; a body
+    /// past MAX_BODY is 413 before the book is asked; without a token, 401.
+    #[tokio::test]
+    async fn a_lease_request_reaches_the_book_and_a_large_body_is_refused() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let book = Arc::new(Book::default());
+        let mut api = api(
+            Metrics::new(),
+            true,
+            Arc::new(Source(AtomicBool::new(true))),
+        );
+        api.leases = Some(book.clone());
+        tokio::spawn(serve(listener, Arc::new(api)));
+        let post = |body: String, token: Option<&'static str>| async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let auth = token
+                .map(|t| format!("Authorization: Bearer {t}\r\n"))
+                .unwrap_or_default();
+            let head = format!(
+                "POST /v1/leases HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            s.write_all(head.as_bytes()).await.unwrap();
+            // The server may answer and close before a refused body is all sent.
+            let _ = s.write_all(body.as_bytes()).await;
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out).await;
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        let r = post(
+            r#"{"namespace": "ns", "pool": "web", "count": 2, "mode": "Shared"}"#.into(),
+            Some(TOKEN),
+        )
+        .await;
+        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+        assert!(r.to_ascii_lowercase().contains("retry-after: 2\r\n"), "{r}");
+        assert!(r.contains(r#""reason":"none free""#), "{r}");
+        let asked = book.0.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0].0, "all", "the holder is the authenticated caller");
+        assert_eq!((asked[0].1.count, asked[0].1.pool.as_str()), (2, "web"));
+
+        let big = format!(
+            r#"{{"namespace": "{}", "pool": "web"}}"#,
+            "n".repeat(MAX_BODY)
+        );
+        let r = post(big, Some(TOKEN)).await;
+        assert!(r.starts_with("HTTP/1.1 413"), "{r}");
+        let r = post("{}".into(), None).await;
+        assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+        assert_eq!(book.0.lock().unwrap().len(), 1, "the book was asked again");
     }
 
     async fn server(limits: Limits) -> std::net::SocketAddr {

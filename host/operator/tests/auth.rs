@@ -93,6 +93,7 @@ async fn serve(reviewer: Arc<dyn Reviewer>, clock: &Clock) -> SocketAddr {
             ready,
             source: Arc::new(Fixed),
             guard: Arc::new(Guard::with(reviewer, CachePolicy::default(), clock.now())),
+            leases: None,
         }),
     ));
     addr
@@ -574,4 +575,48 @@ fn the_readmes_tokens_file_parses() {
     let (body, _) = rest.split_once("```").unwrap();
     let file = TokenFile::parse(&format!("tokens:\n{body}")).unwrap();
     assert_eq!(file.names().collect::<Vec<_>>(), ["spider", "ops"]);
+}
+
+/// The deploy's crawler role lets its holder take, renew and release (`create`) and read
+/// (`get`) leases of its namespace's pools, and no other namespace's; the review asks about
+/// proxypools/leases of the pool.
+#[tokio::test]
+async fn the_crawler_role_grants_the_leases_of_its_namespace() {
+    let k = kube().await;
+    let reviewer = KubeReviewer::new(k.d.client());
+    let caller = reviewer
+        .authenticate(&egress_operator::auth::Token::new(k.callers.spider.clone()))
+        .await
+        .unwrap();
+    let lease = |namespace: &str, write: bool| egress_operator::auth::Access::Leases {
+        namespace: namespace.into(),
+        pool: "web".into(),
+        write,
+    };
+    k.d.clear_requests();
+    for write in [true, false] {
+        reviewer
+            .authorize(&caller, &lease("crawlers", write))
+            .await
+            .unwrap();
+        let refused = reviewer
+            .authorize(&caller, &lease("ops", write))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.status(), http::StatusCode::FORBIDDEN);
+        assert!(
+            refused.to_string().contains("proxypools/leases"),
+            "{refused}"
+        );
+    }
+    let review =
+        k.d.requests()
+            .into_iter()
+            .find(|r| r.path.ends_with("subjectaccessreviews"))
+            .unwrap();
+    assert_eq!(
+        review.body["spec"]["resourceAttributes"],
+        serde_json::json!({"group": "crawl.example.com", "resource": "proxypools",
+            "subresource": "leases", "verb": "create", "namespace": "crawlers", "name": "web"})
+    );
 }

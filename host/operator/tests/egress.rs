@@ -361,6 +361,7 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
             ready: Arc::new(Readiness::default()),
             source,
             guard: support::kube_guard(&e.d),
+            leases: None,
         }),
     ));
     let get = |addr, target| {

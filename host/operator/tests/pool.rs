@@ -33,6 +33,7 @@ const PROVIDERS: &str = "installation: test\nproviders:\n- {name: east, type: ku
 struct Run {
     d: Double,
     ctx: Arc<Context>,
+    clock: Clock,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -108,7 +109,7 @@ async fn start() -> Run {
     );
     let pctx = Arc::new(PoolContext {
         ctx: ctx.clone(),
-        now: clock,
+        now: clock.clone(),
     });
     let pool_controller = egress_operator::pool::pool_controller(d.client_in_memory(), 4);
     let forget = tokio::spawn(egress_operator::pool::forget_gone_pools(
@@ -128,6 +129,7 @@ async fn start() -> Run {
     Run {
         d,
         ctx,
+        clock,
         tasks: vec![proxies, pools, forget],
     }
 }
@@ -151,9 +153,13 @@ fn cordoned(p: &Value) -> bool {
     p["metadata"]["annotations"]["crawl.example.com/cordon"] == "true"
 }
 
-/// Ready as the pool counts it: Ready, not being deleted, not cordoned.
+fn draining(p: &Value) -> bool {
+    !p["metadata"]["annotations"]["crawl.example.com/retire-at"].is_null()
+}
+
+/// Ready as the pool counts it: Ready, not being deleted, not cordoned, not draining.
 fn available(p: &Value) -> bool {
-    ready(p) && !deleting(p) && !cordoned(p)
+    ready(p) && !deleting(p) && !cordoned(p) && !draining(p)
 }
 
 fn name_of(p: &Value) -> String {
@@ -835,6 +841,7 @@ fn scrape(metrics: Arc<Metrics>) -> String {
                     ready: Arc::new(egress_operator::server::Readiness::default()),
                     source: Arc::new(NoProxies),
                     guard: Arc::new(egress_operator::auth::Guard::new(Arc::new(tokens))),
+                    leases: None,
                 }),
             ));
             let (code, body) = support::get_as(addr, "/metrics", "scraper-token").await;
@@ -1031,4 +1038,452 @@ async fn kubectl_scale_and_an_autoscaler_drive_a_pool_through_its_scale_subresou
         .unwrap();
     r.settled("web", 2).await;
     assert_eq!(r.pool("web")["spec"]["replicas"], 2);
+}
+
+/// The lease API of `r`'s operator, answering as over HTTP (the request goes through routing,
+/// the guard and the book; no socket, so paused time stays paused): `spider` may lease the
+/// pools of NS, `intruder` those of another namespace.
+fn lease_api(r: &Run) -> egress_operator::server::Api {
+    let tokens = egress_operator::auth::tokens::TokenFile::parse(&format!(
+        "tokens: [{{name: spider, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: rival, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: intruder, sha256: {}, namespaces: [{{name: other}}]}}]",
+        egress_operator::auth::tokens::sha256_hex("spider-token"),
+        egress_operator::auth::tokens::sha256_hex("rival-token"),
+        egress_operator::auth::tokens::sha256_hex("intruder-token"),
+    ))
+    .unwrap();
+    let (store, _writer) = kube::runtime::reflector::store::<Proxy>();
+    let source = Arc::new(egress_operator::server::StoreSource::new(store));
+    let clock = r.clock.clone();
+    egress_operator::server::Api {
+        metrics: r.ctx.metrics.clone(),
+        ready: Arc::new(egress_operator::server::Readiness::default()),
+        source: source.clone(),
+        guard: Arc::new(egress_operator::auth::Guard::new(Arc::new(tokens))),
+        leases: Some(Arc::new(egress_operator::leases::KubeLeases::new(
+            r.client(),
+            source,
+            clock,
+            r.ctx.metrics.clone(),
+        ))),
+    }
+}
+
+/// One call of the API as `token`: the status, the Retry-After header, and the body as JSON.
+async fn call(
+    api: &egress_operator::server::Api,
+    method: Method,
+    path: &str,
+    token: &str,
+    body: &str,
+) -> (u16, Option<String>, Value) {
+    let (path, query) = match path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path, None),
+    };
+    let mut h = http::HeaderMap::new();
+    h.insert(
+        http::header::AUTHORIZATION,
+        format!("Bearer {token}").parse().unwrap(),
+    );
+    let resp = api.answer(&method, path, query, &h, body.as_bytes()).await;
+    let code = resp.status().as_u16();
+    let retry = resp
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .map(|v| v.to_str().unwrap().to_string());
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()));
+    (code, retry, v)
+}
+
+fn lease_body(count: u32, mode: &str) -> String {
+    json!({"namespace": NS, "pool": "web", "count": count, "mode": mode, "ttl": "30m"}).to_string()
+}
+
+/// Two exclusive leases for a pool of one: one gets the proxy, the other 503 with Retry-After
+/// and the reason, also when two replicas' books race for it at the same moment (the API
+/// server's resourceVersion settles it); shared leases respect their bound; the holder alone
+/// renews, reads and releases; a caller of another namespace is refused; bad input is 400
+/// naming the field.
+#[tokio::test(start_paused = true)]
+async fn exclusive_leases_never_share_a_proxy_and_only_the_holder_holds_one() {
+    let r = start().await;
+    let mut spec = spec_of(1);
+    spec["leases"] = json!({"maxShared": 2});
+    r.create_pool("web", spec).await;
+    r.settled("web", 1).await;
+    let one = lease_api(&r);
+    let two = lease_api(&r);
+
+    // Two replicas at once.
+    let exclusive = lease_body(1, "Exclusive");
+    let (a, b) = tokio::join!(
+        call(&one, Method::POST, "/v1/leases", "spider-token", &exclusive),
+        call(&two, Method::POST, "/v1/leases", "rival-token", &exclusive),
+    );
+    let mut codes = [a.0, b.0];
+    codes.sort();
+    assert_eq!(codes, [201, 503], "{a:?} {b:?}");
+    let (granted, refused) = if a.0 == 201 { (a, b) } else { (b, a) };
+    let holder = if granted.2["holder"] == "spider" {
+        "spider-token"
+    } else {
+        "rival-token"
+    };
+    let other = if holder == "spider-token" {
+        "rival-token"
+    } else {
+        "spider-token"
+    };
+    assert!(refused.1.is_some(), "503 without Retry-After: {refused:?}");
+    assert!(
+        refused.2["reason"]
+            .as_str()
+            .unwrap()
+            .contains("0 of 1 asked for"),
+        "{refused:?}"
+    );
+    let lease = &granted.2;
+    let id = lease["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with(&format!("{NS}_web_l-")), "{id}");
+    assert_eq!(lease["mode"], "Exclusive");
+    assert_eq!(lease["proxies"].as_array().unwrap().len(), 1, "{lease:#}");
+    let proxy = lease["proxies"][0]["name"].as_str().unwrap().to_string();
+    assert!(
+        lease["proxies"][0]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://")
+    );
+    // Recorded on the Proxy's status.
+    let stored = &r.members("web")[&proxy];
+    assert_eq!(stored["status"]["leases"][0]["id"], id.as_str());
+
+    // A shared lease cannot take an exclusively held proxy either.
+    let (code, _, v) = call(
+        &one,
+        Method::POST,
+        "/v1/leases",
+        other,
+        &lease_body(1, "Shared"),
+    )
+    .await;
+    assert_eq!(code, 503, "{v}");
+
+    // Only the holder renews, reads and releases it.
+    let renew = format!("/v1/leases/{id}/renew");
+    let (code, _, v) = call(&one, Method::POST, &renew, other, "").await;
+    assert_eq!(code, 403, "{v}");
+    let (code, _, v) = call(&two, Method::POST, &renew, holder, r#"{"ttl": "45m"}"#).await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["proxies"][0]["name"], proxy.as_str());
+    let (code, _, v) = call(&one, Method::GET, &format!("/v1/leases/{id}"), holder, "").await;
+    assert_eq!((code, v["id"].as_str()), (200, Some(id.as_str())), "{v}");
+    let (code, _, v) = call(
+        &one,
+        Method::GET,
+        &format!("/v1/leases?namespace={NS}&pool=web"),
+        holder,
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["leases"].as_array().unwrap().len(), 1, "{v}");
+    let (code, _, v) = call(
+        &one,
+        Method::GET,
+        &format!("/v1/leases?namespace={NS}&pool=web"),
+        other,
+        "",
+    )
+    .await;
+    assert_eq!(v["leases"].as_array().unwrap().len(), 0, "{code} {v}");
+
+    // Another namespace's caller, bad input.
+    let (code, _, v) = call(
+        &one,
+        Method::POST,
+        "/v1/leases",
+        "intruder-token",
+        &lease_body(1, "Exclusive"),
+    )
+    .await;
+    assert_eq!(code, 403, "{v}");
+    let (code, _, v) = call(&one, Method::POST, &renew, "intruder-token", "").await;
+    assert_eq!(code, 403, "{v}");
+    let (code, _, v) = call(
+        &one,
+        Method::POST,
+        "/v1/leases",
+        holder,
+        r#"{"namespace": "crawlers", "pool": "web", "mdoe": "Shared"}"#,
+    )
+    .await;
+    assert_eq!(code, 400, "{v}");
+    assert!(v.as_str().unwrap().contains("mdoe"), "{v}");
+    let (code, _, v) = call(
+        &one,
+        Method::POST,
+        "/v1/leases",
+        holder,
+        &json!({"namespace": NS, "pool": "web", "ttl": "3h"}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{v}");
+    assert!(v["reason"].as_str().unwrap().starts_with("ttl: 3h"), "{v}");
+    let (code, _, v) = call(
+        &one,
+        Method::POST,
+        "/v1/leases",
+        holder,
+        &json!({"namespace": NS, "pool": "nope"}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 404, "{v}");
+    let (code, _, _) = call(&one, Method::DELETE, "/v1/leases/not-a-lease", holder, "").await;
+    assert_eq!(code, 400);
+    let (code, _, v) = call(&one, Method::DELETE, &format!("/v1/leases/{id}"), other, "").await;
+    assert_eq!(code, 403, "{v}");
+
+    // Released: free for two shared leases, not for a third.
+    let (code, _, v) = call(
+        &one,
+        Method::DELETE,
+        &format!("/v1/leases/{id}"),
+        holder,
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    let (code, _, v) = call(
+        &one,
+        Method::DELETE,
+        &format!("/v1/leases/{id}"),
+        holder,
+        "",
+    )
+    .await;
+    assert_eq!(code, 404, "released twice: {v}");
+    for (token, want) in [
+        ("spider-token", 201),
+        ("rival-token", 201),
+        ("spider-token", 503),
+    ] {
+        let (code, _, v) = call(
+            &one,
+            Method::POST,
+            "/v1/leases",
+            token,
+            &lease_body(1, "Shared"),
+        )
+        .await;
+        assert_eq!(code, want, "{token}: {v}");
+    }
+    // The API's answers, none with a credential in the pool's or the Proxy's status.
+    let pool_status = r.pool("web")["status"].to_string();
+    assert!(!pool_status.contains("password"), "{pool_status}");
+}
+
+/// A leased proxy due for rotation is replaced first, drains (out of the count, the renew
+/// answer says when it goes) while its lease holds, and goes once released; the floor of
+/// available members (draining ones not counted) holds throughout, and the unleased rotate as
+/// usual.
+#[tokio::test(start_paused = true)]
+async fn a_leased_proxy_due_for_rotation_drains_until_its_lease_is_released() {
+    let r = start().await;
+    let mut spec = spec_of(2);
+    spec["rotation"] = json!({"maxAge": "10m"});
+    spec["drainTimeout"] = json!("2h");
+    r.create_pool("web", spec).await;
+    r.settled("web", 2).await;
+    let first: BTreeSet<String> = r.members("web").into_keys().collect();
+    let api = lease_api(&r);
+    let (code, _, lease) = call(
+        &api,
+        Method::POST,
+        "/v1/leases",
+        "spider-token",
+        &json!({"namespace": NS, "pool": "web", "ttl": "1h"}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{lease}");
+    let id = lease["id"].as_str().unwrap().to_string();
+    let leased = lease["proxies"][0]["name"].as_str().unwrap().to_string();
+    let from = r.revision();
+
+    r.until(
+        "the leased proxy draining, the other rotated",
+        Duration::from_secs(1800),
+        |r| {
+            let m = r.members("web");
+            m.get(&leased).is_some_and(draining)
+                && m.keys().filter(|n| first.contains(*n)).count() == 1
+                && m.values().filter(|p| available(p)).count() >= 2
+        },
+    )
+    .await;
+    let m = r.members("web");
+    assert_eq!(
+        m[&leased]["metadata"]["annotations"]["crawl.example.com/retire-reason"],
+        "Rotated"
+    );
+    assert!(!deleting(&m[&leased]));
+    // Its holder is told when it goes.
+    let (code, _, v) = call(
+        &api,
+        Method::POST,
+        &format!("/v1/leases/{id}/renew"),
+        "spider-token",
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    assert!(v["proxies"][0]["retireAt"].is_string(), "{v}");
+    assert_eq!(v["proxies"][0]["retireReason"], "Rotated");
+    // No new lease takes it.
+    let (code, _, v) = call(
+        &api,
+        Method::POST,
+        "/v1/leases",
+        "rival-token",
+        &json!({"namespace": NS, "pool": "web", "count": 3}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 503, "{v}");
+    assert!(r.pool_event_reasons().iter().any(|e| e == "Draining"));
+    // Still there a while later.
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert!(r.members("web").contains_key(&leased));
+    assert_eq!(r.pool("web")["status"]["drainingReplicas"], 1);
+
+    let (code, _, v) = call(
+        &api,
+        Method::DELETE,
+        &format!("/v1/leases/{id}"),
+        "spider-token",
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    r.until("the drained proxy gone", Duration::from_secs(600), |r| {
+        !r.members("web").contains_key(&leased)
+    })
+    .await;
+    let (min_available, _) = r.replay("web", from);
+    assert!(
+        min_available >= 2,
+        "available went down to {min_available} (floor 2)"
+    );
+}
+
+/// Releases that report the proxy banned cordon it at the pool's cordonAfterBans, and the
+/// pool replaces it; one report alone does not.
+#[tokio::test(start_paused = true)]
+async fn ban_reports_cordon_a_proxy_at_the_threshold() {
+    let r = start().await;
+    let mut spec = spec_of(1);
+    spec["leases"] = json!({"cordonAfterBans": 2});
+    r.create_pool("web", spec).await;
+    r.settled("web", 1).await;
+    let api = lease_api(&r);
+    let mut proxy = String::new();
+    for round in 0..2 {
+        let (code, _, lease) = call(
+            &api,
+            Method::POST,
+            "/v1/leases",
+            "spider-token",
+            &lease_body(1, "Exclusive"),
+        )
+        .await;
+        assert_eq!(code, 201, "{lease}");
+        proxy = lease["proxies"][0]["name"].as_str().unwrap().to_string();
+        let id = lease["id"].as_str().unwrap();
+        let (code, _, v) = call(
+            &api,
+            Method::DELETE,
+            &format!("/v1/leases/{id}"),
+            "spider-token",
+            r#"{"outcome": "banned"}"#,
+        )
+        .await;
+        assert_eq!(code, 200, "{v}");
+        let stored = &r.members("web")[&proxy];
+        assert_eq!(stored["status"]["banReports"], round + 1);
+        assert_eq!(cordoned(stored), round == 1, "{stored:#}");
+    }
+    r.until("the banned proxy replaced", Duration::from_secs(600), |r| {
+        !r.members("web").contains_key(&proxy)
+    })
+    .await;
+}
+
+/// A leased proxy whose instance is replaced under it (its Pod gone, so a new one with a new
+/// address serves the Proxy) is not handed to its holder with the new address in silence: the
+/// lease no longer holds it, a renewal is 404 saying why, and a new lease may take it.
+#[tokio::test(start_paused = true)]
+async fn a_lease_does_not_follow_its_proxy_to_a_new_address() {
+    let r = start().await;
+    r.create_pool("web", spec_of(1)).await;
+    r.settled("web", 1).await;
+    let api = lease_api(&r);
+    let (code, _, lease) = call(
+        &api,
+        Method::POST,
+        "/v1/leases",
+        "spider-token",
+        &lease_body(1, "Exclusive"),
+    )
+    .await;
+    assert_eq!(code, 201, "{lease}");
+    let id = lease["id"].as_str().unwrap().to_string();
+    let name = lease["proxies"][0]["name"].as_str().unwrap().to_string();
+    let before = r.members("web")[&name]["status"]["ip"].clone();
+    let pod = r.members("web")[&name]["status"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(r.client(), NS);
+    pods.delete(&pod, &DeleteParams::default()).await.unwrap();
+    r.until(
+        "the proxy serving at a new address",
+        Duration::from_secs(600),
+        |r| {
+            let p = &r.members("web")[&name];
+            ready(p) && p["status"]["ip"] != before && !p["status"]["ip"].is_null()
+        },
+    )
+    .await;
+    let (code, _, v) = call(
+        &api,
+        Method::POST,
+        &format!("/v1/leases/{id}/renew"),
+        "spider-token",
+        "",
+    )
+    .await;
+    assert_eq!(code, 404, "{v}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("instance was replaced"),
+        "{v}"
+    );
+    let (code, _, v) = call(
+        &api,
+        Method::POST,
+        "/v1/leases",
+        "rival-token",
+        &lease_body(1, "Exclusive"),
+    )
+    .await;
+    assert_eq!(code, 201, "the replaced instance is free: {v}");
 }

@@ -59,6 +59,14 @@ impl CredentialSource for SimulatedCredentials {
     }
 }
 
+/// `N` bytes of the operating system's randomness (a lease id's); the error says there was
+/// none.
+pub fn entropy<const N: usize>() -> Result<[u8; N], String> {
+    let mut out = [0u8; N];
+    getrandom::fill(&mut out).map_err(|_| "the operating system gave no randomness".to_string())?;
+    Ok(out)
+}
+
 /// A new random credential for `proxy`; the error says the system had no randomness.
 pub fn fresh(proxy: &Proxy) -> Result<ProxyCredential, String> {
     crate::capabilities::credentials::fresh(&proxy.metadata.name)

@@ -158,7 +158,8 @@ impl PoolRun {
             .filter(|m| m.available && !m.deleting && !m.cordoned)
             .filter(|m| counted.contains(m.name.as_str()))
             .count() as u32;
-        for (name, _) in &d.deletes {
+        // A drain costs the floor as a deletion does.
+        for name in d.deletes.iter().chain(&d.drains).map(|(n, _)| n) {
             if counted.contains(name.as_str()) {
                 available_now = available_now.saturating_sub(1);
                 if available_now < floor {
@@ -190,6 +191,27 @@ impl PoolRun {
                 false,
                 why.as_str(),
                 format!("deleting {name} ({})", why.as_str()),
+            );
+        }
+        for (name, why) in &d.drains {
+            let key = format!("{}/{name}", self.pool.metadata.namespace);
+            if let Some(t) = tracked.get_mut(&key) {
+                let a = &mut t.proxy.metadata.annotations;
+                a.insert(
+                    egress_core::discovery::RETIRE_AT_ANNOTATION.into(),
+                    egress_core::gc::format_rfc3339(d.retire_at),
+                );
+                a.insert(
+                    egress_core::discovery::RETIRE_REASON_ANNOTATION.into(),
+                    why.as_str().into(),
+                );
+                t.next_at_ms = now_ms;
+            }
+            say(
+                &mut self.events,
+                false,
+                "Draining",
+                format!("draining {name} ({}): a lease holds it", why.as_str()),
             );
         }
         for c in &d.creates {
@@ -247,7 +269,7 @@ impl PoolRun {
                     m.min(d.status.available_replicas)
                 }));
         }
-        self.settled = d.creates.is_empty() && d.deletes.is_empty();
+        self.settled = d.creates.is_empty() && d.deletes.is_empty() && d.drains.is_empty();
         self.next_at_ms = d
             .requeue_after
             .map(|r| now_ms.saturating_add(r.as_millis() as u64));

@@ -28,6 +28,8 @@ fn spec(replicas: u32, weights: &[u32]) -> PoolSpec {
         paused: false,
         spill_after: None,
         distinct_egress: false,
+        leases: None,
+        drain_timeout: None,
     }
 }
 
@@ -68,6 +70,8 @@ fn member(name: &str, placement: usize, rev: &str, ready: bool, created: i64) ->
         drifted: false,
         egress_ip: None,
         failure: None,
+        leases: Vec::new(),
+        retiring: None,
     }
 }
 
@@ -114,6 +118,11 @@ impl Sim {
         self.status = d.status.clone();
         for (name, _) in &d.deletes {
             self.members.retain(|m| &m.name != name);
+        }
+        for (name, why) in &d.drains {
+            if let Some(m) = self.members.iter_mut().find(|m| &m.name == name) {
+                m.retiring = Some((d.retire_at, *why));
+            }
         }
         for c in &d.creates {
             self.serial += 1;
@@ -1236,4 +1245,302 @@ fn over_every_state_distinct_egress_keeps_the_floor_of_distinct_members() {
         }
     }
     assert!(decisions > 20_000, "{decisions}");
+}
+
+fn rotating(replicas: u32) -> PoolSpec {
+    let mut sp = spec(replicas, &[1]);
+    sp.rotation = Some(Rotation {
+        max_age: "1h".into(),
+        jitter: None,
+    });
+    sp
+}
+
+/// A leased member due for rotation is replaced first and drains (out of the count, not
+/// deleted) while its lease holds; the unleased one goes first; released, it goes; the floor
+/// holds throughout.
+#[test]
+fn a_leased_member_due_for_rotation_drains_after_its_replacement() {
+    let mut s = Sim::new(rotating(2));
+    s.settle();
+    let leased = s.members[0].name.clone();
+    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.now += 3700;
+    let mut drained = Vec::new();
+    let mut retire_at = None;
+    for _ in 0..10 {
+        let d = s.step();
+        drained.extend(d.drains.iter().map(|(n, r)| (n.clone(), *r)));
+        if !d.drains.is_empty() {
+            retire_at = Some(d.retire_at);
+            assert_eq!(d.retire_at, s.now + 1800, "the default drainTimeout is 30m");
+        }
+        assert!(
+            !d.deletes.iter().any(|(n, _)| *n == leased),
+            "a leased member deleted: {d:?}"
+        );
+        s.ready_all();
+        let counted = s
+            .members
+            .iter()
+            .filter(|m| m.available && m.retiring.is_none())
+            .count();
+        assert!(counted >= 2, "the floor broke: {:?}", s.members);
+    }
+    assert_eq!(drained, vec![(leased.clone(), DeleteReason::Rotated)]);
+    let m = s.members.iter().find(|m| m.name == leased).unwrap();
+    assert_eq!(m.retiring, retire_at.map(|t| (t, DeleteReason::Rotated)));
+    assert_eq!(s.status.draining_replicas, 1);
+    assert_eq!(s.status.replicas, 2, "a draining member is not a replica");
+    assert!(
+        s.status.conditions[1].message.contains("1 draining"),
+        "{:?}",
+        s.status.conditions[1]
+    );
+    // Released: it goes at the next decision.
+    s.members
+        .iter_mut()
+        .find(|m| m.name == leased)
+        .unwrap()
+        .leases
+        .clear();
+    let d = s.step();
+    assert_eq!(d.deletes, vec![(leased, DeleteReason::Rotated)]);
+    assert!(s.status.lost_leases.is_empty());
+}
+
+/// A drain ends at drainTimeout although the lease still holds, and the pool's status says
+/// which lease lost which proxy; the decision asks to be woken for it.
+#[test]
+fn a_drain_ends_at_drain_timeout_and_the_holder_reads_why() {
+    let mut sp = rotating(1);
+    sp.drain_timeout = Some("10m".into());
+    let mut s = Sim::new(sp);
+    s.settle();
+    let leased = s.members[0].name.clone();
+    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.now += 3700;
+    s.step();
+    s.ready_all();
+    let d = s.step();
+    assert_eq!(d.drains, vec![(leased.clone(), DeleteReason::Rotated)]);
+    assert_eq!(d.retire_at, s.now + 600);
+    assert!(d.requeue_after.unwrap() <= Duration::from_secs(600));
+    s.now += 599;
+    assert!(s.step().deletes.is_empty());
+    s.now += 1;
+    let d = s.step();
+    assert_eq!(d.deletes, vec![(leased.clone(), DeleteReason::Rotated)]);
+    assert_eq!(s.status.lost_leases.len(), 1);
+    let lost = &s.status.lost_leases[0];
+    assert_eq!(
+        (lost.lease.as_str(), lost.proxy.as_str()),
+        ("l-a", leased.as_str())
+    );
+    assert!(lost.reason.contains("drainTimeout"), "{}", lost.reason);
+    // Kept an hour, then forgotten.
+    s.now += 3600;
+    s.step();
+    assert!(s.status.lost_leases.is_empty());
+}
+
+/// A leased member that fails is not drained: it goes at once, and the status says why.
+#[test]
+fn a_leased_member_that_fails_goes_at_once() {
+    let mut s = Sim::new(rotating(2));
+    s.settle();
+    let failed = s.members[0].name.clone();
+    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.members[0].available = false;
+    s.members[0].ready = false;
+    s.members[0].cordoned = true;
+    let d = s.step();
+    assert_eq!(d.deletes, vec![(failed.clone(), DeleteReason::Cordoned)]);
+    assert!(d.drains.is_empty());
+    assert_eq!(s.status.lost_leases[0].proxy, failed);
+    assert!(s.status.lost_leases[0].reason.contains("does not serve"));
+}
+
+/// Scaling down takes the unleased first, and a leased one drains.
+#[test]
+fn scaling_down_takes_the_unleased_first_and_drains_the_leased() {
+    let mut sp = spec(3, &[1]);
+    sp.strategy.max_unavailable = IntOrPercent::Int(3);
+    let mut s = Sim::new(sp);
+    s.settle();
+    for m in &mut s.members[..2] {
+        m.leases = vec![("l-a".into(), NOW + 600)];
+    }
+    let leased: Vec<String> = s.members[..2].iter().map(|m| m.name.clone()).collect();
+    let free = s.members[2].name.clone();
+    s.spec.replicas = 1;
+    let d = s.step();
+    assert_eq!(d.deletes, vec![(free, DeleteReason::ScaledDown)]);
+    assert_eq!(d.drains.len(), 1);
+    assert!(leased.contains(&d.drains[0].0));
+    assert!(d.creates.is_empty(), "{d:?}");
+}
+
+/// Over every state of a small pool with leases (each member serving or not, leased or not,
+/// stale for any reason or not, draining with its lease held or ended or past its
+/// retirement), under every budget: the pool's deletions and drains together never leave fewer
+/// counted members (available, not draining) than the floor, or than there were; a member a
+/// lease holds that serves is never deleted unless it drained to its retirement; a draining
+/// member is never counted; and the pool never grows beyond replicas + maxSurge beside its
+/// draining members.
+#[test]
+fn over_every_state_drains_and_deletions_keep_the_floor() {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Lease {
+        None,
+        Held,
+        Ended,
+    }
+    #[derive(Debug, Clone, Copy)]
+    struct S {
+        serving: bool,
+        lease: Lease,
+        stale: u8,
+        drain: u8,
+    }
+    let mut shapes = Vec::new();
+    for serving in [false, true] {
+        for lease in [Lease::None, Lease::Held, Lease::Ended] {
+            // 0 current, 1 rotation due, 2 old revision, 3 cordoned.
+            for stale in 0..4u8 {
+                // 0 not draining, 1 draining, 2 draining past its retirement.
+                for drain in 0..3u8 {
+                    shapes.push(S {
+                        serving,
+                        lease,
+                        stale,
+                        drain,
+                    });
+                }
+            }
+        }
+    }
+    let mut decisions = 0u64;
+    let n = shapes.len();
+    let mut sets: Vec<Vec<usize>> = vec![vec![]];
+    for a in 0..n {
+        sets.push(vec![a]);
+        for b in a..n {
+            sets.push(vec![a, b]);
+            for c in b..n {
+                sets.push(vec![a, b, c]);
+            }
+        }
+    }
+    for replicas in 1..=3u32 {
+        for (surge, unavailable) in [(1, 0), (0, 1), (2, 1)] {
+            let mut sp = rotating(replicas);
+            sp.strategy = Strategy {
+                max_surge: IntOrPercent::Int(surge),
+                max_unavailable: IntOrPercent::Int(unavailable),
+            };
+            let r = revs(&sp);
+            let floor = replicas as usize - unavailable as usize;
+            for set in &sets {
+                let members: Vec<Member> = set
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &i)| {
+                        let sh = shapes[i];
+                        let created = if sh.stale == 1 { NOW - 7200 } else { NOW - 60 };
+                        let rev = if sh.stale == 2 { "old" } else { r[0].as_str() };
+                        let mut m = member(&format!("m{k}"), 0, rev, sh.serving, created);
+                        m.cordoned = sh.stale == 3;
+                        m.leases = match sh.lease {
+                            Lease::None => vec![],
+                            Lease::Held => vec![(format!("l-{k}"), NOW + 300)],
+                            Lease::Ended => vec![(format!("l-{k}"), NOW)],
+                        };
+                        m.retiring = match sh.drain {
+                            0 => None,
+                            1 => Some((NOW + 100, DeleteReason::Rotated)),
+                            _ => Some((NOW, DeleteReason::Rotated)),
+                        };
+                        m
+                    })
+                    .collect();
+                let counted = |m: &Member| m.available && !m.cordoned && m.retiring.is_none();
+                let before = members.iter().filter(|m| counted(m)).count();
+                let d = decide(&sp, &r, &members, &PoolStatus::default(), NOW);
+                decisions += 1;
+                let gone = |m: &Member| {
+                    d.deletes.iter().any(|(n, _)| *n == m.name)
+                        || d.drains.iter().any(|(n, _)| *n == m.name)
+                };
+                let after = members.iter().filter(|m| counted(m) && !gone(m)).count();
+                assert!(
+                    after >= before.min(floor),
+                    "{set:?} replicas {replicas} surge {surge} unavailable {unavailable}: counted {before} -> {after}: {d:?}"
+                );
+                for m in &members {
+                    let deleted = d.deletes.iter().any(|(n, _)| *n == m.name);
+                    let held = m.leased(NOW);
+                    let retired = m.retiring.is_some_and(|(at, _)| NOW >= at);
+                    if deleted && held && counted(m) {
+                        panic!("{set:?}: serving leased {} deleted: {d:?}", m.name);
+                    }
+                    if deleted && held && m.retiring.is_some() && !retired {
+                        panic!("{set:?}: draining {} deleted before its retirement", m.name);
+                    }
+                    if m.retiring.is_some() && !held {
+                        assert!(deleted, "{set:?}: a drained member kept: {d:?}");
+                    }
+                    assert!(
+                        !(m.retiring.is_some() && d.drains.iter().any(|(n, _)| *n == m.name)),
+                        "drained twice"
+                    );
+                }
+                let live_after = members
+                    .iter()
+                    .filter(|m| m.retiring.is_none() && !gone(m))
+                    .count();
+                assert!(
+                    live_after + d.creates.len() <= (replicas + surge) as usize
+                        || d.creates.is_empty(),
+                    "{set:?}: grows beyond the surge: {d:?}"
+                );
+            }
+        }
+    }
+    assert!(decisions > 100_000, "{decisions}");
+}
+
+#[test]
+fn lease_and_drain_settings_are_checked_naming_the_field() {
+    let mut sp = spec(1, &[1]);
+    sp.drain_timeout = Some("0s".into());
+    sp.leases = Some(crate::lease::LeasePolicy {
+        max_shared: 0,
+        max_ttl: "5m".into(),
+        default_ttl: "10m".into(),
+        cordon_after_bans: 3,
+    });
+    let problems = validate(&pool_named("web", None, sp.clone()));
+    assert_eq!(
+        problems,
+        [
+            "spec.drainTimeout: must be longer than 0",
+            "spec.leases.maxShared: must be at least 1",
+            "spec.leases.defaultTTL: 10m is longer than maxTTL (5m)"
+        ]
+    );
+    sp.drain_timeout = Some("later".into());
+    sp.leases = Some(crate::lease::LeasePolicy {
+        max_ttl: "ever".into(),
+        ..Default::default()
+    });
+    let problems = validate(&pool_named("web", None, sp));
+    assert!(
+        problems[0].starts_with("spec.drainTimeout: "),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].starts_with("spec.leases.maxTTL: "),
+        "{problems:?}"
+    );
 }

@@ -10,8 +10,8 @@
 //! server, but it would not keep the operator, which sees the token, from using it there.)
 
 use super::{
-    Access, Caller, GROUP, METRICS_PATH, NOT_AUTHENTICATED, RESOURCE, Refusal, Reviewer,
-    SUBRESOURCE, Token, VERB,
+    Access, Caller, GROUP, LEASES_SUBRESOURCE, METRICS_PATH, NOT_AUTHENTICATED, RESOURCE, Refusal,
+    Reviewer, SUBRESOURCE, Token, VERB,
 };
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -65,6 +65,22 @@ pub fn access_review(caller: &Caller, access: &Access) -> SubjectAccessReview {
                 // Empty: every namespace, which only a cluster-wide grant allows.
                 namespace: Some(namespace.clone().unwrap_or_default()),
                 name: pool.clone(),
+                ..Default::default()
+            }),
+            None,
+        ),
+        Access::Leases {
+            namespace,
+            pool,
+            write,
+        } => (
+            Some(ResourceAttributes {
+                group: Some(GROUP.into()),
+                resource: Some(RESOURCE.into()),
+                subresource: Some(LEASES_SUBRESOURCE.into()),
+                verb: Some(Access::lease_verb(*write).into()),
+                namespace: Some(namespace.clone()),
+                name: Some(pool.clone()),
                 ..Default::default()
             }),
             None,

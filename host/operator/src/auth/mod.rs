@@ -25,6 +25,9 @@ pub const RESOURCE: &str = "proxypools";
 pub const SUBRESOURCE: &str = "proxies";
 /// The verb of both: reading.
 pub const VERB: &str = "get";
+/// The subresource leases of a pool's proxies are authorised on: `create` to take, renew and
+/// release a lease (only its holder may renew or release it), `get` to read one's leases.
+pub const LEASES_SUBRESOURCE: &str = "leases";
 /// The non-resource URL of the metrics.
 pub const METRICS_PATH: &str = "/metrics";
 
@@ -77,6 +80,20 @@ pub enum Access {
     },
     /// `/metrics`.
     Metrics,
+    /// Leases of a pool's proxies: `write` to take, renew or release one (`create`), else to
+    /// read them (`get`).
+    Leases {
+        namespace: String,
+        pool: String,
+        write: bool,
+    },
+}
+
+impl Access {
+    /// The RBAC verb of a lease access.
+    pub fn lease_verb(write: bool) -> &'static str {
+        if write { "create" } else { VERB }
+    }
 }
 
 impl Access {
@@ -99,6 +116,14 @@ impl Access {
                 "not allowed to {VERB} {RESOURCE}/{SUBRESOURCE} of pool {pool:?} in namespace {ns:?}"
             ),
             Access::Metrics => format!("not allowed to {VERB} {METRICS_PATH}"),
+            Access::Leases {
+                namespace,
+                pool,
+                write,
+            } => format!(
+                "not allowed to {} {RESOURCE}/{LEASES_SUBRESOURCE} of pool {pool:?} in namespace {namespace:?}",
+                Access::lease_verb(*write)
+            ),
         })
     }
 }

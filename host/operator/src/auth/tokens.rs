@@ -15,6 +15,8 @@
 //!     metrics: true                # /metrics
 //! ```
 //!
+//! A token that may see a pool's proxies may also lease them (`/v1/leases`).
+//!
 //! A presented token is hashed and compared with every entry's digest in constant time.
 
 use super::{Access, Caller, Digest, NOT_AUTHENTICATED, Refusal, Reviewer, Token};
@@ -66,6 +68,13 @@ impl Grants {
             Access::Proxies {
                 namespace: None, ..
             } => false,
+            // A named token that may see a pool's proxies may lease them.
+            Access::Leases {
+                namespace, pool, ..
+            } => self.allow(&Access::Proxies {
+                namespace: Some(namespace.clone()),
+                pool: Some(pool.clone()),
+            }),
             Access::Proxies {
                 namespace: Some(ns),
                 pool,

@@ -1,0 +1,543 @@
+//! Leases: a crawler holds some of a pool's proxies for a while, alone (`Exclusive`) or with a
+//! bounded number of others (`Shared`), and rotation retires a leased proxy in steps instead
+//! of pulling it from under its holder (see [`crate::pool::decide`]'s drains).
+//!
+//! A lease is a binding recorded on each leased Proxy's status (`status.leases`), as a DRA
+//! claim's `reservedFor`: whoever writes a binding writes it on the condition that the Proxy is
+//! still the version it read (the API server's resourceVersion), so two writers can never
+//! bind one proxy to two exclusive holders, and a new leader reads the same bindings the old
+//! one wrote. Expiry is judged against the writer's clock at the time of each decision, with
+//! the instant stored (not a duration), as a Kubernetes Lease's renewTime is.
+//!
+//! Everything here is a function of the bindings and `now` (Unix seconds); the operator and the
+//! CLI carry the writes out.
+
+use crate::discovery::Discovered;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// How a lease holds its proxies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum LeaseMode {
+    /// The proxy is this lease's alone: no other lease, and out of discovery while held.
+    #[default]
+    Exclusive,
+    /// The proxy is held by at most the pool's `leases.maxShared` shared leases at once, and
+    /// no exclusive one.
+    Shared,
+}
+
+impl LeaseMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseMode::Exclusive => "Exclusive",
+            LeaseMode::Shared => "Shared",
+        }
+    }
+}
+
+/// One lease's hold on one Proxy, as its status records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaseBinding {
+    /// The lease's id (the same on every Proxy it holds).
+    pub id: String,
+    /// Who holds it: the authenticated user that asked (a ServiceAccount's
+    /// `system:serviceaccount:NS:NAME`, or a named token's name).
+    pub holder: String,
+    pub mode: LeaseMode,
+    /// RFC 3339: when the lease was granted.
+    pub acquired_at: String,
+    /// RFC 3339: when it ends unless renewed.
+    pub expires_at: String,
+    /// How many proxies the lease asked for, so its holder learns when one was lost.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// The address the proxy had when the lease took it. An instance replaced under the Proxy
+    /// (it failed its check) has another: the binding no longer holds, and its holder is told
+    /// the proxy was lost rather than handed a new IP in silence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl LeaseBinding {
+    /// Unix seconds of `expiresAt` (an unreadable one has expired).
+    pub fn expires(&self) -> i64 {
+        crate::gc::parse_rfc3339(&self.expires_at).unwrap_or(i64::MIN)
+    }
+
+    pub fn live(&self, now: i64) -> bool {
+        self.expires() > now
+    }
+
+    /// Whether it holds the instance that serves at `ip` now (the one it was granted on).
+    pub fn holds(&self, ip: Option<&str>) -> bool {
+        self.ip.as_deref().is_none_or(|granted| Some(granted) == ip)
+    }
+}
+
+/// The bindings of `bindings` that still hold the instance serving at `ip`: the ones every
+/// decision reads (a binding of a replaced instance holds nothing).
+pub fn holding(bindings: &[LeaseBinding], ip: Option<&str>) -> Vec<LeaseBinding> {
+    bindings.iter().filter(|b| b.holds(ip)).cloned().collect()
+}
+
+/// Why a binding of a replaced instance ended, as its holder reads it.
+pub const INSTANCE_REPLACED: &str =
+    "its instance was replaced (it failed its check): the proxy's address changed";
+
+/// A pool's lease settings (`spec.leases`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeasePolicy {
+    /// Shared leases a proxy takes at once (default 4).
+    #[serde(default = "default_max_shared")]
+    pub max_shared: u32,
+    /// The longest `ttl` a lease or a renewal may ask for (default 1h).
+    #[serde(default = "default_max_ttl", rename = "maxTTL")]
+    pub max_ttl: String,
+    /// The `ttl` of a lease that asks for none (default 10m).
+    #[serde(default = "default_ttl", rename = "defaultTTL")]
+    pub default_ttl: String,
+    /// Releases reporting `banned` after which a proxy is cordoned (taken out of discovery
+    /// and leases, and replaced through the pool's budget); default 3, 0 never.
+    #[serde(default = "default_cordon_after_bans")]
+    pub cordon_after_bans: u32,
+}
+
+impl Default for LeasePolicy {
+    fn default() -> Self {
+        Self {
+            max_shared: default_max_shared(),
+            max_ttl: default_max_ttl(),
+            default_ttl: default_ttl(),
+            cordon_after_bans: default_cordon_after_bans(),
+        }
+    }
+}
+
+fn default_max_shared() -> u32 {
+    4
+}
+fn default_max_ttl() -> String {
+    "1h".into()
+}
+fn default_ttl() -> String {
+    "10m".into()
+}
+fn default_cordon_after_bans() -> u32 {
+    3
+}
+
+/// How long a draining proxy waits for its leases to end before it goes anyway, unless the
+/// pool's `spec.drainTimeout` says otherwise.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// The most proxies one lease takes.
+pub const MAX_COUNT: u32 = 64;
+/// Bindings one Proxy records at most (shared leases beyond expired ones); a bound on the
+/// status's size whatever `maxShared` says.
+pub const MAX_BINDINGS: usize = 32;
+
+/// `POST /v1/leases`, as a crawler sends it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaseRequest {
+    pub namespace: String,
+    pub pool: String,
+    #[serde(default = "one")]
+    pub count: u32,
+    #[serde(default)]
+    pub mode: LeaseMode,
+    /// e.g. `10m`; default the pool's `leases.defaultTTL`, at most its `maxTTL`.
+    #[serde(default)]
+    pub ttl: Option<String>,
+}
+
+/// `POST /v1/leases/{id}/renew`'s body (it may be empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RenewRequest {
+    #[serde(default)]
+    pub ttl: Option<String>,
+}
+
+/// `DELETE /v1/leases/{id}`'s body (it may be empty): how the holder's use went.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReleaseRequest {
+    /// `ok` (the default) or `banned`: a target refused the proxy's address. A ban report
+    /// counts toward cordoning the proxy (the pool's `leases.cordonAfterBans`), never deletes
+    /// it on its own.
+    #[serde(default)]
+    pub outcome: Option<Outcome>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    Ok,
+    Banned,
+}
+
+/// The ttl a request asks for, within the policy, or what is wrong with it (naming the field).
+pub fn ttl(asked: Option<&str>, policy: &LeasePolicy) -> Result<Duration, String> {
+    let max = crate::config::parse_duration(&policy.max_ttl)
+        .map_err(|e| format!("spec.leases.maxTTL: {e}"))?;
+    let t = match asked {
+        Some(a) => crate::config::parse_duration(a).map_err(|e| format!("ttl: {e}"))?,
+        None => crate::config::parse_duration(&policy.default_ttl)
+            .map_err(|e| format!("spec.leases.defaultTTL: {e}"))?
+            .min(max),
+    };
+    if t < Duration::from_secs(1) {
+        return Err("ttl: must be at least 1s".into());
+    }
+    if t > max {
+        return Err(format!(
+            "ttl: {} is longer than the pool's leases.maxTTL ({})",
+            asked.unwrap_or_default(),
+            policy.max_ttl
+        ));
+    }
+    Ok(t)
+}
+
+/// What is wrong with a lease request apart from its ttl, naming the field.
+pub fn validate(req: &LeaseRequest) -> Vec<String> {
+    let mut problems = Vec::new();
+    if req.namespace.is_empty() {
+        problems.push("namespace: must not be empty".to_string());
+    }
+    if req.pool.is_empty() {
+        problems.push("pool: must not be empty".to_string());
+    }
+    if req.count == 0 || req.count > MAX_COUNT {
+        problems.push(format!("count: must be between 1 and {MAX_COUNT}"));
+    }
+    problems
+}
+
+/// Whether a proxy with `bindings` takes one more lease of `mode` at `now`.
+pub fn admits(bindings: &[LeaseBinding], mode: LeaseMode, max_shared: u32, now: i64) -> bool {
+    let live: Vec<&LeaseBinding> = bindings.iter().filter(|b| b.live(now)).collect();
+    match mode {
+        LeaseMode::Exclusive => live.is_empty(),
+        LeaseMode::Shared => {
+            live.iter().all(|b| b.mode == LeaseMode::Shared)
+                && live.len() < (max_shared as usize).min(MAX_BINDINGS)
+        }
+    }
+}
+
+/// The latest end of a live binding, if any is live: until when the proxy is leased.
+pub fn leased_until(bindings: &[LeaseBinding], now: i64) -> Option<i64> {
+    bindings
+        .iter()
+        .filter(|b| b.live(now))
+        .map(LeaseBinding::expires)
+        .max()
+}
+
+/// Whether an exclusive binding holds the proxy at `now`: then discovery does not list it.
+pub fn exclusively_leased(bindings: &[LeaseBinding], now: i64) -> bool {
+    bindings
+        .iter()
+        .any(|b| b.live(now) && b.mode == LeaseMode::Exclusive)
+}
+
+/// One proxy a lease could take.
+#[derive(Debug, Clone)]
+pub struct Offer<'a> {
+    pub name: &'a str,
+    /// In discovery (Ready, not cordoned) and not draining.
+    pub usable: bool,
+    pub bindings: &'a [LeaseBinding],
+    pub egress_ip: Option<&'a str>,
+    /// Unix seconds: when the Proxy was created.
+    pub created_at: Option<i64>,
+}
+
+/// Why a lease could not be granted now: 503 with `Retry-After`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shortage {
+    pub wanted: u32,
+    pub free: u32,
+    /// When one may be free: the soonest end of a binding that holds a usable proxy, or a
+    /// short wait when none does (proxies starting, or none in the pool).
+    pub retry_after: Duration,
+    pub reason: String,
+}
+
+/// How long a caller is told to wait when nothing it could wait for ends sooner.
+pub const RETRY_AFTER_DEFAULT: Duration = Duration::from_secs(10);
+/// The longest wait it is told: a lease's end may be renewed away, so it asks again by then.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
+
+/// The `count` offers a lease of `mode` takes, as indexes into `offers`, or why it cannot have
+/// them: all or none. Among the free, the least held first (shared leases spread), then ones
+/// whose egress address none chosen before has, then the youngest (the last to be rotated
+/// away), then by name, so the choice is the same whoever makes it.
+pub fn choose(
+    offers: &[Offer<'_>],
+    count: u32,
+    mode: LeaseMode,
+    max_shared: u32,
+    now: i64,
+) -> Result<Vec<usize>, Shortage> {
+    let mut free: Vec<usize> = (0..offers.len())
+        .filter(|&i| offers[i].usable && admits(offers[i].bindings, mode, max_shared, now))
+        .collect();
+    if free.len() < count as usize {
+        let usable = offers.iter().filter(|o| o.usable).count();
+        let soonest = offers
+            .iter()
+            .filter(|o| o.usable)
+            .flat_map(|o| o.bindings.iter().filter(|b| b.live(now)))
+            .map(|b| b.expires() - now)
+            .min();
+        let retry_after = soonest.map_or(RETRY_AFTER_DEFAULT, |s| {
+            Duration::from_secs(s.max(1) as u64).min(RETRY_AFTER_MAX)
+        });
+        let reason = if usable == 0 {
+            "no proxy of the pool is ready".to_string()
+        } else {
+            format!(
+                "{} of the pool's {usable} ready proxies {} free for {} lease",
+                free.len(),
+                if free.len() == 1 { "is" } else { "are" },
+                match mode {
+                    LeaseMode::Exclusive => "an exclusive",
+                    LeaseMode::Shared => "a shared",
+                }
+            )
+        };
+        return Err(Shortage {
+            wanted: count,
+            free: free.len() as u32,
+            retry_after,
+            reason,
+        });
+    }
+    let held = |i: usize| offers[i].bindings.iter().filter(|b| b.live(now)).count();
+    free.sort_by_key(|&i| {
+        (
+            held(i),
+            std::cmp::Reverse(offers[i].created_at.unwrap_or(i64::MIN)),
+            offers[i].name,
+        )
+    });
+    // Distinct egress addresses first, in that order; then the rest, in that order.
+    let mut chosen: Vec<usize> = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for &i in &free {
+        if chosen.len() == count as usize {
+            break;
+        }
+        match offers[i].egress_ip {
+            Some(ip) if seen.contains(&ip) => {}
+            ip => {
+                seen.extend(ip);
+                chosen.push(i);
+            }
+        }
+    }
+    for &i in &free {
+        if chosen.len() == count as usize {
+            break;
+        }
+        if !chosen.contains(&i) {
+            chosen.push(i);
+        }
+    }
+    Ok(chosen)
+}
+
+/// `bindings` with the expired dropped and `new` added.
+pub fn bind(bindings: &[LeaseBinding], new: LeaseBinding, now: i64) -> Vec<LeaseBinding> {
+    let mut out: Vec<LeaseBinding> = bindings.iter().filter(|b| b.live(now)).cloned().collect();
+    out.push(new);
+    out
+}
+
+/// Why a holder's call on a lease is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseError {
+    /// No live binding of that id: it expired, was released, or never was (404).
+    #[error("lease {0} is not held (expired, released or unknown)")]
+    NotFound(String),
+    /// Someone else's lease (403).
+    #[error("lease {id} is held by {holder:?}, not by the caller")]
+    NotHolder { id: String, holder: String },
+}
+
+/// `bindings` with lease `id` renewed to `now + ttl`, but never past `cap` (a draining proxy's
+/// retirement): the holder learns when the proxy goes and cannot hold it longer.
+pub fn renew(
+    bindings: &[LeaseBinding],
+    id: &str,
+    holder: &str,
+    ttl: Duration,
+    cap: Option<i64>,
+    now: i64,
+) -> Result<Vec<LeaseBinding>, LeaseError> {
+    let mut out: Vec<LeaseBinding> = bindings.iter().filter(|b| b.live(now)).cloned().collect();
+    let b = out
+        .iter_mut()
+        .find(|b| b.id == id)
+        .ok_or_else(|| LeaseError::NotFound(id.to_string()))?;
+    if b.holder != holder {
+        return Err(LeaseError::NotHolder {
+            id: id.to_string(),
+            holder: b.holder.clone(),
+        });
+    }
+    let until = now.saturating_add(ttl.as_secs() as i64);
+    let until = cap.map_or(until, |c| until.min(c.max(now)));
+    b.expires_at = crate::gc::format_rfc3339(until.max(b.expires()));
+    Ok(out)
+}
+
+/// `bindings` without lease `id` (and without the expired), or why the holder may not.
+pub fn release(
+    bindings: &[LeaseBinding],
+    id: &str,
+    holder: &str,
+    now: i64,
+) -> Result<Vec<LeaseBinding>, LeaseError> {
+    let mine = bindings.iter().find(|b| b.id == id && b.live(now));
+    match mine {
+        None => Err(LeaseError::NotFound(id.to_string())),
+        Some(b) if b.holder != holder => Err(LeaseError::NotHolder {
+            id: id.to_string(),
+            holder: b.holder.clone(),
+        }),
+        Some(_) => Ok(bindings
+            .iter()
+            .filter(|b| b.live(now) && b.id != id)
+            .cloned()
+            .collect()),
+    }
+}
+
+/// Where a lease lives and its own part: a lease id is `NAMESPACE_POOL_l-…`, so whoever is
+/// handed one knows which pool's Proxies to read without an index, and any replica can
+/// authorise a call on it before it reads anything (`_` is in no Kubernetes name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    pub namespace: String,
+    pub pool: String,
+}
+
+impl LeaseRef {
+    /// The namespace and pool of lease `id`, if it is one [`new_id`] makes.
+    pub fn parse(id: &str) -> Option<Self> {
+        let mut parts = id.split('_');
+        let (namespace, pool, own) = (parts.next()?, parts.next()?, parts.next()?);
+        let name_ok = |n: &str| {
+            !n.is_empty()
+                && n.len() <= 253
+                && n.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        };
+        (parts.next().is_none() && name_ok(namespace) && name_ok(pool) && is_own_part(own)).then(
+            || Self {
+                namespace: namespace.to_string(),
+                pool: pool.to_string(),
+            },
+        )
+    }
+}
+
+/// A new lease id of pool `namespace/pool` from 15 bytes of the caller's randomness.
+pub fn new_id(namespace: &str, pool: &str, entropy: &[u8; 15]) -> String {
+    format!("{namespace}_{pool}_{}", id_from_entropy(entropy))
+}
+
+/// A lease id's own part from 15 bytes of the caller's randomness: `l-` and 24 lowercase
+/// base32 letters (no padding), safe in a URL path.
+pub fn id_from_entropy(entropy: &[u8; 15]) -> String {
+    const LETTERS: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+    let mut out = String::from("l-");
+    for chunk in entropy.chunks(5) {
+        let mut n: u64 = 0;
+        for b in chunk {
+            n = (n << 8) | u64::from(*b);
+        }
+        for k in (0..8).rev() {
+            out.push(LETTERS[((n >> (5 * k)) & 31) as usize] as char);
+        }
+    }
+    out
+}
+
+/// Whether `id` has the form [`id_from_entropy`] makes.
+fn is_own_part(id: &str) -> bool {
+    id.strip_prefix("l-").is_some_and(|rest| {
+        rest.len() == 24
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || (b'2'..=b'7').contains(&b))
+    })
+}
+
+/// One proxy of a lease, as its holder is told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeasedProxy {
+    #[serde(flatten)]
+    pub proxy: Discovered,
+    /// Ready now (verified where the egress check runs). A leased proxy failing fewer checks
+    /// than the threshold stays leased; past it, it goes and the lease lists it as lost.
+    pub ready: bool,
+    /// RFC 3339: until when this lease holds it (its binding's end).
+    pub expires_at: String,
+    /// RFC 3339: when the proxy goes, once it drains (rotation, rollout, scale-down or cordon):
+    /// the holder moves to another proxy by then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retire_at: Option<String>,
+    /// Why it drains.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retire_reason: Option<String>,
+}
+
+/// A proxy the lease held and no longer holds, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LostProxy {
+    /// The lease's id.
+    pub lease: String,
+    /// `namespace/name` of the Proxy.
+    pub proxy: String,
+    /// Why it went (it failed its check; its instance was replaced; it drained past
+    /// drainTimeout).
+    pub reason: String,
+    /// RFC 3339.
+    pub at: String,
+}
+
+/// A lease as its holder is told: `POST /v1/leases`, renew and `GET /v1/leases` answer this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseView {
+    pub id: String,
+    pub namespace: String,
+    pub pool: String,
+    pub mode: LeaseMode,
+    pub holder: String,
+    /// RFC 3339: the soonest end of its bindings; renew before then.
+    pub expires_at: String,
+    /// How many proxies it asked for.
+    pub count: u32,
+    pub proxies: Vec<LeasedProxy>,
+    /// What it lost, and why (a proxy that failed its check is not drained: it goes).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<LostProxy>,
+}
+
+#[cfg(test)]
+mod tests;

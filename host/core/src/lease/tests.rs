@@ -1,0 +1,266 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+
+const NOW: i64 = 1_800_000_000;
+
+fn binding(id: &str, holder: &str, mode: LeaseMode, ends_in: i64) -> LeaseBinding {
+    LeaseBinding {
+        id: id.into(),
+        holder: holder.into(),
+        mode,
+        acquired_at: crate::gc::format_rfc3339(NOW - 60),
+        expires_at: crate::gc::format_rfc3339(NOW + ends_in),
+        count: 1,
+        ip: None,
+    }
+}
+
+fn offer<'a>(name: &'a str, bindings: &'a [LeaseBinding], ip: &'a str, age: i64) -> Offer<'a> {
+    Offer {
+        name,
+        usable: true,
+        bindings,
+        egress_ip: Some(ip),
+        created_at: Some(NOW - age),
+    }
+}
+
+#[test]
+fn exclusive_takes_only_unheld_proxies_and_shared_respects_its_bound() {
+    let ex = [binding("l-a", "a", LeaseMode::Exclusive, 60)];
+    let sh = [
+        binding("l-b", "b", LeaseMode::Shared, 60),
+        binding("l-c", "c", LeaseMode::Shared, 60),
+    ];
+    let expired = [binding("l-d", "d", LeaseMode::Exclusive, -1)];
+    assert!(admits(&[], LeaseMode::Exclusive, 2, NOW));
+    assert!(!admits(&ex, LeaseMode::Exclusive, 2, NOW));
+    assert!(!admits(&ex, LeaseMode::Shared, 2, NOW));
+    assert!(!admits(&sh, LeaseMode::Exclusive, 2, NOW));
+    assert!(!admits(&sh, LeaseMode::Shared, 2, NOW), "at the bound");
+    assert!(admits(&sh, LeaseMode::Shared, 3, NOW));
+    assert!(
+        admits(&expired, LeaseMode::Exclusive, 2, NOW),
+        "expired holds nothing"
+    );
+    // An expiry at exactly now has ended.
+    assert!(admits(
+        &[binding("l-e", "e", LeaseMode::Exclusive, 0)],
+        LeaseMode::Exclusive,
+        1,
+        NOW
+    ));
+    assert!(exclusively_leased(&ex, NOW));
+    assert!(!exclusively_leased(&sh, NOW));
+    assert_eq!(leased_until(&sh, NOW), Some(NOW + 60));
+    assert_eq!(leased_until(&expired, NOW), None);
+}
+
+/// All or none: fewer free than asked is a shortage that says how many are free and when to
+/// come back (the soonest end of a hold on a usable proxy, at most a minute).
+#[test]
+fn a_shortage_says_how_many_are_free_and_when_to_come_back() {
+    let held = [binding("l-a", "a", LeaseMode::Exclusive, 25)];
+    let long = [binding("l-b", "b", LeaseMode::Exclusive, 7200)];
+    let offers = [
+        offer("p1", &held, "203.0.113.1", 10),
+        offer("p2", &[], "203.0.113.2", 10),
+    ];
+    let got = choose(&offers, 1, LeaseMode::Exclusive, 4, NOW).unwrap();
+    assert_eq!(got, vec![1]);
+    let short = choose(&offers, 2, LeaseMode::Exclusive, 4, NOW).unwrap_err();
+    assert_eq!((short.wanted, short.free), (2, 1));
+    assert_eq!(short.retry_after, Duration::from_secs(25));
+    assert!(
+        short
+            .reason
+            .contains("1 of the pool's 2 ready proxies is free"),
+        "{}",
+        short.reason
+    );
+    let capped = choose(
+        &[offer("p", &long, "203.0.113.1", 1)],
+        1,
+        LeaseMode::Exclusive,
+        4,
+        NOW,
+    )
+    .unwrap_err();
+    assert_eq!(capped.retry_after, RETRY_AFTER_MAX);
+    let mut starting = offer("p", &[], "203.0.113.1", 1);
+    starting.usable = false;
+    let none = choose(&[starting], 1, LeaseMode::Shared, 4, NOW).unwrap_err();
+    assert_eq!(none.retry_after, RETRY_AFTER_DEFAULT);
+    assert_eq!(none.reason, "no proxy of the pool is ready");
+}
+
+/// Least held first, then distinct egress addresses, then the youngest, then the name.
+#[test]
+fn choice_spreads_over_holders_and_addresses_and_prefers_the_young() {
+    let one = [binding("l-a", "a", LeaseMode::Shared, 60)];
+    let offers = [
+        offer("old", &[], "203.0.113.1", 5000),
+        offer("young", &[], "203.0.113.1", 10),
+        offer("other", &[], "203.0.113.2", 3000),
+        offer("held", &one, "203.0.113.3", 1),
+    ];
+    let names = |v: Vec<usize>| v.into_iter().map(|i| offers[i].name).collect::<Vec<_>>();
+    assert_eq!(
+        names(choose(&offers, 1, LeaseMode::Shared, 4, NOW).unwrap()),
+        ["young"]
+    );
+    // "old" shares "young"'s address, so "other" comes before it.
+    assert_eq!(
+        names(choose(&offers, 2, LeaseMode::Shared, 4, NOW).unwrap()),
+        ["young", "other"]
+    );
+    assert_eq!(
+        names(choose(&offers, 4, LeaseMode::Shared, 4, NOW).unwrap()),
+        ["young", "other", "held", "old"]
+    );
+    assert_eq!(
+        choose(&offers, 4, LeaseMode::Exclusive, 4, NOW)
+            .unwrap_err()
+            .free,
+        3
+    );
+}
+
+#[test]
+fn renew_and_release_are_the_holders_alone() {
+    let b = [
+        binding("l-a", "alice", LeaseMode::Shared, 30),
+        binding("l-b", "bob", LeaseMode::Shared, 30),
+        binding("l-x", "old", LeaseMode::Shared, -5),
+    ];
+    let ten = Duration::from_secs(600);
+    let renewed = renew(&b, "l-a", "alice", ten, None, NOW).unwrap();
+    assert_eq!(renewed.len(), 2, "the expired binding is dropped");
+    assert_eq!(renewed[0].expires(), NOW + 600);
+    // A draining proxy's retirement caps the renewal.
+    let capped = renew(&b, "l-a", "alice", ten, Some(NOW + 100), NOW).unwrap();
+    assert_eq!(capped[0].expires(), NOW + 100);
+    // A renewal never shortens what is held.
+    let short = renew(&b, "l-a", "alice", Duration::from_secs(5), None, NOW).unwrap();
+    assert_eq!(short[0].expires(), NOW + 30);
+    assert_eq!(
+        renew(&b, "l-a", "bob", ten, None, NOW),
+        Err(LeaseError::NotHolder {
+            id: "l-a".into(),
+            holder: "alice".into()
+        })
+    );
+    assert_eq!(
+        renew(&b, "l-x", "old", ten, None, NOW),
+        Err(LeaseError::NotFound("l-x".into()))
+    );
+    let left = release(&b, "l-b", "bob", NOW).unwrap();
+    assert_eq!(
+        left.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(),
+        ["l-a"]
+    );
+    assert!(matches!(
+        release(&b, "l-b", "alice", NOW),
+        Err(LeaseError::NotHolder { .. })
+    ));
+    assert!(matches!(
+        release(&b, "l-x", "old", NOW),
+        Err(LeaseError::NotFound(_))
+    ));
+    let bound = bind(&b, binding("l-c", "carol", LeaseMode::Shared, 60), NOW);
+    assert_eq!(
+        bound.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(),
+        ["l-a", "l-b", "l-c"]
+    );
+}
+
+#[test]
+fn ttls_and_requests_are_checked_naming_the_field() {
+    let policy = LeasePolicy::default();
+    assert_eq!(ttl(None, &policy), Ok(Duration::from_secs(600)));
+    assert_eq!(ttl(Some("90s"), &policy), Ok(Duration::from_secs(90)));
+    let long = ttl(Some("2h"), &policy).unwrap_err();
+    assert!(
+        long.starts_with("ttl: 2h is longer than the pool's leases.maxTTL (1h)"),
+        "{long}"
+    );
+    assert!(ttl(Some("soon"), &policy).unwrap_err().starts_with("ttl: "));
+    assert!(ttl(Some("0s"), &policy).unwrap_err().starts_with("ttl: "));
+    let broken = LeasePolicy {
+        max_ttl: "forever".into(),
+        ..LeasePolicy::default()
+    };
+    assert!(
+        ttl(None, &broken)
+            .unwrap_err()
+            .starts_with("spec.leases.maxTTL: ")
+    );
+    let req: LeaseRequest =
+        serde_json::from_str(r#"{"namespace": "team-a", "pool": "web"}"#).unwrap();
+    assert_eq!((req.count, req.mode), (1, LeaseMode::Exclusive));
+    assert!(validate(&req).is_empty());
+    let bad = LeaseRequest {
+        namespace: String::new(),
+        count: 0,
+        ..req
+    };
+    assert_eq!(
+        validate(&bad),
+        [
+            "namespace: must not be empty",
+            "count: must be between 1 and 64"
+        ]
+    );
+    let unknown = serde_json::from_str::<LeaseRequest>(
+        r#"{"namespace": "a", "pool": "b", "mdoe": "Shared"}"#,
+    )
+    .unwrap_err();
+    assert!(unknown.to_string().contains("mdoe"), "{unknown}");
+}
+
+#[test]
+fn lease_ids_say_where_they_live_and_are_url_safe() {
+    let id = new_id("team-a", "web.eu", &[0xA5; 15]);
+    assert!(id.starts_with("team-a_web.eu_l-"), "{id}");
+    assert_eq!(id.len(), "team-a_web.eu_".len() + 26);
+    assert_eq!(
+        LeaseRef::parse(&id),
+        Some(LeaseRef {
+            namespace: "team-a".into(),
+            pool: "web.eu".into()
+        })
+    );
+    assert_ne!(id, new_id("team-a", "web.eu", &[0x5A; 15]));
+    let own = id_from_entropy(&[7; 15]);
+    for bad in [
+        String::new(),
+        own.clone(),
+        format!("a_b_{}", &own[..10]),
+        format!("A_b_{own}"),
+        format!("_b_{own}"),
+        format!("a_b_{own}_x"),
+        format!("a_../b_{own}").replace('.', "/"),
+        "a_b_l-AAAAAAAAAAAAAAAAAAAAAAAA".to_string(),
+    ] {
+        assert_eq!(LeaseRef::parse(&bad), None, "{bad}");
+    }
+}
+
+/// A binding holds the instance it was granted on: once the address changed, it holds nothing.
+#[test]
+fn a_binding_of_a_replaced_instance_holds_nothing() {
+    let mut b = binding("l-a", "a", LeaseMode::Exclusive, 60);
+    assert!(
+        b.holds(Some("10.0.0.1")),
+        "granted on no address: holds any"
+    );
+    b.ip = Some("10.0.0.1".into());
+    assert!(b.holds(Some("10.0.0.1")));
+    assert!(!b.holds(Some("10.0.0.2")));
+    assert!(!b.holds(None));
+    let kept = holding(&[b.clone()], Some("10.0.0.2"));
+    assert!(kept.is_empty());
+    assert!(admits(&kept, LeaseMode::Exclusive, 1, NOW));
+    assert_eq!(holding(&[b], Some("10.0.0.1")).len(), 1);
+}

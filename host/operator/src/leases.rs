@@ -1,0 +1,636 @@
+//! The lease API's book: leases recorded as bindings on the leased Proxies' status
+//! (`egress_core::lease`), each write a merge patch of the status subresource that names the
+//! resourceVersion it was decided on. Two operator replicas, or two callers of one, racing for
+//! the last free proxy both write on the version they read; the API server stores the first
+//! and refuses the second with 409, which reads again and finds the proxy taken. A lease of
+//! several proxies is all or none: bindings already written are taken back when a later one
+//! cannot be.
+//!
+//! Every call reads the pool's Proxies from the API server (a list of one pool by label), not
+//! from a watch cache, so a lease granted by one replica is renewed by another at once; a
+//! lease id names its namespace and pool (`LeaseRef`), so a call is authorised before anything
+//! is read.
+
+use crate::controller::brief;
+use crate::crd::{Proxy, ProxyPool};
+use crate::metrics::Metrics;
+use crate::pool::Clock;
+use crate::server::StoreSource;
+use egress_core::discovery::{self, CORDON_ANNOTATION, POOL_LABEL};
+use egress_core::lease::{
+    self, LeaseBinding, LeaseRef, LeaseRequest, LeaseView, LeasedProxy, LostProxy, Offer, Outcome,
+    ReleaseRequest, RenewRequest,
+};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a lease call is not served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseRefusal {
+    /// 400: the request is malformed (the field at fault named).
+    BadRequest(String),
+    /// 404: no such pool, or no such live lease (and what it lost, if it lost proxies).
+    NotFound(String),
+    /// 403: the lease is someone else's.
+    Forbidden(String),
+    /// 503 with Retry-After: no proxy free now, and why.
+    Unavailable {
+        reason: String,
+        retry_after: Duration,
+    },
+    /// 503 with a short Retry-After: the API server failed or the proxies kept changing.
+    Busy(String),
+}
+
+impl LeaseRefusal {
+    fn from_lease(e: lease::LeaseError) -> Self {
+        match e {
+            lease::LeaseError::NotFound(_) => LeaseRefusal::NotFound(e.to_string()),
+            lease::LeaseError::NotHolder { .. } => LeaseRefusal::Forbidden(e.to_string()),
+        }
+    }
+
+    fn api(e: &kube::Error) -> Self {
+        LeaseRefusal::Busy(format!("the API server failed: {}", brief(e)))
+    }
+}
+
+/// What the HTTP API asks of leases; the operator keeps them on Proxies' status
+/// ([`KubeLeases`]).
+#[async_trait::async_trait]
+pub trait LeaseBook: Send + Sync {
+    async fn acquire(&self, holder: &str, req: &LeaseRequest) -> Result<LeaseView, LeaseRefusal>;
+    async fn renew(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &RenewRequest,
+    ) -> Result<LeaseView, LeaseRefusal>;
+    async fn release(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &ReleaseRequest,
+    ) -> Result<(), LeaseRefusal>;
+    async fn view(&self, holder: &str, at: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal>;
+    async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal>;
+}
+
+/// Writes of one lease call tried at most this many times against a changing pool.
+const ATTEMPTS: usize = 5;
+
+pub struct KubeLeases {
+    client: kube::Client,
+    /// The credentials of the proxies handed out.
+    source: Arc<StoreSource>,
+    now: Clock,
+    metrics: Arc<Metrics>,
+}
+
+impl KubeLeases {
+    pub fn new(
+        client: kube::Client,
+        source: Arc<StoreSource>,
+        now: Clock,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            client,
+            source,
+            now,
+            metrics,
+        }
+    }
+
+    async fn pool(&self, at: &LeaseRef) -> Result<ProxyPool, LeaseRefusal> {
+        let pools: Api<ProxyPool> = Api::namespaced(self.client.clone(), &at.namespace);
+        match pools.get(&at.pool).await {
+            Ok(p) => Ok(p),
+            Err(kube::Error::Api(s)) if s.code == 404 => Err(LeaseRefusal::NotFound(format!(
+                "no ProxyPool {}/{}",
+                at.namespace, at.pool
+            ))),
+            Err(e) => Err(LeaseRefusal::api(&e)),
+        }
+    }
+
+    /// The pool's Proxies as the API server has them now (not being deleted, controlled by
+    /// the pool).
+    async fn members(&self, pool: &ProxyPool) -> Result<Vec<Proxy>, LeaseRefusal> {
+        let ns = pool.namespace().unwrap_or_default();
+        let proxies: Api<Proxy> = Api::namespaced(self.client.clone(), &ns);
+        let listed = proxies
+            .list(&ListParams::default().labels(&format!("{POOL_LABEL}={}", pool.name_any())))
+            .await
+            .map_err(|e| LeaseRefusal::api(&e))?;
+        let uid = pool.meta().uid.clone();
+        Ok(listed
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| {
+                p.owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+            })
+            .collect())
+    }
+
+    fn proxies(&self, ns: &str) -> Api<Proxy> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// Writes `bindings` (and `bans`) as the status of `p` on the condition that it is the
+    /// version read. `Ok(false)`: it changed since (409) or is gone (404).
+    async fn write(
+        &self,
+        p: &Proxy,
+        bindings: &[LeaseBinding],
+        bans: Option<u32>,
+    ) -> Result<Option<Proxy>, LeaseRefusal> {
+        let mut status = json!({ "leases": bindings });
+        if let Some(b) = bans {
+            status["banReports"] = json!(b);
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": p.resource_version()},
+            "status": status,
+        });
+        match self
+            .proxies(&p.namespace().unwrap_or_default())
+            .patch_status(
+                &p.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(updated) => Ok(Some(updated)),
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(None),
+            Err(e) => Err(LeaseRefusal::api(&e)),
+        }
+    }
+
+    /// Applies `change` to the bindings of Proxy `name` until the write lands on the version
+    /// it was decided on (reading again after each conflict), or the change says there is
+    /// nothing to do (`Ok(None)`).
+    async fn settle(
+        &self,
+        first: Proxy,
+        change: impl Fn(&Proxy) -> Result<Option<(Vec<LeaseBinding>, Option<u32>)>, LeaseRefusal>,
+    ) -> Result<Option<Proxy>, LeaseRefusal> {
+        let ns = first.namespace().unwrap_or_default();
+        let name = first.name_any();
+        let mut current = first;
+        for _ in 0..ATTEMPTS {
+            let Some((bindings, bans)) = change(&current)? else {
+                return Ok(None);
+            };
+            if let Some(updated) = self.write(&current, &bindings, bans).await? {
+                return Ok(Some(updated));
+            }
+            current = match self.proxies(&ns).get_status(&name).await {
+                Ok(p) => p,
+                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
+                Err(e) => return Err(LeaseRefusal::api(&e)),
+            };
+        }
+        Err(LeaseRefusal::Busy(format!(
+            "Proxy {ns}/{name} kept changing while its lease was written"
+        )))
+    }
+
+    /// Takes lease `id` off every Proxy of `written` (an acquisition that could not have all
+    /// it asked for). Best effort: a binding left behind expires with its ttl.
+    async fn take_back(&self, written: Vec<Proxy>, id: &str) {
+        for p in written {
+            let now = (self.now)();
+            let r = self
+                .settle(p, |p| {
+                    let b = bindings(p);
+                    Ok(b.iter().any(|x| x.id == id).then(|| {
+                        (
+                            b.iter()
+                                .filter(|x| x.id != id && x.live(now))
+                                .cloned()
+                                .collect(),
+                            None,
+                        )
+                    }))
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::warn!(
+                    lease = id,
+                    "a binding of an abandoned lease stays until its ttl: {e:?}"
+                );
+            }
+        }
+    }
+
+    /// Lease `id` as its holder is told, from the Proxies that hold it and what the pool's
+    /// status says it lost.
+    fn describe(
+        &self,
+        pool: &ProxyPool,
+        members: &[Proxy],
+        id: &str,
+        now: i64,
+    ) -> Option<LeaseView> {
+        let held: Vec<(&Proxy, LeaseBinding)> = members
+            .iter()
+            .filter_map(|p| {
+                let b = bindings(p)
+                    .into_iter()
+                    .find(|b| b.id == id && b.live(now))?;
+                Some((p, b))
+            })
+            .collect();
+        let (_, first) = held.first()?;
+        let mut lost = lost_of(pool, id);
+        lost.extend(members.iter().filter_map(|p| replaced(p, id, now)));
+        let proxies = held
+            .iter()
+            .filter_map(|(p, b)| {
+                let status = p.status.clone().unwrap_or_default();
+                let namespace = p.namespace().unwrap_or_default();
+                let credential = self.source.credential_of(p);
+                let c = crate::server::candidate(p, &status, &namespace, credential.as_ref(), now);
+                let proxy = discovery::describe(&c, false)?;
+                let retiring = egress_core::pool::retiring(p.annotations());
+                Some(LeasedProxy {
+                    proxy,
+                    ready: egress_core::reconcile::ready_is_true(&status),
+                    expires_at: b.expires_at.clone(),
+                    retire_at: retiring.map(|(at, _)| egress_core::gc::format_rfc3339(at)),
+                    retire_reason: retiring.map(|(_, why)| why.as_str().to_string()),
+                })
+            })
+            .collect();
+        Some(LeaseView {
+            id: id.to_string(),
+            namespace: pool.namespace().unwrap_or_default(),
+            pool: pool.name_any(),
+            mode: first.mode,
+            holder: first.holder.clone(),
+            expires_at: held
+                .iter()
+                .map(|(_, b)| b.expires())
+                .min()
+                .map(egress_core::gc::format_rfc3339)
+                .unwrap_or_default(),
+            count: first.count,
+            proxies,
+            lost,
+        })
+    }
+
+    /// 404 for lease `id`, saying what it lost when the pool's status (or a Proxy whose
+    /// instance was replaced) remembers.
+    fn gone(&self, pool: &ProxyPool, members: &[Proxy], id: &str, now: i64) -> LeaseRefusal {
+        let mut lost = lost_of(pool, id);
+        lost.extend(members.iter().filter_map(|p| replaced(p, id, now)));
+        let mut why = lease::LeaseError::NotFound(id.to_string()).to_string();
+        if !lost.is_empty() {
+            let each: Vec<String> = lost
+                .iter()
+                .map(|l| format!("{} went ({}) at {}", l.proxy, l.reason, l.at))
+                .collect();
+            why.push_str(": ");
+            why.push_str(&each.join("; "));
+        }
+        LeaseRefusal::NotFound(why)
+    }
+
+    fn count(&self, at: &LeaseRef, op: &str, r: &Result<impl Sized, LeaseRefusal>) {
+        let result = match r {
+            Ok(_) => "granted",
+            Err(LeaseRefusal::Unavailable { .. }) => "unavailable",
+            Err(LeaseRefusal::Busy(_)) => "conflict",
+            Err(_) => "refused",
+        };
+        self.metrics.lease_call(&at.namespace, &at.pool, op, result);
+    }
+}
+
+/// The bindings of `p` that hold its instance now (`lease::holding`).
+fn bindings(p: &Proxy) -> Vec<LeaseBinding> {
+    p.status
+        .as_ref()
+        .map(|s| lease::holding(&s.leases, s.ip.as_deref()))
+        .unwrap_or_default()
+}
+
+/// The live bindings of lease `id` on `p` whose instance was replaced since: lost.
+fn replaced(p: &Proxy, id: &str, now: i64) -> Option<LostProxy> {
+    let s = p.status.as_ref()?;
+    let b = s
+        .leases
+        .iter()
+        .find(|b| b.id == id && b.live(now) && !b.holds(s.ip.as_deref()))?;
+    Some(LostProxy {
+        lease: b.id.clone(),
+        proxy: p.name_any(),
+        reason: lease::INSTANCE_REPLACED.to_string(),
+        at: egress_core::gc::format_rfc3339(now),
+    })
+}
+
+fn lost_of(pool: &ProxyPool, id: &str) -> Vec<LostProxy> {
+    pool.status
+        .as_ref()
+        .map(|s| {
+            s.lost_leases
+                .iter()
+                .filter(|l| l.lease == id)
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// In discovery (Ready, not cordoned) and not draining: a proxy a new lease may take.
+fn usable(p: &Proxy) -> bool {
+    let status = p.status.clone().unwrap_or_default();
+    egress_core::reconcile::ready_is_true(&status)
+        && p.annotations().get(CORDON_ANNOTATION).map(String::as_str) != Some("true")
+        && egress_core::pool::retiring(p.annotations()).is_none()
+}
+
+#[async_trait::async_trait]
+impl LeaseBook for KubeLeases {
+    async fn acquire(&self, holder: &str, req: &LeaseRequest) -> Result<LeaseView, LeaseRefusal> {
+        let at = LeaseRef {
+            namespace: req.namespace.clone(),
+            pool: req.pool.clone(),
+        };
+        let r = self.acquire_in(holder, req, &at).await;
+        self.count(&at, "acquire", &r);
+        r
+    }
+
+    async fn renew(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &RenewRequest,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let r = self.renew_in(holder, at, id, req).await;
+        self.count(at, "renew", &r);
+        r
+    }
+
+    async fn release(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &ReleaseRequest,
+    ) -> Result<(), LeaseRefusal> {
+        let r = self.release_in(holder, at, id, req).await;
+        self.count(at, "release", &r);
+        r
+    }
+
+    async fn view(&self, holder: &str, at: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal> {
+        let pool = self.pool(at).await?;
+        let members = self.members(&pool).await?;
+        let now = (self.now)();
+        let view = self
+            .describe(&pool, &members, id, now)
+            .ok_or_else(|| self.gone(&pool, &members, id, now))?;
+        if view.holder != holder {
+            return Err(LeaseRefusal::Forbidden(
+                lease::LeaseError::NotHolder {
+                    id: id.to_string(),
+                    holder: view.holder,
+                }
+                .to_string(),
+            ));
+        }
+        Ok(view)
+    }
+
+    async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal> {
+        let pool = self.pool(at).await?;
+        let members = self.members(&pool).await?;
+        let now = (self.now)();
+        let mut ids: Vec<String> = members
+            .iter()
+            .flat_map(bindings)
+            .filter(|b| b.holder == holder && b.live(now))
+            .map(|b| b.id)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| self.describe(&pool, &members, &id, now))
+            .collect())
+    }
+}
+
+impl KubeLeases {
+    async fn acquire_in(
+        &self,
+        holder: &str,
+        req: &LeaseRequest,
+        at: &LeaseRef,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let problems = lease::validate(req);
+        if !problems.is_empty() {
+            return Err(LeaseRefusal::BadRequest(problems.join("; ")));
+        }
+        let pool = self.pool(at).await?;
+        let policy = pool.spec.leases.clone().unwrap_or_default();
+        let ttl = lease::ttl(req.ttl.as_deref(), &policy).map_err(LeaseRefusal::BadRequest)?;
+        let entropy =
+            egress_runtime::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
+        let id = lease::new_id(&at.namespace, &at.pool, &entropy);
+        for _ in 0..ATTEMPTS {
+            let members = self.members(&pool).await?;
+            let now = (self.now)();
+            let statuses: Vec<Vec<LeaseBinding>> = members.iter().map(bindings).collect();
+            let offers: Vec<Offer<'_>> = members
+                .iter()
+                .zip(&statuses)
+                .map(|(p, b)| Offer {
+                    name: p.metadata.name.as_deref().unwrap_or_default(),
+                    usable: usable(p),
+                    bindings: b,
+                    egress_ip: p.status.as_ref().and_then(|s| s.egress_ip.as_deref()),
+                    created_at: p
+                        .metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .map(|t| t.0.as_second()),
+                })
+                .collect();
+            let chosen = lease::choose(&offers, req.count, req.mode, policy.max_shared, now)
+                .map_err(|s| LeaseRefusal::Unavailable {
+                    reason: format!(
+                        "pool {}/{}: {} of {} asked for: {}",
+                        at.namespace, at.pool, s.free, s.wanted, s.reason
+                    ),
+                    retry_after: s.retry_after,
+                })?;
+            let binding = LeaseBinding {
+                id: id.clone(),
+                holder: holder.to_string(),
+                mode: req.mode,
+                acquired_at: egress_core::gc::format_rfc3339(now),
+                expires_at: egress_core::gc::format_rfc3339(
+                    now.saturating_add(ttl.as_secs() as i64),
+                ),
+                count: req.count,
+                ip: None,
+            };
+            let mut written: Vec<Proxy> = Vec::new();
+            let mut conflicted = false;
+            for i in chosen {
+                let p = &members[i];
+                let mine = LeaseBinding {
+                    ip: p.status.as_ref().and_then(|s| s.ip.clone()),
+                    ..binding.clone()
+                };
+                match self
+                    .write(p, &lease::bind(&statuses[i], mine, now), None)
+                    .await
+                {
+                    Ok(Some(updated)) => written.push(updated),
+                    Ok(None) => {
+                        conflicted = true;
+                        break;
+                    }
+                    Err(e) => {
+                        self.take_back(written, &id).await;
+                        return Err(e);
+                    }
+                }
+            }
+            if conflicted {
+                // Another writer changed one of them: take back what was written, and choose
+                // again from what the API server has now.
+                self.take_back(written, &id).await;
+                continue;
+            }
+            return self.describe(&pool, &written, &id, now).ok_or_else(|| {
+                LeaseRefusal::Busy("the lease was written but reads back empty".into())
+            });
+        }
+        Err(LeaseRefusal::Busy(format!(
+            "pool {}/{}: its proxies kept changing while the lease was written",
+            at.namespace, at.pool
+        )))
+    }
+
+    async fn renew_in(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &RenewRequest,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let pool = self.pool(at).await?;
+        let policy = pool.spec.leases.clone().unwrap_or_default();
+        let ttl = lease::ttl(req.ttl.as_deref(), &policy).map_err(LeaseRefusal::BadRequest)?;
+        let members = self.members(&pool).await?;
+        let now = (self.now)();
+        let mut renewed = Vec::new();
+        for p in members.clone() {
+            if !bindings(&p).iter().any(|b| b.id == id && b.live(now)) {
+                continue;
+            }
+            let done = self
+                .settle(p, |p| {
+                    let cap = egress_core::pool::retiring(p.annotations()).map(|(at, _)| at);
+                    match lease::renew(&bindings(p), id, holder, ttl, cap, now) {
+                        Ok(b) => Ok(Some((b, None))),
+                        // Ended on this one since it was read.
+                        Err(lease::LeaseError::NotFound(_)) => Ok(None),
+                        Err(e) => Err(LeaseRefusal::from_lease(e)),
+                    }
+                })
+                .await?;
+            renewed.extend(done);
+        }
+        if renewed.is_empty() {
+            return Err(self.gone(&pool, &members, id, now));
+        }
+        let mut view = self
+            .describe(&pool, &renewed, id, now)
+            .ok_or_else(|| self.gone(&pool, &members, id, now))?;
+        view.lost
+            .extend(members.iter().filter_map(|p| replaced(p, id, now)));
+        Ok(view)
+    }
+
+    async fn release_in(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &ReleaseRequest,
+    ) -> Result<(), LeaseRefusal> {
+        let pool = self.pool(at).await?;
+        let policy = pool.spec.leases.clone().unwrap_or_default();
+        let banned = req.outcome == Some(Outcome::Banned);
+        let members = self.members(&pool).await?;
+        let now = (self.now)();
+        let mut released = 0;
+        for p in members.clone() {
+            if !bindings(&p).iter().any(|b| b.id == id && b.live(now)) {
+                continue;
+            }
+            let done = self
+                .settle(p, |p| match lease::release(&bindings(p), id, holder, now) {
+                    Ok(b) => {
+                        let bans = p.status.as_ref().map_or(0, |s| s.ban_reports);
+                        Ok(Some((b, banned.then_some(bans + 1))))
+                    }
+                    Err(lease::LeaseError::NotFound(_)) => Ok(None),
+                    Err(e) => Err(LeaseRefusal::from_lease(e)),
+                })
+                .await?;
+            let Some(updated) = done else { continue };
+            released += 1;
+            let bans = updated.status.as_ref().map_or(0, |s| s.ban_reports);
+            if banned && policy.cordon_after_bans > 0 && bans >= policy.cordon_after_bans {
+                self.cordon(&updated, bans).await;
+            }
+        }
+        if released == 0 {
+            return Err(self.gone(&pool, &members, id, now));
+        }
+        if banned {
+            self.metrics
+                .lease_call(&at.namespace, &at.pool, "release", "banned");
+        }
+        Ok(())
+    }
+
+    /// Cordons a proxy its holders reported banned often enough: out of discovery and leases,
+    /// replaced through the pool's budget (drained while other leases hold it).
+    async fn cordon(&self, p: &Proxy, bans: u32) {
+        let patch = json!({"metadata": {"annotations": {CORDON_ANNOTATION: "true"}}});
+        let name = p.name_any();
+        match self
+            .proxies(&p.namespace().unwrap_or_default())
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(proxy = %name, bans, "cordoned: its lease holders reported it banned")
+            }
+            Err(e) => {
+                tracing::warn!(proxy = %name, "cordoning a banned proxy failed: {}", brief(&e))
+            }
+        }
+    }
+}
