@@ -256,12 +256,24 @@ struct Cache {
     decisions: Expiring<(Digest, Access), Result<(), Refusal>>,
 }
 
+/// A review under way, which every request that misses the cache for the same key awaits
+/// instead of asking again: a burst of a thousand crawlers presenting one new token costs the
+/// API server one TokenReview and one SubjectAccessReview, not a thousand.
+type Flight<T> = futures::future::Shared<futures::future::BoxFuture<'static, Result<T, Refusal>>>;
+
+/// The reviews under way, by key.
+struct Flights {
+    callers: HashMap<Digest, Flight<Caller>>,
+    decisions: HashMap<(Digest, Access), Flight<()>>,
+}
+
 /// The reviewer behind a cache: what the server asks.
 pub struct Guard {
     reviewer: Arc<dyn Reviewer>,
     policy: CachePolicy,
     now: Now,
     cache: Mutex<Cache>,
+    flights: Mutex<Flights>,
 }
 
 impl Guard {
@@ -278,11 +290,19 @@ impl Guard {
                 callers: Expiring::new(policy.capacity),
                 decisions: Expiring::new(policy.capacity),
             }),
+            flights: Mutex::new(Flights {
+                callers: HashMap::new(),
+                decisions: HashMap::new(),
+            }),
         }
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn flights(&self) -> std::sync::MutexGuard<'_, Flights> {
+        self.flights.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn expiry<T>(&self, answer: &Result<T, Refusal>, now: Instant) -> Instant {
@@ -326,7 +346,32 @@ impl Guard {
         if let Some(known) = self.cache().callers.get(&digest, now) {
             return known;
         }
-        let answer = self.reviewer.authenticate(token).await;
+        let flight = {
+            let mut flights = self.flights();
+            flights
+                .callers
+                .entry(digest)
+                .or_insert_with(|| {
+                    use futures::FutureExt;
+                    let reviewer = self.reviewer.clone();
+                    let token = Token::new(token.secret());
+                    async move { reviewer.authenticate(&token).await }
+                        .boxed()
+                        .shared()
+                })
+                .clone()
+        };
+        let answer = flight.clone().await;
+        {
+            let mut flights = self.flights();
+            if flights
+                .callers
+                .get(&digest)
+                .is_some_and(|f| f.ptr_eq(&flight))
+            {
+                flights.callers.remove(&digest);
+            }
+        }
         if answer.as_ref().err().is_none_or(Refusal::cacheable) {
             let now = (self.now)();
             let expires = self.expiry(&answer, now);
@@ -350,7 +395,32 @@ impl Guard {
         if let Some(known) = self.cache().decisions.get(&key, now) {
             return known;
         }
-        let answer = self.reviewer.authorize(caller, access).await;
+        let flight = {
+            let mut flights = self.flights();
+            flights
+                .decisions
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    use futures::FutureExt;
+                    let reviewer = self.reviewer.clone();
+                    let (caller, access) = (caller.clone(), access.clone());
+                    async move { reviewer.authorize(&caller, &access).await }
+                        .boxed()
+                        .shared()
+                })
+                .clone()
+        };
+        let answer = flight.clone().await;
+        {
+            let mut flights = self.flights();
+            if flights
+                .decisions
+                .get(&key)
+                .is_some_and(|f| f.ptr_eq(&flight))
+            {
+                flights.decisions.remove(&key);
+            }
+        }
         if answer.as_ref().err().is_none_or(Refusal::cacheable) {
             let now = (self.now)();
             let expires = self.expiry(&answer, now);
@@ -405,6 +475,70 @@ mod tests {
     #[test]
     fn a_tokens_debug_hides_it() {
         assert_eq!(format!("{:?}", Token::new("s3cret")), "Token(..)");
+    }
+
+    /// Counts its reviews, each taking a while, so concurrent misses overlap.
+    #[derive(Default)]
+    struct Slow {
+        authentications: std::sync::atomic::AtomicUsize,
+        authorizations: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Reviewer for Slow {
+        async fn authenticate(&self, _: &Token) -> Result<Caller, Refusal> {
+            self.authentications
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(Caller {
+                username: "spider".into(),
+                ..Caller::default()
+            })
+        }
+        async fn authorize(&self, _: &Caller, _: &Access) -> Result<(), Refusal> {
+            self.authorizations
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Err(Refusal::Unavailable("the API server failed"))
+        }
+    }
+
+    /// Many requests that miss the cache for one token at once share one review of it, and
+    /// one review of one access; a failed review is shared by those waiting on it, and the
+    /// next request asks again.
+    #[tokio::test]
+    async fn concurrent_misses_share_one_review() {
+        let slow = Arc::new(Slow::default());
+        let guard = Arc::new(Guard::new(slow.clone()));
+        let access = Access::Metrics;
+        let tasks: Vec<_> = (0..50)
+            .map(|_| {
+                let guard = guard.clone();
+                let access = access.clone();
+                tokio::spawn(async move {
+                    let token = Token::new("one-token");
+                    let caller = guard.authenticate(&token).await.unwrap();
+                    guard.authorize(&token, &caller, &access).await
+                })
+            })
+            .collect();
+        for t in tasks {
+            assert_eq!(
+                t.await.unwrap(),
+                Err(Refusal::Unavailable("the API server failed"))
+            );
+        }
+        let count =
+            |a: &std::sync::atomic::AtomicUsize| a.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(count(&slow.authentications), 1);
+        assert_eq!(count(&slow.authorizations), 1);
+        // Not kept: asked again.
+        let token = Token::new("one-token");
+        let caller = guard.authenticate(&token).await.unwrap();
+        let _ = guard.authorize(&token, &caller, &access).await;
+        assert_eq!(count(&slow.authentications), 1, "the identity is cached");
+        assert_eq!(count(&slow.authorizations), 2);
+        assert!(guard.flights().callers.is_empty() && guard.flights().decisions.is_empty());
     }
 
     /// Past its capacity the cache drops what expired, then what expires first.
