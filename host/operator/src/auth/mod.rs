@@ -341,45 +341,17 @@ impl Guard {
 
     /// Whose `token` is, from the cache when it was asked within the TTL.
     pub async fn authenticate(&self, token: &Token) -> Result<Caller, Refusal> {
-        let digest = token.digest();
-        let now = (self.now)();
-        if let Some(known) = self.cache().callers.get(&digest, now) {
-            return known;
-        }
-        let flight = {
-            let mut flights = self.flights();
-            flights
-                .callers
-                .entry(digest)
-                .or_insert_with(|| {
-                    use futures::FutureExt;
-                    let reviewer = self.reviewer.clone();
-                    let token = Token::new(token.secret());
-                    async move { reviewer.authenticate(&token).await }
-                        .boxed()
-                        .shared()
-                })
-                .clone()
-        };
-        let answer = flight.clone().await;
-        {
-            let mut flights = self.flights();
-            if flights
-                .callers
-                .get(&digest)
-                .is_some_and(|f| f.ptr_eq(&flight))
-            {
-                flights.callers.remove(&digest);
-            }
-        }
-        if answer.as_ref().err().is_none_or(Refusal::cacheable) {
-            let now = (self.now)();
-            let expires = self.expiry(&answer, now);
-            self.cache()
-                .callers
-                .insert(digest, answer.clone(), expires, now);
-        }
-        answer
+        self.review(
+            token.digest(),
+            |c| &mut c.callers,
+            |f| &mut f.callers,
+            || {
+                let reviewer = self.reviewer.clone();
+                let token = Token::new(token.secret());
+                async move { reviewer.authenticate(&token).await }
+            },
+        )
+        .await
     }
 
     /// Whether the holder of `token`, `caller`, may have `access`, from the cache when it was
@@ -390,43 +362,54 @@ impl Guard {
         caller: &Caller,
         access: &Access,
     ) -> Result<(), Refusal> {
-        let key = (token.digest(), access.clone());
-        let now = (self.now)();
-        if let Some(known) = self.cache().decisions.get(&key, now) {
+        self.review(
+            (token.digest(), access.clone()),
+            |c| &mut c.decisions,
+            |f| &mut f.decisions,
+            || {
+                let reviewer = self.reviewer.clone();
+                let (caller, access) = (caller.clone(), access.clone());
+                async move { reviewer.authorize(&caller, &access).await }
+            },
+        )
+        .await
+    }
+
+    /// The answer for `key`: from the cache while it is kept; else from the review of it
+    /// under way, or from the review `ask` starts, which every other miss of `key` awaits
+    /// meanwhile. An answer is kept unless the review itself failed.
+    async fn review<K, T, F>(
+        &self,
+        key: K,
+        cached: impl Fn(&mut Cache) -> &mut Expiring<K, Result<T, Refusal>>,
+        under_way: impl Fn(&mut Flights) -> &mut HashMap<K, Flight<T>>,
+        ask: impl FnOnce() -> F,
+    ) -> Result<T, Refusal>
+    where
+        K: Eq + Hash + Clone,
+        T: Clone + Send + Sync + 'static,
+        F: std::future::Future<Output = Result<T, Refusal>> + Send + 'static,
+    {
+        use futures::FutureExt;
+        if let Some(known) = cached(&mut self.cache()).get(&key, (self.now)()) {
             return known;
         }
-        let flight = {
-            let mut flights = self.flights();
-            flights
-                .decisions
-                .entry(key.clone())
-                .or_insert_with(|| {
-                    use futures::FutureExt;
-                    let reviewer = self.reviewer.clone();
-                    let (caller, access) = (caller.clone(), access.clone());
-                    async move { reviewer.authorize(&caller, &access).await }
-                        .boxed()
-                        .shared()
-                })
-                .clone()
-        };
+        let flight = under_way(&mut self.flights())
+            .entry(key.clone())
+            .or_insert_with(|| ask().boxed().shared())
+            .clone();
         let answer = flight.clone().await;
         {
             let mut flights = self.flights();
-            if flights
-                .decisions
-                .get(&key)
-                .is_some_and(|f| f.ptr_eq(&flight))
-            {
-                flights.decisions.remove(&key);
+            let map = under_way(&mut flights);
+            if map.get(&key).is_some_and(|f| f.ptr_eq(&flight)) {
+                map.remove(&key);
             }
         }
         if answer.as_ref().err().is_none_or(Refusal::cacheable) {
             let now = (self.now)();
             let expires = self.expiry(&answer, now);
-            self.cache()
-                .decisions
-                .insert(key, answer.clone(), expires, now);
+            cached(&mut self.cache()).insert(key, answer.clone(), expires, now);
         }
         answer
     }
