@@ -35,6 +35,14 @@ pub struct Candidate<'a> {
     pub credential: Option<&'a crate::credential::ProxyCredential>,
 }
 
+impl Candidate<'_> {
+    /// What discovery may hand out, and a new lease may take: Ready (verified, where the
+    /// egress check runs), not cordoned, not draining.
+    pub fn usable(&self) -> bool {
+        !self.cordoned && !self.draining && ready_is_true(self.status)
+    }
+}
+
 #[derive(Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Discovered {
@@ -100,10 +108,7 @@ pub fn discover<'a>(
     candidates: impl IntoIterator<Item = Candidate<'a>>,
     filter: &Filter,
 ) -> Vec<Discovered> {
-    let usable: Vec<Candidate<'a>> = candidates
-        .into_iter()
-        .filter(|c| !c.cordoned && !c.draining && ready_is_true(c.status))
-        .collect();
+    let usable: Vec<Candidate<'a>> = candidates.into_iter().filter(Candidate::usable).collect();
     let mut egress_uses: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
     for c in &usable {
         if let Some(e) = c.status.egress_ip.as_deref() {

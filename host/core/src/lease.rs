@@ -416,12 +416,18 @@ pub fn release(
             id: id.to_string(),
             holder: b.holder.clone(),
         }),
-        Some(_) => Ok(bindings
-            .iter()
-            .filter(|b| b.live(now) && b.id != id)
-            .cloned()
-            .collect()),
+        Some(_) => Ok(without(bindings, id, now)),
     }
+}
+
+/// `bindings` without lease `id` and without the expired, whoever holds it (an acquisition
+/// taking back what it wrote).
+pub fn without(bindings: &[LeaseBinding], id: &str, now: i64) -> Vec<LeaseBinding> {
+    bindings
+        .iter()
+        .filter(|b| b.live(now) && b.id != id)
+        .cloned()
+        .collect()
 }
 
 /// Where a lease lives and its own part: a lease id is `NAMESPACE_POOL_l-…`, so whoever is

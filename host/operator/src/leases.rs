@@ -122,22 +122,17 @@ impl KubeLeases {
     /// The pool's Proxies as the API server has them now (not being deleted, controlled by
     /// the pool).
     async fn members(&self, pool: &ProxyPool) -> Result<Vec<Proxy>, LeaseRefusal> {
-        let ns = pool.namespace().unwrap_or_default();
-        let proxies: Api<Proxy> = Api::namespaced(self.client.clone(), &ns);
-        let listed = proxies
+        let listed = self
+            .proxies(&pool.namespace().unwrap_or_default())
             .list(&ListParams::default().labels(&format!("{POOL_LABEL}={}", pool.name_any())))
             .await
             .map_err(|e| LeaseRefusal::api(&e))?;
-        let uid = pool.meta().uid.clone();
+        let uid = pool.meta().uid.clone().unwrap_or_default();
         Ok(listed
             .items
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| {
-                p.owner_references()
-                    .iter()
-                    .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
-            })
+            .filter(|p| crate::pool::controlled_by(p, &uid))
             .collect())
     }
 
@@ -146,7 +141,7 @@ impl KubeLeases {
     }
 
     /// Writes `bindings` (and `bans`) as the status of `p` on the condition that it is the
-    /// version read. `Ok(false)`: it changed since (409) or is gone (404).
+    /// version read. `Ok(None)`: it changed since (409) or is gone (404).
     async fn write(
         &self,
         p: &Proxy,
@@ -213,15 +208,9 @@ impl KubeLeases {
             let r = self
                 .settle(p, |p| {
                     let b = bindings(p);
-                    Ok(b.iter().any(|x| x.id == id).then(|| {
-                        (
-                            b.iter()
-                                .filter(|x| x.id != id && x.live(now))
-                                .cloned()
-                                .collect(),
-                            None,
-                        )
-                    }))
+                    Ok(b.iter()
+                        .any(|x| x.id == id)
+                        .then(|| (lease::without(&b, id, now), None)))
                 })
                 .await;
             if let Err(e) = r {
@@ -354,12 +343,10 @@ fn lost_of(pool: &ProxyPool, id: &str) -> Vec<LostProxy> {
         .unwrap_or_default()
 }
 
-/// In discovery (Ready, not cordoned) and not draining: a proxy a new lease may take.
-fn usable(p: &Proxy) -> bool {
+/// A proxy a new lease may take: what discovery may hand out (`Candidate::usable`).
+fn usable(p: &Proxy, now: i64) -> bool {
     let status = p.status.clone().unwrap_or_default();
-    egress_core::reconcile::ready_is_true(&status)
-        && p.annotations().get(CORDON_ANNOTATION).map(String::as_str) != Some("true")
-        && egress_core::pool::retiring(p.annotations()).is_none()
+    crate::server::candidate(p, &status, "", None, now).usable()
 }
 
 #[async_trait::async_trait]
@@ -462,7 +449,7 @@ impl KubeLeases {
                 .zip(&statuses)
                 .map(|(p, b)| Offer {
                     name: p.metadata.name.as_deref().unwrap_or_default(),
-                    usable: usable(p),
+                    usable: usable(p, now),
                     bindings: b,
                     egress_ip: p.status.as_ref().and_then(|s| s.egress_ip.as_deref()),
                     created_at: p
@@ -543,12 +530,12 @@ impl KubeLeases {
         let members = self.members(&pool).await?;
         let now = (self.now)();
         let mut renewed = Vec::new();
-        for p in members.clone() {
-            if !bindings(&p).iter().any(|b| b.id == id && b.live(now)) {
+        for p in &members {
+            if !bindings(p).iter().any(|b| b.id == id && b.live(now)) {
                 continue;
             }
             let done = self
-                .settle(p, |p| {
+                .settle(p.clone(), |p| {
                     let cap = egress_core::pool::retiring(p.annotations()).map(|(at, _)| at);
                     match lease::renew(&bindings(p), id, holder, ttl, cap, now) {
                         Ok(b) => Ok(Some((b, None))),
@@ -584,18 +571,20 @@ impl KubeLeases {
         let members = self.members(&pool).await?;
         let now = (self.now)();
         let mut released = 0;
-        for p in members.clone() {
-            if !bindings(&p).iter().any(|b| b.id == id && b.live(now)) {
+        for p in &members {
+            if !bindings(p).iter().any(|b| b.id == id && b.live(now)) {
                 continue;
             }
             let done = self
-                .settle(p, |p| match lease::release(&bindings(p), id, holder, now) {
-                    Ok(b) => {
-                        let bans = p.status.as_ref().map_or(0, |s| s.ban_reports);
-                        Ok(Some((b, banned.then_some(bans + 1))))
+                .settle(p.clone(), |p| {
+                    match lease::release(&bindings(p), id, holder, now) {
+                        Ok(b) => {
+                            let bans = p.status.as_ref().map_or(0, |s| s.ban_reports);
+                            Ok(Some((b, banned.then_some(bans + 1))))
+                        }
+                        Err(lease::LeaseError::NotFound(_)) => Ok(None),
+                        Err(e) => Err(LeaseRefusal::from_lease(e)),
                     }
-                    Err(lease::LeaseError::NotFound(_)) => Ok(None),
-                    Err(e) => Err(LeaseRefusal::from_lease(e)),
                 })
                 .await?;
             let Some(updated) = done else { continue };

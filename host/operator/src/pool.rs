@@ -28,12 +28,15 @@ use tracing::Instrument;
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
 pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0)
-    })
+    Arc::new(unix_now)
+}
+
+/// The system clock, Unix seconds.
+pub fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
 }
 
 /// What the pool controller needs beyond the shared context: a clock.
@@ -121,7 +124,7 @@ fn member(p: &Proxy, now: i64, egress: Option<egress_core::egress::Thresholds>) 
 
 /// Whether `pool_uid` is the Proxy's controller: a Proxy that only carries the label (written
 /// by hand, or of an earlier pool of the same name) is not the pool's to delete.
-fn controlled_by(p: &Proxy, pool_uid: &str) -> bool {
+pub(crate) fn controlled_by(p: &Proxy, pool_uid: &str) -> bool {
     p.owner_references()
         .iter()
         .any(|o| o.controller == Some(true) && o.uid == pool_uid)

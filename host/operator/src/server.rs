@@ -120,7 +120,7 @@ impl ProxySource for StoreSource {
             .map(|p| p.namespace().unwrap_or_default())
             .collect();
         let credentials: Vec<_> = proxies.iter().map(|p| self.credential_of(p)).collect();
-        let now = crate::pool::system_clock()();
+        let now = crate::pool::unix_now();
         let candidates = proxies
             .iter()
             .zip(&statuses)
