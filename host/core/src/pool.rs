@@ -572,7 +572,7 @@ pub struct Member {
 impl Member {
     /// Whether a lease holds it at `now`.
     pub fn leased(&self, now: i64) -> bool {
-        self.leases.iter().any(|(_, end)| *end > now)
+        self.live_leases(now).next().is_some()
     }
 
     /// The ids of the leases that hold it at `now`.
@@ -1178,21 +1178,22 @@ pub fn decide(
                 available -= 1;
             }
         }
-        // 7b. A draining member goes once no lease holds it, or at its retirement.
+        let live_deleted = deletes.len();
+        // 7b. A draining member goes once no lease holds it, or at its retirement (and the
+        //     leases still on it then are lost).
         for m in &draining {
             let Some((at, why)) = m.retiring else {
                 continue;
             };
-            if !m.leased(now) {
-                deletes.push((m.name.clone(), why));
-            } else if now >= at {
-                deletes.push((m.name.clone(), why));
-                lose(
-                    &mut lost,
-                    m,
-                    format!("{}: drained until drainTimeout", why.as_str()),
-                );
+            if m.leased(now) && now < at {
+                continue;
             }
+            deletes.push((m.name.clone(), why));
+            lose(
+                &mut lost,
+                m,
+                format!("{}: drained until drainTimeout", why.as_str()),
+            );
         }
         // 8. New members of the current revision, within maxSurge; a degraded placement's
         //    probe beside them.
@@ -1202,13 +1203,9 @@ pub fn decide(
             .count();
         // Draining members are not counted: they are bounded by drainTimeout, and counting
         // them would stall a rotation for as long as a lease is held.
-        let drained_now = deletes
-            .iter()
-            .filter(|(d, _)| draining.iter().any(|m| m.name == *d))
-            .count();
         let remaining = live
             .len()
-            .saturating_sub(deletes.len() - drained_now + drains.len() + kept_probes);
+            .saturating_sub(live_deleted + drains.len() + kept_probes);
         let room = (replicas + surge).saturating_sub(remaining);
         let wanted = replicas.saturating_sub(current.len());
         let mut per_placement = vec![0usize; n];
