@@ -243,11 +243,12 @@ pub fn leased_until(bindings: &[LeaseBinding], now: i64) -> Option<i64> {
         .max()
 }
 
-/// Whether an exclusive binding holds the proxy at `now`: then discovery does not list it.
-pub fn exclusively_leased(bindings: &[LeaseBinding], now: i64) -> bool {
+/// Whether an exclusive binding holds the proxy serving at `ip` at `now`: then discovery does
+/// not list it (a binding of a replaced instance holds nothing).
+pub fn exclusively_leased(bindings: &[LeaseBinding], ip: Option<&str>, now: i64) -> bool {
     bindings
         .iter()
-        .any(|b| b.live(now) && b.mode == LeaseMode::Exclusive)
+        .any(|b| b.live(now) && b.holds(ip) && b.mode == LeaseMode::Exclusive)
 }
 
 /// One proxy a lease could take.

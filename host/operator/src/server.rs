@@ -163,7 +163,11 @@ pub(crate) fn candidate<'a>(
         pool: p.labels().get(POOL_LABEL).map(String::as_str),
         cordoned: p.annotations().get(CORDON_ANNOTATION).map(String::as_str) == Some("true"),
         draining: egress_core::pool::retiring(p.annotations()).is_some(),
-        exclusively_leased: egress_core::lease::exclusively_leased(&status.leases, now),
+        exclusively_leased: egress_core::lease::exclusively_leased(
+            &status.leases,
+            status.ip.as_deref(),
+            now,
+        ),
         status,
     }
 }

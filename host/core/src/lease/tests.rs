@@ -51,8 +51,8 @@ fn exclusive_takes_only_unheld_proxies_and_shared_respects_its_bound() {
         1,
         NOW
     ));
-    assert!(exclusively_leased(&ex, NOW));
-    assert!(!exclusively_leased(&sh, NOW));
+    assert!(exclusively_leased(&ex, None, NOW));
+    assert!(!exclusively_leased(&sh, None, NOW));
     assert_eq!(leased_until(&sh, NOW), Some(NOW + 60));
     assert_eq!(leased_until(&expired, NOW), None);
 }
@@ -259,6 +259,11 @@ fn a_binding_of_a_replaced_instance_holds_nothing() {
     assert!(b.holds(Some("10.0.0.1")));
     assert!(!b.holds(Some("10.0.0.2")));
     assert!(!b.holds(None));
+    assert!(exclusively_leased(&[b.clone()], Some("10.0.0.1"), NOW));
+    assert!(
+        !exclusively_leased(&[b.clone()], Some("10.0.0.2"), NOW),
+        "a replaced instance is listed again"
+    );
     let kept = holding(&[b.clone()], Some("10.0.0.2"));
     assert!(kept.is_empty());
     assert!(admits(&kept, LeaseMode::Exclusive, 1, NOW));
