@@ -14,12 +14,7 @@ use std::time::Duration;
 pub async fn check_once(ctx: &Context) -> Result<(), kube::Error> {
     let api: Api<ProviderHealth> = Api::all(ctx.client.clone());
     let loaded = ctx.loaded();
-    let checked = egress_core::gc::format_rfc3339(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0),
-    );
+    let checked = egress_core::gc::format_rfc3339(crate::pool::unix_now());
     for provider in loaded.providers.iter() {
         let targets: Vec<TargetHealth> = provider
             .check()
