@@ -127,6 +127,7 @@ async fn due_proxies_are_reconciled_at_once_within_the_limit() {
             state_path: Some(state.clone()),
             concurrency: 3,
             run_for: None,
+            leases: None,
         },
     };
     let report = driver

@@ -183,7 +183,7 @@ async fn a_real_squid_is_verified_listed_and_an_announcing_one_replaced() {
         dir.path().join("state.yaml.credentials"),
     )
     .unwrap();
-    let listed = state.discover(&credentials, &Default::default());
+    let listed = state.discover(&credentials, &Default::default(), &Default::default());
     let urls: Vec<&str> = listed.iter().map(|d| d.url.as_str()).collect();
     assert_eq!(
         urls,

@@ -77,6 +77,7 @@ async fn run_on(spec: &Spec, keep: &[&str], max_rounds: u32) -> (Report, Report)
             concurrency: 1,
             run_for: None,
             state_path: None,
+            leases: None,
         },
     };
     let proxies: Vec<_> = parse_proxies(&scale::proxies(spec.proxies), "proxies")

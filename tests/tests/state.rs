@@ -47,6 +47,7 @@ fn driver<'a>(e: &'a Env, state: &Path, max_rounds: u32) -> Driver<'a> {
             concurrency: 1,
             run_for: None,
             state_path: Some(state.to_path_buf()),
+            leases: None,
         },
     }
 }

@@ -252,6 +252,15 @@ pub struct ReconcileArgs {
     /// changes (needs -f and --providers).
     #[arg(long)]
     pub watch: bool,
+    /// With --watch: serve the operator's HTTP API here (`/v1/proxies`, `/v1/leases`,
+    /// `/metrics`, `/healthz`, `/readyz`), from the runs, with leases kept beside the state
+    /// file (needs --state and --api-tokens).
+    #[arg(long, requires_all = ["watch", "state", "api_tokens"])]
+    pub listen: Option<std::net::SocketAddr>,
+    /// With --listen: the named tokens of its callers and what each may see, as the
+    /// operator's --api-tokens.
+    #[arg(long, requires = "listen")]
+    pub api_tokens: Option<PathBuf>,
     /// How a real run shows what it is doing on stderr: live lines on a terminal and plain
     /// lines elsewhere (auto), either of them always, or nothing beyond the logs. A dry-run
     /// shows none.

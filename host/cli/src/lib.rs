@@ -5,6 +5,7 @@ pub mod cli;
 pub mod echo;
 pub mod examples;
 pub mod html;
+pub mod leases;
 pub mod output;
 pub mod progress;
 pub mod provider;
@@ -353,6 +354,7 @@ impl ReconcileRequest {
             },
             concurrency: self.concurrency,
             run_for,
+            leases: None,
         }
     }
 }
@@ -475,6 +477,74 @@ fn credentials_for(
             FileCredentials::open(FileCredentials::path_for(path)).map_err(CliError::Runtime)?,
         ),
         None => Arc::new(MemoryCredentials::default()),
+    })
+}
+
+/// What `reconcile --watch --listen` runs with: the board its runs publish to, the
+/// credentials file it shares with them, and the server task.
+struct Api {
+    board: Arc<leases::Board>,
+    credentials: Arc<dyn egress_runtime::credential_store::CredentialSource>,
+    server: Server,
+}
+
+/// Starts serving the API of `reconcile --watch --listen` over `state`.
+fn serve_api(
+    req: &ReconcileRequest,
+    serving: Serving,
+    state: &state::StateFile,
+) -> Result<Api, CliError> {
+    use egress_runtime::credential_store::FileCredentials;
+    let listen = |message: &str| CliError::Input {
+        what: "--listen".into(),
+        message: message.into(),
+    };
+    if req.dry_run {
+        return Err(listen(
+            "serves the proxies of real runs: it cannot go with --dry-run",
+        ));
+    }
+    let Some(state_path) = req.state.as_deref() else {
+        return Err(listen(
+            "needs --state: leases are kept beside the state file",
+        ));
+    };
+    let tokens =
+        egress_operator::auth::tokens::TokenFile::load(&serving.api_tokens).map_err(|e| {
+            CliError::Input {
+                what: "--api-tokens".into(),
+                message: e.to_string(),
+            }
+        })?;
+    // The runs and the API read one store: a credential a run makes is handed out at once.
+    let files = Arc::new(
+        FileCredentials::open(FileCredentials::path_for(state_path)).map_err(CliError::Runtime)?,
+    );
+    let metrics = Arc::new(egress_operator::metrics::Metrics::new());
+    let board = Arc::new(leases::Board::open(
+        state_path,
+        state,
+        files.clone(),
+        egress_operator::pool::system_clock(),
+        metrics.clone(),
+    )?);
+    let ready = Arc::new(egress_operator::server::Readiness::default());
+    ready.set(true);
+    let api = Arc::new(egress_operator::server::Api {
+        metrics,
+        ready,
+        source: board.clone(),
+        guard: Arc::new(egress_operator::auth::Guard::new(Arc::new(tokens))),
+        leases: Some(board.clone()),
+    });
+    let server = Server(tokio::spawn(egress_operator::server::serve(
+        serving.listener,
+        api,
+    )));
+    Ok(Api {
+        board,
+        credentials: files,
+        server,
     })
 }
 
@@ -714,6 +784,41 @@ pub async fn run_check(
 pub async fn run_reconcile_watch(
     req: ReconcileRequest,
     interval: Duration,
+    report: impl FnMut(&Report),
+    refused: impl FnMut(&str),
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), CliError> {
+    run_reconcile_watch_serving(req, interval, None, report, refused, stop).await
+}
+
+/// How long a watch waits before it looks at a steady fleet again when no egress check says.
+pub const WATCH_RESYNC: Duration = Duration::from_secs(60);
+
+/// `reconcile --watch --listen`: where the API is served, and who may call it.
+pub struct Serving {
+    pub listener: tokio::net::TcpListener,
+    /// The named tokens of callers (`--api-tokens`), as the operator reads them out of a
+    /// cluster.
+    pub api_tokens: PathBuf,
+}
+
+/// Stops the API server when the watch ends.
+struct Server(tokio::task::JoinHandle<()>);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// `reconcile --watch`, serving the operator's HTTP API (`/v1/proxies`, `/v1/leases`,
+/// `/metrics`, `/healthz`, `/readyz`) from its runs when `serving` says where, with leases
+/// kept beside the state file ([`leases`]). A run starts again when a pool's decision falls
+/// due (a rotation, a drain's end) and when a release or a cordon lets a drain end sooner.
+pub async fn run_reconcile_watch_serving(
+    req: ReconcileRequest,
+    interval: Duration,
+    serving: Option<Serving>,
     mut report: impl FnMut(&Report),
     mut refused: impl FnMut(&str),
     stop: impl std::future::Future<Output = ()>,
@@ -760,11 +865,24 @@ pub async fn run_reconcile_watch(
     // A changed proxies file is acted on once two polls in a row read the same text.
     let mut proxies_file = egress_core::settle::Settle::default();
     // One store for every pass, so a Proxy keeps its credential from pass to pass.
-    let credentials: Arc<dyn egress_runtime::credential_store::CredentialSource> = if req.dry_run {
-        Arc::new(egress_runtime::credential_store::SimulatedCredentials)
-    } else {
-        credentials_for(req.state.as_deref())?
+    let mut credentials: Arc<dyn egress_runtime::credential_store::CredentialSource> =
+        if req.dry_run {
+            Arc::new(egress_runtime::credential_store::SimulatedCredentials)
+        } else {
+            credentials_for(req.state.as_deref())?
+        };
+    let (board, _server) = match serving {
+        Some(s) => {
+            let api = serve_api(&req, s, &state)?;
+            credentials = api.credentials;
+            (Some(api.board), Some(api.server))
+        }
+        None => (None, None),
     };
+    // A pass is due again without a change of the files: a pool's decision fell due, or the
+    // API released a lease a drain waits for.
+    let mut next_due_ms: Option<u64> = None;
+    let mut again = false;
     loop {
         // An unreadable file (mid-rename, removed) is refused, never read as "no Proxies".
         let read = std::fs::read_to_string(proxies_path).map_err(|e| e.to_string());
@@ -779,8 +897,13 @@ pub async fn run_reconcile_watch(
             }
             swapped = !out.swapped.is_empty() || !out.removed.is_empty();
         }
+        if !req.dry_run && next_due_ms.is_some_and(|at| reach.backends.clock.now_millis() >= at) {
+            next_due_ms = None;
+            again = true;
+        }
+        let rerun = swapped || std::mem::take(&mut again);
         let text =
-            match changed_proxies.or_else(|| swapped.then(|| proxies_file.current().cloned())?) {
+            match changed_proxies.or_else(|| rerun.then(|| proxies_file.current().cloned())?) {
                 Some(Ok(text)) => text,
                 Some(Err(why)) => {
                     refused(&format!(
@@ -793,6 +916,7 @@ pub async fn run_reconcile_watch(
                     tokio::select! {
                         _ = &mut stop => return Ok(()),
                         _ = tokio::time::sleep(interval) => {}
+                        () = reconcile::board_changed(board.as_deref()) => again = true,
                     }
                     continue;
                 }
@@ -837,6 +961,12 @@ pub async fn run_reconcile_watch(
                         continue;
                     }
                 };
+                // Between passes a steady fleet is looked at again as often as the egress
+                // check would look at it (a proxy that died since is replaced and leaves
+                // discovery), or every minute without one.
+                let resync = egress
+                    .as_ref()
+                    .map_or(WATCH_RESYNC, |c| c.settings().interval);
                 let driver = Driver {
                     providers: &providers,
                     config: &cfg,
@@ -844,12 +974,24 @@ pub async fn run_reconcile_watch(
                     time,
                     egress,
                     credentials: credentials.clone(),
-                    options: req.driver_options(installation, None),
+                    options: reconcile::DriverOptions {
+                        leases: board.clone(),
+                        ..req.driver_options(installation, None)
+                    },
                 };
                 let (r, next) = driver
                     .run_all(inputs.proxies, inputs.pools, std::mem::take(&mut state))
                     .await?;
                 state = next;
+                let now = reach.backends.clock.now_millis();
+                // A pass that ended at its deadline not steady goes on at once.
+                next_due_ms = Some(if r.steady {
+                    r.next_due_ms
+                        .unwrap_or(u64::MAX)
+                        .min(now.saturating_add(resync.as_millis() as u64))
+                } else {
+                    now
+                });
                 report(&r);
             }
             Err(e) => refused(&format!("proxies refused: {e}")),

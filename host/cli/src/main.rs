@@ -52,6 +52,8 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
         concurrency: egress_proxies::reconcile::DEFAULT_CONCURRENCY,
         run_for: None,
         watch: false,
+        listen: None,
+        api_tokens: None,
         progress: ProgressMode::Auto,
     }));
     match command {
@@ -87,9 +89,29 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
             };
             if a.watch {
                 let format = a.output;
-                let watched = egress_proxies::run_reconcile_watch(
+                let serving = match (a.listen, a.api_tokens) {
+                    (Some(addr), Some(api_tokens)) => {
+                        match tokio::net::TcpListener::bind(addr).await {
+                            Ok(listener) => {
+                                let at = listener.local_addr().unwrap_or(addr);
+                                eprintln!("serving the API on http://{at}");
+                                Some(egress_proxies::Serving {
+                                    listener,
+                                    api_tokens,
+                                })
+                            }
+                            Err(e) => {
+                                eprintln!("error: --listen {addr}: {e}");
+                                return ExitCode::FAILURE;
+                            }
+                        }
+                    }
+                    _ => None,
+                };
+                let watched = egress_proxies::run_reconcile_watch_serving(
                     req,
                     std::time::Duration::from_millis(500),
+                    serving,
                     |report| {
                         progress
                             .suspend(|| print!("{}", output::reconcile(report, format, dry_run)))
@@ -209,17 +231,20 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
         Command::Proxies(a) => {
             match egress_proxies::state::StateFile::read(&a.state).and_then(|state| {
                 let path = egress_runtime::credential_store::FileCredentials::path_for(&a.state);
+                let leases = egress_proxies::leases::LeaseFile::read(
+                    &egress_proxies::leases::LeaseFile::path_for(&a.state),
+                )?;
                 egress_runtime::credential_store::FileCredentials::open(path)
-                    .map(|c| (state, c))
+                    .map(|c| (state, c, leases))
                     .map_err(egress_proxies::CliError::Runtime)
             }) {
-                Ok((state, credentials)) => {
+                Ok((state, credentials, leases)) => {
                     let filter = egress_core::discovery::Filter {
                         provider: a.provider,
                         namespace: a.namespace,
                         pool: a.pool,
                     };
-                    let list = state.discover(&credentials, &filter);
+                    let list = state.discover(&credentials, &leases, &filter);
                     match a.output {
                         egress_proxies::cli::ProxiesFormat::Text => {
                             print!("{}", egress_core::discovery::text(&list))

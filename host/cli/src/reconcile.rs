@@ -62,6 +62,9 @@ pub struct DriverOptions {
     /// A dry-run goes on this long in simulated time even once steady, so rotations and
     /// rollouts show (`--for 24h`).
     pub run_for: Option<Duration>,
+    /// `reconcile --watch --listen`: the API's view of the run, and the leases its pools'
+    /// decisions read.
+    pub leases: Option<Arc<crate::leases::Board>>,
 }
 
 /// The default for `--concurrency`: enough that a fleet of VMs boots together, few enough that
@@ -100,6 +103,10 @@ pub struct Report {
     pub started_at: String,
     #[serde(skip)]
     pub started_ms: u64,
+    /// When one of its pools has a decision due next (a rotation, a drain's end), Unix ms on
+    /// the run's clock: `reconcile --watch` runs again then.
+    #[serde(skip)]
+    pub next_due_ms: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -225,6 +232,7 @@ impl Report {
             steady: true,
             started_at: egress_core::egress::rfc3339_ms(started_ms),
             started_ms,
+            next_due_ms: lanes.iter().filter_map(|r| r.next_due_ms).min(),
         };
         for r in lanes {
             merged.proxies.extend(r.proxies);
@@ -358,10 +366,16 @@ impl Driver<'_> {
             proxies: prior.proxies,
             pools: prior.pools,
         };
-        let mut sink = match &self.options.state_path {
-            Some(path) => Sink::File(StateWriter::open(path, state)?),
-            None => Sink::Memory(state),
+        let mut sink = Sink {
+            store: match &self.options.state_path {
+                Some(path) => Store::File(StateWriter::open(path, state)?),
+                None => Store::Memory(state),
+            },
+            board: self.options.leases.clone(),
         };
+        if let Some(b) = &self.options.leases {
+            b.publish_pools(pool_runs.iter().map(|r| (r.key(), &r.pool.spec, &r.status)));
+        }
 
         let deadline_ms = started_ms.saturating_add(self.options.timeout.as_millis() as u64);
         let rounds = match &self.time {
@@ -419,7 +433,9 @@ impl Driver<'_> {
                 },
             })
             .collect();
+        let next_due_ms = pool_runs.iter().filter_map(|r| r.next_at_ms).min();
         let report = Report {
+            next_due_ms,
             proxies,
             pools: pool_runs.into_iter().map(PoolRun::report).collect(),
             gc: GcReport {
@@ -461,6 +477,7 @@ impl Driver<'_> {
                 run.step(
                     self.providers,
                     self.thresholds(),
+                    self.options.leases.as_deref(),
                     tracked,
                     now,
                     &mut egress_runtime::plan::next_seq,
@@ -544,6 +561,7 @@ impl Driver<'_> {
                         run.step(
                             self.providers,
                             self.thresholds(),
+                            self.options.leases.as_deref(),
                             tracked,
                             now,
                             &mut egress_runtime::plan::next_seq,
@@ -601,7 +619,12 @@ impl Driver<'_> {
                     break;
                 };
                 let wait = next.min(deadline_ms).saturating_sub(now);
-                tokio::time::sleep(Duration::from_millis(wait.max(1))).await;
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(wait.max(1))) => {}
+                    () = board_changed(self.options.leases.as_deref()) => {
+                        pools.iter_mut().for_each(PoolRun::touch);
+                    }
+                }
                 continue;
             }
             // A slot is free: wake for the next due Proxy too, not only for a finished step.
@@ -619,6 +642,9 @@ impl Driver<'_> {
                     self.refresh_peers(tracked, sink)?;
                 }
                 () = sleep_or_never(wake) => {}
+                () = board_changed(self.options.leases.as_deref()) => {
+                    pools.iter_mut().for_each(PoolRun::touch);
+                }
             }
         }
         Ok(steps)
@@ -800,8 +826,14 @@ async fn sleep_or_never(d: Option<Duration>) {
     }
 }
 
-/// Where a run's statuses go: a state file (real mode with `--state`), or memory only.
-enum Sink {
+/// Where a run's statuses go: a state file (real mode with `--state`), or memory only; and,
+/// when the run serves the API, the board that answers it.
+struct Sink {
+    store: Store,
+    board: Option<Arc<crate::leases::Board>>,
+}
+
+enum Store {
     File(StateWriter),
     Memory(StateFile),
 }
@@ -809,9 +841,12 @@ enum Sink {
 impl Sink {
     fn record(&mut self, key: &str, t: &Tracked) -> Result<(), crate::CliError> {
         let stored = StateFile::record_of(t.released, &t.proxy, &t.status, t.created_ms);
-        match self {
-            Sink::File(w) => w.record(key, stored),
-            Sink::Memory(s) => {
+        if let Some(b) = &self.board {
+            b.publish(key, stored.as_ref())?;
+        }
+        match &mut self.store {
+            Store::File(w) => w.record(key, stored),
+            Store::Memory(s) => {
                 s.set(key, stored);
                 Ok(())
             }
@@ -820,13 +855,16 @@ impl Sink {
 
     /// Records how many Proxies a pool made (before their names are used) and its status.
     fn pool(&mut self, run: &PoolRun) -> Result<(), crate::CliError> {
+        if let Some(b) = &self.board {
+            b.publish_pool(&run.key(), &run.status);
+        }
         let stored = StoredPool {
             serial: run.serial(),
             status: Some(run.status.clone()),
         };
-        match self {
-            Sink::File(w) => w.record_pool(&run.key(), stored),
-            Sink::Memory(s) => {
+        match &mut self.store {
+            Store::File(w) => w.record_pool(&run.key(), stored),
+            Store::Memory(s) => {
                 s.pools.insert(run.key(), stored);
                 Ok(())
             }
@@ -834,13 +872,21 @@ impl Sink {
     }
 
     fn finish(self) -> Result<StateFile, crate::CliError> {
-        match self {
-            Sink::File(mut w) => {
+        match self.store {
+            Store::File(mut w) => {
                 w.compact()?;
                 Ok(w.into_state())
             }
-            Sink::Memory(s) => Ok(s),
+            Store::Memory(s) => Ok(s),
         }
+    }
+}
+
+/// Resolves when the board says a release or a cordon happened; never without a board.
+pub(crate) async fn board_changed(board: Option<&crate::leases::Board>) {
+    match board {
+        Some(b) => b.changed().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -884,6 +930,25 @@ impl StoredProxy {
             annotations.insert(
                 egress_core::pool::REVISION_ANNOTATION.to_string(),
                 r.clone(),
+            );
+        }
+        // A cordon and a drain outlive the run that made them.
+        if self.cordoned {
+            annotations.insert(
+                egress_core::discovery::CORDON_ANNOTATION.to_string(),
+                "true".to_string(),
+            );
+        }
+        if let Some(at) = &self.retire_at {
+            annotations.insert(
+                egress_core::discovery::RETIRE_AT_ANNOTATION.to_string(),
+                at.clone(),
+            );
+        }
+        if let Some(why) = &self.retire_reason {
+            annotations.insert(
+                egress_core::discovery::RETIRE_REASON_ANNOTATION.to_string(),
+                why.clone(),
             );
         }
         Proxy {

@@ -58,6 +58,12 @@ pub struct StoredProxy {
     pub pool: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cordoned: bool,
+    /// RFC 3339: when a draining pool member goes (`crawl.example.com/retire-at`), and why:
+    /// a drain outlives the run that started it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retire_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retire_reason: Option<String>,
     /// RFC 3339: when the run that first recorded it started tracking it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
@@ -77,10 +83,13 @@ fn default_port() -> u16 {
 }
 
 impl StoredProxy {
-    /// As discovery sees it, with its credential when known.
+    /// As discovery and the lease API see it at `now` (Unix seconds), with its credential
+    /// when known. Its bindings are those of the lease file ([`crate::leases::LeaseFile`])
+    /// once overlaid.
     pub fn candidate<'a>(
         &'a self,
         credential: Option<&'a egress_core::credential::ProxyCredential>,
+        now: i64,
     ) -> egress_core::discovery::Candidate<'a> {
         let (namespace, name) = self.key.split_once('/').unwrap_or(("", &self.key));
         egress_core::discovery::Candidate {
@@ -92,33 +101,66 @@ impl StoredProxy {
             zone: self.zone.as_deref(),
             pool: self.pool.as_deref(),
             cordoned: self.cordoned,
-            // The CLI's state holds no drains or leases yet: its runs lease nothing.
-            draining: false,
-            exclusively_leased: false,
+            draining: self.retire_at.is_some(),
+            exclusively_leased: egress_core::lease::exclusively_leased(
+                &self.status.leases,
+                self.status.ip.as_deref(),
+                now,
+            ),
             status: &self.status,
         }
     }
+
+    /// When it goes and why, once it drains.
+    pub fn retiring(&self) -> Option<(i64, egress_core::pool::DeleteReason)> {
+        let at = self.retire_at.as_deref()?;
+        let why = self
+            .retire_reason
+            .as_deref()
+            .and_then(egress_core::pool::DeleteReason::parse)
+            .unwrap_or(egress_core::pool::DeleteReason::Rotated);
+        Some((egress_core::gc::parse_rfc3339(at).unwrap_or(i64::MIN), why))
+    }
+}
+
+/// What discovery lists of `proxies` at `now`, each with its credential from `credentials`
+/// when it has one.
+pub fn discover<'a>(
+    proxies: impl Iterator<Item = &'a StoredProxy>,
+    credentials: &egress_runtime::credential_store::FileCredentials,
+    filter: &egress_core::discovery::Filter,
+    now: i64,
+) -> Vec<egress_core::discovery::Discovered> {
+    let proxies: Vec<&StoredProxy> = proxies.collect();
+    let known: Vec<_> = proxies.iter().map(|p| credentials.get(&p.uid)).collect();
+    egress_core::discovery::discover(
+        proxies
+            .iter()
+            .zip(&known)
+            .map(|(p, c)| p.candidate(c.as_ref(), now)),
+        filter,
+    )
 }
 
 impl StateFile {
-    /// What discovery lists from this state, each proxy with its credential from
-    /// `credentials` (the file beside the state) when it has one.
+    /// What discovery lists from this state now, with the leases of `leases` (the file beside
+    /// the state, kept by `reconcile --watch --listen`): a proxy leased exclusively or
+    /// draining is not listed.
     pub fn discover(
         &self,
         credentials: &egress_runtime::credential_store::FileCredentials,
+        leases: &crate::leases::LeaseFile,
         filter: &egress_core::discovery::Filter,
     ) -> Vec<egress_core::discovery::Discovered> {
-        let known: Vec<_> = self
-            .proxies
-            .values()
-            .map(|p| credentials.get(&p.uid))
-            .collect();
-        egress_core::discovery::discover(
-            self.proxies
-                .values()
-                .zip(&known)
-                .map(|(p, c)| p.candidate(c.as_ref())),
+        let mut proxies: Vec<StoredProxy> = self.proxies.values().cloned().collect();
+        for p in &mut proxies {
+            leases.overlay(p);
+        }
+        discover(
+            proxies.iter(),
+            credentials,
             filter,
+            egress_operator::pool::unix_now(),
         )
     }
 }
@@ -237,6 +279,16 @@ impl StateFile {
                 .annotations
                 .get(egress_core::discovery::CORDON_ANNOTATION)
                 .is_some_and(|v| v == "true"),
+            retire_at: proxy
+                .metadata
+                .annotations
+                .get(egress_core::discovery::RETIRE_AT_ANNOTATION)
+                .cloned(),
+            retire_reason: proxy
+                .metadata
+                .annotations
+                .get(egress_core::discovery::RETIRE_REASON_ANNOTATION)
+                .cloned(),
             created_at: Some(egress_core::egress::rfc3339_ms(created_ms)),
             placement: proxy
                 .metadata
@@ -271,15 +323,19 @@ impl StateFile {
     /// never sees half of it.
     pub fn write(&self, path: &Path) -> Result<(), crate::CliError> {
         let text = serde_yaml::to_string(self).map_err(|e| output_error(path, e))?;
-        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-        tmp_name.push(".tmp");
-        let tmp = path.with_file_name(tmp_name);
-        let mut f = private_file(&tmp, false).map_err(|e| output_error(path, e))?;
-        f.write_all(text.as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(|e| output_error(path, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| output_error(path, e))
+        write_private(path, text.as_bytes()).map_err(|e| output_error(path, e))
     }
+}
+
+/// Replaces `path` with `bytes` through a synced temporary file (readable by its owner only)
+/// renamed into place, so a reader never sees half of it.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
+    let mut f = private_file(&tmp, false)?;
+    f.write_all(bytes).and_then(|()| f.sync_all())?;
+    std::fs::rename(&tmp, path)
 }
 
 /// The state of a run being written: changes go to the journal, synced one by one; the file
@@ -397,6 +453,8 @@ mod tests {
             zone: None,
             pool: None,
             cordoned: false,
+            retire_at: None,
+            retire_reason: None,
             created_at: None,
             placement: None,
             revision: None,

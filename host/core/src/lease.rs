@@ -546,5 +546,187 @@ pub struct LeaseView {
     pub lost: Vec<LostProxy>,
 }
 
+/// One member of a pool as either lease book reads it (the operator's Proxies, the CLI's
+/// state): what discovery sees of it, whether it drains, and when it was created.
+#[derive(Debug, Clone)]
+pub struct Held<'a> {
+    /// Its status carries the bindings (`status.leases`) and `ban_reports`.
+    pub proxy: crate::discovery::Candidate<'a>,
+    /// When it goes and why, once it drains (`pool::retiring`).
+    pub retiring: Option<(i64, crate::pool::DeleteReason)>,
+    /// Unix seconds: when the Proxy was created.
+    pub created_at: Option<i64>,
+}
+
+impl Held<'_> {
+    /// Its bindings that hold its instance now (`holding`).
+    pub fn bindings(&self) -> Vec<LeaseBinding> {
+        holding(&self.proxy.status.leases, self.proxy.status.ip.as_deref())
+    }
+
+    /// Whether a live binding of lease `id` holds it.
+    pub fn holds(&self, id: &str, now: i64) -> bool {
+        self.bindings().iter().any(|b| b.id == id && b.live(now))
+    }
+
+    /// The live binding of lease `id` on it if its instance was replaced since: lost.
+    pub fn replaced(&self, id: &str, now: i64) -> Option<LostProxy> {
+        let s = self.proxy.status;
+        let b = s
+            .leases
+            .iter()
+            .find(|b| b.id == id && b.live(now) && !b.holds(s.ip.as_deref()))?;
+        Some(LostProxy {
+            lease: b.id.clone(),
+            proxy: self.proxy.name.to_string(),
+            reason: INSTANCE_REPLACED.to_string(),
+            at: crate::gc::format_rfc3339(now),
+        })
+    }
+}
+
+/// The offers `members` make to a new lease, each with its bindings (`bindings[i]` is
+/// `members[i].bindings()`).
+pub fn offers<'a>(members: &'a [Held<'a>], bindings: &'a [Vec<LeaseBinding>]) -> Vec<Offer<'a>> {
+    members
+        .iter()
+        .zip(bindings)
+        .map(|(h, b)| Offer {
+            name: h.proxy.name,
+            usable: h.proxy.usable(),
+            bindings: b,
+            egress_ip: h.proxy.status.egress_ip.as_deref(),
+            created_at: h.created_at,
+        })
+        .collect()
+}
+
+/// What a new lease `id` of `holder` asking `req` takes of `members` at `now` for `ttl`: each
+/// chosen member's index with its bindings, the new one (on the address it has now) added; or
+/// why it cannot be had (all or none, as [`choose`]).
+pub fn grant(
+    members: &[Held<'_>],
+    req: &LeaseRequest,
+    policy: &LeasePolicy,
+    holder: &str,
+    id: &str,
+    ttl: Duration,
+    now: i64,
+) -> Result<Vec<(usize, Vec<LeaseBinding>)>, Shortage> {
+    let bindings: Vec<Vec<LeaseBinding>> = members.iter().map(Held::bindings).collect();
+    let chosen = choose(
+        &offers(members, &bindings),
+        req.count,
+        req.mode,
+        policy.max_shared,
+        now,
+    )?;
+    Ok(chosen
+        .into_iter()
+        .map(|i| {
+            let mine = LeaseBinding {
+                id: id.to_string(),
+                holder: holder.to_string(),
+                mode: req.mode,
+                acquired_at: crate::gc::format_rfc3339(now),
+                expires_at: crate::gc::format_rfc3339(now.saturating_add(ttl.as_secs() as i64)),
+                count: req.count,
+                ip: members[i].proxy.status.ip.clone(),
+            };
+            (i, bind(&bindings[i], mine, now))
+        })
+        .collect())
+}
+
+/// What lease `id` lost: the pool's record (`status.lostLeases`) and the members whose
+/// instance was replaced under it.
+pub fn lost(members: &[Held<'_>], pool_lost: &[LostProxy], id: &str, now: i64) -> Vec<LostProxy> {
+    pool_lost
+        .iter()
+        .filter(|l| l.lease == id)
+        .cloned()
+        .chain(members.iter().filter_map(|h| h.replaced(id, now)))
+        .collect()
+}
+
+/// Lease `id` of pool `namespace/pool` as its holder is told, from the members that hold it;
+/// None when none does.
+pub fn view(
+    namespace: &str,
+    pool: &str,
+    members: &[Held<'_>],
+    pool_lost: &[LostProxy],
+    id: &str,
+    now: i64,
+) -> Option<LeaseView> {
+    let held: Vec<(&Held<'_>, LeaseBinding)> = members
+        .iter()
+        .filter_map(|h| {
+            let b = h
+                .bindings()
+                .into_iter()
+                .find(|b| b.id == id && b.live(now))?;
+            Some((h, b))
+        })
+        .collect();
+    let (_, first) = held.first()?;
+    let proxies = held
+        .iter()
+        .filter_map(|(h, b)| {
+            Some(LeasedProxy {
+                proxy: crate::discovery::describe(&h.proxy, false)?,
+                ready: crate::reconcile::ready_is_true(h.proxy.status),
+                expires_at: b.expires_at.clone(),
+                retire_at: h.retiring.map(|(at, _)| crate::gc::format_rfc3339(at)),
+                retire_reason: h.retiring.map(|(_, why)| why.as_str().to_string()),
+            })
+        })
+        .collect();
+    Some(LeaseView {
+        id: id.to_string(),
+        namespace: namespace.to_string(),
+        pool: pool.to_string(),
+        mode: first.mode,
+        holder: first.holder.clone(),
+        expires_at: held
+            .iter()
+            .map(|(_, b)| b.expires())
+            .min()
+            .map(crate::gc::format_rfc3339)
+            .unwrap_or_default(),
+        count: first.count,
+        proxies,
+        lost: lost(members, pool_lost, id, now),
+    })
+}
+
+/// Why lease `id` is not found (404), saying what it lost when the pool remembers.
+pub fn gone(members: &[Held<'_>], pool_lost: &[LostProxy], id: &str, now: i64) -> String {
+    let mut why = LeaseError::NotFound(id.to_string()).to_string();
+    let lost = lost(members, pool_lost, id, now);
+    if !lost.is_empty() {
+        let each: Vec<String> = lost
+            .iter()
+            .map(|l| format!("{} went ({}) at {}", l.proxy, l.reason, l.at))
+            .collect();
+        why.push_str(": ");
+        why.push_str(&each.join("; "));
+    }
+    why
+}
+
+/// The ids of the live leases `holder` holds on `members`, sorted.
+pub fn held_by(members: &[Held<'_>], holder: &str, now: i64) -> Vec<String> {
+    let mut ids: Vec<String> = members
+        .iter()
+        .flat_map(Held::bindings)
+        .filter(|b| b.holder == holder && b.live(now))
+        .map(|b| b.id)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 #[cfg(test)]
 mod tests;

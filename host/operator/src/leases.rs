@@ -16,9 +16,9 @@ use crate::crd::{Proxy, ProxyPool};
 use crate::metrics::Metrics;
 use crate::pool::Clock;
 use crate::server::StoreSource;
-use egress_core::discovery::{self, CORDON_ANNOTATION, POOL_LABEL};
+use egress_core::discovery::{CORDON_ANNOTATION, POOL_LABEL};
 use egress_core::lease::{
-    self, LeaseBinding, LeaseRef, LeaseRequest, LeaseView, LeasedProxy, LostProxy, Offer, Outcome,
+    self, Held, LeaseBinding, LeaseRef, LeaseRequest, LeaseView, LostProxy, Outcome,
     ReleaseRequest, RenewRequest,
 };
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -46,7 +46,18 @@ pub enum LeaseRefusal {
 }
 
 impl LeaseRefusal {
-    fn from_lease(e: lease::LeaseError) -> Self {
+    /// 503: not enough of pool `at` is free, and when to ask again.
+    pub fn shortage(at: &LeaseRef, s: lease::Shortage) -> Self {
+        LeaseRefusal::Unavailable {
+            reason: format!(
+                "pool {}/{}: {} of {} asked for: {}",
+                at.namespace, at.pool, s.free, s.wanted, s.reason
+            ),
+            retry_after: s.retry_after,
+        }
+    }
+
+    pub fn from_lease(e: lease::LeaseError) -> Self {
         match e {
             lease::LeaseError::NotFound(_) => LeaseRefusal::NotFound(e.to_string()),
             lease::LeaseError::NotHolder { .. } => LeaseRefusal::Forbidden(e.to_string()),
@@ -79,6 +90,23 @@ pub trait LeaseBook: Send + Sync {
     ) -> Result<(), LeaseRefusal>;
     async fn view(&self, holder: &str, at: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal>;
     async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal>;
+}
+
+/// Counts lease call `op` on the pool of `at` by how it ended
+/// (`egress_proxies_leases_total`), for either book.
+pub fn count_call(
+    metrics: &Metrics,
+    at: &LeaseRef,
+    op: &str,
+    r: &Result<impl Sized, LeaseRefusal>,
+) {
+    let result = match r {
+        Ok(_) => "granted",
+        Err(LeaseRefusal::Unavailable { .. }) => "unavailable",
+        Err(LeaseRefusal::Busy(_)) => "conflict",
+        Err(_) => "refused",
+    };
+    metrics.lease_call(&at.namespace, &at.pool, op, result);
 }
 
 /// Writes of one lease call tried at most this many times against a changing pool.
@@ -222,6 +250,24 @@ impl KubeLeases {
         }
     }
 
+    /// What the lease views of `members` borrow: each one's status, namespace and credential.
+    fn facts(&self, members: &[Proxy]) -> Facts {
+        Facts {
+            statuses: members
+                .iter()
+                .map(|p| p.status.clone().unwrap_or_default())
+                .collect(),
+            namespaces: members
+                .iter()
+                .map(|p| p.namespace().unwrap_or_default())
+                .collect(),
+            credentials: members
+                .iter()
+                .map(|p| self.source.credential_of(p))
+                .collect(),
+        }
+    }
+
     /// Lease `id` as its holder is told, from the Proxies that hold it and what the pool's
     /// status says it lost.
     fn describe(
@@ -231,80 +277,62 @@ impl KubeLeases {
         id: &str,
         now: i64,
     ) -> Option<LeaseView> {
-        let held: Vec<(&Proxy, LeaseBinding)> = members
-            .iter()
-            .filter_map(|p| {
-                let b = bindings(p)
-                    .into_iter()
-                    .find(|b| b.id == id && b.live(now))?;
-                Some((p, b))
-            })
-            .collect();
-        let (_, first) = held.first()?;
-        let mut lost = lost_of(pool, id);
-        lost.extend(members.iter().filter_map(|p| replaced(p, id, now)));
-        let proxies = held
-            .iter()
-            .filter_map(|(p, b)| {
-                let status = p.status.clone().unwrap_or_default();
-                let namespace = p.namespace().unwrap_or_default();
-                let credential = self.source.credential_of(p);
-                let c = crate::server::candidate(p, &status, &namespace, credential.as_ref(), now);
-                let proxy = discovery::describe(&c, false)?;
-                let retiring = egress_core::pool::retiring(p.annotations());
-                Some(LeasedProxy {
-                    proxy,
-                    ready: egress_core::reconcile::ready_is_true(&status),
-                    expires_at: b.expires_at.clone(),
-                    retire_at: retiring.map(|(at, _)| egress_core::gc::format_rfc3339(at)),
-                    retire_reason: retiring.map(|(_, why)| why.as_str().to_string()),
-                })
-            })
-            .collect();
-        Some(LeaseView {
-            id: id.to_string(),
-            namespace: pool.namespace().unwrap_or_default(),
-            pool: pool.name_any(),
-            mode: first.mode,
-            holder: first.holder.clone(),
-            expires_at: held
-                .iter()
-                .map(|(_, b)| b.expires())
-                .min()
-                .map(egress_core::gc::format_rfc3339)
-                .unwrap_or_default(),
-            count: first.count,
-            proxies,
-            lost,
-        })
+        let facts = self.facts(members);
+        lease::view(
+            &pool.namespace().unwrap_or_default(),
+            &pool.name_any(),
+            &held(members, &facts, now),
+            pool_lost(pool),
+            id,
+            now,
+        )
     }
 
     /// 404 for lease `id`, saying what it lost when the pool's status (or a Proxy whose
     /// instance was replaced) remembers.
     fn gone(&self, pool: &ProxyPool, members: &[Proxy], id: &str, now: i64) -> LeaseRefusal {
-        let mut lost = lost_of(pool, id);
-        lost.extend(members.iter().filter_map(|p| replaced(p, id, now)));
-        let mut why = lease::LeaseError::NotFound(id.to_string()).to_string();
-        if !lost.is_empty() {
-            let each: Vec<String> = lost
-                .iter()
-                .map(|l| format!("{} went ({}) at {}", l.proxy, l.reason, l.at))
-                .collect();
-            why.push_str(": ");
-            why.push_str(&each.join("; "));
-        }
-        LeaseRefusal::NotFound(why)
+        let facts = self.facts(members);
+        LeaseRefusal::NotFound(lease::gone(
+            &held(members, &facts, now),
+            pool_lost(pool),
+            id,
+            now,
+        ))
     }
 
     fn count(&self, at: &LeaseRef, op: &str, r: &Result<impl Sized, LeaseRefusal>) {
-        let result = match r {
-            Ok(_) => "granted",
-            Err(LeaseRefusal::Unavailable { .. }) => "unavailable",
-            Err(LeaseRefusal::Busy(_)) => "conflict",
-            Err(_) => "refused",
-        };
-        self.metrics.lease_call(&at.namespace, &at.pool, op, result);
+        count_call(&self.metrics, at, op, r);
     }
+}
+
+/// The members' statuses, namespaces and credentials, which their [`Held`] views borrow.
+struct Facts {
+    statuses: Vec<egress_core::ProxyStatus>,
+    namespaces: Vec<String>,
+    credentials: Vec<Option<egress_core::credential::ProxyCredential>>,
+}
+
+/// `members` as the core's lease functions read them.
+fn held<'a>(members: &'a [Proxy], facts: &'a Facts, now: i64) -> Vec<Held<'a>> {
+    members
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Held {
+            proxy: crate::server::candidate(
+                p,
+                &facts.statuses[i],
+                &facts.namespaces[i],
+                facts.credentials[i].as_ref(),
+                now,
+            ),
+            retiring: egress_core::pool::retiring(p.annotations()),
+            created_at: p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_second()),
+        })
+        .collect()
 }
 
 /// The bindings of `p` that hold its instance now (`lease::holding`).
@@ -315,38 +343,10 @@ fn bindings(p: &Proxy) -> Vec<LeaseBinding> {
         .unwrap_or_default()
 }
 
-/// The live bindings of lease `id` on `p` whose instance was replaced since: lost.
-fn replaced(p: &Proxy, id: &str, now: i64) -> Option<LostProxy> {
-    let s = p.status.as_ref()?;
-    let b = s
-        .leases
-        .iter()
-        .find(|b| b.id == id && b.live(now) && !b.holds(s.ip.as_deref()))?;
-    Some(LostProxy {
-        lease: b.id.clone(),
-        proxy: p.name_any(),
-        reason: lease::INSTANCE_REPLACED.to_string(),
-        at: egress_core::gc::format_rfc3339(now),
-    })
-}
-
-fn lost_of(pool: &ProxyPool, id: &str) -> Vec<LostProxy> {
+fn pool_lost(pool: &ProxyPool) -> &[LostProxy] {
     pool.status
         .as_ref()
-        .map(|s| {
-            s.lost_leases
-                .iter()
-                .filter(|l| l.lease == id)
-                .cloned()
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// A proxy a new lease may take: what discovery may hand out (`Candidate::usable`).
-fn usable(p: &Proxy, now: i64) -> bool {
-    let status = p.status.clone().unwrap_or_default();
-    crate::server::candidate(p, &status, "", None, now).usable()
+        .map_or(&[][..], |s| s.lost_leases.as_slice())
 }
 
 #[async_trait::async_trait]
@@ -408,14 +408,8 @@ impl LeaseBook for KubeLeases {
         let pool = self.pool(at).await?;
         let members = self.members(&pool).await?;
         let now = (self.now)();
-        let mut ids: Vec<String> = members
-            .iter()
-            .flat_map(bindings)
-            .filter(|b| b.holder == holder && b.live(now))
-            .map(|b| b.id)
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
+        let facts = self.facts(&members);
+        let ids = lease::held_by(&held(&members, &facts, now), holder, now);
         Ok(ids
             .into_iter()
             .filter_map(|id| self.describe(&pool, &members, &id, now))
@@ -443,53 +437,21 @@ impl KubeLeases {
         for _ in 0..ATTEMPTS {
             let members = self.members(&pool).await?;
             let now = (self.now)();
-            let statuses: Vec<Vec<LeaseBinding>> = members.iter().map(bindings).collect();
-            let offers: Vec<Offer<'_>> = members
-                .iter()
-                .zip(&statuses)
-                .map(|(p, b)| Offer {
-                    name: p.metadata.name.as_deref().unwrap_or_default(),
-                    usable: usable(p, now),
-                    bindings: b,
-                    egress_ip: p.status.as_ref().and_then(|s| s.egress_ip.as_deref()),
-                    created_at: p
-                        .metadata
-                        .creation_timestamp
-                        .as_ref()
-                        .map(|t| t.0.as_second()),
-                })
-                .collect();
-            let chosen = lease::choose(&offers, req.count, req.mode, policy.max_shared, now)
-                .map_err(|s| LeaseRefusal::Unavailable {
-                    reason: format!(
-                        "pool {}/{}: {} of {} asked for: {}",
-                        at.namespace, at.pool, s.free, s.wanted, s.reason
-                    ),
-                    retry_after: s.retry_after,
-                })?;
-            let binding = LeaseBinding {
-                id: id.clone(),
-                holder: holder.to_string(),
-                mode: req.mode,
-                acquired_at: egress_core::gc::format_rfc3339(now),
-                expires_at: egress_core::gc::format_rfc3339(
-                    now.saturating_add(ttl.as_secs() as i64),
-                ),
-                count: req.count,
-                ip: None,
-            };
+            let facts = self.facts(&members);
+            let granted = lease::grant(
+                &held(&members, &facts, now),
+                req,
+                &policy,
+                holder,
+                &id,
+                ttl,
+                now,
+            )
+            .map_err(|s| LeaseRefusal::shortage(at, s))?;
             let mut written: Vec<Proxy> = Vec::new();
             let mut conflicted = false;
-            for i in chosen {
-                let p = &members[i];
-                let mine = LeaseBinding {
-                    ip: p.status.as_ref().and_then(|s| s.ip.clone()),
-                    ..binding.clone()
-                };
-                match self
-                    .write(p, &lease::bind(&statuses[i], mine, now), None)
-                    .await
-                {
+            for (i, bindings) in granted {
+                match self.write(&members[i], &bindings, None).await {
                     Ok(Some(updated)) => written.push(updated),
                     Ok(None) => {
                         conflicted = true;
@@ -553,8 +515,12 @@ impl KubeLeases {
         let mut view = self
             .describe(&pool, &renewed, id, now)
             .ok_or_else(|| self.gone(&pool, &members, id, now))?;
-        view.lost
-            .extend(members.iter().filter_map(|p| replaced(p, id, now)));
+        let facts = self.facts(&members);
+        view.lost.extend(
+            held(&members, &facts, now)
+                .iter()
+                .filter_map(|h| h.replaced(id, now)),
+        );
         Ok(view)
     }
 

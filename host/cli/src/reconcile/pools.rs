@@ -3,7 +3,7 @@
 //! and the lowest Ready count it had, for the report.
 
 use super::{ReportEvent, Tracked};
-use egress_core::discovery::POOL_LABEL;
+use egress_core::discovery::{CORDON_ANNOTATION, POOL_LABEL};
 use egress_core::pool::{self, PoolStatus, ProxyPool, member_name, member_proxy};
 use egress_runtime::Providers;
 use serde::Serialize;
@@ -105,6 +105,12 @@ impl PoolRun {
             && t.proxy.metadata.labels.get(POOL_LABEL) == Some(&self.pool.metadata.name)
     }
 
+    /// Something its decision reads changed outside the run (a lease released, a proxy
+    /// cordoned): it decides again.
+    pub fn touch(&mut self) {
+        self.dirty = true;
+    }
+
     /// Whether a decision is due: a Proxy of the pool changed, or a rotation fell due.
     pub fn due(&self, now_ms: u64) -> bool {
         self.dirty || self.next_at_ms.is_some_and(|at| now_ms >= at)
@@ -116,6 +122,7 @@ impl PoolRun {
         &mut self,
         providers: &Providers,
         egress: Option<egress_core::egress::Thresholds>,
+        leases: Option<&crate::leases::Board>,
         tracked: &mut BTreeMap<String, Tracked>,
         now_ms: u64,
         seq: &mut dyn FnMut() -> u64,
@@ -140,10 +147,39 @@ impl PoolRun {
             }
         };
         self.dirty = false;
+        // The leases the API granted on its members, and the cordons its holders' ban reports
+        // made (kept on the member from now on, so the state file has them too).
+        let mut held: BTreeMap<String, crate::leases::ProxyLeases> = BTreeMap::new();
+        if let Some(board) = leases {
+            for (key, t) in tracked
+                .iter_mut()
+                .filter(|(_, t)| self.owns(t) && !t.released)
+            {
+                if let Some(l) = board.leases_of(key, &t.proxy.uid()) {
+                    if l.cordoned {
+                        t.proxy
+                            .metadata
+                            .annotations
+                            .insert(CORDON_ANNOTATION.into(), "true".into());
+                    }
+                    held.insert(key.clone(), l);
+                }
+            }
+        }
         let members: Vec<pool::Member> = tracked
             .iter()
             .filter(|(_, t)| self.owns(t) && !t.released)
-            .map(|(_, t)| member(t, egress))
+            .map(|(key, t)| match held.get(key) {
+                Some(l) => {
+                    let status = egress_core::ProxyStatus {
+                        leases: l.leases.clone(),
+                        ban_reports: l.ban_reports,
+                        ..t.status.clone()
+                    };
+                    member(t, &status, egress)
+                }
+                None => member(t, &t.status, egress),
+            })
             .collect();
         let now = (now_ms / 1000) as i64;
         let d = pool::decide(spec, &revisions, &members, &self.status, now);
@@ -205,7 +241,9 @@ impl PoolRun {
                     egress_core::discovery::RETIRE_REASON_ANNOTATION.into(),
                     why.as_str().into(),
                 );
+                // Stepped again, so the state records the drain before the run ends.
                 t.next_at_ms = now_ms;
+                t.steady = false;
             }
             say(
                 &mut self.events,
@@ -269,7 +307,9 @@ impl PoolRun {
                     m.min(d.status.available_replicas)
                 }));
         }
-        self.settled = d.creates.is_empty() && d.deletes.is_empty() && d.drains.is_empty();
+        // A drain leaves nothing to wait for within the run: its end (the leases' end, or
+        // retireAt) is a requeue, and a release wakes the pool.
+        self.settled = d.creates.is_empty() && d.deletes.is_empty();
         self.next_at_ms = d
             .requeue_after
             .map(|r| now_ms.saturating_add(r.as_millis() as u64));
@@ -324,11 +364,16 @@ impl PoolRun {
     }
 }
 
-/// One tracked Proxy as the pool decisions see it.
-fn member(t: &Tracked, egress: Option<egress_core::egress::Thresholds>) -> pool::Member {
+/// One tracked Proxy as the pool decisions see it, with `status` (its own, or with the
+/// lease file's bindings).
+fn member(
+    t: &Tracked,
+    status: &egress_core::ProxyStatus,
+    egress: Option<egress_core::egress::Thresholds>,
+) -> pool::Member {
     pool::member(
         &t.proxy,
-        &t.status,
+        status,
         Some((t.created_ms / 1000) as i64),
         t.deleting,
         egress,

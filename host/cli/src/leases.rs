@@ -1,0 +1,812 @@
+//! Leases out of a cluster: `reconcile --watch --listen` serves the operator's HTTP API
+//! (`/v1/proxies`, `/v1/leases`) from what the CLI's runs know, with the same rules
+//! (`egress_core::lease`) and the same answers.
+//!
+//! The bindings are kept in a file beside the state (`STATE.leases`), not in the state's
+//! journal: the API writes them while a run writes the state, and one writer per file keeps
+//! either from overwriting the other's news. A run reads them when its pools decide (a leased
+//! member drains rather than goes) and publishes every Proxy it records to the [`Board`], which
+//! answers the API. Each lease call holds the board's lock from its read to its write, and the
+//! file is written (a synced temporary file renamed into place) before the call answers: a
+//! granted lease survives a restart, and two callers can never take one proxy. A record of a
+//! Proxy whose UID changed or that left the state is dropped with it.
+
+use crate::CliError;
+use crate::state::{StateFile, StoredProxy};
+use egress_core::discovery::{Discovered, Filter};
+use egress_core::lease::{
+    self, Held, LeaseBinding, LeasePolicy, LeaseRef, LeaseRequest, LeaseView, LostProxy, Outcome,
+    ReleaseRequest, RenewRequest,
+};
+use egress_operator::leases::{LeaseBook, LeaseRefusal, count_call};
+use egress_operator::metrics::Metrics;
+use egress_operator::pool::Clock;
+use egress_runtime::credential_store::FileCredentials;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The lease file: per Proxy (`namespace/name`), its bindings and what its holders reported.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaseFile {
+    #[serde(default)]
+    pub proxies: BTreeMap<String, ProxyLeases>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProxyLeases {
+    /// The Proxy these are of: a Proxy made again under the name has another.
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leases: Vec<LeaseBinding>,
+    /// Releases that reported the proxy banned.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ban_reports: u32,
+    /// Cordoned for its ban reports (`leases.cordonAfterBans`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cordoned: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl LeaseFile {
+    /// The lease file of state file `state`: `STATE.leases`.
+    pub fn path_for(state: &Path) -> PathBuf {
+        let mut name = state.file_name().unwrap_or_default().to_os_string();
+        name.push(".leases");
+        state.with_file_name(name)
+    }
+
+    /// The file; empty when there is none.
+    pub fn read(path: &Path) -> Result<Self, CliError> {
+        let what = || format!("lease file {}", path.display());
+        match std::fs::read_to_string(path) {
+            Ok(text) => serde_yaml::from_str(&text).map_err(|e| CliError::Input {
+                what: what(),
+                message: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(CliError::Input {
+                what: what(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    fn write(&self, path: &Path) -> Result<(), String> {
+        let text = serde_yaml::to_string(self).map_err(|e| e.to_string())?;
+        crate::state::write_private(path, text.as_bytes())
+            .map_err(|e| format!("writing the lease file {}: {e}", path.display()))
+    }
+
+    /// The record of Proxy `key` if it is of the Proxy with `uid`.
+    pub fn of(&self, key: &str, uid: &str) -> Option<&ProxyLeases> {
+        self.proxies.get(key).filter(|l| l.uid == uid)
+    }
+
+    /// `p` as the lease API and discovery see it: with its bindings and ban reports in its
+    /// status, and cordoned when its holders' reports cordoned it.
+    pub fn overlay(&self, p: &mut StoredProxy) {
+        match self.of(&p.key, &p.uid) {
+            Some(l) => {
+                p.status.leases = l.leases.clone();
+                p.status.ban_reports = l.ban_reports;
+                p.cordoned |= l.cordoned;
+            }
+            None => {
+                p.status.leases.clear();
+                p.status.ban_reports = 0;
+            }
+        }
+    }
+}
+
+/// What the API needs of a pool beyond its members.
+#[derive(Debug, Clone, Default)]
+struct PoolFacts {
+    policy: LeasePolicy,
+    lost: Vec<LostProxy>,
+}
+
+struct Inner {
+    /// Every Proxy as last recorded, with the lease file overlaid.
+    proxies: BTreeMap<String, StoredProxy>,
+    /// The pools of the run, by `namespace/name`.
+    pools: BTreeMap<String, PoolFacts>,
+    file: LeaseFile,
+    /// A run has told which pools there are.
+    synced: bool,
+}
+
+/// What `reconcile --watch --listen` answers from: the Proxies its runs recorded, their pools'
+/// lease settings, and the lease file, which it keeps.
+pub struct Board {
+    inner: Mutex<Inner>,
+    /// A release or a cordon that a pool's decision may act on (a drain that may end).
+    changed: tokio::sync::Notify,
+    path: PathBuf,
+    credentials: Arc<FileCredentials>,
+    now: Clock,
+    metrics: Arc<Metrics>,
+}
+
+impl Board {
+    /// The board of state file `state_path` as `state` holds it, with its lease file read (the
+    /// records of Proxies no longer in the state dropped).
+    pub fn open(
+        state_path: &Path,
+        state: &StateFile,
+        credentials: Arc<FileCredentials>,
+        now: Clock,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, CliError> {
+        let path = LeaseFile::path_for(state_path);
+        let mut file = LeaseFile::read(&path)?;
+        file.proxies
+            .retain(|key, l| state.proxies.get(key).is_some_and(|p| p.uid == l.uid));
+        let proxies = state
+            .proxies
+            .iter()
+            .map(|(k, p)| {
+                let mut p = p.clone();
+                file.overlay(&mut p);
+                (k.clone(), p)
+            })
+            .collect();
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                proxies,
+                pools: BTreeMap::new(),
+                file,
+                synced: false,
+            }),
+            changed: tokio::sync::Notify::new(),
+            path,
+            credentials,
+            now,
+            metrics,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Resolves once a release or a cordon happened since the last time it resolved.
+    pub async fn changed(&self) {
+        self.changed.notified().await
+    }
+
+    /// A run recorded Proxy `key` (None: it is gone). A record of a Proxy that is gone, or
+    /// made again under its name, leaves the lease file.
+    pub fn publish(&self, key: &str, stored: Option<&StoredProxy>) -> Result<(), CliError> {
+        let mut inner = self.lock();
+        let stale = inner
+            .file
+            .proxies
+            .get(key)
+            .is_some_and(|l| stored.is_none_or(|s| s.uid != l.uid));
+        if stale {
+            inner.file.proxies.remove(key);
+            inner
+                .file
+                .write(&self.path)
+                .map_err(|message| CliError::Output {
+                    what: format!("lease file {}", self.path.display()),
+                    message,
+                })?;
+        }
+        match stored {
+            Some(s) => {
+                let mut s = s.clone();
+                inner.file.overlay(&mut s);
+                inner.proxies.insert(key.to_string(), s);
+            }
+            None => {
+                inner.proxies.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// A run's pools (`namespace/name`, spec, status): which there are, their lease settings
+    /// and what their leases lost.
+    pub fn publish_pools<'a>(
+        &self,
+        pools: impl IntoIterator<
+            Item = (
+                String,
+                &'a egress_core::pool::PoolSpec,
+                &'a egress_core::pool::PoolStatus,
+            ),
+        >,
+    ) {
+        let mut inner = self.lock();
+        inner.pools = pools
+            .into_iter()
+            .map(|(key, spec, status)| {
+                (
+                    key,
+                    PoolFacts {
+                        policy: spec.lease_policy(),
+                        lost: status.lost_leases.clone(),
+                    },
+                )
+            })
+            .collect();
+        inner.synced = true;
+    }
+
+    /// One pool's status changed: what its leases lost.
+    pub fn publish_pool(&self, key: &str, status: &egress_core::pool::PoolStatus) {
+        if let Some(p) = self.lock().pools.get_mut(key) {
+            p.lost = status.lost_leases.clone();
+        }
+    }
+
+    /// The record of Proxy `key` (of `uid`) in the lease file, for a pool's decision.
+    pub fn leases_of(&self, key: &str, uid: &str) -> Option<ProxyLeases> {
+        self.lock().file.of(key, uid).cloned()
+    }
+}
+
+/// The members of pool `at` on `inner`, by key, or 404.
+fn members<'a>(inner: &'a Inner, at: &LeaseRef) -> Result<Vec<&'a StoredProxy>, LeaseRefusal> {
+    let key = format!("{}/{}", at.namespace, at.pool);
+    if !inner.pools.contains_key(&key) {
+        return Err(LeaseRefusal::NotFound(format!("no ProxyPool {key}")));
+    }
+    let prefix = format!("{}/", at.namespace);
+    Ok(inner
+        .proxies
+        .values()
+        .filter(|p| p.key.starts_with(&prefix) && p.pool.as_deref() == Some(at.pool.as_str()))
+        .collect())
+}
+
+/// `members` as the core's lease functions read them, with `credentials[i]` the credential of
+/// `members[i]`.
+fn held<'a>(
+    members: &[&'a StoredProxy],
+    credentials: &'a [Option<egress_core::credential::ProxyCredential>],
+    now: i64,
+) -> Vec<Held<'a>> {
+    members
+        .iter()
+        .zip(credentials)
+        .map(|(p, c)| Held {
+            proxy: p.candidate(c.as_ref(), now),
+            retiring: p.retiring(),
+            created_at: p
+                .created_at
+                .as_deref()
+                .and_then(egress_core::gc::parse_rfc3339),
+        })
+        .collect()
+}
+
+impl Board {
+    fn credentials_of(
+        &self,
+        members: &[&StoredProxy],
+    ) -> Vec<Option<egress_core::credential::ProxyCredential>> {
+        members
+            .iter()
+            .map(|p| self.credentials.get(&p.uid))
+            .collect()
+    }
+
+    fn policy(inner: &Inner, at: &LeaseRef) -> LeasePolicy {
+        inner
+            .pools
+            .get(&format!("{}/{}", at.namespace, at.pool))
+            .map(|p| p.policy.clone())
+            .unwrap_or_default()
+    }
+
+    fn lost<'a>(inner: &'a Inner, at: &LeaseRef) -> &'a [LostProxy] {
+        inner
+            .pools
+            .get(&format!("{}/{}", at.namespace, at.pool))
+            .map_or(&[][..], |p| p.lost.as_slice())
+    }
+
+    fn view_of(
+        &self,
+        inner: &Inner,
+        at: &LeaseRef,
+        id: &str,
+        now: i64,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let members = members(inner, at)?;
+        let credentials = self.credentials_of(&members);
+        let views = held(&members, &credentials, now);
+        lease::view(
+            &at.namespace,
+            &at.pool,
+            &views,
+            Self::lost(inner, at),
+            id,
+            now,
+        )
+        .ok_or_else(|| LeaseRefusal::NotFound(lease::gone(&views, Self::lost(inner, at), id, now)))
+    }
+
+    /// Sets the bindings (and ban reports) of the Proxies `changes` names, writes the lease
+    /// file, and only then shows them: a write that fails changes nothing.
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        changes: Vec<(String, ProxyLeases)>,
+    ) -> Result<(), LeaseRefusal> {
+        let before = inner.file.clone();
+        for (key, l) in changes {
+            inner.file.proxies.insert(key, l);
+        }
+        if let Err(e) = inner.file.write(&self.path) {
+            inner.file = before;
+            return Err(LeaseRefusal::Busy(e));
+        }
+        let Inner { proxies, file, .. } = inner;
+        for p in proxies.values_mut() {
+            file.overlay(p);
+        }
+        Ok(())
+    }
+
+    /// The lease record Proxy `p` would have with `bindings`, keeping its reports.
+    fn record(inner: &Inner, p: &StoredProxy, bindings: Vec<LeaseBinding>) -> ProxyLeases {
+        let prior = inner.file.of(&p.key, &p.uid);
+        ProxyLeases {
+            uid: p.uid.clone(),
+            leases: bindings,
+            ban_reports: prior.map_or(0, |l| l.ban_reports),
+            cordoned: prior.is_some_and(|l| l.cordoned),
+        }
+    }
+
+    fn acquire_in(
+        &self,
+        holder: &str,
+        req: &LeaseRequest,
+        at: &LeaseRef,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let problems = lease::validate(req);
+        if !problems.is_empty() {
+            return Err(LeaseRefusal::BadRequest(problems.join("; ")));
+        }
+        let entropy =
+            egress_runtime::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
+        let id = lease::new_id(&at.namespace, &at.pool, &entropy);
+        let mut inner = self.lock();
+        let policy = Self::policy(&inner, at);
+        let ttl = lease::ttl(req.ttl.as_deref(), &policy).map_err(LeaseRefusal::BadRequest)?;
+        let now = (self.now)();
+        let changes = {
+            let members = members(&inner, at)?;
+            let credentials = self.credentials_of(&members);
+            let views = held(&members, &credentials, now);
+            lease::grant(&views, req, &policy, holder, &id, ttl, now)
+                .map_err(|s| LeaseRefusal::shortage(at, s))?
+                .into_iter()
+                .map(|(i, bindings)| {
+                    let p = members[i];
+                    (p.key.clone(), Self::record(&inner, p, bindings))
+                })
+                .collect()
+        };
+        self.commit(&mut inner, changes)?;
+        self.view_of(&inner, at, &id, now)
+    }
+
+    /// The new records of the members lease `id` holds, each what `change` makes of it
+    /// (from its record as the lease file has it), or 404 when the lease holds none.
+    fn on_holders(
+        &self,
+        inner: &Inner,
+        at: &LeaseRef,
+        id: &str,
+        now: i64,
+        mut change: impl FnMut(
+            &StoredProxy,
+            &Held<'_>,
+            ProxyLeases,
+        ) -> Result<ProxyLeases, LeaseRefusal>,
+    ) -> Result<Vec<(String, ProxyLeases)>, LeaseRefusal> {
+        let members = members(inner, at)?;
+        let credentials = self.credentials_of(&members);
+        let views = held(&members, &credentials, now);
+        let mut changes = Vec::new();
+        for (p, h) in members.iter().zip(&views).filter(|(_, h)| h.holds(id, now)) {
+            let record = Self::record(inner, p, h.bindings());
+            changes.push((p.key.clone(), change(p, h, record)?));
+        }
+        if changes.is_empty() {
+            return Err(LeaseRefusal::NotFound(lease::gone(
+                &views,
+                Self::lost(inner, at),
+                id,
+                now,
+            )));
+        }
+        Ok(changes)
+    }
+
+    fn renew_in(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &RenewRequest,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let mut inner = self.lock();
+        let policy = Self::policy(&inner, at);
+        let ttl = lease::ttl(req.ttl.as_deref(), &policy).map_err(LeaseRefusal::BadRequest)?;
+        let now = (self.now)();
+        let changes = self.on_holders(&inner, at, id, now, |_, h, mut record| {
+            let cap = h.retiring.map(|(at, _)| at);
+            record.leases = lease::renew(&record.leases, id, holder, ttl, cap, now)
+                .map_err(LeaseRefusal::from_lease)?;
+            Ok(record)
+        })?;
+        self.commit(&mut inner, changes)?;
+        self.view_of(&inner, at, id, now)
+    }
+
+    fn release_in(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &ReleaseRequest,
+    ) -> Result<(), LeaseRefusal> {
+        let banned = req.outcome == Some(Outcome::Banned);
+        let mut inner = self.lock();
+        let policy = Self::policy(&inner, at);
+        let now = (self.now)();
+        let mut wake = false;
+        let changes = self.on_holders(&inner, at, id, now, |p, _, mut record| {
+            record.leases = lease::release(&record.leases, id, holder, now)
+                .map_err(LeaseRefusal::from_lease)?;
+            if banned {
+                record.ban_reports += 1;
+                if policy.cordon_after_bans > 0
+                    && record.ban_reports >= policy.cordon_after_bans
+                    && !record.cordoned
+                {
+                    record.cordoned = true;
+                    tracing::info!(
+                        proxy = %p.key,
+                        bans = record.ban_reports,
+                        "cordoned: its lease holders reported it banned"
+                    );
+                }
+            }
+            // A draining proxy may go now, and a cordoned one is to be replaced.
+            wake |= p.retire_at.is_some() || record.cordoned;
+            Ok(record)
+        })?;
+        self.commit(&mut inner, changes)?;
+        drop(inner);
+        if banned {
+            self.metrics
+                .lease_call(&at.namespace, &at.pool, "release", "banned");
+        }
+        if wake {
+            self.changed.notify_one();
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl LeaseBook for Board {
+    async fn acquire(&self, holder: &str, req: &LeaseRequest) -> Result<LeaseView, LeaseRefusal> {
+        let at = LeaseRef {
+            namespace: req.namespace.clone(),
+            pool: req.pool.clone(),
+        };
+        let r = self.acquire_in(holder, req, &at);
+        count_call(&self.metrics, &at, "acquire", &r);
+        r
+    }
+
+    async fn renew(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &RenewRequest,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let r = self.renew_in(holder, at, id, req);
+        count_call(&self.metrics, at, "renew", &r);
+        r
+    }
+
+    async fn release(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &ReleaseRequest,
+    ) -> Result<(), LeaseRefusal> {
+        let r = self.release_in(holder, at, id, req);
+        count_call(&self.metrics, at, "release", &r);
+        r
+    }
+
+    async fn view(&self, holder: &str, at: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal> {
+        let inner = self.lock();
+        let view = self.view_of(&inner, at, id, (self.now)())?;
+        if view.holder != holder {
+            return Err(LeaseRefusal::from_lease(lease::LeaseError::NotHolder {
+                id: id.to_string(),
+                holder: view.holder,
+            }));
+        }
+        Ok(view)
+    }
+
+    async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal> {
+        let inner = self.lock();
+        let now = (self.now)();
+        let members = members(&inner, at)?;
+        let credentials = self.credentials_of(&members);
+        let views = held(&members, &credentials, now);
+        Ok(lease::held_by(&views, holder, now)
+            .into_iter()
+            .filter_map(|id| {
+                lease::view(
+                    &at.namespace,
+                    &at.pool,
+                    &views,
+                    Self::lost(&inner, at),
+                    &id,
+                    now,
+                )
+            })
+            .collect())
+    }
+}
+
+impl egress_operator::server::ProxySource for Board {
+    fn discover(&self, filter: &Filter) -> Vec<Discovered> {
+        let inner = self.lock();
+        crate::state::discover(
+            inner.proxies.values(),
+            &self.credentials,
+            filter,
+            (self.now)(),
+        )
+    }
+
+    /// Before a run has said which pools there are, a lease call would be told "no pool".
+    fn synced(&self) -> bool {
+        self.lock().synced
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use egress_operator::server::ProxySource;
+    use std::sync::atomic::{AtomicI64, Ordering};
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn member(name: &str, ip: &str) -> StoredProxy {
+        StoredProxy {
+            key: format!("ns/{name}"),
+            uid: format!("uid-{name}"),
+            provider: "p".into(),
+            port: 3128,
+            zone: None,
+            pool: Some("web".into()),
+            cordoned: false,
+            retire_at: None,
+            retire_reason: None,
+            created_at: Some(egress_core::gc::format_rfc3339(NOW - 60)),
+            placement: Some(0),
+            revision: None,
+            spec: None,
+            status: egress_core::ProxyStatus {
+                ip: Some(ip.into()),
+                egress_ip: Some(ip.into()),
+                conditions: vec![egress_core::Condition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    reason: "Running".into(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: egress_core::gc::format_rfc3339(NOW - 30),
+                }],
+                ..Default::default()
+            },
+        }
+    }
+
+    fn state(members: &[StoredProxy]) -> StateFile {
+        StateFile {
+            installation: "t".into(),
+            proxies: members.iter().map(|m| (m.key.clone(), m.clone())).collect(),
+            pools: BTreeMap::new(),
+        }
+    }
+
+    fn pool(cordon_after_bans: u32) -> egress_core::pool::PoolSpec {
+        serde_yaml::from_str(&format!(
+            "replicas: 2\ntemplate: {{}}\nplacements: [{{provider: p}}]\nleases: {{cordonAfterBans: {cordon_after_bans}}}\n"
+        ))
+        .unwrap()
+    }
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+        clock: Arc<AtomicI64>,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Self {
+                dir: tempfile::tempdir().unwrap(),
+                clock: Arc::new(AtomicI64::new(NOW)),
+            }
+        }
+
+        fn board(&self, members: &[StoredProxy], cordon_after_bans: u32) -> Board {
+            let state_path = self.dir.path().join("state.yaml");
+            let credentials =
+                Arc::new(FileCredentials::open(FileCredentials::path_for(&state_path)).unwrap());
+            let clock = self.clock.clone();
+            let b = Board::open(
+                &state_path,
+                &state(members),
+                credentials,
+                Arc::new(move || clock.load(Ordering::SeqCst)),
+                Arc::new(Metrics::new()),
+            )
+            .unwrap();
+            let spec = pool(cordon_after_bans);
+            let status = egress_core::pool::PoolStatus::default();
+            b.publish_pools([("ns/web".to_string(), &spec, &status)]);
+            b
+        }
+    }
+
+    fn ask(count: u32, mode: lease::LeaseMode) -> LeaseRequest {
+        serde_json::from_value(serde_json::json!({
+            "namespace": "ns", "pool": "web", "count": count, "mode": mode.as_str(), "ttl": "10m"
+        }))
+        .unwrap()
+    }
+
+    fn at() -> LeaseRef {
+        LeaseRef {
+            namespace: "ns".into(),
+            pool: "web".into(),
+        }
+    }
+
+    fn listed(b: &Board) -> Vec<String> {
+        b.discover(&Filter::default())
+            .into_iter()
+            .map(|d| d.name)
+            .collect()
+    }
+
+    /// Exclusive leases are all or none and leave discovery; the lease file keeps them for the
+    /// next process, which refuses what this one granted; the end of the ttl frees the proxy.
+    #[tokio::test]
+    async fn exclusive_leases_are_kept_in_the_file_and_refused_to_a_second_taker() {
+        let f = Fixture::new();
+        let members = [member("a", "10.0.0.1"), member("b", "10.0.0.2")];
+        let b = f.board(&members, 3);
+        assert_eq!(listed(&b), vec!["a", "b"]);
+        let first = b
+            .acquire("spider", &ask(1, lease::LeaseMode::Exclusive))
+            .await
+            .unwrap();
+        assert_eq!(first.proxies.len(), 1);
+        let taken = first.proxies[0].proxy.name.clone();
+        assert_eq!(listed(&b).len(), 1);
+        assert!(!listed(&b).contains(&taken));
+        match b
+            .acquire("rival", &ask(2, lease::LeaseMode::Exclusive))
+            .await
+        {
+            Err(LeaseRefusal::Unavailable { retry_after, .. }) => {
+                assert!(retry_after > std::time::Duration::ZERO)
+            }
+            other => panic!("{other:?}"),
+        }
+        // Nothing of the refused lease was written.
+        let file = LeaseFile::read(&LeaseFile::path_for(&f.dir.path().join("state.yaml"))).unwrap();
+        assert_eq!(
+            file.proxies.values().map(|l| l.leases.len()).sum::<usize>(),
+            1
+        );
+
+        // Another process on the same state: the lease holds there too.
+        let again = f.board(&members, 3);
+        let view = again.view("spider", &at(), &first.id).await.unwrap();
+        assert_eq!(view.proxies[0].proxy.name, taken);
+        assert!(matches!(
+            again.view("rival", &at(), &first.id).await,
+            Err(LeaseRefusal::Forbidden(_))
+        ));
+        let other = again
+            .acquire("rival", &ask(1, lease::LeaseMode::Exclusive))
+            .await
+            .unwrap();
+        assert_ne!(other.proxies[0].proxy.name, taken);
+
+        // Their ttl over, both proxies are free again.
+        f.clock.store(NOW + 11 * 60, Ordering::SeqCst);
+        assert!(matches!(
+            again.view("spider", &at(), &first.id).await,
+            Err(LeaseRefusal::NotFound(_))
+        ));
+        assert_eq!(listed(&again), vec!["a", "b"]);
+    }
+
+    /// Ban reports count per proxy; at the pool's threshold the proxy is cordoned (out of
+    /// discovery and leases, and the pool told); a Proxy made again under its name starts
+    /// with no record.
+    #[tokio::test]
+    async fn ban_reports_cordon_at_the_threshold_and_a_new_uid_starts_clean() {
+        let f = Fixture::new();
+        let members = [member("a", "10.0.0.1")];
+        let b = f.board(&members, 2);
+        let banned: ReleaseRequest =
+            serde_json::from_value(serde_json::json!({"outcome": "banned"})).unwrap();
+        for round in 1..=2 {
+            let l = b
+                .acquire("spider", &ask(1, lease::LeaseMode::Shared))
+                .await
+                .unwrap();
+            b.release("spider", &at(), &l.id, &banned).await.unwrap();
+            let record = b.leases_of("ns/a", "uid-a").unwrap();
+            assert_eq!(record.ban_reports, round);
+            assert_eq!(record.cordoned, round == 2, "after {round} reports");
+        }
+        assert!(listed(&b).is_empty(), "a cordoned proxy is not listed");
+        assert!(matches!(
+            b.acquire("spider", &ask(1, lease::LeaseMode::Shared)).await,
+            Err(LeaseRefusal::Unavailable { .. })
+        ));
+        // The release that cordoned it woke the pool.
+        tokio::time::timeout(std::time::Duration::from_secs(1), b.changed())
+            .await
+            .unwrap();
+
+        // Replaced under its name (a new UID): its record goes, in the file too.
+        let mut made_again = member("a", "10.0.0.9");
+        made_again.uid = "uid-a2".into();
+        b.publish("ns/a", Some(&made_again)).unwrap();
+        assert!(b.leases_of("ns/a", "uid-a").is_none());
+        assert_eq!(listed(&b), vec!["a"]);
+        let file = LeaseFile::read(&LeaseFile::path_for(&f.dir.path().join("state.yaml"))).unwrap();
+        assert!(file.proxies.is_empty(), "{file:?}");
+    }
+
+    /// Before a run said which pools there are, the board is not synced (readiness waits);
+    /// a pool it does not know is a 404 naming it.
+    #[tokio::test]
+    async fn an_unknown_pool_is_named() {
+        let f = Fixture::new();
+        let b = f.board(&[], 3);
+        assert!(b.synced());
+        let mut req = ask(1, lease::LeaseMode::Exclusive);
+        req.pool = "nope".into();
+        match b.acquire("spider", &req).await {
+            Err(LeaseRefusal::NotFound(m)) => assert!(m.contains("ns/nope"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,428 @@
+//! `reconcile --watch --listen` out of a cluster, with real parts: the CLI's real-mode loop
+//! over a ProxyPool whose members are real Squids on loopback (the test module reports each
+//! instance Running at 127.0.0.1, where the template's port has a Squid), checked through the
+//! real echoes, serving the operator's API over real HTTP on loopback with named tokens:
+//! discovery with credentials for its callers only, exclusive leases that survive a restart
+//! (kept in the lease file beside the state), a leased member retired by a rollout drained
+//! until its lease is released, and the pool never below its floor. Skips without squid or
+//! port 80 (root), unless EGRESS_REQUIRE_REAL_BACKENDS=1.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../host/egress-check/tests/support/mod.rs"]
+mod support;
+
+use egress_proxies::reconcile::Report;
+use egress_proxies::{ReconcileRequest, Serving, Source, run_reconcile_watch_serving};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SPIDER: &str = "spider-token-0123456789";
+const RIVAL: &str = "rival-token-0123456789";
+
+fn providers(dir: &Path) -> PathBuf {
+    std::fs::write(dir.join("hostile.wasm"), egress_test_modules::HOSTILE).unwrap();
+    let (_, identity) = support::shared_tls_echo().unwrap();
+    let pin = egress_check::tls::fingerprint_text(&identity.fingerprint);
+    let ip = support::ECHO_IP;
+    let p = dir.join("providers.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "installation: leases-cli\n\
+             egressCheck: {{urls: ['http://{ip}/anything', 'https://{ip}/anything'], tls: {{certificateSHA256: '{pin}'}}, interval: 2s, timeout: 1s, failureThreshold: 2, startupTimeout: 20s, sourceAddress: {}}}\n\
+             providers:\n- {{name: h, type: hostile, module: hostile.wasm, config: {{mode: ok}}}}\n",
+            support::ALLOWED_CLIENT
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn pool_yaml(port: u16) -> String {
+    format!(
+        "apiVersion: crawl.example.com/v1alpha1\nkind: ProxyPool\nmetadata: {{name: web, namespace: ns}}\nspec:\n  replicas: 2\n  template: {{port: {port}}}\n  placements: [{{provider: h}}]\n  strategy: {{maxSurge: 1, maxUnavailable: 0}}\n  drainTimeout: 30m\n"
+    )
+}
+
+/// The test's Squids all hold the fake host's htpasswd: the pool's first members' credentials
+/// are that one, written beside the state before the run, where the CLI finds them.
+fn provision(dir: &Path) {
+    let pool: egress_core::pool::ProxyPool = serde_yaml::from_str(&pool_yaml(1)).unwrap();
+    let mut text = String::new();
+    for serial in 1..=8 {
+        let name = egress_core::pool::member_name(&pool, serial);
+        let uid = egress_core::name::derived_uid("ns", &name);
+        text.push_str(&format!(
+            "{uid}:\n  proxy: ns/{name}\n  username: fake-proxy\n  password: {}\n",
+            guest_sdk::fakes::FAKE_PASSWORD
+        ));
+    }
+    std::fs::write(dir.join("state.yaml.credentials"), text).unwrap();
+}
+
+fn tokens(dir: &Path) -> PathBuf {
+    let hash = egress_operator::auth::tokens::sha256_hex;
+    let p = dir.join("tokens.yaml");
+    std::fs::write(
+        &p,
+        format!(
+            "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: rival, sha256: {}, namespaces: [{{name: other}}]}}\n",
+            hash(SPIDER),
+            hash(RIVAL)
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// One request over a fresh connection: status, headers, body.
+async fn call(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+) -> (u16, String, serde_json::Value) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    let body = body.unwrap_or("");
+    s.write_all(
+        format!(
+            "{method} {target} HTTP/1.1\r\nHost: api\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let code = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let json = serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.into()));
+    (code, head.to_string(), json)
+}
+
+struct Watch {
+    addr: SocketAddr,
+    reports: tokio::sync::mpsc::UnboundedReceiver<Summary>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), egress_proxies::CliError>>,
+}
+
+/// What the test reads of each run's report.
+#[derive(Debug, Clone)]
+struct Summary {
+    /// Members by name with their port and Ready.
+    members: Vec<(String, u16, bool)>,
+    min_available: Option<u32>,
+    deletions_below_floor: u32,
+    events: Vec<String>,
+    /// The run ended steady, before its deadline (the watch's timeout, 60 s).
+    settled_in_time: bool,
+}
+
+fn summary(r: &Report) -> Summary {
+    let pool = r.pools.iter().find(|p| p.name == "web");
+    Summary {
+        members: r
+            .proxies
+            .iter()
+            .filter(|p| !p.deleted)
+            .map(|p| {
+                let port = p.status.instance_spec.as_ref().map_or(0, |s| s.port);
+                let ready = egress_core::reconcile::ready_is_true(&p.status);
+                (p.name.clone(), port, ready)
+            })
+            .collect(),
+        settled_in_time: r.steady && r.elapsed_seconds < 60,
+        min_available: pool.and_then(|p| p.min_available_replicas),
+        deletions_below_floor: pool.map_or(0, |p| p.deletions_below_floor),
+        events: pool
+            .map(|p| {
+                p.events
+                    .iter()
+                    .map(|e| format!("{}: {}", e.reason, e.message))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+async fn watch(dir: &Path, providers: &Path, proxies: &Path) -> Watch {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache");
+    let req = ReconcileRequest {
+        proxies: Source::File(proxies.into()),
+        providers: Source::File(providers.into()),
+        world: None,
+        dry_run: false,
+        state: Some(dir.join("state.yaml")),
+        timeout: Duration::from_secs(60),
+        max_rounds: 1000,
+        gc_grace: Duration::from_secs(300),
+        concurrency: 4,
+        run_for: None,
+        runtime: egress_runtime::RuntimeOptions {
+            cache_dir: Some(cache),
+            ..Default::default()
+        },
+    };
+    let (tx, reports) = tokio::sync::mpsc::unbounded_channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run_reconcile_watch_serving(
+        req,
+        Duration::from_millis(100),
+        Some(Serving {
+            listener,
+            api_tokens: tokens(dir),
+        }),
+        move |r| {
+            let _ = tx.send(summary(r));
+        },
+        |why| eprintln!("{why}"),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    Watch {
+        addr,
+        reports,
+        stop: Some(stop),
+        task,
+    }
+}
+
+impl Watch {
+    /// The reports until one satisfies `done` (all of them, that one last).
+    async fn until(&mut self, what: &str, done: impl Fn(&Summary) -> bool) -> Vec<Summary> {
+        let mut seen = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.reports.recv()).await;
+            let s = next
+                .unwrap_or_else(|_| panic!("no run reported {what}: {seen:#?}"))
+                .expect("the watch ended");
+            let ok = done(&s);
+            seen.push(s);
+            if ok {
+                return seen;
+            }
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+fn ready_on(s: &Summary, port: u16) -> usize {
+    s.members
+        .iter()
+        .filter(|(_, p, ready)| *p == port && *ready)
+        .count()
+}
+
+fn names(v: &serde_json::Value, field: &str) -> Vec<String> {
+    v[field]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member() {
+    let Some(squid) = support::squid_and_echo() else {
+        return;
+    };
+    if let Err(why) = support::shared_tls_echo() {
+        assert!(
+            !support::required(),
+            "the TLS echo cannot listen on 443: {why}"
+        );
+        eprintln!("skipped: the TLS echo cannot listen on 443: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let old = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
+    let new = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
+    let (p1, p2) = (old.listen.port(), new.listen.port());
+    provision(dir.path());
+    let providers = providers(dir.path());
+    let proxies = dir.path().join("proxies.yaml");
+    std::fs::write(&proxies, pool_yaml(p1)).unwrap();
+
+    let mut w = watch(dir.path(), &providers, &proxies).await;
+    w.until("two verified members", |s| ready_on(s, p1) == 2)
+        .await;
+
+    // Discovery: 401 without a token, 403 for another namespace's, the list with credentials
+    // for the namespace's own.
+    let (code, _, _) = call(w.addr, "GET", "/v1/proxies?namespace=ns", None, None).await;
+    assert_eq!(code, 401);
+    let (code, _, _) = call(w.addr, "GET", "/v1/proxies?namespace=ns", Some(RIVAL), None).await;
+    assert_eq!(code, 403);
+    let (code, _, listed) = call(
+        w.addr,
+        "GET",
+        "/v1/proxies?namespace=ns&format=json",
+        Some(SPIDER),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{listed}");
+    let listed_text = listed.to_string();
+    assert_eq!(names(&listed, "proxies").len(), 2, "{listed}");
+    assert!(
+        listed_text.contains(&format!(
+            "http://fake-proxy:{}@127.0.0.1:{p1}",
+            guest_sdk::fakes::FAKE_PASSWORD
+        )),
+        "{listed}"
+    );
+
+    // An exclusive lease takes one; a lease of two finds one free: 503 with Retry-After.
+    let ask = |count: u32| {
+        format!(
+            r#"{{"namespace": "ns", "pool": "web", "count": {count}, "mode": "Exclusive", "ttl": "20m"}}"#
+        )
+    };
+    let (code, _, lease) = call(w.addr, "POST", "/v1/leases", Some(SPIDER), Some(&ask(1))).await;
+    assert_eq!(code, 201, "{lease}");
+    let id = lease["id"].as_str().unwrap().to_string();
+    let leased = names(&lease, "proxies");
+    assert_eq!(leased.len(), 1);
+    let (code, head, refused) =
+        call(w.addr, "POST", "/v1/leases", Some(SPIDER), Some(&ask(2))).await;
+    assert_eq!(code, 503, "{refused}");
+    assert!(head.to_ascii_lowercase().contains("retry-after:"), "{head}");
+    let (_, _, listed) = call(
+        w.addr,
+        "GET",
+        "/v1/proxies?namespace=ns&format=json",
+        Some(SPIDER),
+        None,
+    )
+    .await;
+    let unleased = names(&listed, "proxies");
+    assert_eq!(
+        unleased.len(),
+        1,
+        "the leased proxy leaves discovery: {listed}"
+    );
+    assert_ne!(unleased, leased);
+    // Someone else may not read it.
+    let (code, _, _) = call(
+        w.addr,
+        "GET",
+        &format!("/v1/leases/{id}"),
+        Some(RIVAL),
+        None,
+    )
+    .await;
+    assert_eq!(code, 403);
+
+    // The lease is in the lease file, without a credential. Stopped, the pool's template moved
+    // to the other port, and started again: the lease is served as before, and the rollout
+    // replaces the members (their instances' credentials provisioned again, as the first run
+    // forgot those of members it did not make).
+    let file = std::fs::read_to_string(dir.path().join("state.yaml.leases")).unwrap();
+    assert!(file.contains(&id), "{file}");
+    assert!(!file.contains(guest_sdk::fakes::FAKE_PASSWORD), "{file}");
+    w.stop().await;
+    provision(dir.path());
+    std::fs::write(&proxies, pool_yaml(p2)).unwrap();
+    let mut w = watch(dir.path(), &providers, &proxies).await;
+    let (code, _, again) = call(
+        w.addr,
+        "GET",
+        &format!("/v1/leases/{id}"),
+        Some(SPIDER),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{again}");
+    assert_eq!(names(&again, "proxies"), leased);
+
+    // Replacements first, the unleased member deleted, the leased one drained while its lease
+    // holds, never below the floor of 2.
+    let seen = w
+        .until("two new members and a drain", |s| {
+            ready_on(s, p2) == 2 && s.events.iter().any(|e| e.starts_with("Draining"))
+        })
+        .await;
+    let last = seen.last().unwrap().clone();
+    // A drain leaves the run nothing to wait for: it ends settled, not at its deadline.
+    assert!(last.settled_in_time, "{last:#?}");
+    let state = std::fs::read_to_string(dir.path().join("state.yaml")).unwrap();
+    assert!(
+        state.contains("retireAt:") && state.contains("retireReason: OutOfDate"),
+        "the drain is in the state, for the next process: {state}"
+    );
+    assert!(
+        last.members.iter().any(|(n, _, _)| *n == leased[0]),
+        "the leased member stays while drained: {last:#?}"
+    );
+    let (code, _, held) = call(
+        w.addr,
+        "GET",
+        &format!("/v1/leases/{id}"),
+        Some(SPIDER),
+        None,
+    )
+    .await;
+    assert_eq!(code, 200, "{held}");
+    let proxy = &held["proxies"][0];
+    assert!(proxy["retireAt"].is_string(), "{held}");
+    assert_eq!(proxy["retireReason"], "OutOfDate", "{held}");
+    let (_, _, listed) = call(
+        w.addr,
+        "GET",
+        "/v1/proxies?namespace=ns&format=json",
+        Some(SPIDER),
+        None,
+    )
+    .await;
+    let listed_names = names(&listed, "proxies");
+    assert_eq!(listed_names.len(), 2, "{listed}");
+    assert!(
+        !listed_names.contains(&leased[0]),
+        "a draining proxy is not listed: {listed}"
+    );
+
+    // Released: the drained member goes without waiting for its drainTimeout.
+    let (code, _, _) = call(
+        w.addr,
+        "DELETE",
+        &format!("/v1/leases/{id}"),
+        Some(SPIDER),
+        Some(r#"{"outcome": "ok"}"#),
+    )
+    .await;
+    assert_eq!(code, 200);
+    let gone = w
+        .until("the drained member deleted", |s| {
+            !s.members.iter().any(|(n, _, _)| *n == leased[0])
+        })
+        .await;
+    for s in seen.iter().chain(&gone) {
+        assert_eq!(s.deletions_below_floor, 0, "{s:#?}");
+        assert!(s.min_available.is_none_or(|m| m >= 2), "{s:#?}");
+    }
+    let state = std::fs::read_to_string(dir.path().join("state.yaml")).unwrap();
+    assert!(!state.contains(&leased[0]), "{state}");
+    let file = std::fs::read_to_string(dir.path().join("state.yaml.leases")).unwrap();
+    assert!(!file.contains(&id), "{file}");
+    w.stop().await;
+    drop((old, new));
+}
