@@ -423,6 +423,37 @@ async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member
     assert!(!state.contains(&leased[0]), "{state}");
     let file = std::fs::read_to_string(dir.path().join("state.yaml.leases")).unwrap();
     assert!(!file.contains(&id), "{file}");
+
+    // The spider's token revoked in the tokens file: refused within a few seconds, without a
+    // restart.
+    std::fs::write(
+        dir.path().join("tokens.yaml"),
+        format!(
+            "tokens:\n- {{name: rival, sha256: {}, namespaces: [{{name: other}}]}}\n",
+            egress_operator::auth::tokens::sha256_hex(RIVAL)
+        ),
+    )
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, _, _) = call(
+            w.addr,
+            "GET",
+            "/v1/proxies?namespace=ns",
+            Some(SPIDER),
+            None,
+        )
+        .await;
+        if code == 401 {
+            break;
+        }
+        assert_eq!(code, 200);
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the revoked token still serves"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     w.stop().await;
     drop((old, new));
 }

@@ -174,6 +174,7 @@ pub struct RunArgs {
     pub gc_grace: std::time::Duration,
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub health_interval: std::time::Duration,
+    /// How often the providers config and the --api-tokens file are read again.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub reload_interval: std::time::Duration,
     /// How many Proxies are reconciled at once.

@@ -510,7 +510,7 @@ fn serve_api(
         ));
     };
     let tokens =
-        egress_operator::auth::tokens::TokenFile::load(&serving.api_tokens).map_err(|e| {
+        egress_operator::auth::tokens::TokensFile::load(&serving.api_tokens).map_err(|e| {
             CliError::Input {
                 what: "--api-tokens".into(),
                 message: e.to_string(),
@@ -530,17 +530,23 @@ fn serve_api(
     )?);
     let ready = Arc::new(egress_operator::server::Readiness::default());
     ready.set(true);
+    let tokens = Arc::new(tokens);
+    let guard = Arc::new(egress_operator::auth::Guard::new(tokens.clone()));
     let api = Arc::new(egress_operator::server::Api {
         metrics,
         ready,
         source: board.clone(),
-        guard: Arc::new(egress_operator::auth::Guard::new(Arc::new(tokens))),
+        guard: guard.clone(),
         leases: Some(board.clone()),
     });
-    let server = Server(tokio::spawn(egress_operator::server::serve(
-        serving.listener,
-        api,
-    )));
+    // Served, and the tokens file read again every few seconds (a token added or revoked
+    // takes effect without a restart), until the watch ends.
+    let server = Server(tokio::spawn(async move {
+        tokio::join!(
+            egress_operator::server::serve(serving.listener, api),
+            tokens.watch(guard, TOKENS_RELOAD)
+        );
+    }));
     Ok(Api {
         board,
         credentials: files,
@@ -790,6 +796,9 @@ pub async fn run_reconcile_watch(
 ) -> Result<(), CliError> {
     run_reconcile_watch_serving(req, interval, None, report, refused, stop).await
 }
+
+/// How often `reconcile --watch --listen` reads its tokens file again.
+pub const TOKENS_RELOAD: Duration = Duration::from_secs(2);
 
 /// How long a watch waits before it looks at a steady fleet again when no egress check says.
 pub const WATCH_RESYNC: Duration = Duration::from_secs(60);

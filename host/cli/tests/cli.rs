@@ -564,3 +564,67 @@ fn a_run_that_is_not_steady_names_ten_proxies_and_how_many_more() {
     );
     assert!(line.ends_with("crawlers/p09 and 3 more"), "{line}");
 }
+
+/// `--listen` serves the API of a watch over a state file, with named tokens: without them,
+/// or with a dry-run, it is refused before anything runs, naming what is missing.
+#[test]
+fn listen_is_refused_without_what_it_serves_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.yaml");
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, "tokens: []\n").unwrap();
+    let (state, tokens) = (state.to_str().unwrap(), tokens.to_str().unwrap());
+    let out = run(&[
+        "reconcile",
+        "--listen",
+        "127.0.0.1:0",
+        "--api-tokens",
+        tokens,
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("--watch") && err.contains("--state"), "{err}");
+
+    let out = run(&[
+        "reconcile",
+        "--watch",
+        "--state",
+        state,
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--api-tokens"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A dry-run has nothing to lease.
+    let proxies = dir.path().join("p.yaml");
+    let providers = dir.path().join("providers.yaml");
+    std::fs::write(&proxies, "").unwrap();
+    std::fs::write(&providers, "installation: t\nproviders: []\n").unwrap();
+    let out = run(&[
+        "reconcile",
+        "--dry-run",
+        "--watch",
+        "-f",
+        proxies.to_str().unwrap(),
+        "--providers",
+        providers.to_str().unwrap(),
+        "--state",
+        state,
+        "--listen",
+        "127.0.0.1:0",
+        "--api-tokens",
+        tokens,
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--listen") && err.contains("--dry-run"),
+        "{err}"
+    );
+    assert!(!dir.path().join("state.yaml.leases").exists());
+}

@@ -98,8 +98,9 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let tokens = opts
         .api_tokens
         .as_deref()
-        .map(auth::tokens::TokenFile::load)
-        .transpose()?;
+        .map(auth::tokens::TokensFile::load)
+        .transpose()?
+        .map(Arc::new);
     let config = kube::Config::infer()
         .await
         .map_err(|e| Error::Runtime(format!("Kubernetes config: {e}")))?;
@@ -175,23 +176,28 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             addr: opts.listen.to_string(),
             message: e.to_string(),
         })?;
-    let reviewer: Arc<dyn auth::Reviewer> = match tokens {
+    let reviewer: Arc<dyn auth::Reviewer> = match &tokens {
         Some(t) => {
             tracing::info!(
-                tokens = t.names().count(),
+                tokens = t.names().len(),
                 "the HTTP API admits the named tokens of its file"
             );
-            Arc::new(t)
+            t.clone()
         }
         None => Arc::new(auth::kube::KubeReviewer::new(client.clone())),
     };
+    let guard = Arc::new(auth::Guard::new(reviewer));
+    // The tokens file is read again as often as the providers config.
+    if let Some(t) = tokens {
+        tokio::spawn(t.watch(guard.clone(), opts.reload_interval));
+    }
     tokio::spawn(server::serve(
         listener,
         Arc::new(server::Api {
             metrics: metrics.clone(),
             ready: ready.clone(),
             source: source.clone(),
-            guard: Arc::new(auth::Guard::new(reviewer)),
+            guard,
             leases: Some(Arc::new(leases::KubeLeases::new(
                 client.clone(),
                 source,

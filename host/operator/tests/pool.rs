@@ -924,6 +924,8 @@ async fn a_pools_metrics_follow_it_pass_promtool_and_carry_what_the_alerts_and_d
         m.gc_deleted("east");
         m.gc_sweep_failed("east", "memory");
         m.target("east", "api", true);
+        m.lease_call("crawlers", "web", "acquire", "unavailable");
+        m.pool_drained("crawlers", "web", "Rotated");
     }
     // The real endpoint's output passes promtool's lint, and declares every series the
     // shipped alerts and dashboard read, of the type they read it as.

@@ -414,6 +414,13 @@ impl Guard {
         answer
     }
 
+    /// Forgets every cached answer: the reviewer's rules changed (a tokens file read again).
+    pub fn forget(&self) {
+        let mut c = self.cache();
+        c.callers.entries.clear();
+        c.decisions.entries.clear();
+    }
+
     /// Entries held: (callers, decisions).
     pub fn cached(&self) -> (usize, usize) {
         let c = self.cache();

@@ -23,6 +23,7 @@ use super::{Access, Caller, Digest, NOT_AUTHENTICATED, Refusal, Reviewer, Token}
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 use subtle::ConstantTimeEq;
 
 #[derive(Debug, Deserialize)]
@@ -111,17 +112,7 @@ pub fn sha256_hex(token: &str) -> String {
 
 impl TokenFile {
     pub fn load(path: &Path) -> Result<Self, TokenFileError> {
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| TokenFileError {
-            file: file.clone(),
-            field: String::new(),
-            message: e.to_string(),
-        })?;
-        Self::parse(&text).map_err(|(field, message)| TokenFileError {
-            file,
-            field,
-            message,
-        })
+        read(path).map(|(_, file)| file)
     }
 
     /// The file's text, or the field at fault and why.
@@ -225,6 +216,107 @@ impl Reviewer for TokenFile {
             Some(g) if g.allow(access) => Ok(()),
             _ => Err(access.forbidden()),
         }
+    }
+}
+
+/// A tokens file that is read again while the server runs, so a token added or revoked takes
+/// effect without a restart. A file that no longer parses is refused, naming the field at
+/// fault, and the last good one keeps serving (a typo never locks every caller out); a file
+/// that cannot be read at all is refused the same way.
+pub struct TokensFile {
+    path: std::path::PathBuf,
+    current: std::sync::RwLock<(String, Arc<TokenFile>)>,
+}
+
+impl TokensFile {
+    /// The file as it is now, or why it cannot serve.
+    pub fn load(path: &Path) -> Result<Self, TokenFileError> {
+        let (text, file) = read(path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            current: std::sync::RwLock::new((text, Arc::new(file))),
+        })
+    }
+
+    fn current(&self) -> Arc<TokenFile> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
+    }
+
+    /// The tokens now served.
+    pub fn names(&self) -> Vec<String> {
+        self.current().names().map(str::to_string).collect()
+    }
+
+    /// Reads the file again: `Ok(true)` when it changed and now serves, `Ok(false)` when it
+    /// is as it was, an error (the old one serving on) when the new text is refused. Compared
+    /// by content, not modification time, so two writes within a second are both seen.
+    pub fn reload(&self) -> Result<bool, TokenFileError> {
+        let text = std::fs::read_to_string(&self.path).map_err(|e| TokenFileError {
+            file: self.path.display().to_string(),
+            field: String::new(),
+            message: e.to_string(),
+        })?;
+        if self.current.read().unwrap_or_else(|p| p.into_inner()).0 == text {
+            return Ok(false);
+        }
+        let file = parse_file(&self.path, &text)?;
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = (text, Arc::new(file));
+        Ok(true)
+    }
+
+    /// Reads the file again every `interval` until dropped with the task running it; on a
+    /// change, `guard` forgets what it cached, so a revoked token is refused from then on.
+    pub async fn watch(self: Arc<Self>, guard: Arc<super::Guard>, interval: std::time::Duration) {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            match self.reload() {
+                Ok(true) => {
+                    guard.forget();
+                    tracing::info!(
+                        tokens = self.current().names().count(),
+                        "the API tokens file changed: its tokens serve now"
+                    );
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!("{e}; the tokens read before serve on"),
+            }
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<(String, TokenFile), TokenFileError> {
+    let text = std::fs::read_to_string(path).map_err(|e| TokenFileError {
+        file: path.display().to_string(),
+        field: String::new(),
+        message: e.to_string(),
+    })?;
+    let file = parse_file(path, &text)?;
+    Ok((text, file))
+}
+
+fn parse_file(path: &Path, text: &str) -> Result<TokenFile, TokenFileError> {
+    TokenFile::parse(text).map_err(|(field, message)| TokenFileError {
+        file: path.display().to_string(),
+        field,
+        message,
+    })
+}
+
+#[async_trait::async_trait]
+impl Reviewer for TokensFile {
+    async fn authenticate(&self, token: &Token) -> Result<Caller, Refusal> {
+        self.current().authenticate(token).await
+    }
+
+    async fn authorize(&self, caller: &Caller, access: &Access) -> Result<(), Refusal> {
+        self.current().authorize(caller, access).await
     }
 }
 
@@ -354,5 +446,42 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("absent: "), "{e}");
+    }
+
+    /// Read again: a token added serves, a token removed is refused at once (the guard's
+    /// cache forgotten), and a file that no longer parses is refused naming its field while
+    /// the last good one serves on.
+    #[tokio::test]
+    async fn the_tokens_file_is_read_again_and_a_bad_one_keeps_the_last_good_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.yaml");
+        let entry = |name: &str| {
+            format!(
+                "  - name: {name}\n    sha256: {}\n    namespaces: [{{name: crawlers}}]\n",
+                sha256_hex(&format!("{name}-secret"))
+            )
+        };
+        std::fs::write(&path, format!("tokens:\n{}", entry("old"))).unwrap();
+        let file = Arc::new(TokensFile::load(&path).unwrap());
+        let guard = super::super::Guard::new(file.clone());
+        let token = |name: &str| Token::new(format!("{name}-secret"));
+        assert!(guard.authenticate(&token("old")).await.is_ok());
+        assert!(guard.authenticate(&token("new")).await.is_err());
+        assert!(!file.reload().unwrap(), "unchanged");
+
+        std::fs::write(&path, format!("tokens:\n{}", entry("new"))).unwrap();
+        assert!(file.reload().unwrap());
+        guard.forget();
+        assert!(guard.authenticate(&token("new")).await.is_ok());
+        assert!(
+            guard.authenticate(&token("old")).await.is_err(),
+            "a revoked token is refused, not served from the cache"
+        );
+
+        std::fs::write(&path, "tokens:\n  - name: x\n    sha256: nothex\n").unwrap();
+        let e = file.reload().unwrap_err();
+        assert_eq!(e.field, "tokens[0].sha256", "{e}");
+        assert_eq!(file.names(), vec!["new"]);
+        assert!(guard.authenticate(&token("new")).await.is_ok());
     }
 }
