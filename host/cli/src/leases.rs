@@ -725,8 +725,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        // Nothing of the refused lease was written.
-        let file = LeaseFile::read(&LeaseFile::path_for(&f.dir.path().join("state.yaml"))).unwrap();
+        // Nothing of the refused lease was written; the file is its owner's only.
+        let path = LeaseFile::path_for(&f.dir.path().join("state.yaml"));
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let file = LeaseFile::read(&path).unwrap();
         assert_eq!(
             file.proxies.values().map(|l| l.leases.len()).sum::<usize>(),
             1
