@@ -14,6 +14,32 @@ fn proxy(name: &str) -> String {
     )
 }
 
+/// A watch of these files: a dry-run without `state`, a real run writing it with it.
+fn request(proxies: &Path, providers: &Path, state: Option<&Path>) -> ReconcileRequest {
+    ReconcileRequest {
+        proxies: Source::File(proxies.into()),
+        providers: Source::File(providers.into()),
+        world: None,
+        dry_run: state.is_none(),
+        state: state.map(Path::to_path_buf),
+        timeout: Duration::from_secs(600),
+        max_rounds: 100,
+        gc_grace: if state.is_some() {
+            Duration::from_secs(300)
+        } else {
+            Duration::ZERO
+        },
+        concurrency: 1,
+        run_for: None,
+        runtime: RuntimeOptions {
+            cache_dir: Some(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache"),
+            ),
+            ..Default::default()
+        },
+    }
+}
+
 async fn next<T>(rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), rx.recv())
         .await
@@ -32,24 +58,7 @@ async fn watch_reconciles_again_on_change() {
         "installation: w\nproviders:\n- {name: cluster, type: kubernetes}\n",
     )
     .unwrap();
-    let req = ReconcileRequest {
-        proxies: Source::File(proxies.clone()),
-        providers: Source::File(providers.clone()),
-        world: None,
-        dry_run: true,
-        state: None,
-        timeout: Duration::from_secs(600),
-        max_rounds: 100,
-        gc_grace: Duration::ZERO,
-        concurrency: 1,
-        run_for: None,
-        runtime: RuntimeOptions {
-            cache_dir: Some(
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache"),
-            ),
-            ..Default::default()
-        },
-    };
+    let req = request(&proxies, &providers, None);
     let (reports_tx, mut reports) = tokio::sync::mpsc::unbounded_channel();
     let (refused_tx, mut refused) = tokio::sync::mpsc::unbounded_channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -104,4 +113,77 @@ async fn watch_reconciles_again_on_change() {
 
     stop_tx.send(()).unwrap();
     watcher.await.unwrap().unwrap();
+}
+
+/// A stop (Ctrl-C) ends the watch at once, also in the middle of a run that would go on until
+/// its deadline (here a proxy the egress check can never verify: its echo does not answer),
+/// and what the run recorded so far is in the state for the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_ends_the_watch_in_the_middle_of_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hostile.wasm"),
+        egress_test_modules::HOSTILE,
+    )
+    .unwrap();
+    let providers = dir.path().join("providers.yaml");
+    // Nothing listens on 127.0.0.11: the proxy is never verified, so never steady.
+    std::fs::write(
+        &providers,
+        "installation: w\n\
+         egressCheck: {urls: ['http://127.0.0.11/anything', 'https://127.0.0.11/anything'], tls: {certificateSHA256: 'AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB:AB'}, interval: 2s, timeout: 1s}\n\
+         providers:\n- {name: h, type: hostile, module: hostile.wasm, config: {mode: ok}}\n",
+    )
+    .unwrap();
+    let proxies = dir.path().join("proxies.yaml");
+    std::fs::write(
+        &proxies,
+        "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: a, namespace: ns}\nspec: {provider: h, port: 3128}\n",
+    )
+    .unwrap();
+    let state = dir.path().join("state.yaml");
+    let req = request(&proxies, &providers, Some(&state));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (reports_tx, mut reports) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let watcher = tokio::spawn(run_reconcile_watch(
+        req,
+        Duration::from_millis(50),
+        move |_| {
+            let _ = reports_tx.send(());
+        },
+        |why| eprintln!("{why}"),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    // The run is under way once the Proxy is recorded.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(dir.path().join("state.yaml.journal"))
+        .unwrap_or_default()
+        .contains("ns/a")
+    {
+        if watcher.is_finished() {
+            panic!("the watch ended: {:?}", watcher.await);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run never started: {:?} {:?}",
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect::<Vec<_>>(),
+            std::fs::read_to_string(&state)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_tx.send(()).unwrap();
+    // Stopped long before the run's 600 s deadline, without a report of the cut run.
+    tokio::time::timeout(Duration::from_secs(30), watcher)
+        .await
+        .expect("the watch waited for its run's deadline")
+        .unwrap()
+        .unwrap();
+    assert!(reports.try_recv().is_err());
+    let kept = egress_proxies::state::StateFile::read(&state).unwrap();
+    assert!(kept.proxies.contains_key("ns/a"), "{kept:?}");
 }

@@ -988,9 +988,14 @@ pub async fn run_reconcile_watch_serving(
                         ..req.driver_options(installation, None)
                     },
                 };
-                let (r, next) = driver
-                    .run_all(inputs.proxies, inputs.pools, std::mem::take(&mut state))
-                    .await?;
+                // A stop ends the watch at once, in the middle of a run too: each change the
+                // run made is in the state's journal already, and the next run adopts what
+                // was being created, as after a crash.
+                let run = driver.run_all(inputs.proxies, inputs.pools, std::mem::take(&mut state));
+                let (r, next) = tokio::select! {
+                    out = run => out?,
+                    () = &mut stop => return Ok(()),
+                };
                 state = next;
                 let now = reach.backends.clock.now_millis();
                 // A pass that ended at its deadline not steady goes on at once.
