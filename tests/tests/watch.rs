@@ -176,6 +176,11 @@ async fn a_stop_ends_the_watch_in_the_middle_of_a_run() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // The state is this watch's while it runs: a second process is refused.
+    let err = egress_proxies::state::StateLock::acquire(&state)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("in use"), "{err}");
     stop_tx.send(()).unwrap();
     // Stopped long before the run's 600 s deadline, without a report of the cut run.
     tokio::time::timeout(Duration::from_secs(30), watcher)
@@ -186,4 +191,5 @@ async fn a_stop_ends_the_watch_in_the_middle_of_a_run() {
     assert!(reports.try_recv().is_err());
     let kept = egress_proxies::state::StateFile::read(&state).unwrap();
     assert!(kept.proxies.contains_key("ns/a"), "{kept:?}");
+    egress_proxies::state::StateLock::acquire(&state).unwrap();
 }

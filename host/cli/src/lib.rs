@@ -403,6 +403,11 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
     check_pools(&inputs, &cfg, &proxies_what)?;
     let installation = installation_of(&cfg, &cfg_what, req.dry_run)?;
     let mut reach = backends_for(req.dry_run, req.world.as_ref(), &cfg, &inputs)?;
+    // A dry-run only reads the state; a real run owns it until it ends.
+    let _lock = match &req.state {
+        Some(p) if !req.dry_run => Some(state::StateLock::acquire(p)?),
+        _ => None,
+    };
     let prior = match &req.state {
         Some(p) => state::StateFile::read(p)?,
         None => state::StateFile::default(),
@@ -866,6 +871,11 @@ pub async fn run_reconcile_watch_serving(
         what: providers_path.display().to_string(),
         source,
     })?;
+    // Owned for as long as the watch runs (a dry-run only reads it).
+    let _lock = match &req.state {
+        Some(p) if !req.dry_run => Some(state::StateLock::acquire(p)?),
+        _ => None,
+    };
     let mut state = match &req.state {
         Some(p) => state::StateFile::read(p)?,
         None => state::StateFile::default(),

@@ -338,6 +338,35 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// Held while a process runs on a state file, so a second process on the same state (its
+/// journal, credentials and leases) is refused rather than interleaving its writes with the
+/// first's: an advisory lock (flock) on `STATE.lock`, which the kernel releases when the
+/// process ends however it ends, so a crash leaves no stale lock behind.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: std::fs::File,
+}
+
+impl StateLock {
+    pub fn acquire(state: &Path) -> Result<Self, crate::CliError> {
+        let mut name = state.file_name().unwrap_or_default().to_os_string();
+        name.push(".lock");
+        let path = state.with_file_name(name);
+        let file = private_file(&path, true).map_err(|e| output_error(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Self { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(input_error(
+                state,
+                format!(
+                    "in use by another egress-proxies process (it holds {})",
+                    path.display()
+                ),
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(output_error(&path, e)),
+        }
+    }
+}
+
 /// The state of a run being written: changes go to the journal, synced one by one; the file
 /// is rewritten when the journal outgrows it and when the run ends.
 pub struct StateWriter {
@@ -540,5 +569,21 @@ mod tests {
                 .as_deref(),
             Some("10.0.0.199")
         );
+    }
+
+    /// One process at a time on a state file; the next one may once the first let go.
+    #[test]
+    fn a_second_process_on_the_state_is_refused_while_the_first_holds_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        let held = StateLock::acquire(&path).unwrap();
+        let err = StateLock::acquire(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("in use by another egress-proxies process"),
+            "{err}"
+        );
+        assert!(err.contains("state.yaml.lock"), "{err}");
+        drop(held);
+        StateLock::acquire(&path).unwrap();
     }
 }
