@@ -240,6 +240,71 @@ fn names(v: &serde_json::Value, field: &str) -> Vec<String> {
         .collect()
 }
 
+/// `egress-proxies gateway --state` in process: the CLI's state source, named tokens, member
+/// connections from the address the test Squids admit.
+async fn gateway_on(dir: &Path) -> SocketAddr {
+    let table = std::sync::Arc::new(egress_gateway::Table::new(vec![
+        egress_gateway::PoolKey::parse("ns/web").unwrap(),
+    ]));
+    tokio::spawn(egress_proxies::gateway::follow_state(
+        dir.join("state.yaml"),
+        table.clone(),
+        Duration::from_millis(100),
+    ));
+    let reviewer = std::sync::Arc::new(
+        egress_operator::auth::tokens::TokensFile::load(&dir.join("tokens.yaml")).unwrap(),
+    );
+    let gateway = std::sync::Arc::new(egress_gateway::Gateway::new(
+        table,
+        std::sync::Arc::new(egress_operator::auth::Guard::new(reviewer)),
+        std::sync::Arc::new(egress_gateway::metrics::Metrics::new()),
+        egress_gateway::Limits {
+            timeouts: egress_gateway::forward::Timeouts {
+                source: Some(support::ALLOWED_CLIENT.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(egress_gateway::serve(listener, gateway));
+    addr
+}
+
+/// A plain-HTTP GET of the echo through the gateway with `token`: the status and the member
+/// that served it.
+async fn through_gateway(gateway: SocketAddr, token: &str, extra: &str) -> (u16, String) {
+    let mut s = tokio::net::TcpStream::connect(gateway).await.unwrap();
+    let echo = support::ECHO_IP;
+    s.write_all(
+        format!(
+            "GET http://{echo}/anything HTTP/1.1\r\nHost: {echo}\r\nProxy-Authorization: Bearer {token}\r\n{extra}Connection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let text = String::from_utf8_lossy(&out);
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let member = text
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("egress-member: ")
+                .map(str::to_string)
+        })
+        .and_then(|m| m.split('/').nth(1).map(str::to_string))
+        .unwrap_or_default();
+    (code, member)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member() {
     let Some(squid) = support::squid_and_echo() else {
@@ -330,6 +395,34 @@ async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member
         None,
     )
     .await;
+    assert_eq!(code, 403);
+
+    // The gateway on the same state, out of a cluster: the crawler's one URL. Unpinned
+    // traffic never reaches the exclusively leased proxy; the lease's own traffic does, for
+    // its holder alone; another namespace's token is refused.
+    let gateway = gateway_on(dir.path()).await;
+    let pinned = format!("Egress-Lease: {id}\r\n");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, member) = through_gateway(gateway, SPIDER, &pinned).await;
+        if code == 200 {
+            assert_eq!(member, leased[0], "the lease's traffic goes to its proxy");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway did not learn the lease from the lease file: {code}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for _ in 0..6 {
+        let (code, member) = through_gateway(gateway, SPIDER, "").await;
+        assert_eq!(code, 200);
+        assert_eq!(member, unleased[0], "unpinned traffic on the leased proxy");
+    }
+    let (code, _) = through_gateway(gateway, RIVAL, "").await;
+    assert_eq!(code, 403);
+    let (code, _) = through_gateway(gateway, RIVAL, &pinned).await;
     assert_eq!(code, 403);
 
     // The lease is in the lease file, without a credential. Stopped, the pool's template moved

@@ -268,27 +268,65 @@ fn deploy_kustomization_builds() {
         serde_yaml::from_str::<serde_yaml::Value>("[{nonResourceURLs: [/metrics], verbs: [get]}]")
             .unwrap()
     );
+    // The gateway: its own Deployment and Service, a read-only role (it writes no object,
+    // and reviews its callers), a policy admitting its proxy and admin ports.
+    let gateway = find("ClusterRole", "egress-proxies-gateway");
+    for rule in gateway["rules"].as_sequence().unwrap() {
+        let resources = serde_yaml::to_string(&rule["resources"]).unwrap();
+        for verb in rule["verbs"].as_sequence().unwrap() {
+            let reviews =
+                resources.contains("tokenreviews") || resources.contains("subjectaccessreviews");
+            assert!(
+                matches!(verb.as_str(), Some("get" | "list" | "watch"))
+                    || (reviews && verb == "create"),
+                "the gateway's role grants {verb:?} on {resources}"
+            );
+        }
+    }
+    let gateway_pods =
+        &find("Deployment", "egress-proxies-gateway")["spec"]["template"]["metadata"]["labels"];
+    let gateway_policy = find("NetworkPolicy", "egress-proxies-gateway");
+    for (k, v) in gateway_policy["spec"]["podSelector"]["matchLabels"]
+        .as_mapping()
+        .unwrap()
+    {
+        assert_eq!(&gateway_pods[k], v, "{k:?}");
+    }
+    assert_eq!(
+        find("Service", "egress-proxies-gateway")["spec"]["selector"],
+        find("Deployment", "egress-proxies-gateway")["spec"]["selector"]["matchLabels"]
+    );
+    assert_ne!(
+        gateway_pods["app.kubernetes.io/component"], pods["app.kubernetes.io/component"],
+        "the gateway scales apart from the operator"
+    );
     kinds.sort();
     assert_eq!(
         kinds,
         vec![
             "ClusterRole egress-proxies",
             "ClusterRole egress-proxies-crawler",
+            "ClusterRole egress-proxies-gateway",
             "ClusterRole egress-proxies-metrics-reader",
             "ClusterRole egress-proxies-pods",
             "ClusterRoleBinding egress-proxies",
+            "ClusterRoleBinding egress-proxies-gateway",
             "ClusterRoleBinding egress-proxies-pods",
             "ConfigMap egress-proxies-providers",
             "CustomResourceDefinition providerhealths.crawl.example.com",
             "CustomResourceDefinition proxies.crawl.example.com",
             "CustomResourceDefinition proxypools.crawl.example.com",
             "Deployment egress-proxies",
+            "Deployment egress-proxies-gateway",
             "Namespace egress-proxies",
             "NetworkPolicy egress-proxies",
+            "NetworkPolicy egress-proxies-gateway",
             "Role egress-proxies-leader",
             "RoleBinding egress-proxies-leader",
             "Service egress-proxies",
+            "Service egress-proxies-gateway",
             "ServiceAccount egress-proxies",
+            "ServiceAccount egress-proxies-gateway",
         ]
     );
 }

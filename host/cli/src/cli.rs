@@ -35,6 +35,51 @@ pub enum Command {
     Provider(ProviderCmd),
     /// Serve the egress check's echo (httpbin's /anything format) on every path until Ctrl-C.
     Echo(EchoArgs),
+    /// One forward-proxy URL in front of pools: each request or session goes to a verified
+    /// member (HTTPS_PROXY=http://TOKEN@gateway:8080). Members come from the Proxies in a
+    /// cluster, or from a state file (--state) outside one.
+    Gateway(GatewayArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct GatewayArgs {
+    /// Where crawlers connect.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: std::net::SocketAddr,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    pub admin_listen: std::net::SocketAddr,
+    /// A pool to serve, NAMESPACE/POOL; repeatable. Default: every pool.
+    #[arg(long = "pool", value_name = "NAMESPACE/POOL")]
+    pub pools: Vec<String>,
+    /// Out of a cluster: the state file `reconcile --watch` keeps (and the lease and
+    /// credential files beside it), read again whenever it changes. Needs --api-tokens.
+    #[arg(long, value_name = "FILE", requires = "api_tokens")]
+    pub state: Option<PathBuf>,
+    /// A file of named tokens crawlers present (and that may read /metrics). Without it, in
+    /// a cluster, tokens are reviewed by the API server (TokenReview, SubjectAccessReview).
+    #[arg(long, value_name = "FILE")]
+    pub api_tokens: Option<PathBuf>,
+    /// A tunnel with no byte either way for this long is closed.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub idle_timeout: std::time::Duration,
+    /// TCP connect to a member.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: std::time::Duration,
+    /// The address connections to members leave from, where this host has several and the
+    /// proxies admit one (their clientAddresses). Default: the system's choice.
+    #[arg(long, value_name = "IP")]
+    pub source_address: Option<std::net::IpAddr>,
+    /// Crawler connections served at once.
+    #[arg(long, default_value_t = 16_384)]
+    pub max_connections: usize,
+    /// How often the --state and --api-tokens files are read again.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub reload_interval: std::time::Duration,
+    /// On SIGTERM or SIGINT, how long open tunnels may take to end once no new connection is
+    /// taken (below the Pod's terminationGracePeriodSeconds).
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    pub shutdown_grace: std::time::Duration,
 }
 
 #[derive(Debug, clap::Args)]

@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod echo;
 pub mod examples;
+pub mod gateway;
 pub mod html;
 pub mod leases;
 pub mod output;

@@ -25,6 +25,24 @@ fn interrupted() -> impl std::future::Future<Output = ()> {
     }
 }
 
+/// Completes on SIGINT or SIGTERM (what Kubernetes sends a Pod it stops), both handlers
+/// installed at once.
+fn terminated() -> impl std::future::Future<Output = ()> {
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+    let interrupt = interrupted();
+    async move {
+        match term {
+            Ok(mut t) => {
+                tokio::select! {
+                    _ = t.recv() => {}
+                    () = interrupt => {}
+                }
+            }
+            Err(_) => interrupt.await,
+        }
+    }
+}
+
 fn source(path: Option<std::path::PathBuf>, embedded: fn() -> Source) -> Source {
     path.map(Source::File).unwrap_or_else(embedded)
 }
@@ -263,6 +281,13 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                 }
             }
         }
+        Command::Gateway(a) => match egress_proxies::gateway::run(a, terminated()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Echo(a) => match egress_proxies::echo::run(&a, interrupted()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -71,10 +71,7 @@ impl StoreSource {
         self
     }
 
-    pub(crate) fn credential_of(
-        &self,
-        p: &Proxy,
-    ) -> Option<egress_core::credential::ProxyCredential> {
+    pub fn credential_of(&self, p: &Proxy) -> Option<egress_core::credential::ProxyCredential> {
         let store = self.credentials.as_ref()?;
         let uid = p.metadata.uid.as_deref()?;
         let name = p.metadata.name.as_deref()?;
@@ -146,7 +143,7 @@ impl ProxySource for StoreSource {
 }
 
 /// Proxy `p` as discovery and the lease API read it, at `now`.
-pub(crate) fn candidate<'a>(
+pub fn candidate<'a>(
     p: &'a Proxy,
     status: &'a egress_core::ProxyStatus,
     namespace: &'a str,

@@ -1,0 +1,185 @@
+//! `egress-proxies gateway`: the gateway crate wired to its members and its callers. In a
+//! cluster the members come from the Proxies and callers are reviewed by the API server (or
+//! named tokens); out of one the members come from the state file `reconcile --watch` keeps,
+//! with its leases and credentials beside it, read again whenever one of them changes.
+
+use crate::CliError;
+use crate::cli::GatewayArgs;
+use crate::leases::LeaseFile;
+use crate::state::StateFile;
+use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
+use egress_operator::auth::{self, Guard};
+use egress_runtime::credential_store::FileCredentials;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The members the state at `state` holds now, with their leases and credentials.
+pub fn members_from_state(state: &Path) -> Result<Vec<Member>, CliError> {
+    let file = StateFile::read(state)?;
+    let leases = LeaseFile::read(&LeaseFile::path_for(state))?;
+    let credentials =
+        FileCredentials::open(FileCredentials::path_for(state)).map_err(CliError::Runtime)?;
+    let now = egress_operator::pool::unix_now();
+    let mut out = Vec::new();
+    for stored in file.proxies.values() {
+        let mut p = stored.clone();
+        leases.overlay(&mut p);
+        let credential = credentials.get(&p.uid);
+        let c = p.candidate(credential.as_ref(), now);
+        if let Some(m) = Member::from_candidate(&c, p.retiring().map(|(at, _)| at)) {
+            out.push(m);
+        }
+    }
+    Ok(out)
+}
+
+/// What the files behind a state say, to tell a change: their modification times and sizes.
+fn stamp(state: &Path) -> Vec<Option<(std::time::SystemTime, u64)>> {
+    let files: [PathBuf; 3] = [
+        state.to_path_buf(),
+        LeaseFile::path_for(state),
+        FileCredentials::path_for(state),
+    ];
+    let mut journal = state.as_os_str().to_owned();
+    journal.push(".journal");
+    files
+        .iter()
+        .map(PathBuf::as_path)
+        .chain([Path::new(&journal)])
+        .map(|f| {
+            std::fs::metadata(f)
+                .ok()
+                .and_then(|m| Some((m.modified().ok()?, m.len())))
+        })
+        .collect()
+}
+
+/// Keeps `table` to the state at `state`, read again when its files change and at least every
+/// ten intervals (leases end and drains fall due by the clock, not by a write). A state that
+/// cannot be read keeps the last members, and says why once per change of reason.
+pub async fn follow_state(state: PathBuf, table: Arc<Table>, interval: Duration) {
+    let mut last_stamp = None;
+    let mut last_error: Option<String> = None;
+    let mut ticks = 0u32;
+    loop {
+        let now = stamp(&state);
+        if last_stamp.as_ref() != Some(&now) || ticks >= 10 {
+            ticks = 0;
+            match members_from_state(&state) {
+                Ok(members) => {
+                    table.replace(members, true);
+                    last_stamp = Some(now);
+                    last_error = None;
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    if last_error.as_deref() != Some(why.as_str()) {
+                        tracing::warn!(error = %why, "the state could not be read; the gateway keeps its last members");
+                        last_error = Some(why);
+                    }
+                }
+            }
+        }
+        ticks += 1;
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// Runs the gateway until `stop`; then it takes no new connection and gives the open tunnels
+/// up to `--shutdown-grace` to end.
+pub async fn run(
+    a: GatewayArgs,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), CliError> {
+    let pools = a
+        .pools
+        .iter()
+        .map(|p| {
+            PoolKey::parse(p).map_err(|message| CliError::Input {
+                what: "--pool".into(),
+                message,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let tokens = a
+        .api_tokens
+        .as_deref()
+        .map(auth::tokens::TokensFile::load)
+        .transpose()
+        .map_err(|e| CliError::Input {
+            what: "--api-tokens".into(),
+            message: e.to_string(),
+        })?
+        .map(Arc::new);
+    let table = Arc::new(Table::new(pools));
+    let client = match &a.state {
+        Some(state) => {
+            // Read once before serving: a state that cannot be read stops the start.
+            table.replace(members_from_state(state)?, true);
+            tokio::spawn(follow_state(
+                state.clone(),
+                table.clone(),
+                a.reload_interval,
+            ));
+            None
+        }
+        None => {
+            let client = kube::Client::try_default()
+                .await
+                .map_err(|e| CliError::Runtime(format!("Kubernetes config: {e}")))?;
+            tokio::spawn(egress_gateway::cluster::run(client.clone(), table.clone()));
+            Some(client)
+        }
+    };
+    let reviewer: Arc<dyn auth::Reviewer> = match (&tokens, client) {
+        (Some(t), _) => t.clone(),
+        (None, Some(c)) => Arc::new(auth::kube::KubeReviewer::new(c)),
+        (None, None) => {
+            return Err(CliError::Input {
+                what: "--api-tokens".into(),
+                message:
+                    "out of a cluster (--state) crawlers present named tokens: pass --api-tokens"
+                        .into(),
+            });
+        }
+    };
+    let guard = Arc::new(Guard::new(reviewer));
+    if let Some(t) = tokens {
+        tokio::spawn(t.watch(guard.clone(), a.reload_interval));
+    }
+    let bind = |addr: std::net::SocketAddr| async move {
+        egress_gateway::listen(addr)
+            .map_err(|e| CliError::Runtime(format!("listening on {addr}: {e}")))
+    };
+    let listener = bind(a.listen).await?;
+    let admin = bind(a.admin_listen).await?;
+    let limits = Limits {
+        timeouts: egress_gateway::forward::Timeouts {
+            connect: a.connect_timeout,
+            idle: a.idle_timeout,
+            source: a.source_address,
+            ..Default::default()
+        },
+        max_connections: a.max_connections,
+        ..Limits::default()
+    };
+    let gateway = Arc::new(Gateway::new(
+        table,
+        guard,
+        Arc::new(egress_gateway::metrics::Metrics::new()),
+        limits,
+    ));
+    tracing::info!(listen = %a.listen, admin = %a.admin_listen, "gateway serving");
+    tokio::spawn(egress_gateway::serve_admin(admin, gateway.clone()));
+    tokio::select! {
+        () = egress_gateway::serve(listener, gateway.clone()) => {}
+        () = stop => {}
+    }
+    let open = gateway.tunnels_open();
+    if open > 0 {
+        tracing::info!(tunnels = open, grace = ?a.shutdown_grace, "stopping: waiting for the open tunnels");
+        gateway.drained(a.shutdown_grace).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,168 @@
+//! `egress-proxies gateway` as a user runs it out of a cluster: refused before it serves when
+//! what it needs is missing or wrong, naming it; serving crawlers and its admin listener from
+//! a state file with named tokens; ending cleanly on Ctrl-C (SIGINT, to the PID started).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SPIDER: &str = "spider-token-0123456789";
+const OPS: &str = "ops-token-0123456789";
+
+fn sha(t: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(t.as_bytes()))
+}
+
+fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+fn exchange(addr: SocketAddr, request: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn the_gateway_is_refused_without_what_it_needs_naming_it() {
+    let bin = env!("CARGO_BIN_EXE_egress-proxies");
+    let out = Command::new(bin)
+        .args(["gateway", "--state", "state.yaml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--api-tokens"));
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, "tokens: []\n").unwrap();
+    let out = Command::new(bin)
+        .args(["gateway", "--pool", "web", "--api-tokens"])
+        .arg(&tokens)
+        .args(["--state"])
+        .arg(dir.path().join("state.yaml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--pool") && err.contains("NAMESPACE/POOL"),
+        "{err}"
+    );
+    std::fs::write(&tokens, "tokens: [{name: x}]\n").unwrap();
+    let out = Command::new(bin)
+        .args(["gateway", "--api-tokens"])
+        .arg(&tokens)
+        .args(["--state"])
+        .arg(dir.path().join("state.yaml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("sha256"), "the missing field is named: {err}");
+}
+
+#[test]
+fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: ops, sha256: {}, metrics: true}}\n",
+            sha(SPIDER),
+            sha(OPS)
+        ),
+    )
+    .unwrap();
+    let (listen, admin) = (free_port(), free_port());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_egress-proxies"))
+        .args(["gateway", "--pool", "ns/web", "--api-tokens"])
+        .arg(&tokens)
+        .arg("--state")
+        .arg(dir.path().join("state.yaml"))
+        .args([
+            "--listen",
+            &listen.to_string(),
+            "--admin-listen",
+            &admin.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(admin).is_err() || TcpStream::connect(listen).is_err() {
+        assert!(Instant::now() < deadline, "not listening within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let connect = |auth: &str| {
+        exchange(
+            listen,
+            &format!("CONNECT 127.0.0.9:443 HTTP/1.1\r\nHost: 127.0.0.9:443\r\n{auth}\r\n"),
+        )
+    };
+    let none = connect("");
+    assert!(none.starts_with("HTTP/1.1 407"), "{none}");
+    assert!(
+        none.contains("proxy-authenticate: Basic realm=\"egress-gateway\""),
+        "{none}"
+    );
+    // The state has no member yet: a clear 503 with when to come back.
+    let empty = connect(&format!("Proxy-Authorization: Bearer {SPIDER}\r\n"));
+    assert!(empty.starts_with("HTTP/1.1 503"), "{empty}");
+    assert!(empty.contains("retry-after: 5"), "{empty}");
+    assert!(empty.contains("no member of pool ns/web"), "{empty}");
+
+    let ready = exchange(
+        admin,
+        "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    let metrics = exchange(
+        admin,
+        &format!(
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPS}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics.contains(
+            "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",kind=\"no_member\"} 1"
+        ),
+        "{metrics}"
+    );
+    let anonymous = exchange(
+        admin,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still serving 10 s after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(exit.success(), "{exit}");
+}

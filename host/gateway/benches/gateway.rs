@@ -1,0 +1,366 @@
+//! The gateway against the same Squid sent to directly, side by side in one run, on loopback:
+//! - throughput of bulk transfers through a CONNECT tunnel (the member's Squid, then a sink
+//!   that sends N bytes), direct and through the gateway, alternating;
+//! - the time to set up a CONNECT (TCP connect to the 200), direct and through the gateway,
+//!   and the difference of their percentiles: one by one while 256 other tunnels are open and
+//!   carrying a round trip every 10 ms each, and in bursts of 256 at once;
+//! - the heap the gateway holds per idle tunnel (counted by the allocator: gateway tunnels
+//!   less direct ones, whose client and sink sides cost alike).
+//!
+//! `cargo bench -p egress-gateway --bench gateway` (needs squid, and root for port 443, which
+//! the generated config tunnels to). Prints a Markdown table.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../egress-check/tests/support/mod.rs"]
+mod support;
+
+use base64::Engine;
+use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+use std::alloc::System;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Counts what is allocated, so the heap an idle tunnel holds is measured exactly rather than
+/// read off the process's RSS (which earlier phases' freed memory blurs).
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Where the sink listens: in the echoes' opted-in range, on the one port Squid tunnels to.
+const SINK: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::new(127, 0, 0, 10)), 443);
+const TOKEN: &str = "bench-token-0123456789";
+const TRANSFER: u64 = 256 * 1024 * 1024;
+const ROUNDS: usize = 5;
+const CONCURRENT: usize = 256;
+const WAVES: usize = 8;
+const IDLE: usize = 400;
+const SEQUENTIAL: usize = 1000;
+
+/// Reads an 8-byte length, sends that many bytes, then echoes whatever comes until closed.
+async fn sink(listener: tokio::net::TcpListener) {
+    loop {
+        let Ok((mut s, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let _ = s.set_nodelay(true);
+            let mut n = [0u8; 8];
+            if s.read_exact(&mut n).await.is_err() {
+                return;
+            }
+            let mut left = u64::from_le_bytes(n);
+            let block = vec![7u8; 256 * 1024];
+            while left > 0 {
+                let k = left.min(block.len() as u64) as usize;
+                if s.write_all(&block[..k]).await.is_err() {
+                    return;
+                }
+                left -= k as u64;
+            }
+            let mut b = [0u8; 1024];
+            while let Ok(k) = s.read(&mut b).await {
+                if k == 0 || s.write_all(&b[..k]).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// A tunnel to the sink through `proxy` with `auth`: the stream once the 200 is read.
+async fn tunnel(proxy: SocketAddr, auth: &str) -> TcpStream {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    s.write_all(
+        format!("CONNECT {SINK} HTTP/1.1\r\nHost: {SINK}\r\nProxy-Authorization: {auth}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).await.unwrap(), 1, "closed in the head");
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s
+}
+
+/// MB/s of one transfer of `TRANSFER` bytes through `proxy`.
+async fn transfer(proxy: SocketAddr, auth: &str) -> f64 {
+    let mut s = tunnel(proxy, auth).await;
+    let started = Instant::now();
+    s.write_all(&TRANSFER.to_le_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut got = 0u64;
+    while got < TRANSFER {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0);
+        got += n as u64;
+    }
+    TRANSFER as f64 / 1e6 / started.elapsed().as_secs_f64()
+}
+
+/// Setup times (ms) of `CONCURRENT` tunnels set up at once, `WAVES` times.
+async fn setups(proxy: SocketAddr, auth: &str) -> Vec<f64> {
+    let mut out = Vec::new();
+    for _ in 0..WAVES {
+        let tasks: Vec<_> = (0..CONCURRENT)
+            .map(|_| {
+                let auth = auth.to_string();
+                tokio::spawn(async move {
+                    let t = Instant::now();
+                    let s = tunnel(proxy, &auth).await;
+                    (t.elapsed().as_secs_f64() * 1e3, s)
+                })
+            })
+            .collect();
+        let mut open = Vec::new();
+        for t in tasks {
+            let (ms, s) = t.await.unwrap();
+            out.push(ms);
+            open.push(s);
+        }
+        drop(open);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+/// Setup times (ms) of `SEQUENTIAL` tunnels set up one after another while `CONCURRENT`
+/// others are open through the same path, each carrying a round trip every `period` (none
+/// without one).
+async fn setups_under_load(proxy: SocketAddr, auth: &str, period: Option<Duration>) -> Vec<f64> {
+    let mut open = Vec::new();
+    for _ in 0..CONCURRENT {
+        let mut s = tunnel(proxy, auth).await;
+        s.write_all(&0u64.to_le_bytes()).await.unwrap();
+        open.push(s);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pingers: Vec<_> = open
+        .into_iter()
+        .map(|mut s| {
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut b = [0u8; 1];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Some(period) = period else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    s.write_all(b"p").await.unwrap();
+                    s.read_exact(&mut b).await.unwrap();
+                    tokio::time::sleep(period).await;
+                }
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for _ in 0..SEQUENTIAL {
+        let t = Instant::now();
+        let s = tunnel(proxy, auth).await;
+        out.push(t.elapsed().as_secs_f64() * 1e3);
+        drop(s);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for p in pingers {
+        let _ = p.await;
+    }
+    out.sort_by(f64::total_cmp);
+    out
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// KiB of heap per idle tunnel through `proxy`, with `IDLE` tunnels open, and KiB of RSS.
+async fn idle_cost(proxy: SocketAddr, auth: &str) -> (f64, f64) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rss_kib();
+    let region = Region::new(GLOBAL);
+    let mut open = Vec::new();
+    for _ in 0..IDLE {
+        let mut s = tunnel(proxy, auth).await;
+        // One round trip, so each tunnel has carried bytes both ways.
+        s.write_all(&0u64.to_le_bytes()).await.unwrap();
+        s.write_all(b"x").await.unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.unwrap();
+        open.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let change = region.change();
+    let after = rss_kib();
+    drop(open);
+    let heap = change.bytes_allocated as f64 - change.bytes_deallocated as f64
+        + change.bytes_reallocated as f64;
+    (
+        heap / 1024.0 / IDLE as f64,
+        (after.saturating_sub(before)) as f64 / IDLE as f64,
+    )
+}
+
+fn main() {
+    let Some(binary) = support::squid_binary() else {
+        eprintln!("squid is not installed: nothing to measure");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let sink_listener = egress_gateway::listen(SINK)
+            .expect("the sink listens on 127.0.0.10:443 (needs root)");
+        tokio::spawn(sink(sink_listener));
+        let ranges = |r: &[&str]| -> Vec<guest_sdk::squid::SourceRange> {
+            r.iter().map(|s| s.parse().unwrap()).collect()
+        };
+        let mut conf = guest_sdk::squid::squid_conf(
+            3128,
+            &ranges(&["127.0.0.1/32"]),
+            &ranges(support::ECHO_DESTINATIONS),
+            guest_sdk::squid::Layout::Container,
+        );
+        conf.push_str("max_filedescriptors 16384\n");
+        let squid = support::Squid::start(&binary, &conf, Ipv4Addr::LOCALHOST);
+        let credential = egress_core::credential::ProxyCredential {
+            username: "fake-proxy".into(),
+            password: guest_sdk::fakes::FAKE_PASSWORD.into(),
+        };
+        let direct_auth = credential.authorization();
+        let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+        table.replace(
+            [Member {
+                namespace: "ns".into(),
+                name: "web-1".into(),
+                pool: "web".into(),
+                addr: squid.listen,
+                credential: Some(credential),
+                egress_ip: Some("127.0.0.1".into()),
+                zone: None,
+                ready: true,
+                cordoned: false,
+                retire_at: None,
+                leases: Vec::new(),
+            }],
+            true,
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens.yaml");
+        std::fs::write(
+            &tokens,
+            format!(
+                "tokens:\n- {{name: bench, sha256: {}, namespaces: [{{name: ns}}]}}\n",
+                egress_operator::auth::tokens::sha256_hex(TOKEN)
+            ),
+        )
+        .unwrap();
+        let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
+        let gateway = Arc::new(Gateway::new(
+            table,
+            Arc::new(egress_operator::auth::Guard::new(reviewer)),
+            Arc::new(egress_gateway::metrics::Metrics::new()),
+            Limits::default(),
+        ));
+        let listener = egress_gateway::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let gw = listener.local_addr().unwrap();
+        tokio::spawn(egress_gateway::serve(listener, gateway));
+        let gw_auth = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{TOKEN}:"))
+        );
+
+        // Warm both paths (the token's review is cached from here on, as in steady use).
+        transfer(squid.listen, &direct_auth).await;
+        transfer(gw, &gw_auth).await;
+        let (mut direct, mut through) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            direct.push(transfer(squid.listen, &direct_auth).await);
+            through.push(transfer(gw, &gw_auth).await);
+        }
+        let (d, g) = (median(direct), median(through));
+
+        let ds = setups(squid.listen, &direct_auth).await;
+        let gs = setups(gw, &gw_auth).await;
+        let mut loaded = Vec::new();
+        for (what, period) in [
+            ("idle", None),
+            ("each a round trip every 100 ms", Some(Duration::from_millis(100))),
+            ("each a round trip every 10 ms", Some(Duration::from_millis(10))),
+        ] {
+            let d = setups_under_load(squid.listen, &direct_auth, period).await;
+            let g = setups_under_load(gw, &gw_auth, period).await;
+            loaded.push((what, d, g));
+        }
+
+        let idle_direct = idle_cost(squid.listen, &direct_auth).await;
+        let idle_gw = idle_cost(gw, &gw_auth).await;
+
+        println!("| measure | direct to Squid | through the gateway | gateway's share |");
+        println!("|---|---|---|---|");
+        println!(
+            "| CONNECT transfer of {} MiB, median of {ROUNDS} (MB/s) | {d:.0} | {g:.0} | {:.1}% of direct |",
+            TRANSFER / (1024 * 1024),
+            100.0 * g / d
+        );
+        for (name, p) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
+            println!(
+                "| CONNECT setup {name}, {CONCURRENT} at once × {WAVES} (ms) | {:.3} | {:.3} | +{:.3} ms |",
+                pct(&ds, p),
+                pct(&gs, p),
+                pct(&gs, p) - pct(&ds, p)
+            );
+        }
+        for (what, dl, gl) in &loaded {
+            for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
+                println!(
+                    "| CONNECT setup {name}, {SEQUENTIAL} one by one, {CONCURRENT} tunnels open, {what} (ms) | {:.3} | {:.3} | +{:.3} ms |",
+                    pct(dl, p),
+                    pct(gl, p),
+                    pct(gl, p) - pct(dl, p)
+                );
+            }
+        }
+        println!(
+            "| heap per idle tunnel, {IDLE} open (KiB, this process) | {:.1} | {:.1} | {:.1} KiB per tunnel |",
+            idle_direct.0,
+            idle_gw.0,
+            idle_gw.0 - idle_direct.0
+        );
+        // RSS is printed for the record only: freed memory of earlier phases is reused, so its
+        // difference says little; the heap count above is exact.
+        eprintln!(
+            "RSS per idle tunnel, {IDLE} open: direct {:.1} KiB, through the gateway {:.1} KiB",
+            idle_direct.1, idle_gw.1
+        );
+        drop(squid);
+    });
+}

@@ -1,0 +1,512 @@
+//! The member hop: a CONNECT through the member with the member's credential, answered by
+//! the member before the crawler hears anything; the relay of a tunnel's bytes, which ends on
+//! idleness or when the member retires; and the plain-HTTP exchange with a member.
+
+use crate::members::{Fate, Member};
+use crate::status::{ErrorKind, Failure};
+use http::StatusCode;
+use hyper::body::Bytes;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Longest head a member's CONNECT answer may have.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// How long each step of the member hop may take.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// TCP connect to the member.
+    pub connect: Duration,
+    /// The member's answer to CONNECT (it dials the destination first) or to a request's
+    /// head.
+    pub answer: Duration,
+    /// A tunnel with no byte either way for this long is closed.
+    pub idle: Duration,
+    /// The address member connections leave from, where the host has several and the
+    /// members admit one (their clientAddresses); the system's choice by default.
+    pub source: Option<std::net::IpAddr>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(5),
+            answer: Duration::from_secs(30),
+            idle: Duration::from_secs(300),
+            source: None,
+        }
+    }
+}
+
+/// Why a member hop failed, and whether another member may be tried.
+#[derive(Debug, Clone)]
+pub struct HopError {
+    pub failure: Failure,
+    /// Before a byte was relayed, and the member's fault rather than the destination's
+    /// refusal by policy: another member could serve it.
+    pub retryable: bool,
+}
+
+fn member_failed(m: &Member, error: &'static str, details: String) -> HopError {
+    let mut failure = Failure::new(ErrorKind::MemberFailed, StatusCode::BAD_GATEWAY, details);
+    failure.error = Some(error);
+    failure.member = Some(format!("{}/{}", m.namespace, m.name));
+    HopError {
+        failure,
+        retryable: true,
+    }
+}
+
+/// A TCP connection to member `m`, within the connect timeout.
+pub async fn dial(m: &Member, t: &Timeouts) -> Result<TcpStream, HopError> {
+    let connect = async {
+        let Some(source) = t.source else {
+            return TcpStream::connect(m.addr).await;
+        };
+        let socket = if m.addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.bind(std::net::SocketAddr::new(source, 0))?;
+        socket.connect(m.addr).await
+    };
+    match tokio::time::timeout(t.connect, connect).await {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Ok(s)
+        }
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(member_failed(
+            m,
+            "connection_refused",
+            format!("member {}/{} refused the connection", m.namespace, m.name),
+        )),
+        Ok(Err(e)) => Err(member_failed(
+            m,
+            "connection_terminated",
+            format!(
+                "member {}/{} could not be reached: {e}",
+                m.namespace, m.name
+            ),
+        )),
+        Err(_) => Err(member_failed(
+            m,
+            "connection_timeout",
+            format!(
+                "member {}/{} did not accept within {:?}",
+                m.namespace, m.name, t.connect
+            ),
+        )),
+    }
+}
+
+/// A tunnel to `authority` through member `m`: the member's own `200` read, and any bytes it
+/// sent after its head (handed on before the relay starts).
+pub async fn connect(
+    m: &Member,
+    authority: &str,
+    t: &Timeouts,
+) -> Result<(TcpStream, Bytes), HopError> {
+    let mut stream = dial(m, t).await?;
+    let mut head = format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n");
+    if let Some(c) = &m.credential {
+        head.push_str(&format!("Proxy-Authorization: {}\r\n", c.authorization()));
+    }
+    head.push_str("\r\n");
+    let exchange = async {
+        stream.write_all(head.as_bytes()).await?;
+        read_head(&mut stream).await
+    };
+    let (status, rest) = match tokio::time::timeout(t.answer, exchange).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => {
+            return Err(member_failed(
+                m,
+                "http_response_incomplete",
+                format!(
+                    "member {}/{} broke off its answer to CONNECT: {e}",
+                    m.namespace, m.name
+                ),
+            ));
+        }
+        Err(_) => {
+            return Err(member_failed(
+                m,
+                "http_response_timeout",
+                format!(
+                    "member {}/{} did not answer CONNECT within {:?}",
+                    m.namespace, m.name, t.answer
+                ),
+            ));
+        }
+    };
+    if status == 200 {
+        return Ok((stream, rest));
+    }
+    Err(answered(m, status, "CONNECT"))
+}
+
+/// A member's error status as the gateway passes it on: its 4xx (the destination refused by
+/// the member's policy, a bad request) as they are, not retried; its 407 (the gateway's
+/// credential for it is stale) and 5xx as a 502, which another member may serve.
+pub fn answered(m: &Member, status: u16, what: &str) -> HopError {
+    let member = format!("{}/{}", m.namespace, m.name);
+    if status == 407 {
+        let mut e = member_failed(
+            m,
+            "proxy_configuration_error",
+            format!("member {member} did not take the gateway's credential for it"),
+        );
+        e.failure.received = Some(status);
+        return e;
+    }
+    if (400..500).contains(&status) {
+        let mut failure = Failure::new(
+            ErrorKind::Refused,
+            StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN),
+            format!(
+                "member {member} refused the {what} ({status}): its policy forbids the destination, or the request is malformed"
+            ),
+        );
+        failure.received = Some(status);
+        failure.member = Some(member);
+        if status == 403 {
+            failure.error = Some("destination_ip_prohibited");
+        }
+        return HopError {
+            failure,
+            retryable: false,
+        };
+    }
+    let mut e = member_failed(
+        m,
+        "proxy_internal_error",
+        format!("member {member} answered the {what} with {status}"),
+    );
+    if status == 503 || status == 504 {
+        e.failure.error = Some("destination_unavailable");
+    }
+    e.failure.received = Some(status);
+    e
+}
+
+/// Reads a response head off `s`: its status, and the bytes read past it.
+async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<(u16, Bytes)> {
+    let mut buf: Vec<u8> = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    loop {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "closed before the end of its head",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut headers);
+        match response.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let code = response.code.unwrap_or(0);
+                return Ok((code, Bytes::copy_from_slice(&buf[len..])));
+            }
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
+            Ok(httparse::Status::Partial) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "head longer than 16 KiB",
+                ));
+            }
+            Err(e) => {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e));
+            }
+        }
+    }
+}
+
+/// Why a tunnel ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// Either side closed it (or broke it).
+    Closed,
+    /// No byte either way within the idle timeout.
+    Idle,
+    /// Its member retired (drain deadline) or left the table.
+    Retired,
+}
+
+impl Ended {
+    pub fn label(self) -> &'static str {
+        match self {
+            Ended::Closed => "closed",
+            Ended::Idle => "idle",
+            Ended::Retired => "retired",
+        }
+    }
+}
+
+/// Counts the bytes one direction of a tunnel carries.
+pub struct Metered<S> {
+    inner: S,
+    read: Arc<AtomicU64>,
+}
+
+impl<S> Metered<S> {
+    pub fn new(inner: S, read: Arc<AtomicU64>) -> Self {
+        Self { inner, read }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.read.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Bytes a tunnel carried: from the crawler up to the member, and back down.
+#[derive(Debug, Default, Clone)]
+pub struct Carried {
+    pub up: Arc<AtomicU64>,
+    pub down: Arc<AtomicU64>,
+}
+
+/// Size of a relay buffer: large enough that a bulk transfer costs few system calls per
+/// megabyte.
+const RELAY_BUFFER: usize = 64 * 1024;
+/// Buffers kept for reuse once returned: what bursts of many busy tunnels need again at once,
+/// bounded so a past burst does not hold memory for ever (64 × 64 KiB = 4 MiB).
+const POOLED_BUFFERS: usize = 64;
+
+/// Relay buffers between bursts. A tunnel holds one only while bytes are in flight on it, so
+/// an idle tunnel costs no buffer at all (10,000 idle tunnels would otherwise hold 1.25 GiB of
+/// them at two per tunnel).
+static POOL: std::sync::Mutex<Vec<Box<[u8]>>> = std::sync::Mutex::new(Vec::new());
+
+fn take_buffer() -> Box<[u8]> {
+    POOL.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop()
+        .unwrap_or_else(|| vec![0u8; RELAY_BUFFER].into_boxed_slice())
+}
+
+fn put_buffer(b: Box<[u8]>) {
+    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    if pool.len() < POOLED_BUFFERS {
+        pool.push(b);
+    }
+}
+
+/// Copies `from` to `to` until `from` ends (then ends `to`'s write side), counting into
+/// `count`. A buffer is taken when `from` is readable and given back once it has nothing more
+/// to read for now.
+async fn pump(
+    from: &tokio::net::tcp::OwnedReadHalf,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    count: &AtomicU64,
+) -> std::io::Result<()> {
+    loop {
+        from.readable().await?;
+        let mut buf = take_buffer();
+        let burst = async {
+            loop {
+                match from.try_read(&mut buf) {
+                    Ok(0) => {
+                        to.shutdown().await?;
+                        return Ok(true);
+                    }
+                    Ok(n) => {
+                        count.fetch_add(n as u64, Ordering::Relaxed);
+                        to.write_all(&buf[..n]).await?;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let ended = burst.await;
+        put_buffer(buf);
+        if ended? {
+            return Ok(());
+        }
+    }
+}
+
+/// Writes `bytes` read ahead of the relay to `to`, counting them; false when `to` is closed.
+async fn hand_on<W: AsyncWrite + Unpin>(to: &mut W, bytes: &[u8], count: &AtomicU64) -> bool {
+    if bytes.is_empty() {
+        return true;
+    }
+    count.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    to.write_all(bytes).await.is_ok()
+}
+
+/// Relays the crawler's socket and the member's both ways (see [`relay`]), holding relay
+/// buffers only while bytes are in flight.
+pub async fn relay_sockets(
+    client: TcpStream,
+    member: TcpStream,
+    early: Bytes,
+    client_early: Bytes,
+    idle: Duration,
+    fate: tokio::sync::watch::Receiver<Fate>,
+    carried: &Carried,
+) -> Ended {
+    let (client_read, mut client_write) = client.into_split();
+    let (member_read, mut member_write) = member.into_split();
+    if !hand_on(&mut client_write, &early, &carried.down).await
+        || !hand_on(&mut member_write, &client_early, &carried.up).await
+    {
+        return Ended::Closed;
+    }
+    let copy = async {
+        // Either direction failing ends the tunnel; one ending cleanly waits for the other
+        // (a half-closed tunnel still carries the answer).
+        let up = pump(&client_read, &mut member_write, &carried.up);
+        let down = pump(&member_read, &mut client_write, &carried.down);
+        let _ = tokio::try_join!(up, down);
+    };
+    until_ended(copy, idle, fate, carried).await
+}
+
+/// Relays `client` and `member` both ways until either closes, neither sends for `idle`, or
+/// the member's fate says its tunnels end. `early` are the member's bytes read with its head,
+/// `client_early` the crawler's read with its CONNECT (a TLS hello sent without waiting).
+pub async fn relay<C, M>(
+    client: C,
+    member: M,
+    early: Bytes,
+    client_early: Bytes,
+    idle: Duration,
+    fate: tokio::sync::watch::Receiver<Fate>,
+    carried: &Carried,
+) -> Ended
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    M: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut client = Metered::new(client, carried.up.clone());
+    let mut member = Metered::new(member, carried.down.clone());
+    // Metered counts what it reads only: the bytes read before the relay are counted here.
+    if !hand_on(&mut client, &early, &carried.down).await
+        || !hand_on(&mut member, &client_early, &carried.up).await
+    {
+        return Ended::Closed;
+    }
+    let copy = async {
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut member).await;
+    };
+    until_ended(copy, idle, fate, carried).await
+}
+
+/// Runs `copy` until it ends, the tunnel is idle for `idle`, or its member's fate ends it.
+async fn until_ended(
+    copy: impl std::future::Future<Output = ()>,
+    idle: Duration,
+    mut fate: tokio::sync::watch::Receiver<Fate>,
+    carried: &Carried,
+) -> Ended {
+    let watch_idle = async {
+        let tick = (idle / 4).max(Duration::from_millis(10));
+        let mut last = (
+            carried.up.load(Ordering::Relaxed),
+            carried.down.load(Ordering::Relaxed),
+        );
+        let mut quiet = Duration::ZERO;
+        loop {
+            tokio::time::sleep(tick).await;
+            let now = (
+                carried.up.load(Ordering::Relaxed),
+                carried.down.load(Ordering::Relaxed),
+            );
+            if now == last {
+                quiet += tick;
+                if quiet >= idle {
+                    return;
+                }
+            } else {
+                quiet = Duration::ZERO;
+                last = now;
+            }
+        }
+    };
+    let retired = async {
+        loop {
+            let current = *fate.borrow_and_update();
+            match current {
+                Fate::Gone => return,
+                Fate::RetireAt(at) => {
+                    let wait = retire_wait(at);
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => return,
+                        changed = fate.changed() => if changed.is_err() { return },
+                    }
+                }
+                Fate::Serving => {
+                    if fate.changed().await.is_err() {
+                        // The table that owned the slot is gone: so is the gateway.
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        () = copy => Ended::Closed,
+        () = watch_idle => Ended::Idle,
+        () = retired => Ended::Retired,
+    }
+}
+
+/// How long until Unix second `at` by the wall clock (zero once it passed).
+fn retire_wait(at: i64) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let at = Duration::from_secs(at.max(0) as u64);
+    at.saturating_sub(now)
+}

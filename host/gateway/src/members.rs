@@ -1,0 +1,297 @@
+//! The members the gateway routes to: every Proxy of the pools it serves, as the Proxies'
+//! statuses (in a cluster) or the CLI's state (outside) say they are now, kept in a
+//! [`Table`] that a source replaces whole whenever they change.
+//!
+//! Each member also has a [`Slot`] that outlives the snapshots: the tunnels open on it, and its
+//! fate (serving, retiring at a time, gone), which its tunnels watch so a draining member's
+//! tunnels close at its `retireAt` and a deleted member's at once.
+
+use egress_core::credential::ProxyCredential;
+use egress_core::discovery::Candidate;
+use egress_core::lease::{LeaseBinding, LeaseMode};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// A pool, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PoolKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl PoolKey {
+    /// `NAMESPACE/NAME`, or what is wrong with it.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.split_once('/') {
+            Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(Self {
+                    namespace: ns.to_string(),
+                    name: name.to_string(),
+                })
+            }
+            _ => Err(format!("{s:?} is not NAMESPACE/POOL")),
+        }
+    }
+}
+
+impl std::fmt::Display for PoolKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One member as the gateway routes to it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Member {
+    pub namespace: String,
+    pub name: String,
+    pub pool: String,
+    /// Where its Squid listens: the instance's address and the port it serves.
+    pub addr: SocketAddr,
+    pub credential: Option<ProxyCredential>,
+    pub egress_ip: Option<String>,
+    pub zone: Option<String>,
+    /// Ready: verified, where the egress check runs.
+    pub ready: bool,
+    pub cordoned: bool,
+    /// Unix seconds: it drains, and its tunnels close then.
+    pub retire_at: Option<i64>,
+    /// Its lease bindings that hold on this instance (its address).
+    pub leases: Vec<LeaseBinding>,
+}
+
+/// Without the credential.
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("namespace", &self.namespace)
+            .field("name", &self.name)
+            .field("addr", &self.addr)
+            .field("egress_ip", &self.egress_ip)
+            .field("ready", &self.ready)
+            .field("cordoned", &self.cordoned)
+            .field("retire_at", &self.retire_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which instance a member is: its Proxy and the address it serves on. An instance replaced
+/// under its Proxy is another member, so a session pinned to the old one is not moved to the
+/// new address in silence.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MemberKey {
+    pub namespace: String,
+    pub name: String,
+    pub addr: SocketAddr,
+}
+
+impl std::fmt::Display for MemberKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+impl Member {
+    /// A member from what discovery reads of a Proxy, `retire_at` from its drain; None without
+    /// an address, or outside any pool.
+    pub fn from_candidate(c: &Candidate<'_>, retire_at: Option<i64>) -> Option<Member> {
+        let ip: IpAddr = c.status.ip.as_deref()?.parse().ok()?;
+        let served = c.status.instance_spec.as_ref();
+        let port = served.map_or(c.port, |i| i.port);
+        let zone = served
+            .and_then(|i| i.placement.zone.as_deref())
+            .or(c.zone)
+            .map(str::to_string);
+        Some(Member {
+            namespace: c.namespace.to_string(),
+            name: c.name.to_string(),
+            pool: c.pool?.to_string(),
+            addr: SocketAddr::new(ip, port),
+            credential: c.credential.cloned(),
+            egress_ip: c.status.egress_ip.clone(),
+            zone,
+            ready: egress_core::reconcile::ready_is_true(c.status),
+            cordoned: c.cordoned,
+            retire_at,
+            leases: egress_core::lease::holding(&c.status.leases, c.status.ip.as_deref()),
+        })
+    }
+
+    pub fn key(&self) -> MemberKey {
+        MemberKey {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            addr: self.addr,
+        }
+    }
+
+    pub fn pool_key(&self) -> PoolKey {
+        PoolKey {
+            namespace: self.namespace.clone(),
+            name: self.pool.clone(),
+        }
+    }
+
+    /// May take new connections of anyone's: Ready, not cordoned, not draining.
+    pub fn usable(&self) -> bool {
+        self.ready && !self.cordoned && self.retire_at.is_none()
+    }
+
+    /// The exclusive lease on it at `now`, if one holds it.
+    pub fn exclusive_lease(&self, now: i64) -> Option<&LeaseBinding> {
+        self.leases
+            .iter()
+            .find(|b| b.mode == LeaseMode::Exclusive && b.live(now))
+    }
+
+    /// Its live binding of lease `id`.
+    pub fn lease(&self, id: &str, now: i64) -> Option<&LeaseBinding> {
+        self.leases.iter().find(|b| b.id == id && b.live(now))
+    }
+}
+
+/// What becomes of a member's tunnels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    Serving,
+    /// Drains: its tunnels close at this Unix second.
+    RetireAt(i64),
+    /// Left the table (its Proxy or instance is gone): its tunnels close now.
+    Gone,
+}
+
+/// A member's state that outlives snapshots.
+pub struct Slot {
+    /// Tunnels and requests under way on it: what least-loaded choice compares.
+    pub active: AtomicUsize,
+    fate: tokio::sync::watch::Sender<Fate>,
+}
+
+impl Slot {
+    fn new() -> Self {
+        Self {
+            active: AtomicUsize::new(0),
+            fate: tokio::sync::watch::Sender::new(Fate::Serving),
+        }
+    }
+
+    /// What its tunnels watch.
+    pub fn fate(&self) -> tokio::sync::watch::Receiver<Fate> {
+        self.fate.subscribe()
+    }
+
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, fate: Fate) {
+        self.fate.send_if_modified(|f| {
+            let changed = *f != fate;
+            *f = fate;
+            changed
+        });
+    }
+}
+
+/// A member in a snapshot, with its slot.
+#[derive(Clone)]
+pub struct Entry {
+    pub member: Arc<Member>,
+    pub slot: Arc<Slot>,
+}
+
+/// The members of every pool served, at one moment.
+#[derive(Default)]
+pub struct Snapshot {
+    pub pools: BTreeMap<PoolKey, Vec<Entry>>,
+    /// The source has read every Proxy once: before that an empty pool would be a lie.
+    pub synced: bool,
+}
+
+impl Snapshot {
+    pub fn find(&self, pool: &PoolKey, key: &MemberKey) -> Option<&Entry> {
+        self.pools.get(pool)?.iter().find(|e| {
+            e.member.namespace == key.namespace
+                && e.member.name == key.name
+                && e.member.addr == key.addr
+        })
+    }
+}
+
+/// The members now, replaced whole by the source; readers take the snapshot of the moment.
+pub struct Table {
+    served: Vec<PoolKey>,
+    now: RwLock<Arc<Snapshot>>,
+    slots: Mutex<HashMap<MemberKey, Arc<Slot>>>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Table {
+    /// A table of the pools `served` (every pool when empty).
+    pub fn new(served: Vec<PoolKey>) -> Self {
+        Self {
+            served,
+            now: RwLock::new(Arc::new(Snapshot::default())),
+            slots: Mutex::new(HashMap::new()),
+            changed: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    pub fn served(&self) -> &[PoolKey] {
+        &self.served
+    }
+
+    /// Whether pool `key` is one this gateway serves.
+    pub fn serves(&self, key: &PoolKey) -> bool {
+        self.served.is_empty() || self.served.contains(key)
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.now.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Bumped at every replace, for whoever waits on a change.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Replaces the members with `members` (those of pools not served are dropped). Members
+    /// that left have their tunnels closed; draining ones learn when theirs close.
+    pub fn replace(&self, members: impl IntoIterator<Item = Member>, synced: bool) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pools: BTreeMap<PoolKey, Vec<Entry>> = BTreeMap::new();
+        let mut kept: HashMap<MemberKey, Arc<Slot>> = HashMap::new();
+        for m in members {
+            let pool = m.pool_key();
+            if !self.serves(&pool) {
+                continue;
+            }
+            let key = m.key();
+            let slot = slots
+                .remove(&key)
+                .or_else(|| kept.get(&key).cloned())
+                .unwrap_or_else(|| Arc::new(Slot::new()));
+            slot.set(match m.retire_at {
+                Some(at) => Fate::RetireAt(at),
+                None => Fate::Serving,
+            });
+            kept.insert(key, slot.clone());
+            pools.entry(pool).or_default().push(Entry {
+                member: Arc::new(m),
+                slot,
+            });
+        }
+        for entries in pools.values_mut() {
+            entries.sort_by_key(|e| e.member.key());
+        }
+        for (_, gone) in slots.drain() {
+            gone.set(Fate::Gone);
+        }
+        *slots = kept;
+        drop(slots);
+        *self.now.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Snapshot { pools, synced });
+        self.changed.send_modify(|n| *n += 1);
+    }
+}

@@ -1,0 +1,647 @@
+//! Which member serves a request.
+//!
+//! - A lease id pins the lease's proxies: only its holder may use them, and only while the
+//!   lease holds; an exclusively leased member takes no one else's traffic.
+//! - A session sticks to one member. Its first request picks by rendezvous hashing (highest
+//!   score of the session and each available member), so gateway replicas that see the same
+//!   members pick the same one without sharing anything, and a departing member moves only its
+//!   own sessions. Each replica then remembers the session's member: when that member goes
+//!   (failed its check, drains, deleted) the session fails loudly, unless it asked to be moved.
+//! - Anything else goes to the less loaded of two members picked at random.
+
+use crate::ask::Options;
+use crate::members::{Entry, MemberKey, PoolKey, Snapshot};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Why no member serves a request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoRoute {
+    /// The pool named is not one this gateway serves, or none was named where several are.
+    #[error("{0}")]
+    Pool(String),
+    /// No member is available now: 503, with when to ask again.
+    #[error("{reason}")]
+    NoMember { reason: String, retry_after: u64 },
+    /// The session's member went away, and the session did not ask to move.
+    #[error(
+        "session {session:?}: its member {member} {why}; ask with option move-yes to be moved to another egress address"
+    )]
+    SessionGone {
+        session: String,
+        member: String,
+        why: &'static str,
+    },
+    /// The lease does not hold (expired, released, its proxy lost).
+    #[error(
+        "lease {0:?} holds no proxy of this pool now (expired, released, or its proxy was lost)"
+    )]
+    LeaseGone(String),
+    /// The lease is another caller's.
+    #[error("lease {0:?} is not yours")]
+    LeaseNotYours(String),
+}
+
+/// Seconds a crawler is asked to wait when no member is free: members come back on the
+/// pool's own schedule, which the gateway does not know.
+pub const RETRY_AFTER: u64 = 5;
+
+/// A session as each replica remembers it: whose, on which pool and lease, and its id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct SessionKey {
+    caller: String,
+    pool: PoolKey,
+    lease: Option<String>,
+    session: String,
+}
+
+/// The sessions this replica has routed, each with its member and when last used.
+pub struct Sessions {
+    map: Mutex<HashMap<SessionKey, (MemberKey, Instant)>>,
+    /// A session unused this long is forgotten (its next request picks anew).
+    pub idle: Duration,
+    pub capacity: usize,
+}
+
+impl Sessions {
+    pub fn new(idle: Duration, capacity: usize) -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            idle,
+            capacity,
+        }
+    }
+
+    fn get(&self, key: &SessionKey, now: Instant) -> Option<MemberKey> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get_mut(key) {
+            Some((m, used)) if now.duration_since(*used) < self.idle => {
+                *used = now;
+                Some(m.clone())
+            }
+            Some(_) => {
+                map.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn put(&self, key: SessionKey, member: MemberKey, now: Instant) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= self.capacity && !map.contains_key(&key) {
+            let idle = self.idle;
+            map.retain(|_, (_, used)| now.duration_since(*used) < idle);
+            // Still full of live sessions: the least recently used goes.
+            if map.len() >= self.capacity
+                && let Some(oldest) = map
+                    .iter()
+                    .min_by_key(|(_, (_, used))| *used)
+                    .map(|(k, _)| k.clone())
+            {
+                map.remove(&oldest);
+            }
+        }
+        map.insert(key, (member, now));
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A stable 64-bit hash (the same on every replica and build): SHA-256's first eight bytes.
+pub fn stable_hash(parts: &[&str]) -> u64 {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update(p.as_bytes());
+        h.update([0]);
+    }
+    let d = h.finalize();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// A member's hash, from what identifies its instance.
+pub fn member_hash(key: &MemberKey) -> u64 {
+    stable_hash(&[&key.namespace, &key.name, &key.addr.to_string()])
+}
+
+/// SplitMix64's finaliser: mixes a session's and a member's hashes into the member's score.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The member of `entries` with the highest rendezvous score for `session`.
+pub fn rendezvous<'a>(entries: &[&'a Entry], session: u64) -> Option<&'a Entry> {
+    entries
+        .iter()
+        .copied()
+        .max_by_key(|e| (mix(session ^ member_hash(&e.member.key())), e.member.key()))
+}
+
+/// The less loaded of two of `entries` picked by `random`; ties go to the first pick.
+pub fn two_choices<'a>(entries: &[&'a Entry], random: u64) -> Option<&'a Entry> {
+    let n = entries.len() as u64;
+    if n == 0 {
+        return None;
+    }
+    let a = entries[(random % n) as usize];
+    let b = entries[(mix(random) % n) as usize];
+    Some(if b.slot.active() < a.slot.active() {
+        b
+    } else {
+        a
+    })
+}
+
+/// What one request asks to be routed: the pool, its options, the caller, and the members to
+/// leave out (those that failed it already).
+pub struct Request<'a> {
+    pub pool: &'a PoolKey,
+    pub options: &'a Options,
+    pub caller: &'a str,
+    pub exclude: &'a [MemberKey],
+}
+
+/// The pool a request is on: the one named (among those served), or the only one served.
+pub fn pool_of(
+    named: Option<&str>,
+    served: &[PoolKey],
+    snapshot: &Snapshot,
+) -> Result<PoolKey, NoRoute> {
+    let known: Vec<&PoolKey> = if served.is_empty() {
+        snapshot.pools.keys().collect()
+    } else {
+        served.iter().collect()
+    };
+    match named {
+        Some(name) => {
+            let matching: Vec<&&PoolKey> = known
+                .iter()
+                .filter(|p| p.name == name || p.to_string() == name)
+                .collect();
+            match matching.as_slice() {
+                [one] => Ok((**one).clone()),
+                [] => Err(NoRoute::Pool(format!(
+                    "pool {name:?} is not served by this gateway"
+                ))),
+                _ => Err(NoRoute::Pool(format!(
+                    "pool {name:?} is the name of pools in several namespaces here: name it NAMESPACE.POOL with option pool"
+                ))),
+            }
+        }
+        None => match known.as_slice() {
+            [one] => Ok((*one).clone()),
+            _ => Err(NoRoute::Pool(
+                "this gateway serves several pools: name one (option pool)".into(),
+            )),
+        },
+    }
+}
+
+/// Why a remembered member no longer takes its session.
+fn departed(entry: Option<&Entry>, now: i64, lease: Option<&str>) -> Option<&'static str> {
+    let Some(e) = entry else {
+        return Some("is gone");
+    };
+    let m = &e.member;
+    if !m.ready {
+        return Some("failed its check");
+    }
+    match lease {
+        Some(id) => {
+            if m.lease(id, now).is_none() {
+                Some("is no longer held by the lease")
+            } else if m.retire_at.is_some_and(|at| now >= at) {
+                Some("has retired")
+            } else {
+                None
+            }
+        }
+        None if m.retire_at.is_some() => Some("is draining"),
+        None if m.cordoned => Some("is cordoned"),
+        None if m.exclusive_lease(now).is_some() => Some("is leased exclusively by another"),
+        None => None,
+    }
+}
+
+/// The member that serves `req` at `now` (Unix seconds; `clock` for the session memory).
+pub fn choose(
+    snapshot: &Snapshot,
+    req: &Request<'_>,
+    sessions: &Sessions,
+    now: i64,
+    clock: Instant,
+    random: u64,
+) -> Result<Entry, NoRoute> {
+    let all: &[Entry] = snapshot
+        .pools
+        .get(req.pool)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    let opts = req.options;
+    let in_zone = |e: &Entry| {
+        opts.zone
+            .as_deref()
+            .is_none_or(|z| e.member.zone.as_deref() == Some(z))
+    };
+    let not_excluded = |e: &Entry| !req.exclude.contains(&e.member.key());
+    let candidates: Vec<&Entry> = match opts.lease.as_deref() {
+        Some(id) => {
+            let held: Vec<&Entry> = all
+                .iter()
+                .filter(|e| e.member.lease(id, now).is_some())
+                .collect();
+            if held.is_empty() {
+                return Err(NoRoute::LeaseGone(id.to_string()));
+            }
+            if held.iter().any(|e| {
+                e.member
+                    .lease(id, now)
+                    .is_some_and(|b| b.holder != req.caller)
+            }) {
+                return Err(NoRoute::LeaseNotYours(id.to_string()));
+            }
+            held.into_iter()
+                .filter(|e| departed(Some(e), now, Some(id)).is_none())
+                .filter(|e| in_zone(e) && not_excluded(e))
+                .collect()
+        }
+        None => all
+            .iter()
+            .filter(|e| e.member.usable() && e.member.exclusive_lease(now).is_none())
+            .filter(|e| in_zone(e) && not_excluded(e))
+            .collect(),
+    };
+    let none_free = || {
+        let mut reason = format!("no member of pool {} is available", req.pool);
+        if let Some(z) = &opts.zone {
+            reason.push_str(&format!(" in zone {z}"));
+        }
+        if let Some(l) = &opts.lease {
+            reason.push_str(&format!(" under lease {l}"));
+        }
+        if !req.exclude.is_empty() {
+            reason.push_str(" besides those that failed this request");
+        }
+        NoRoute::NoMember {
+            reason,
+            retry_after: RETRY_AFTER,
+        }
+    };
+    let Some(session) = opts.session.as_deref() else {
+        return two_choices(&candidates, random)
+            .cloned()
+            .ok_or_else(none_free);
+    };
+    let key = SessionKey {
+        caller: req.caller.to_string(),
+        pool: req.pool.clone(),
+        lease: opts.lease.clone(),
+        session: session.to_string(),
+    };
+    if let Some(remembered) = sessions.get(&key, clock) {
+        let entry = snapshot.find(req.pool, &remembered);
+        match departed(entry, now, opts.lease.as_deref()) {
+            None => {
+                if let Some(e) = entry {
+                    return Ok(e.clone());
+                }
+            }
+            Some(why) if !opts.move_session => {
+                return Err(NoRoute::SessionGone {
+                    session: session.to_string(),
+                    member: remembered.to_string(),
+                    why,
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    let h = stable_hash(&[req.caller, &req.pool.to_string(), session]);
+    let chosen = rendezvous(&candidates, h).cloned().ok_or_else(none_free)?;
+    sessions.put(key, chosen.member.key(), clock);
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::members::{Member, Table};
+    use egress_core::lease::{LeaseBinding, LeaseMode};
+
+    fn pool() -> PoolKey {
+        PoolKey {
+            namespace: "ns".into(),
+            name: "web".into(),
+        }
+    }
+
+    fn member(i: u8) -> Member {
+        Member {
+            namespace: "ns".into(),
+            name: format!("web-{i}"),
+            pool: "web".into(),
+            addr: format!("127.0.1.{i}:3128").parse().unwrap(),
+            credential: None,
+            egress_ip: Some(format!("198.51.100.{i}")),
+            zone: Some(if i.is_multiple_of(2) { "a" } else { "b" }.into()),
+            ready: true,
+            cordoned: false,
+            retire_at: None,
+            leases: Vec::new(),
+        }
+    }
+
+    fn binding(id: &str, holder: &str, mode: LeaseMode) -> LeaseBinding {
+        LeaseBinding {
+            id: id.into(),
+            holder: holder.into(),
+            mode,
+            acquired_at: "2026-01-01T00:00:00Z".into(),
+            expires_at: "2100-01-01T00:00:00Z".into(),
+            count: 1,
+            ip: None,
+        }
+    }
+
+    fn table(members: Vec<Member>) -> Table {
+        let t = Table::new(vec![pool()]);
+        t.replace(members, true);
+        t
+    }
+
+    fn pick(
+        t: &Table,
+        s: &Sessions,
+        o: &Options,
+        caller: &str,
+        random: u64,
+    ) -> Result<String, NoRoute> {
+        choose(
+            &t.snapshot(),
+            &Request {
+                pool: &pool(),
+                options: o,
+                caller,
+                exclude: &[],
+            },
+            s,
+            1_000,
+            Instant::now(),
+            random,
+        )
+        .map(|e| e.member.name.clone())
+    }
+
+    fn session(id: &str) -> Options {
+        Options {
+            session: Some(id.into()),
+            ..Options::default()
+        }
+    }
+
+    #[test]
+    fn replicas_agree_on_a_session_and_a_departure_moves_only_its_own_sessions() {
+        let members: Vec<Member> = (1..=8).map(member).collect();
+        let a = table(members.clone());
+        let b = table(members.clone().into_iter().rev().collect());
+        let ids: Vec<String> = (0..400).map(|i| format!("s{i}")).collect();
+        let first: Vec<String> = ids
+            .iter()
+            .map(|id| {
+                pick(
+                    &a,
+                    &Sessions::new(Duration::from_secs(60), 1000),
+                    &session(id),
+                    "c",
+                    1,
+                )
+                .unwrap()
+            })
+            .collect();
+        // Another replica, with no memory and the members listed in another order, agrees.
+        for (id, m) in ids.iter().zip(&first) {
+            assert_eq!(
+                &pick(
+                    &b,
+                    &Sessions::new(Duration::from_secs(60), 1000),
+                    &session(id),
+                    "c",
+                    7
+                )
+                .unwrap(),
+                m
+            );
+        }
+        // Spread: every member has some sessions.
+        for m in &members {
+            assert!(first.contains(&m.name), "{} has no session of 400", m.name);
+        }
+        // web-3 leaves: on a replica that never saw these sessions, only web-3's move.
+        let c = table(
+            members
+                .iter()
+                .filter(|m| m.name != "web-3")
+                .cloned()
+                .collect(),
+        );
+        for (id, m) in ids.iter().zip(&first) {
+            let now = pick(
+                &c,
+                &Sessions::new(Duration::from_secs(60), 1000),
+                &session(id),
+                "c",
+                1,
+            )
+            .unwrap();
+            if m != "web-3" {
+                assert_eq!(&now, m, "session {id} moved off a member that stayed");
+            } else {
+                assert_ne!(now, "web-3");
+            }
+        }
+    }
+
+    #[test]
+    fn a_remembered_session_fails_loudly_when_its_member_goes_unless_it_asked_to_move() {
+        let t = table((1..=4).map(member).collect());
+        let s = Sessions::new(Duration::from_secs(60), 1000);
+        let m = pick(&t, &s, &session("cart"), "c", 1).unwrap();
+        assert_eq!(pick(&t, &s, &session("cart"), "c", 2).unwrap(), m);
+        for (change, why) in [
+            (
+                Box::new(|x: &mut Member| x.ready = false) as Box<dyn Fn(&mut Member)>,
+                "failed its check",
+            ),
+            (
+                Box::new(|x: &mut Member| x.retire_at = Some(5_000)),
+                "is draining",
+            ),
+            (Box::new(|x: &mut Member| x.cordoned = true), "is cordoned"),
+        ] {
+            let members: Vec<Member> = (1..=4)
+                .map(member)
+                .map(|mut x| {
+                    if x.name == m {
+                        change(&mut x);
+                    }
+                    x
+                })
+                .collect();
+            t.replace(members, true);
+            match pick(&t, &s, &session("cart"), "c", 3) {
+                Err(NoRoute::SessionGone { member, why: w, .. }) => {
+                    assert_eq!(member, format!("ns/{m}"));
+                    assert_eq!(w, why);
+                }
+                other => panic!("{other:?}"),
+            }
+            t.replace((1..=4).map(member), true);
+        }
+        t.replace((1..=4).map(member).filter(|x| x.name != m), true);
+        assert!(matches!(
+            pick(&t, &s, &session("cart"), "c", 3),
+            Err(NoRoute::SessionGone { why: "is gone", .. })
+        ));
+        let mut moving = session("cart");
+        moving.move_session = true;
+        let moved = pick(&t, &s, &moving, "c", 3).unwrap();
+        assert_ne!(moved, m);
+        // Moved, it sticks to the new member.
+        assert_eq!(pick(&t, &s, &session("cart"), "c", 4).unwrap(), moved);
+    }
+
+    #[test]
+    fn a_lease_pins_its_proxy_to_its_holder_and_an_exclusive_one_takes_no_other_traffic() {
+        let mut members: Vec<Member> = (1..=3).map(member).collect();
+        members[1].leases = vec![binding("ns_web_l-x", "spider", LeaseMode::Exclusive)];
+        let t = table(members);
+        let s = Sessions::new(Duration::from_secs(60), 1000);
+        let leased = Options {
+            lease: Some("ns_web_l-x".into()),
+            ..Options::default()
+        };
+        for r in 0..50 {
+            assert_eq!(pick(&t, &s, &leased, "spider", r).unwrap(), "web-2");
+            assert_ne!(
+                pick(&t, &s, &Options::default(), "rival", r).unwrap(),
+                "web-2"
+            );
+            assert_ne!(
+                pick(&t, &s, &Options::default(), "spider", r).unwrap(),
+                "web-2"
+            );
+        }
+        assert_eq!(
+            pick(&t, &s, &leased, "rival", 0),
+            Err(NoRoute::LeaseNotYours("ns_web_l-x".into()))
+        );
+        let gone = Options {
+            lease: Some("ns_web_l-y".into()),
+            ..Options::default()
+        };
+        assert_eq!(
+            pick(&t, &s, &gone, "spider", 0),
+            Err(NoRoute::LeaseGone("ns_web_l-y".into()))
+        );
+        // The lease's proxy drains: it takes its holder's new tunnels until its retireAt.
+        let mut members: Vec<Member> = (1..=3).map(member).collect();
+        members[1].leases = vec![binding("ns_web_l-x", "spider", LeaseMode::Exclusive)];
+        members[1].retire_at = Some(1_500);
+        t.replace(members.clone(), true);
+        assert_eq!(pick(&t, &s, &leased, "spider", 0).unwrap(), "web-2");
+        members[1].retire_at = Some(900);
+        t.replace(members, true);
+        assert!(matches!(
+            pick(&t, &s, &leased, "spider", 0),
+            Err(NoRoute::NoMember { .. })
+        ));
+    }
+
+    #[test]
+    fn without_a_session_the_less_loaded_of_two_goes_and_zones_filter() {
+        let t = table((1..=2).map(member).collect());
+        let snap = t.snapshot();
+        let entries = &snap.pools[&pool()];
+        entries[0]
+            .slot
+            .active
+            .store(5, std::sync::atomic::Ordering::Relaxed);
+        let s = Sessions::new(Duration::from_secs(60), 1000);
+        let picks: Vec<String> = (0..200)
+            .map(|r| pick(&t, &s, &Options::default(), "c", r).unwrap())
+            .collect();
+        // With two members, any pick of both goes to the idle one; a pick of the busy one
+        // twice is the only way to it.
+        let busy = picks.iter().filter(|p| *p == "web-1").count();
+        assert!(busy < 100, "{busy} of 200 went to the busy member");
+        let zoned = Options {
+            zone: Some("a".into()),
+            ..Options::default()
+        };
+        for r in 0..20 {
+            assert_eq!(pick(&t, &s, &zoned, "c", r).unwrap(), "web-2");
+        }
+        let nowhere = Options {
+            zone: Some("z".into()),
+            ..Options::default()
+        };
+        match pick(&t, &s, &nowhere, "c", 0) {
+            Err(NoRoute::NoMember {
+                reason,
+                retry_after,
+            }) => {
+                assert!(reason.contains("zone z"), "{reason}");
+                assert_eq!(retry_after, RETRY_AFTER);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn sessions_are_bounded_and_forget_the_idle() {
+        let s = Sessions::new(Duration::from_secs(10), 3);
+        let t0 = Instant::now();
+        let m = member(1).key();
+        for i in 0..5 {
+            s.put(
+                SessionKey {
+                    caller: "c".into(),
+                    pool: pool(),
+                    lease: None,
+                    session: format!("s{i}"),
+                },
+                m.clone(),
+                t0 + Duration::from_secs(i),
+            );
+        }
+        assert_eq!(s.len(), 3);
+        let k = |i: u32| SessionKey {
+            caller: "c".into(),
+            pool: pool(),
+            lease: None,
+            session: format!("s{i}"),
+        };
+        assert!(
+            s.get(&k(0), t0 + Duration::from_secs(5)).is_none(),
+            "the oldest went"
+        );
+        assert!(s.get(&k(4), t0 + Duration::from_secs(5)).is_some());
+        assert!(
+            s.get(&k(4), t0 + Duration::from_secs(30)).is_none(),
+            "idle past 10 s"
+        );
+    }
+}

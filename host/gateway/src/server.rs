@@ -1,0 +1,732 @@
+//! The gateway's listeners: the forward proxy crawlers point `HTTPS_PROXY` at, and the admin
+//! listener with the probes and `/metrics`.
+
+use crate::ask::{self, AskError, Options};
+use crate::forward::{self, Carried, HopError, Timeouts};
+use crate::members::{Entry, MemberKey, PoolKey, Table};
+use crate::metrics::{self, Metrics};
+use crate::route::{self, NoRoute, Sessions};
+use crate::status::{EGRESS_IP_HEADER, ErrorKind, Failure, MEMBER_HEADER};
+use egress_operator::auth::{Access, Guard, Refusal, Token};
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tracing::Instrument;
+
+pub type Body = BoxBody<Bytes, hyper::Error>;
+
+/// What one crawler connection may hold of the gateway.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub timeouts: Timeouts,
+    /// A request head must arrive whole within this (also the bound on an idle keep-alive
+    /// connection between requests).
+    pub header_read_timeout: Duration,
+    /// Crawler connections served at once; the next ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// Other members tried after a member failed, before a byte was relayed, for traffic
+    /// pinned to no session or lease.
+    pub retries: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            timeouts: Timeouts::default(),
+            header_read_timeout: Duration::from_secs(30),
+            max_connections: 16_384,
+            retries: 1,
+        }
+    }
+}
+
+/// The forward proxy.
+pub struct Gateway {
+    pub table: Arc<Table>,
+    pub guard: Arc<Guard>,
+    pub sessions: Sessions,
+    pub metrics: Arc<Metrics>,
+    pub limits: Limits,
+    /// Spreads the two random choices; any sequence does.
+    counter: AtomicU64,
+    /// Tunnels open now, and a wake-up when one ends (for a shutdown that waits for them).
+    open: std::sync::atomic::AtomicUsize,
+    ended: tokio::sync::Notify,
+}
+
+/// Headers that concern one hop only (RFC 9110 §7.6.1), never passed on either way.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authorization",
+];
+
+/// Counts a member's work under way while it lives.
+struct Active(Entry);
+
+impl Active {
+    fn new(e: &Entry) -> Self {
+        e.slot.active.fetch_add(1, Ordering::Relaxed);
+        Self(e.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.slot.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn full(body: impl Into<Bytes>) -> Body {
+    Full::new(body.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+fn failed(f: &Failure) -> Response<Body> {
+    f.response().map(full)
+}
+
+fn refusal(r: &Refusal) -> Failure {
+    match r {
+        Refusal::Unauthenticated(why) => Failure::new(
+            ErrorKind::Unauthenticated,
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            *why,
+        ),
+        Refusal::Forbidden(why) => Failure::new(ErrorKind::Forbidden, StatusCode::FORBIDDEN, why),
+        Refusal::Unavailable(why) => {
+            let mut f = Failure::new(
+                ErrorKind::AuthUnavailable,
+                StatusCode::SERVICE_UNAVAILABLE,
+                *why,
+            );
+            f.retry_after = Some(2);
+            f
+        }
+    }
+}
+
+fn no_route(r: &NoRoute) -> Failure {
+    match r {
+        NoRoute::Pool(m) => Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m),
+        NoRoute::NoMember {
+            reason,
+            retry_after,
+        } => {
+            let mut f = Failure::new(ErrorKind::NoMember, StatusCode::SERVICE_UNAVAILABLE, reason);
+            f.retry_after = Some(*retry_after);
+            f
+        }
+        NoRoute::SessionGone { member, .. } => {
+            let mut f = Failure::new(
+                ErrorKind::SessionGone,
+                StatusCode::SERVICE_UNAVAILABLE,
+                r.to_string(),
+            );
+            f.member = Some(member.clone());
+            f
+        }
+        NoRoute::LeaseGone(_) => {
+            Failure::new(ErrorKind::LeaseGone, StatusCode::GONE, r.to_string())
+        }
+        NoRoute::LeaseNotYours(_) => {
+            Failure::new(ErrorKind::Forbidden, StatusCode::FORBIDDEN, r.to_string())
+        }
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// What was decided about a request before a member is dialled.
+struct Admitted {
+    pool: PoolKey,
+    options: Options,
+    caller: String,
+}
+
+impl Gateway {
+    pub fn new(
+        table: Arc<Table>,
+        guard: Arc<Guard>,
+        metrics: Arc<Metrics>,
+        limits: Limits,
+    ) -> Self {
+        Self {
+            table,
+            guard,
+            sessions: Sessions::new(Duration::from_secs(30 * 60), 100_000),
+            metrics,
+            limits,
+            counter: AtomicU64::new(0),
+            open: std::sync::atomic::AtomicUsize::new(0),
+            ended: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Tunnels open now.
+    pub fn tunnels_open(&self) -> usize {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Once no tunnel is open, or `grace` has passed.
+    pub async fn drained(&self, grace: Duration) {
+        let wait = async {
+            loop {
+                let ended = self.ended.notified();
+                if self.tunnels_open() == 0 {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        let _ = tokio::time::timeout(grace, wait).await;
+    }
+
+    fn random(&self) -> u64 {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        route::stable_hash(&[&n.to_string()]) ^ n
+    }
+
+    /// Who asks, on which pool, with what options, and whether they may: or the answer that
+    /// refuses them.
+    async fn admit(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> Result<Admitted, (Option<PoolKey>, Failure)> {
+        let snapshot = self.table.snapshot();
+        let names: Vec<String> = if self.table.served().is_empty() {
+            snapshot.pools.keys().map(|p| p.name.clone()).collect()
+        } else {
+            self.table.served().iter().map(|p| p.name.clone()).collect()
+        };
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (token, options): (Token, Options) = ask::parse(headers, &names).map_err(|e| {
+            let f = match &e {
+                AskError::NoCredential(_) | AskError::Username(_) => Failure::new(
+                    if matches!(e, AskError::Username(_)) {
+                        ErrorKind::BadRequest
+                    } else {
+                        ErrorKind::Unauthenticated
+                    },
+                    StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+                    e.to_string(),
+                ),
+                AskError::Header(m) => {
+                    Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m)
+                }
+            };
+            (None, f)
+        })?;
+        if !snapshot.synced {
+            let mut f = Failure::new(
+                ErrorKind::NoMember,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the gateway has not read its members yet",
+            );
+            f.retry_after = Some(2);
+            return Err((None, f));
+        }
+        let pool = route::pool_of(options.pool.as_deref(), self.table.served(), &snapshot)
+            .map_err(|r| (None, no_route(&r)))?;
+        let caller = self
+            .guard
+            .authenticate(&token)
+            .await
+            .map_err(|r| (Some(pool.clone()), refusal(&r)))?;
+        let access = match &options.lease {
+            Some(_) => Access::Leases {
+                namespace: pool.namespace.clone(),
+                pool: pool.name.clone(),
+                write: false,
+            },
+            None => Access::Proxies {
+                namespace: Some(pool.namespace.clone()),
+                pool: Some(pool.name.clone()),
+            },
+        };
+        self.guard
+            .authorize(&token, &caller, &access)
+            .await
+            .map_err(|r| (Some(pool.clone()), refusal(&r)))?;
+        Ok(Admitted {
+            pool,
+            options,
+            caller: caller.username,
+        })
+    }
+
+    /// How many members one request may try.
+    fn attempts(&self, options: &Options) -> usize {
+        if options.session.is_some() || options.lease.is_some() {
+            1
+        } else {
+            1 + self.limits.retries
+        }
+    }
+
+    fn choose(&self, a: &Admitted, exclude: &[MemberKey]) -> Result<Entry, NoRoute> {
+        let snapshot = self.table.snapshot();
+        route::choose(
+            &snapshot,
+            &route::Request {
+                pool: &a.pool,
+                options: &a.options,
+                caller: &a.caller,
+                exclude,
+            },
+            &self.sessions,
+            unix_now(),
+            Instant::now(),
+            self.random(),
+        )
+    }
+
+    /// The member to try next, or the answer when there is none: the last member's failure
+    /// when a retry found no other, else why none serves.
+    fn next_member(
+        &self,
+        a: &Admitted,
+        exclude: &[MemberKey],
+        last: &mut Option<HopError>,
+    ) -> Result<Entry, Failure> {
+        self.choose(a, exclude).map_err(|r| match last.take() {
+            Some(h) => h.failure,
+            None => no_route(&r),
+        })
+    }
+
+    fn error(&self, pool: Option<&PoolKey>, f: &Failure) -> Response<Body> {
+        self.metrics.error(pool, f.kind);
+        // The details go to the crawler only: a username's options may hold what a crawler
+        // mistook for them (a token pasted as the username), which the log must not keep.
+        tracing::debug!(kind = f.kind.label(), status = f.status.as_u16(), "refused");
+        failed(f)
+    }
+
+    /// Answers one request of a crawler.
+    pub async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<Body> {
+        let admitted = match self.admit(req.headers()).await {
+            Ok(a) => a,
+            Err((pool, f)) => return self.error(pool.as_ref(), &f),
+        };
+        if req.method() == Method::CONNECT {
+            let started = Instant::now();
+            let span = tracing::info_span!(
+                "gateway.connect",
+                pool = %admitted.pool,
+                member = tracing::field::Empty,
+            );
+            let on_upgrade = hyper::upgrade::on(&mut req);
+            let authority = req.uri().authority().map(|a| a.to_string());
+            let Some(authority) = authority else {
+                let f = Failure::new(
+                    ErrorKind::BadRequest,
+                    StatusCode::BAD_REQUEST,
+                    "CONNECT needs HOST:PORT",
+                );
+                return self.error(Some(&admitted.pool), &f);
+            };
+            return self
+                .clone()
+                .tunnel(admitted, authority, on_upgrade, started)
+                .instrument(span)
+                .await;
+        }
+        self.plain(admitted, req).await
+    }
+
+    /// A CONNECT: the member's own `200` first, then ours, then the relay.
+    async fn tunnel(
+        self: Arc<Self>,
+        a: Admitted,
+        authority: String,
+        on_upgrade: hyper::upgrade::OnUpgrade,
+        started: Instant,
+    ) -> Response<Body> {
+        let mut exclude: Vec<MemberKey> = Vec::new();
+        let attempts = self.attempts(&a.options);
+        let mut last: Option<HopError> = None;
+        for _ in 0..attempts {
+            let entry = match self.next_member(&a, &exclude, &mut last) {
+                Ok(e) => e,
+                Err(f) => return self.error(Some(&a.pool), &f),
+            };
+            tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
+            let active = Active::new(&entry);
+            match forward::connect(&entry.member, &authority, &self.limits.timeouts).await {
+                Ok((stream, early)) => {
+                    self.metrics.setup.observe(started.elapsed().as_secs_f64());
+                    let labels = metrics::member_labels(&entry);
+                    self.metrics
+                        .connections
+                        .get_or_create(&metrics::with(labels.clone(), "kind", "connect"))
+                        .inc();
+                    let fate = entry.slot.fate();
+                    let gateway = self.clone();
+                    let pool = a.pool.clone();
+                    tokio::spawn(async move {
+                        let _active = active;
+                        let Ok(upgraded) = on_upgrade.await else {
+                            return;
+                        };
+                        let tunnels = gateway.metrics.tunnels.get_or_create(&labels).clone();
+                        tunnels.inc();
+                        gateway.open.fetch_add(1, Ordering::SeqCst);
+                        let carried = Carried::default();
+                        let idle = gateway.limits.timeouts.idle;
+                        // The crawler's own socket back from hyper (with what it read past the
+                        // CONNECT head): the relay then copies socket to socket, with no layer
+                        // of hyper's between, which a bulk transfer feels.
+                        let ended = match upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
+                            Ok(parts) => {
+                                forward::relay_sockets(
+                                    parts.io.into_inner(),
+                                    stream,
+                                    early,
+                                    parts.read_buf,
+                                    idle,
+                                    fate,
+                                    &carried,
+                                )
+                                .await
+                            }
+                            Err(upgraded) => {
+                                forward::relay(
+                                    TokioIo::new(upgraded),
+                                    stream,
+                                    early,
+                                    Bytes::new(),
+                                    idle,
+                                    fate,
+                                    &carried,
+                                )
+                                .await
+                            }
+                        };
+                        tunnels.dec();
+                        gateway.open.fetch_sub(1, Ordering::SeqCst);
+                        gateway.ended.notify_waiters();
+                        for (dir, n) in [("up", &carried.up), ("down", &carried.down)] {
+                            gateway
+                                .metrics
+                                .bytes
+                                .get_or_create(&metrics::with(labels.clone(), "direction", dir))
+                                .inc_by(n.load(Ordering::Relaxed));
+                        }
+                        gateway
+                            .metrics
+                            .ended
+                            .get_or_create(&metrics::with(
+                                metrics::pool_labels(&pool),
+                                "reason",
+                                ended.label(),
+                            ))
+                            .inc();
+                    });
+                    let mut r = Response::new(full(Bytes::new()));
+                    served_by(r.headers_mut(), &entry);
+                    return r;
+                }
+                Err(h) if h.retryable => {
+                    self.metrics.error(Some(&a.pool), h.failure.kind);
+                    exclude.push(entry.member.key());
+                    last = Some(h);
+                }
+                Err(h) => return self.error(Some(&a.pool), &h.failure),
+            }
+        }
+        let f = last.map(|h| h.failure).unwrap_or_else(|| {
+            Failure::new(
+                ErrorKind::MemberFailed,
+                StatusCode::BAD_GATEWAY,
+                "no member served it",
+            )
+        });
+        self.error(Some(&a.pool), &f)
+    }
+
+    /// A plain-HTTP request in absolute form, sent on through a member.
+    async fn plain(self: Arc<Self>, a: Admitted, req: Request<Incoming>) -> Response<Body> {
+        let uri = req.uri().clone();
+        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+            let f = Failure::new(
+                ErrorKind::BadRequest,
+                StatusCode::BAD_REQUEST,
+                "a request through the gateway names an absolute http:// URL; https goes through CONNECT",
+            );
+            return self.error(Some(&a.pool), &f);
+        }
+        let (mut parts, body) = req.into_parts();
+        strip(&mut parts.headers);
+        let mut exclude: Vec<MemberKey> = Vec::new();
+        let attempts = self.attempts(&a.options);
+        let mut last: Option<HopError> = None;
+        // The body can be sent once: only the dial is retried, before anything was sent.
+        let mut body = Some(body);
+        for _ in 0..attempts {
+            let entry = match self.next_member(&a, &exclude, &mut last) {
+                Ok(e) => e,
+                Err(f) => return self.error(Some(&a.pool), &f),
+            };
+            let _active = Active::new(&entry);
+            let stream = match forward::dial(&entry.member, &self.limits.timeouts).await {
+                Ok(s) => s,
+                Err(h) => {
+                    self.metrics.error(Some(&a.pool), h.failure.kind);
+                    exclude.push(entry.member.key());
+                    last = Some(h);
+                    continue;
+                }
+            };
+            let Some(body) = body.take() else {
+                break;
+            };
+            let mut out = Request::from_parts(parts.clone(), body);
+            *out.version_mut() = http::Version::HTTP_11;
+            if let Some(c) = &entry.member.credential
+                && let Ok(v) = HeaderValue::from_str(&c.authorization())
+            {
+                out.headers_mut()
+                    .insert(http::header::PROXY_AUTHORIZATION, v);
+            }
+            self.metrics
+                .connections
+                .get_or_create(&metrics::with(
+                    metrics::member_labels(&entry),
+                    "kind",
+                    "http",
+                ))
+                .inc();
+            let member = entry.member.clone();
+            let exchange = async {
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                sender.send_request(out).await
+            };
+            return match tokio::time::timeout(self.limits.timeouts.answer, exchange).await {
+                Ok(Ok(resp)) => {
+                    let status = resp.status();
+                    if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+                        let h = forward::answered(&member, 407, "request");
+                        return self.error(Some(&a.pool), &h.failure);
+                    }
+                    let (mut rparts, rbody) = resp.into_parts();
+                    strip(&mut rparts.headers);
+                    served_by(&mut rparts.headers, &entry);
+                    Response::from_parts(rparts, rbody.boxed())
+                }
+                Ok(Err(e)) => {
+                    let mut f = Failure::new(
+                        ErrorKind::MemberFailed,
+                        StatusCode::BAD_GATEWAY,
+                        format!(
+                            "member {}/{} failed the request: {e}",
+                            member.namespace, member.name
+                        ),
+                    );
+                    f.error = Some("http_protocol_error");
+                    f.member = Some(format!("{}/{}", member.namespace, member.name));
+                    self.error(Some(&a.pool), &f)
+                }
+                Err(_) => {
+                    let mut f = Failure::new(
+                        ErrorKind::MemberFailed,
+                        StatusCode::GATEWAY_TIMEOUT,
+                        format!(
+                            "member {}/{} did not answer within {:?}",
+                            member.namespace, member.name, self.limits.timeouts.answer
+                        ),
+                    );
+                    f.error = Some("http_response_timeout");
+                    f.member = Some(format!("{}/{}", member.namespace, member.name));
+                    self.error(Some(&a.pool), &f)
+                }
+            };
+        }
+        let f = last.map(|h| h.failure).unwrap_or_else(|| {
+            Failure::new(
+                ErrorKind::MemberFailed,
+                StatusCode::BAD_GATEWAY,
+                "no member served it",
+            )
+        });
+        self.error(Some(&a.pool), &f)
+    }
+}
+
+/// Removes the hop's own headers, those `Connection` names, and the gateway's options.
+fn strip(headers: &mut http::HeaderMap) {
+    let named: Vec<String> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for h in HOP_BY_HOP.iter().copied().map(String::from).chain(named) {
+        headers.remove(h.as_str());
+    }
+    let ours: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with(ask::HEADER_PREFIX))
+        .cloned()
+        .collect();
+    for k in ours {
+        headers.remove(k);
+    }
+}
+
+/// Which member served, and from which egress address.
+fn served_by(headers: &mut http::HeaderMap, e: &Entry) {
+    if let Ok(v) = HeaderValue::from_str(&format!("{}/{}", e.member.namespace, e.member.name)) {
+        headers.insert(MEMBER_HEADER, v);
+    }
+    if let Some(ip) = &e.member.egress_ip
+        && let Ok(v) = HeaderValue::from_str(ip)
+    {
+        headers.insert(EGRESS_IP_HEADER, v);
+    }
+}
+
+/// Connections a listener queues before it accepts them. The standard library's and tokio's
+/// `bind` ask for 128: a burst of crawlers opening a few hundred tunnels at once overflows
+/// that, and each connection over it waits out a SYN retransmission (a second). The kernel
+/// caps it at `net.core.somaxconn` (4096 by default).
+pub const BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`BACKLOG`].
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
+/// Serves crawlers on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(
+        gateway.limits.max_connections.max(1),
+    ));
+    loop {
+        // A slot first, so a full gateway stops accepting rather than accepting and dropping.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                // Out of file descriptors, most likely: give the tunnels a moment to end.
+                tracing::warn!("gateway listener: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            let _slot = slot;
+            let header_read = gateway.limits.header_read_timeout;
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let gateway = gateway.clone();
+                async move { Ok::<_, std::convert::Infallible>(gateway.handle(req).await) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read)
+                .max_buf_size(64 * 1024)
+                .serve_connection(TokioIo::new(stream), svc)
+                .with_upgrades()
+                .await
+            {
+                tracing::debug!("gateway connection: {e}");
+            }
+        });
+    }
+}
+
+/// The admin listener: `/healthz` (alive), `/readyz` (the members have been read), and
+/// `/metrics` for a caller the guard lets read them.
+pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let gateway = gateway.clone();
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        gateway.admin(req.uri().path(), req.headers()).await,
+                    )
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+impl Gateway {
+    async fn admin(&self, path: &str, headers: &http::HeaderMap) -> Response<Body> {
+        let text = |status: StatusCode, body: String| {
+            let mut r = Response::new(full(body));
+            *r.status_mut() = status;
+            r
+        };
+        match path {
+            "/healthz" => text(StatusCode::OK, "ok\n".into()),
+            "/readyz" if self.table.snapshot().synced => text(StatusCode::OK, "ready\n".into()),
+            "/readyz" => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the members have not been read yet\n".into(),
+            ),
+            "/metrics" => {
+                let allowed = async {
+                    let token = Guard::bearer(headers)?;
+                    let caller = self.guard.authenticate(&token).await?;
+                    self.guard
+                        .authorize(&token, &caller, &Access::Metrics)
+                        .await
+                };
+                match allowed.await {
+                    Ok(()) => {
+                        self.metrics.observe(&self.table.snapshot(), unix_now());
+                        text(StatusCode::OK, self.metrics.encode())
+                    }
+                    Err(r) => text(r.status(), format!("{r}\n")),
+                }
+            }
+            _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+        }
+    }
+}

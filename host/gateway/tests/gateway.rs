@@ -1,0 +1,529 @@
+//! The gateway from outside, with real parts on loopback: real Squids from the generated
+//! config (each with its credential, each egressing from its own loopback address), the TLS
+//! and plain echoes, named tokens, and crawler traffic over real sockets: CONNECT and TLS end
+//! to end, plain HTTP, sessions, a member killed under its session, an exclusive lease, a
+//! drain, a retry after a member failed, strict options and the errors' Proxy-Status. Skips
+//! without squid or ports 80/443 (root), unless EGRESS_REQUIRE_REAL_BACKENDS=1.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../egress-check/tests/support/mod.rs"]
+mod support;
+
+use base64::Engine;
+use egress_core::lease::{LeaseBinding, LeaseMode};
+use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
+use egress_operator::auth::Guard;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const SPIDER: &str = "spider-token-0123456789";
+const RIVAL: &str = "rival-token-0123456789";
+const OPS: &str = "ops-token-0123456789";
+const LEASE: &str = "ns_web_l-abcdefghijklmnopqrstuvwx";
+
+fn sha(t: &str) -> String {
+    egress_operator::auth::tokens::sha256_hex(t)
+}
+
+/// Squid from the generated config, taking the gateway's connections (from 127.0.0.1) and
+/// egressing from `egress`.
+fn squid(binary: &std::path::Path, egress: Ipv4Addr) -> support::Squid {
+    let ranges = |r: &[&str]| -> Vec<guest_sdk::squid::SourceRange> {
+        r.iter().map(|s| s.parse().unwrap()).collect()
+    };
+    let mut conf = guest_sdk::squid::squid_conf(
+        3128,
+        &ranges(&["127.0.0.1/32"]),
+        &ranges(support::ECHO_DESTINATIONS),
+        guest_sdk::squid::Layout::Container,
+    );
+    conf.push_str(&format!("tcp_outgoing_address {egress}\n"));
+    support::Squid::start(binary, &conf, Ipv4Addr::LOCALHOST)
+}
+
+fn member(i: usize, squid: &support::Squid, egress: Ipv4Addr) -> Member {
+    Member {
+        namespace: "ns".into(),
+        name: format!("web-{i}"),
+        pool: "web".into(),
+        addr: squid.listen,
+        credential: Some(egress_core::credential::ProxyCredential {
+            username: "fake-proxy".into(),
+            password: guest_sdk::fakes::FAKE_PASSWORD.into(),
+        }),
+        egress_ip: Some(egress.to_string()),
+        zone: None,
+        ready: true,
+        cordoned: false,
+        retire_at: None,
+        leases: Vec::new(),
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+struct World {
+    _squids: Vec<support::Squid>,
+    members: Vec<Member>,
+    table: Arc<Table>,
+    gateway: SocketAddr,
+    admin: SocketAddr,
+    pin: [u8; 32],
+    _dir: tempfile::TempDir,
+}
+
+async fn world(n: usize) -> Option<World> {
+    let binary = support::squid_and_echo()?;
+    let (_, identity) = match support::shared_tls_echo() {
+        Ok(e) => e,
+        Err(why) => return support::skip(&format!("the TLS echo cannot listen on 443: {why}")),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: rival, sha256: {}, namespaces: [{{name: other}}]}}\n- {{name: ops, sha256: {}, metrics: true}}\n",
+            sha(SPIDER),
+            sha(RIVAL),
+            sha(OPS)
+        ),
+    )
+    .unwrap();
+    let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
+    let guard = Arc::new(Guard::new(reviewer));
+    let mut squids = Vec::new();
+    let mut members = Vec::new();
+    for i in 0..n {
+        let egress = Ipv4Addr::new(127, 0, 0, 21 + i as u8);
+        let s = squid(&binary, egress);
+        members.push(member(i + 1, &s, egress));
+        squids.push(s);
+    }
+    let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+    table.replace(members.clone(), true);
+    let limits = Limits {
+        timeouts: egress_gateway::forward::Timeouts {
+            connect: Duration::from_secs(2),
+            answer: Duration::from_secs(10),
+            idle: Duration::from_secs(30),
+            source: None,
+        },
+        ..Limits::default()
+    };
+    let gw = Arc::new(Gateway::new(
+        table.clone(),
+        guard,
+        Arc::new(egress_gateway::metrics::Metrics::new()),
+        limits,
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (gateway, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
+    tokio::spawn(egress_gateway::serve(listener, gw.clone()));
+    tokio::spawn(egress_gateway::serve_admin(admin, gw));
+    Some(World {
+        _squids: squids,
+        members,
+        table,
+        gateway,
+        admin: admin_addr,
+        pin: identity.fingerprint,
+        _dir: dir,
+    })
+}
+
+fn basic(user: &str, password: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+/// A response head: status and headers (lower-case names).
+#[derive(Debug)]
+struct Head {
+    status: u16,
+    headers: Vec<(String, String)>,
+}
+
+impl Head {
+    fn get(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+async fn read_head(s: &mut TcpStream) -> Head {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = s.read(&mut b).await.unwrap();
+        assert!(
+            n > 0,
+            "closed in the head: {}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.push(b[0]);
+    }
+    let text = String::from_utf8(buf).unwrap();
+    let mut lines = text.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.split_once(':').unwrap();
+            (k.trim().to_ascii_lowercase(), v.trim().to_string())
+        })
+        .collect();
+    Head { status, headers }
+}
+
+/// CONNECT to the TLS echo through the gateway with `auth` and `extra` header lines.
+async fn connect(w: &World, auth: Option<&str>, extra: &str) -> (Head, TcpStream) {
+    let mut s = TcpStream::connect(w.gateway).await.unwrap();
+    let echo = format!("{}:{}", support::ECHO_IP, support::TLS_ECHO_PORT);
+    let mut req = format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n");
+    if let Some(a) = auth {
+        req.push_str(&format!("Proxy-Authorization: {a}\r\n"));
+    }
+    req.push_str(extra);
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let head = read_head(&mut s).await;
+    (head, s)
+}
+
+/// Over an open tunnel: TLS to the echo (pinned), one GET, the echo's JSON.
+async fn echo_over(w: &World, tunnel: TcpStream) -> serde_json::Value {
+    let config = egress_check::tls::Trust::Pinned(w.pin)
+        .client_config()
+        .unwrap();
+    let connector = tokio_rustls::TlsConnector::from(config);
+    let name =
+        rustls::pki_types::ServerName::IpAddress(std::net::IpAddr::V4(support::ECHO_IP).into());
+    let mut tls = connector.connect(name, tunnel).await.unwrap();
+    tls.write_all(
+        format!(
+            "GET /anything HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            support::ECHO_IP
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    let _ = tls.read_to_end(&mut out).await;
+    let text = String::from_utf8_lossy(&out);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// One HTTPS request through the gateway: the CONNECT's head and the echo's view.
+async fn https(w: &World, auth: &str, extra: &str) -> (Head, Option<serde_json::Value>) {
+    let (head, s) = connect(w, Some(auth), extra).await;
+    if head.status != 200 {
+        return (head, None);
+    }
+    let v = echo_over(w, s).await;
+    (head, Some(v))
+}
+
+/// One plain-HTTP request through the gateway: the head and the body.
+async fn http_get(w: &World, auth: &str, extra: &str) -> (Head, String) {
+    let mut s = TcpStream::connect(w.gateway).await.unwrap();
+    let url = format!("http://{}/anything", support::ECHO_IP);
+    s.write_all(
+        format!(
+            "GET {url} HTTP/1.1\r\nHost: {}\r\nProxy-Authorization: {auth}\r\n{extra}Connection: close\r\n\r\n",
+            support::ECHO_IP
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    let mut body = Vec::new();
+    let _ = s.read_to_end(&mut body).await;
+    (head, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_through_the_gateway_reaches_the_echo_from_a_members_address_with_no_proxy_headers() {
+    let Some(w) = world(2).await else { return };
+    // curl -x http://TOKEN@gateway: the token as the lone username.
+    let (head, echo) = https(&w, &basic(SPIDER, ""), "").await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let echo = echo.unwrap();
+    let origin = echo["origin"].as_str().unwrap().to_string();
+    assert_eq!(head.get("egress-ip"), Some(origin.as_str()), "{head:?}");
+    let member = head.get("egress-member").unwrap();
+    let m = w
+        .members
+        .iter()
+        .find(|m| format!("ns/{}", m.name) == member)
+        .unwrap();
+    assert_eq!(m.egress_ip.as_deref(), Some(origin.as_str()));
+    let headers = echo["headers"].as_object().unwrap();
+    for h in headers.keys() {
+        let h = h.to_ascii_lowercase();
+        assert!(
+            !h.starts_with("proxy-")
+                && !h.starts_with("egress-")
+                && h != "via"
+                && h != "x-forwarded-for",
+            "the echo saw {h}: {echo}"
+        );
+    }
+
+    // Plain HTTP: the same, the gateway's options and credentials stripped before the member.
+    let (head, body) = http_get(
+        &w,
+        &basic("web-session-p1", SPIDER),
+        "Egress-Zone-Unused: x\r\n",
+    )
+    .await;
+    assert_eq!(
+        head.status, 400,
+        "an unknown option header is refused: {head:?} {body}"
+    );
+    assert!(body.contains("Egress-Zone-Unused"), "{body}");
+    let (head, body) = http_get(&w, &basic("web-session-p1", SPIDER), "Egress-Move: no\r\n").await;
+    assert_eq!(head.status, 200, "{head:?} {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(head.get("egress-ip"), v["origin"].as_str());
+    for h in v["headers"].as_object().unwrap().keys() {
+        let h = h.to_ascii_lowercase();
+        assert!(
+            !h.starts_with("proxy-")
+                && !h.starts_with("egress-")
+                && h != "via"
+                && h != "x-forwarded-for",
+            "{h}: {v}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_keeps_its_address_and_fails_loudly_when_its_member_dies() {
+    let Some(mut w) = world(3).await else { return };
+    let auth = |s: &str| basic(&format!("web-session-{s}"), SPIDER);
+    let (head, first) = https(&w, &auth("cart"), "").await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let origin = first.unwrap()["origin"].as_str().unwrap().to_string();
+    for _ in 0..5 {
+        let (_, e) = https(&w, &auth("cart"), "").await;
+        assert_eq!(e.unwrap()["origin"].as_str().unwrap(), origin);
+    }
+    // Sessions spread: twelve other ids see more than one address.
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..12 {
+        let (_, e) = https(&w, &auth(&format!("s{i}")), "").await;
+        seen.insert(e.unwrap()["origin"].as_str().unwrap().to_string());
+    }
+    assert!(seen.len() > 1, "12 sessions all egressed from {seen:?}");
+
+    // The session's member dies (its Squid killed): the session gets an error naming it, not
+    // another address, before the table even knows.
+    let i = w
+        .members
+        .iter()
+        .position(|m| m.egress_ip.as_deref() == Some(origin.as_str()))
+        .unwrap();
+    w._squids[i].kill();
+    let (head, e) = https(&w, &auth("cart"), "").await;
+    assert_eq!(head.status, 502, "{head:?}");
+    assert!(e.is_none());
+    let status = head.get("proxy-status").unwrap();
+    assert!(status.contains("connection_refused"), "{status}");
+    assert!(
+        status.contains(&format!("next-hop=\"ns/{}\"", w.members[i].name)),
+        "{status}"
+    );
+    // The table learns it failed its check: a clear 503 for the session, naming it.
+    let mut members = w.members.clone();
+    members[i].ready = false;
+    w.table.replace(members.clone(), true);
+    let (head, _) = https(&w, &auth("cart"), "").await;
+    assert_eq!(head.status, 503, "{head:?}");
+    assert!(
+        head.get("proxy-status")
+            .unwrap()
+            .contains("session \\\"cart\\\""),
+        "{head:?}"
+    );
+    assert!(
+        head.get("retry-after").is_none(),
+        "waiting does not bring the member back: {head:?}"
+    );
+    // It may ask to be moved; new sessions go to the others.
+    let (head, e) = https(&w, &basic("web-session-cart-move-yes", SPIDER), "").await;
+    assert_eq!(head.status, 200, "{head:?}");
+    assert_ne!(e.unwrap()["origin"].as_str().unwrap(), origin);
+    for n in 0..6 {
+        let (head, e) = https(&w, &auth(&format!("new{n}")), "").await;
+        assert_eq!(head.status, 200, "{head:?}");
+        assert_ne!(e.unwrap()["origin"].as_str().unwrap(), origin);
+    }
+    // Unpinned traffic while a dead member is still listed Ready: retried on another, served.
+    members[i].ready = true;
+    w.table.replace(members, true);
+    for _ in 0..8 {
+        let (head, e) = https(&w, &basic(SPIDER, ""), "").await;
+        assert_eq!(head.status, 200, "{head:?}");
+        assert_ne!(e.unwrap()["origin"].as_str().unwrap(), origin);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_and_options_are_refused_with_the_right_status_before_any_member_is_used() {
+    let Some(w) = world(1).await else { return };
+    let (head, _) = connect(&w, None, "").await;
+    assert_eq!(head.status, 407);
+    assert_eq!(
+        head.get("proxy-authenticate"),
+        Some(r#"Basic realm="egress-gateway""#)
+    );
+    let (head, _) = connect(&w, Some(&basic("nobody-token-000000", "")), "").await;
+    assert_eq!(head.status, 407, "{head:?}");
+    let (head, _) = connect(&w, Some(&basic("team-session-abc", SPIDER)), "").await;
+    assert_eq!(head.status, 407, "{head:?}");
+    assert!(
+        head.get("proxy-status").unwrap().contains("\\\"team\\\""),
+        "{head:?}"
+    );
+    let (head, _) = connect(&w, Some(&basic("web-sesion-abc", SPIDER)), "").await;
+    assert_eq!(head.status, 407);
+    assert!(
+        head.get("proxy-status")
+            .unwrap()
+            .contains("unknown option \\\"sesion\\\""),
+        "{head:?}"
+    );
+    // Another namespace's token: authenticated, not allowed this pool.
+    let (head, _) = connect(&w, Some(&basic(RIVAL, "")), "").await;
+    assert_eq!(head.status, 403, "{head:?}");
+    // No member free: 503 with Retry-After and a reason.
+    let mut m = w.members.clone();
+    m[0].ready = false;
+    w.table.replace(m, true);
+    let (head, _) = connect(&w, Some(&basic(SPIDER, "")), "").await;
+    assert_eq!(head.status, 503, "{head:?}");
+    assert_eq!(head.get("retry-after"), Some("5"));
+    assert!(
+        head.get("proxy-status")
+            .unwrap()
+            .contains("no member of pool ns/web"),
+        "{head:?}"
+    );
+    // A destination the member's policy refuses is the member's 403, passed on.
+    w.table.replace(w.members.clone(), true);
+    let mut s = TcpStream::connect(w.gateway).await.unwrap();
+    s.write_all(format!("CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\nProxy-Authorization: {}\r\n\r\n", basic(SPIDER, "")).as_bytes()).await.unwrap();
+    let head = read_head(&mut s).await;
+    assert_eq!(head.status, 403, "{head:?}");
+    assert!(
+        head.get("proxy-status")
+            .unwrap()
+            .contains("received-status=403"),
+        "{head:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_leases_proxy_serves_only_its_holder_and_a_drain_closes_tunnels_at_retire_time()
+ {
+    let Some(w) = world(2).await else { return };
+    let mut members = w.members.clone();
+    members[1].leases = vec![LeaseBinding {
+        id: LEASE.into(),
+        holder: "spider".into(),
+        mode: LeaseMode::Exclusive,
+        acquired_at: egress_core::gc::format_rfc3339(now()),
+        expires_at: egress_core::gc::format_rfc3339(now() + 600),
+        count: 1,
+        ip: Some("127.0.0.1".into()),
+    }];
+    w.table.replace(members.clone(), true);
+    let leased = w.members[1].egress_ip.clone().unwrap();
+    for _ in 0..8 {
+        let (head, _) = https(&w, &basic(SPIDER, ""), "").await;
+        assert_eq!(head.status, 200);
+        assert_ne!(
+            head.get("egress-ip"),
+            Some(leased.as_str()),
+            "unpinned traffic on the leased proxy"
+        );
+    }
+    let (head, e) = https(&w, &basic(&format!("web-lease-{LEASE}"), SPIDER), "").await;
+    assert_eq!(head.status, 200, "{head:?}");
+    assert_eq!(e.unwrap()["origin"].as_str(), Some(leased.as_str()));
+    let (head, _) = https(
+        &w,
+        &basic(SPIDER, ""),
+        &format!("Egress-Lease: {LEASE}x\r\n"),
+    )
+    .await;
+    assert_eq!(head.status, 410, "a lease that holds nothing: {head:?}");
+
+    // A drain: a tunnel open on member 1 closes at its retireAt; no new one opens on it.
+    let (head, mut tunnel) = connect(&w, Some(&basic(SPIDER, "")), "").await;
+    assert_eq!(head.status, 200);
+    assert_eq!(head.get("egress-ip"), w.members[0].egress_ip.as_deref());
+    members[0].retire_at = Some(now() + 2);
+    w.table.replace(members.clone(), true);
+    let (head, _) = connect(&w, Some(&basic(SPIDER, "")), "").await;
+    assert_eq!(head.status, 503, "the one unleased member drains: {head:?}");
+    let started = std::time::Instant::now();
+    let mut b = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(6), tunnel.read(&mut b))
+        .await
+        .expect("the draining member's tunnel closes at its retire time");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "closed before its retire time"
+    );
+
+    // Metrics, to the token that may read them.
+    let mut s = TcpStream::connect(w.admin).await.unwrap();
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPS}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains("egress_gateway_connections_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"connect\"}"), "{text}");
+    assert!(
+        text.contains(
+            "egress_gateway_tunnels_ended_total{namespace=\"ns\",pool=\"web\",reason=\"retired\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("egress_gateway_bytes_total"), "{text}");
+    assert!(!text.contains(guest_sdk::fakes::FAKE_PASSWORD) && !text.contains(SPIDER));
+    let mut s = TcpStream::connect(w.admin).await.unwrap();
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SPIDER}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+}
