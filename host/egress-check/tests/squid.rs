@@ -167,7 +167,12 @@ async fn with_the_echo_down_the_direct_check_says_unavailable_and_the_probe_fail
     echo.await.unwrap().unwrap();
     let echoes = checker.check_echoes().await;
     assert!(!echoes[0].available, "{echoes:?}");
-    assert!(echoes[0].message.contains("refused"), "{echoes:?}");
+    // Refused; under a loaded machine a connect that raced the listener's close has been seen
+    // reset instead. Either way the echo, not a proxy, answered nothing.
+    assert!(
+        echoes[0].message.contains("refused") || echoes[0].message.contains("reset"),
+        "{echoes:?}"
+    );
     // Probed anyway, the proxy answers for the echo it cannot reach: the probe fails, and
     // only the direct check tells that the echo, not the proxy, is at fault.
     let outcome = probe(ALLOWED_CLIENT, squid.listen, &url).await;

@@ -609,23 +609,10 @@ fn served_by(headers: &mut http::HeaderMap, e: &Entry) {
     }
 }
 
-/// Connections a listener queues before it accepts them. The standard library's and tokio's
-/// `bind` ask for 128: a burst of crawlers opening a few hundred tunnels at once overflows
-/// that, and each connection over it waits out a SYN retransmission (a second). The kernel
-/// caps it at `net.core.somaxconn` (4096 by default).
-pub const BACKLOG: u32 = 4096;
-
-/// A listener on `addr` with [`BACKLOG`].
-pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(BACKLOG)
-}
+/// A listener on `addr` with a backlog for bursts of crawlers (the operator's: a few hundred
+/// tunnels opened at once overflow the 128 `bind` asks for, and each connection over it waits
+/// out a SYN retransmission).
+pub use egress_operator::server::listen;
 
 /// Serves crawlers on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {

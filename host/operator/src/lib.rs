@@ -170,12 +170,10 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let _ = source.context.set(ctx.clone());
 
     let ready = Arc::new(server::Readiness::default());
-    let listener = tokio::net::TcpListener::bind(opts.listen)
-        .await
-        .map_err(|e| Error::Listen {
-            addr: opts.listen.to_string(),
-            message: e.to_string(),
-        })?;
+    let listener = server::listen(opts.listen).map_err(|e| Error::Listen {
+        addr: opts.listen.to_string(),
+        message: e.to_string(),
+    })?;
     let reviewer: Arc<dyn auth::Reviewer> = match &tokens {
         Some(t) => {
             tracing::info!(

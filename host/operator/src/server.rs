@@ -673,6 +673,24 @@ impl Default for Limits {
     }
 }
 
+/// Connections a listener queues before they are accepted. The standard library's and
+/// tokio's `bind` ask for 128: a burst of a few hundred clients connecting at once overflows
+/// that, and each connection over it waits out a SYN retransmission (a second). The kernel
+/// caps it at `net.core.somaxconn` (4096 by default).
+pub const BACKLOG: u32 = 4096;
+
+/// A listener on `addr` with [`BACKLOG`].
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
 pub async fn serve(listener: TcpListener, api: Arc<Api>) {
     serve_limited(listener, api, Limits::default()).await
 }
