@@ -385,32 +385,106 @@ async fn hand_on<W: AsyncWrite + Unpin>(to: &mut W, bytes: &[u8], count: &Atomic
     to.write_all(bytes).await.is_ok()
 }
 
-/// Relays the crawler's socket and the member's both ways (see [`relay`]), holding relay
-/// buffers only while bytes are in flight.
+/// Largest splice asked for at once: what a pipe holds once grown (see [`PIPE_SIZE`]).
+const SPLICE_CHUNK: usize = 1 << 20;
+/// Pipe capacity asked for: a bulk transfer then moves up to 1 MiB per pair of system calls.
+/// The kernel allocates pages only for bytes in flight, so an idle tunnel's pipes cost a few
+/// hundred bytes each; the size is capped by `fs.pipe-max-size` (1 MiB by default), and a
+/// refusal keeps the default 64 KiB.
+const PIPE_SIZE: usize = 1 << 20;
+
+/// Copies `from` to `to` through a pipe with splice(2) until `from` ends (then ends `to`'s
+/// write side), counting into `count`: the bytes move kernel to kernel.
+async fn splice_pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    pipe: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+    count: &AtomicU64,
+) -> std::io::Result<()> {
+    use rustix::pipe::{SpliceFlags, splice};
+    use tokio::io::Interest;
+    let (pipe_read, pipe_write) = pipe;
+    let _ = rustix::pipe::fcntl_setpipe_size(&pipe_write, PIPE_SIZE);
+    let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+    loop {
+        // The pipe is empty here: EAGAIN can only mean `from` has nothing now.
+        let n = loop {
+            from.readable().await?;
+            match from.try_io(Interest::READABLE, || {
+                Ok(splice(from, None, &pipe_write, None, SPLICE_CHUNK, flags)?)
+            }) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        };
+        if n == 0 {
+            rustix::net::shutdown(to, rustix::net::Shutdown::Write)?;
+            return Ok(());
+        }
+        count.fetch_add(n as u64, Ordering::Relaxed);
+        let mut left = n;
+        while left > 0 {
+            to.writable().await?;
+            match to.try_io(Interest::WRITABLE, || {
+                Ok(splice(&pipe_read, None, to, None, left, flags)?)
+            }) {
+                Ok(k) => left -= k,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A pipe for each direction of a tunnel, or None when the process has no descriptors to
+/// spare (the relay then copies through user-space buffers).
+fn pipes() -> Option<[(std::os::fd::OwnedFd, std::os::fd::OwnedFd); 2]> {
+    let flags = rustix::pipe::PipeFlags::NONBLOCK | rustix::pipe::PipeFlags::CLOEXEC;
+    let up = rustix::pipe::pipe_with(flags).ok()?;
+    let down = rustix::pipe::pipe_with(flags).ok()?;
+    Some([up, down])
+}
+
+/// Relays the crawler's socket and the member's both ways (see [`relay`]), with splice(2)
+/// through a pipe per direction; through pooled buffers, held only while bytes are in
+/// flight, when no pipe can be had.
 pub async fn relay_sockets(
-    client: TcpStream,
-    member: TcpStream,
+    mut client: TcpStream,
+    mut member: TcpStream,
     early: Bytes,
     client_early: Bytes,
     idle: Duration,
     fate: tokio::sync::watch::Receiver<Fate>,
     carried: &Carried,
 ) -> Ended {
-    let (client_read, mut client_write) = client.into_split();
-    let (member_read, mut member_write) = member.into_split();
-    if !hand_on(&mut client_write, &early, &carried.down).await
-        || !hand_on(&mut member_write, &client_early, &carried.up).await
+    if !hand_on(&mut client, &early, &carried.down).await
+        || !hand_on(&mut member, &client_early, &carried.up).await
     {
         return Ended::Closed;
     }
-    let copy = async {
-        // Either direction failing ends the tunnel; one ending cleanly waits for the other
-        // (a half-closed tunnel still carries the answer).
-        let up = pump(&client_read, &mut member_write, &carried.up);
-        let down = pump(&member_read, &mut client_write, &carried.down);
-        let _ = tokio::try_join!(up, down);
-    };
-    until_ended(copy, idle, fate, carried).await
+    // Either direction failing ends the tunnel; one ending cleanly waits for the other (a
+    // half-closed tunnel still carries the answer).
+    match pipes() {
+        Some([up_pipe, down_pipe]) => {
+            let copy = async {
+                let up = splice_pump(&client, &member, up_pipe, &carried.up);
+                let down = splice_pump(&member, &client, down_pipe, &carried.down);
+                let _ = tokio::try_join!(up, down);
+            };
+            until_ended(copy, idle, fate, carried).await
+        }
+        None => {
+            let (client_read, mut client_write) = client.into_split();
+            let (member_read, mut member_write) = member.into_split();
+            let copy = async {
+                let up = pump(&client_read, &mut member_write, &carried.up);
+                let down = pump(&member_read, &mut client_write, &carried.down);
+                let _ = tokio::try_join!(up, down);
+            };
+            until_ended(copy, idle, fate, carried).await
+        }
+    }
 }
 
 /// Relays `client` and `member` both ways until either closes, neither sends for `idle`, or

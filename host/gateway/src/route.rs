@@ -135,7 +135,7 @@ pub fn member_hash(key: &MemberKey) -> u64 {
 }
 
 /// SplitMix64's finaliser: mixes a session's and a member's hashes into the member's score.
-fn mix(mut z: u64) -> u64 {
+pub fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

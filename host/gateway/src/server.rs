@@ -200,8 +200,12 @@ impl Gateway {
     }
 
     fn random(&self) -> u64 {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
-        route::stable_hash(&[&n.to_string()]) ^ n
+        // Two picks spread over the members need no cryptographic randomness: a counter
+        // through SplitMix64's mixing does.
+        route::mix(
+            self.counter
+                .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed),
+        )
     }
 
     /// Who asks, on which pool, with what options, and whether they may: or the answer that
