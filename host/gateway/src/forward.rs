@@ -584,3 +584,114 @@ fn retire_wait(at: i64) -> Duration {
     let at = Duration::from_secs(at.max(0) as u64);
     at.saturating_sub(now)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A connected pair of loopback sockets.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (b, _) = l.accept().await.unwrap();
+        (a, b)
+    }
+
+    /// Both relays (splice, and the pooled buffers used without pipes) carry a megabyte each
+    /// way, count it, pass a half-close on, and end once both sides have.
+    #[tokio::test]
+    async fn both_relays_carry_count_and_pass_on_a_half_close() {
+        for spliced in [true, false] {
+            let (mut crawler, gateway_side) = pair().await;
+            let (member_side, mut member) = pair().await;
+            let carried = Carried::default();
+            let fate = tokio::sync::watch::Sender::new(Fate::Serving);
+            let relay = async {
+                if spliced {
+                    relay_sockets(
+                        gateway_side,
+                        member_side,
+                        Bytes::from_static(b"early"),
+                        Bytes::new(),
+                        Duration::from_secs(30),
+                        fate.subscribe(),
+                        &carried,
+                    )
+                    .await
+                } else {
+                    let (cr, mut cw) = gateway_side.into_split();
+                    let (mr, mut mw) = member_side.into_split();
+                    let _ = tokio::try_join!(
+                        pump(&cr, &mut mw, &carried.up),
+                        pump(&mr, &mut cw, &carried.down)
+                    );
+                    Ended::Closed
+                }
+            };
+            let data = vec![42u8; 1 << 20];
+            let ends = async {
+                crawler.write_all(&data).await.unwrap();
+                crawler.shutdown().await.unwrap();
+                let mut up = Vec::new();
+                member.read_to_end(&mut up).await.unwrap();
+                member.write_all(&data).await.unwrap();
+                member.shutdown().await.unwrap();
+                let mut down = Vec::new();
+                crawler.read_to_end(&mut down).await.unwrap();
+                (up, down)
+            };
+            let (ended, (up, down)) = tokio::join!(relay, ends);
+            assert_eq!(ended, Ended::Closed);
+            assert_eq!(up.len(), 1 << 20, "spliced: {spliced}");
+            let early = if spliced { 5 } else { 0 };
+            assert_eq!(down.len(), (1 << 20) + early, "spliced: {spliced}");
+            assert_eq!(carried.up.load(Ordering::Relaxed), 1 << 20);
+            assert_eq!(
+                carried.down.load(Ordering::Relaxed),
+                (1 << 20) + early as u64
+            );
+        }
+    }
+
+    /// A retiring member's tunnel ends at its time, an idle one after the idle timeout.
+    #[tokio::test]
+    async fn a_tunnel_ends_at_its_members_retire_time_or_when_idle() {
+        let (_crawler, gateway_side) = pair().await;
+        let (member_side, _member) = pair().await;
+        let fate = tokio::sync::watch::Sender::new(Fate::Serving);
+        let carried = Carried::default();
+        let started = std::time::Instant::now();
+        let relay = relay_sockets(
+            gateway_side,
+            member_side,
+            Bytes::new(),
+            Bytes::new(),
+            Duration::from_secs(30),
+            fate.subscribe(),
+            &carried,
+        );
+        let retire = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            fate.send_replace(Fate::Gone);
+        };
+        let (ended, ()) = tokio::join!(relay, retire);
+        assert_eq!(ended, Ended::Retired);
+        assert!(started.elapsed() < Duration::from_secs(5));
+
+        let (_crawler, gateway_side) = pair().await;
+        let (member_side, _member) = pair().await;
+        let fate = tokio::sync::watch::Sender::new(Fate::Serving);
+        let ended = relay_sockets(
+            gateway_side,
+            member_side,
+            Bytes::new(),
+            Bytes::new(),
+            Duration::from_millis(200),
+            fate.subscribe(),
+            &carried,
+        )
+        .await;
+        assert_eq!(ended, Ended::Idle);
+    }
+}
