@@ -109,7 +109,9 @@ fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
     let connect = |auth: &str| {
         exchange(
             listen,
-            &format!("CONNECT 127.0.0.9:443 HTTP/1.1\r\nHost: 127.0.0.9:443\r\n{auth}\r\n"),
+            &format!(
+                "CONNECT 127.0.0.9:443 HTTP/1.1\r\nHost: 127.0.0.9:443\r\n{auth}Connection: close\r\n\r\n"
+            ),
         )
     };
     let none = connect("");

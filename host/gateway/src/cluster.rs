@@ -22,8 +22,13 @@ pub async fn run(client: kube::Client, table: Arc<Table>) {
         watcher(kube::Api::<Proxy>::all(client.clone()), config)
             .default_backoff()
             .reflect(writer)
-            .for_each(move |_| {
-                changed.notify_one();
+            .for_each(move |event| {
+                match event {
+                    Ok(_) => changed.notify_one(),
+                    // Said without the API's message, which may quote what was sent; the watch
+                    // retries with backoff, and the members stay as last read meanwhile.
+                    Err(e) => tracing::warn!(error = %watch_error(&e), "the Proxy watch failed"),
+                }
                 async {}
             })
     };
@@ -48,6 +53,18 @@ pub async fn run(client: kube::Client, table: Arc<Table>) {
         }
     };
     tokio::join!(proxies, credential_watch, rebuild, tick);
+}
+
+/// A watch error as the log may carry it.
+fn watch_error(e: &watcher::Error) -> String {
+    use egress_operator::controller::brief;
+    match e {
+        watcher::Error::InitialListFailed(e) => format!("listing: {}", brief(e)),
+        watcher::Error::WatchStartFailed(e) => format!("starting the watch: {}", brief(e)),
+        watcher::Error::WatchFailed(e) => format!("watching: {}", brief(e)),
+        watcher::Error::WatchError(s) => format!("watching: {} {}", s.code, s.reason),
+        other => other.to_string(),
+    }
 }
 
 /// The members the stores hold now.

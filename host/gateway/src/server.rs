@@ -660,16 +660,25 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
     }
 }
 
+/// Admin connections served at once.
+const ADMIN_CONNECTIONS: usize = 64;
+
 /// The admin listener: `/healthz` (alive), `/readyz` (the members have been read), and
 /// `/metrics` for a caller the guard lets read them.
 pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
+    // Probes and scrapers are few: a bound keeps idle clients from piling up here too.
+    let slots = Arc::new(tokio::sync::Semaphore::new(ADMIN_CONNECTIONS));
     loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
         let gateway = gateway.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let gateway = gateway.clone();
                 async move {

@@ -95,7 +95,7 @@ impl CloudInitSource for SecretCloudInit {
 }
 
 /// An API error without the response body, which could echo request content.
-pub(crate) fn brief(e: &kube::Error) -> String {
+pub fn brief(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => format!("{} {}", s.code, s.reason),
         other => other.to_string(),
