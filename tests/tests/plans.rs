@@ -194,3 +194,33 @@ async fn every_example_config_plans_without_a_world_file() {
         );
     }
 }
+
+/// The kubernetes block's `spread`, through the real module: its Pods carry a topology spread
+/// constraint over the provider's proxy Pods, which the plan shows.
+#[tokio::test]
+async fn a_spread_kubernetes_provider_plans_pods_with_a_topology_constraint() {
+    let dir = tempfile::tempdir().unwrap();
+    let providers = dir.path().join("providers.yaml");
+    let proxies = dir.path().join("proxies.yaml");
+    std::fs::write(
+        &providers,
+        "installation: spread\nproviders:\n- name: cluster\n  type: kubernetes\n  kubernetes: {spread: {whenUnsatisfiable: DoNotSchedule}}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &proxies,
+        "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: a, namespace: crawlers}\nspec: {provider: cluster, port: 3128}\n",
+    )
+    .unwrap();
+    let report = plan(&proxies, &providers, None).await;
+    assert!(report.steady);
+    let json: serde_json::Value =
+        serde_json::from_str(&output::reconcile(&report, Format::Json, true)).unwrap();
+    let text = json.to_string();
+    assert!(
+        text.contains(r#""topologySpreadConstraints":[{"labelSelector":{"matchLabels":{"#)
+            && text.contains(r#""whenUnsatisfiable":"DoNotSchedule""#)
+            && text.contains(r#""topologyKey":"kubernetes.io/hostname""#),
+        "{text}"
+    );
+}

@@ -145,6 +145,19 @@ pub fn build_pod(provider: &str, cfg: &KubernetesConfig, req: &CreateRequest) ->
     if !node_selector.is_empty() {
         spec["nodeSelector"] = Value::Object(node_selector);
     }
+    if let Some(spread) = &cfg.spread {
+        // Over this provider's proxy Pods of this installation: the marks every one carries.
+        spec["topologySpreadConstraints"] = json!([{
+            "maxSkew": spread.max_skew,
+            "topologyKey": spread.topology_key,
+            "whenUnsatisfiable": spread.when_unsatisfiable,
+            "labelSelector": {"matchLabels": {
+                LABEL_MANAGED: "true",
+                LABEL_INSTALLATION: req.installation,
+                LABEL_PROVIDER: provider,
+            }},
+        }]);
+    }
     json!({
         "apiVersion": "v1",
         "kind": "Pod",

@@ -563,3 +563,59 @@ fn a_secret_that_cannot_be_written_leaves_no_pod_and_a_blip_is_retried() {
     Kubernetes::create(&h, &ctx(), &req()).unwrap();
     assert_eq!(h.kube.len(), 2);
 }
+
+/// `spread` spreads every proxy Pod of the provider and installation over the topology (nodes
+/// by default), a field at fault named; without it the Pod has no constraint.
+#[test]
+fn spread_puts_a_topology_constraint_over_the_providers_pods() {
+    let cfg = config::validate("k", "{}").unwrap();
+    let pod = pod::build_pod("k8s", &cfg, &req());
+    assert!(pod["spec"].get("topologySpreadConstraints").is_none());
+
+    let cfg = config::validate("k", r#"{"spread": {}}"#).unwrap();
+    let pod = pod::build_pod("k8s", &cfg, &req());
+    let c = &pod["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(c["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(c["whenUnsatisfiable"], "ScheduleAnyway");
+    assert_eq!(c["maxSkew"], 1);
+    let selector = c["labelSelector"]["matchLabels"].as_object().unwrap();
+    // Every key of the selector is a label the Pod carries, with the same value.
+    for (k, v) in selector {
+        assert_eq!(&pod["metadata"]["labels"][k], v, "{k}");
+    }
+    assert_eq!(selector[guest_sdk::LABEL_PROVIDER], "k8s");
+    assert!(
+        !selector.contains_key(guest_sdk::LABEL_UID),
+        "not one Pod's own"
+    );
+
+    let cfg = config::validate(
+        "k",
+        r#"{"spread": {"topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "maxSkew": 2}}"#,
+    )
+    .unwrap();
+    let c = &pod::build_pod("k8s", &cfg, &req())["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(c["topologyKey"], "topology.kubernetes.io/zone");
+    assert_eq!(c["whenUnsatisfiable"], "DoNotSchedule");
+    assert_eq!(c["maxSkew"], 2);
+
+    for (text, field) in [
+        (
+            r#"{"spread": {"topologyKey": "no spaces"}}"#,
+            "k.spread.topologyKey",
+        ),
+        (
+            r#"{"spread": {"topologyKey": "Bad_Prefix/x"}}"#,
+            "k.spread.topologyKey",
+        ),
+        (
+            r#"{"spread": {"whenUnsatisfiable": "Sometimes"}}"#,
+            "k.spread.whenUnsatisfiable",
+        ),
+        (r#"{"spread": {"maxSkew": 0}}"#, "k.spread.maxSkew"),
+        (r#"{"spread": {"nodes": true}}"#, "nodes"),
+    ] {
+        let e = config::validate("k", text).unwrap_err().to_string();
+        assert!(e.contains(field), "{text}: {e}");
+    }
+}
