@@ -50,10 +50,12 @@ pub struct HopError {
     pub retryable: bool,
 }
 
-fn member_failed(m: &Member, error: &'static str, details: String) -> HopError {
+/// Member `m` failed the hop (RFC 9209 `error`, and what the crawler reads): a 502 another
+/// member may serve.
+pub fn member_failed(m: &Member, error: &'static str, details: String) -> HopError {
     let mut failure = Failure::new(ErrorKind::MemberFailed, StatusCode::BAD_GATEWAY, details);
     failure.error = Some(error);
-    failure.member = Some(format!("{}/{}", m.namespace, m.name));
+    failure.member = Some(m.id());
     HopError {
         failure,
         retryable: true,
@@ -82,23 +84,17 @@ pub async fn dial(m: &Member, t: &Timeouts) -> Result<TcpStream, HopError> {
         Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(member_failed(
             m,
             "connection_refused",
-            format!("member {}/{} refused the connection", m.namespace, m.name),
+            format!("member {} refused the connection", m.id()),
         )),
         Ok(Err(e)) => Err(member_failed(
             m,
             "connection_terminated",
-            format!(
-                "member {}/{} could not be reached: {e}",
-                m.namespace, m.name
-            ),
+            format!("member {} could not be reached: {e}", m.id()),
         )),
         Err(_) => Err(member_failed(
             m,
             "connection_timeout",
-            format!(
-                "member {}/{} did not accept within {:?}",
-                m.namespace, m.name, t.connect
-            ),
+            format!("member {} did not accept within {:?}", m.id(), t.connect),
         )),
     }
 }
@@ -126,10 +122,7 @@ pub async fn connect(
             return Err(member_failed(
                 m,
                 "http_response_incomplete",
-                format!(
-                    "member {}/{} broke off its answer to CONNECT: {e}",
-                    m.namespace, m.name
-                ),
+                format!("member {} broke off its answer to CONNECT: {e}", m.id()),
             ));
         }
         Err(_) => {
@@ -137,8 +130,9 @@ pub async fn connect(
                 m,
                 "http_response_timeout",
                 format!(
-                    "member {}/{} did not answer CONNECT within {:?}",
-                    m.namespace, m.name, t.answer
+                    "member {} did not answer CONNECT within {:?}",
+                    m.id(),
+                    t.answer
                 ),
             ));
         }
@@ -153,7 +147,7 @@ pub async fn connect(
 /// the member's policy, a bad request) as they are, not retried; its 407 (the gateway's
 /// credential for it is stale) and 5xx as a 502, which another member may serve.
 pub fn answered(m: &Member, status: u16, what: &str) -> HopError {
-    let member = format!("{}/{}", m.namespace, m.name);
+    let member = m.id();
     if status == 407 {
         let mut e = member_failed(
             m,
@@ -245,66 +239,6 @@ impl Ended {
             Ended::Idle => "idle",
             Ended::Retired => "retired",
         }
-    }
-}
-
-/// Counts the bytes one direction of a tunnel carries.
-pub struct Metered<S> {
-    inner: S,
-    read: Arc<AtomicU64>,
-}
-
-impl<S> Metered<S> {
-    pub fn new(inner: S, read: Arc<AtomicU64>) -> Self {
-        Self { inner, read }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        let n = buf.filled().len() - before;
-        if n > 0 {
-            self.read.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        r
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
     }
 }
 
@@ -446,10 +380,12 @@ fn pipes() -> Option<[(std::os::fd::OwnedFd, std::os::fd::OwnedFd); 2]> {
     Some([up, down])
 }
 
-/// Relays the crawler's socket and the member's both ways (see [`relay`]), with splice(2)
-/// through a pipe per direction; through pooled buffers, held only while bytes are in
-/// flight, when no pipe can be had.
-pub async fn relay_sockets(
+/// Relays the crawler's socket and the member's both ways until either closes, neither sends
+/// for `idle`, or the member's fate says its tunnels end: with splice(2) through a pipe per
+/// direction, or through pooled buffers, held only while bytes are in flight, when no pipe can
+/// be had. `early` are the member's bytes read with its head, `client_early` the crawler's
+/// read with its CONNECT (a TLS hello sent without waiting).
+pub async fn relay(
     mut client: TcpStream,
     mut member: TcpStream,
     early: Bytes,
@@ -485,36 +421,6 @@ pub async fn relay_sockets(
             until_ended(copy, idle, fate, carried).await
         }
     }
-}
-
-/// Relays `client` and `member` both ways until either closes, neither sends for `idle`, or
-/// the member's fate says its tunnels end. `early` are the member's bytes read with its head,
-/// `client_early` the crawler's read with its CONNECT (a TLS hello sent without waiting).
-pub async fn relay<C, M>(
-    client: C,
-    member: M,
-    early: Bytes,
-    client_early: Bytes,
-    idle: Duration,
-    fate: tokio::sync::watch::Receiver<Fate>,
-    carried: &Carried,
-) -> Ended
-where
-    C: AsyncRead + AsyncWrite + Unpin,
-    M: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut client = Metered::new(client, carried.up.clone());
-    let mut member = Metered::new(member, carried.down.clone());
-    // Metered counts what it reads only: the bytes read before the relay are counted here.
-    if !hand_on(&mut client, &early, &carried.down).await
-        || !hand_on(&mut member, &client_early, &carried.up).await
-    {
-        return Ended::Closed;
-    }
-    let copy = async {
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut member).await;
-    };
-    until_ended(copy, idle, fate, carried).await
 }
 
 /// Runs `copy` until it ends, the tunnel is idle for `idle`, or its member's fate ends it.
@@ -607,9 +513,9 @@ mod tests {
             let (member_side, mut member) = pair().await;
             let carried = Carried::default();
             let fate = tokio::sync::watch::Sender::new(Fate::Serving);
-            let relay = async {
+            let running = async {
                 if spliced {
-                    relay_sockets(
+                    relay(
                         gateway_side,
                         member_side,
                         Bytes::from_static(b"early"),
@@ -641,7 +547,7 @@ mod tests {
                 crawler.read_to_end(&mut down).await.unwrap();
                 (up, down)
             };
-            let (ended, (up, down)) = tokio::join!(relay, ends);
+            let (ended, (up, down)) = tokio::join!(running, ends);
             assert_eq!(ended, Ended::Closed);
             assert_eq!(up.len(), 1 << 20, "spliced: {spliced}");
             let early = if spliced { 5 } else { 0 };
@@ -662,7 +568,7 @@ mod tests {
         let fate = tokio::sync::watch::Sender::new(Fate::Serving);
         let carried = Carried::default();
         let started = std::time::Instant::now();
-        let relay = relay_sockets(
+        let running = relay(
             gateway_side,
             member_side,
             Bytes::new(),
@@ -675,14 +581,14 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
             fate.send_replace(Fate::Gone);
         };
-        let (ended, ()) = tokio::join!(relay, retire);
+        let (ended, ()) = tokio::join!(running, retire);
         assert_eq!(ended, Ended::Retired);
         assert!(started.elapsed() < Duration::from_secs(5));
 
         let (_crawler, gateway_side) = pair().await;
         let (member_side, _member) = pair().await;
         let fate = tokio::sync::watch::Sender::new(Fate::Serving);
-        let ended = relay_sockets(
+        let ended = relay(
             gateway_side,
             member_side,
             Bytes::new(),

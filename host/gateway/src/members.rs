@@ -119,6 +119,11 @@ impl Member {
         })
     }
 
+    /// `NAMESPACE/NAME`, as answers and headers name it.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
     pub fn key(&self) -> MemberKey {
         MemberKey {
             namespace: self.namespace.clone(),
@@ -200,6 +205,8 @@ impl Slot {
 pub struct Entry {
     pub member: Arc<Member>,
     pub slot: Arc<Slot>,
+    /// [`crate::route::member_hash`] of its key, once per snapshot rather than per session.
+    pub hash: u64,
 }
 
 /// The members of every pool served, at one moment.
@@ -277,10 +284,12 @@ impl Table {
                 Some(at) => Fate::RetireAt(at),
                 None => Fate::Serving,
             });
+            let hash = crate::route::member_hash(&key);
             kept.insert(key, slot.clone());
             pools.entry(pool).or_default().push(Entry {
                 member: Arc::new(m),
                 slot,
+                hash,
             });
         }
         for entries in pools.values_mut() {

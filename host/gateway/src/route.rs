@@ -146,7 +146,7 @@ pub fn rendezvous<'a>(entries: &[&'a Entry], session: u64) -> Option<&'a Entry> 
     entries
         .iter()
         .copied()
-        .max_by_key(|e| (mix(session ^ member_hash(&e.member.key())), e.member.key()))
+        .max_by_key(|e| (mix(session ^ e.hash), e.hash))
 }
 
 /// The less loaded of two of `entries` picked by `random`; ties go to the first pick.

@@ -8,6 +8,7 @@ use crate::metrics::{self, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{EGRESS_IP_HEADER, ErrorKind, Failure, MEMBER_HEADER};
 use egress_operator::auth::{Access, Guard, Refusal, Token};
+use egress_operator::server::accept_bounded;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -215,12 +216,15 @@ impl Gateway {
         headers: &http::HeaderMap,
     ) -> Result<Admitted, (Option<PoolKey>, Failure)> {
         let snapshot = self.table.snapshot();
-        let names: Vec<String> = if self.table.served().is_empty() {
-            snapshot.pools.keys().map(|p| p.name.clone()).collect()
+        let names: Vec<&str> = if self.table.served().is_empty() {
+            snapshot.pools.keys().map(|p| p.name.as_str()).collect()
         } else {
-            self.table.served().iter().map(|p| p.name.clone()).collect()
+            self.table
+                .served()
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect()
         };
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
         let (token, options): (Token, Options) = ask::parse(headers, &names).map_err(|e| {
             let f = match &e {
                 AskError::NoCredential(_) | AskError::Username(_) => Failure::new(
@@ -390,40 +394,34 @@ impl Gateway {
                         let Ok(upgraded) = on_upgrade.await else {
                             return;
                         };
+                        // The crawler's own socket back from hyper (with what it read past the
+                        // CONNECT head): the relay then moves bytes socket to socket, with no
+                        // layer of hyper's between. `serve` hands hyper that very type, so the
+                        // downcast holds; a transport that is not (a caller serving `handle`
+                        // some other way) ends its tunnels loudly rather than in silence.
+                        let Ok(parts) = upgraded.downcast::<TokioIo<tokio::net::TcpStream>>()
+                        else {
+                            tracing::warn!(
+                                "a tunnel's connection is not a TCP socket; the gateway relays \
+                                 only the sockets its own listener accepted"
+                            );
+                            gateway.metrics.error(Some(&pool), ErrorKind::MemberFailed);
+                            return;
+                        };
                         let tunnels = gateway.metrics.tunnels.get_or_create(&labels).clone();
                         tunnels.inc();
                         gateway.open.fetch_add(1, Ordering::SeqCst);
                         let carried = Carried::default();
-                        let idle = gateway.limits.timeouts.idle;
-                        // The crawler's own socket back from hyper (with what it read past the
-                        // CONNECT head): the relay then copies socket to socket, with no layer
-                        // of hyper's between, which a bulk transfer feels.
-                        let ended = match upgraded.downcast::<TokioIo<tokio::net::TcpStream>>() {
-                            Ok(parts) => {
-                                forward::relay_sockets(
-                                    parts.io.into_inner(),
-                                    stream,
-                                    early,
-                                    parts.read_buf,
-                                    idle,
-                                    fate,
-                                    &carried,
-                                )
-                                .await
-                            }
-                            Err(upgraded) => {
-                                forward::relay(
-                                    TokioIo::new(upgraded),
-                                    stream,
-                                    early,
-                                    Bytes::new(),
-                                    idle,
-                                    fate,
-                                    &carried,
-                                )
-                                .await
-                            }
-                        };
+                        let ended = forward::relay(
+                            parts.io.into_inner(),
+                            stream,
+                            early,
+                            parts.read_buf,
+                            gateway.limits.timeouts.idle,
+                            fate,
+                            &carried,
+                        )
+                        .await;
                         tunnels.dec();
                         gateway.open.fetch_sub(1, Ordering::SeqCst);
                         gateway.ended.notify_waiters();
@@ -456,14 +454,7 @@ impl Gateway {
                 Err(h) => return self.error(Some(&a.pool), &h.failure),
             }
         }
-        let f = last.map(|h| h.failure).unwrap_or_else(|| {
-            Failure::new(
-                ErrorKind::MemberFailed,
-                StatusCode::BAD_GATEWAY,
-                "no member served it",
-            )
-        });
-        self.error(Some(&a.pool), &f)
+        self.error(Some(&a.pool), &exhausted(last))
     }
 
     /// A plain-HTTP request in absolute form, sent on through a member.
@@ -540,42 +531,41 @@ impl Gateway {
                     Response::from_parts(rparts, rbody.boxed())
                 }
                 Ok(Err(e)) => {
-                    let mut f = Failure::new(
-                        ErrorKind::MemberFailed,
-                        StatusCode::BAD_GATEWAY,
-                        format!(
-                            "member {}/{} failed the request: {e}",
-                            member.namespace, member.name
-                        ),
+                    let h = forward::member_failed(
+                        &member,
+                        "http_protocol_error",
+                        format!("member {} failed the request: {e}", member.id()),
                     );
-                    f.error = Some("http_protocol_error");
-                    f.member = Some(format!("{}/{}", member.namespace, member.name));
-                    self.error(Some(&a.pool), &f)
+                    self.error(Some(&a.pool), &h.failure)
                 }
                 Err(_) => {
-                    let mut f = Failure::new(
-                        ErrorKind::MemberFailed,
-                        StatusCode::GATEWAY_TIMEOUT,
+                    let mut h = forward::member_failed(
+                        &member,
+                        "http_response_timeout",
                         format!(
-                            "member {}/{} did not answer within {:?}",
-                            member.namespace, member.name, self.limits.timeouts.answer
+                            "member {} did not answer within {:?}",
+                            member.id(),
+                            self.limits.timeouts.answer
                         ),
                     );
-                    f.error = Some("http_response_timeout");
-                    f.member = Some(format!("{}/{}", member.namespace, member.name));
-                    self.error(Some(&a.pool), &f)
+                    h.failure.status = StatusCode::GATEWAY_TIMEOUT;
+                    self.error(Some(&a.pool), &h.failure)
                 }
             };
         }
-        let f = last.map(|h| h.failure).unwrap_or_else(|| {
-            Failure::new(
-                ErrorKind::MemberFailed,
-                StatusCode::BAD_GATEWAY,
-                "no member served it",
-            )
-        });
-        self.error(Some(&a.pool), &f)
+        self.error(Some(&a.pool), &exhausted(last))
     }
+}
+
+/// The answer once every attempt failed: the last member's failure.
+fn exhausted(last: Option<HopError>) -> Failure {
+    last.map(|h| h.failure).unwrap_or_else(|| {
+        Failure::new(
+            ErrorKind::MemberFailed,
+            StatusCode::BAD_GATEWAY,
+            "no member served it",
+        )
+    })
 }
 
 /// Removes the hop's own headers, those `Connection` names, and the gateway's options.
@@ -588,7 +578,10 @@ fn strip(headers: &mut http::HeaderMap) {
         .map(|s| s.trim().to_ascii_lowercase())
         .filter(|s| !s.is_empty())
         .collect();
-    for h in HOP_BY_HOP.iter().copied().map(String::from).chain(named) {
+    for h in HOP_BY_HOP {
+        headers.remove(h);
+    }
+    for h in &named {
         headers.remove(h.as_str());
     }
     let ours: Vec<http::HeaderName> = headers
@@ -603,7 +596,7 @@ fn strip(headers: &mut http::HeaderMap) {
 
 /// Which member served, and from which egress address.
 fn served_by(headers: &mut http::HeaderMap, e: &Entry) {
-    if let Ok(v) = HeaderValue::from_str(&format!("{}/{}", e.member.namespace, e.member.name)) {
+    if let Ok(v) = HeaderValue::from_str(&e.member.id()) {
         headers.insert(MEMBER_HEADER, v);
     }
     if let Some(ip) = &e.member.egress_ip
@@ -620,27 +613,11 @@ pub use egress_operator::server::listen;
 
 /// Serves crawlers on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(
-        gateway.limits.max_connections.max(1),
-    ));
-    loop {
-        // A slot first, so a full gateway stops accepting rather than accepting and dropping.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                // Out of file descriptors, most likely: give the tunnels a moment to end.
-                tracing::warn!("gateway listener: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    let max = gateway.limits.max_connections;
+    accept_bounded(listener, max, "gateway", |stream| {
         let gateway = gateway.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
+        async move {
+            let _ = stream.set_nodelay(true);
             let header_read = gateway.limits.header_read_timeout;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let gateway = gateway.clone();
@@ -656,29 +633,21 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
             {
                 tracing::debug!("gateway connection: {e}");
             }
-        });
-    }
+        }
+    })
+    .await
 }
 
-/// Admin connections served at once.
+/// Admin connections served at once: probes and scrapers are few, and a bound keeps idle
+/// clients from piling up here too.
 const ADMIN_CONNECTIONS: usize = 64;
 
 /// The admin listener: `/healthz` (alive), `/readyz` (the members have been read), and
 /// `/metrics` for a caller the guard lets read them.
 pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
-    // Probes and scrapers are few: a bound keeps idle clients from piling up here too.
-    let slots = Arc::new(tokio::sync::Semaphore::new(ADMIN_CONNECTIONS));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let Ok((stream, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+    accept_bounded(listener, ADMIN_CONNECTIONS, "gateway admin", |stream| {
         let gateway = gateway.clone();
-        tokio::spawn(async move {
-            let _slot = slot;
+        async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let gateway = gateway.clone();
                 async move {
@@ -692,8 +661,9 @@ pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
                 .header_read_timeout(Duration::from_secs(10))
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
-        });
-    }
+        }
+    })
+    .await
 }
 
 impl Gateway {

@@ -695,23 +695,40 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>) {
     serve_limited(listener, api, Limits::default()).await
 }
 
-pub async fn serve_limited(listener: TcpListener, api: Arc<Api>, limits: Limits) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+/// Accepts on `listener` and runs `serve` on each connection in a task of its own, at most
+/// `max` at once: a slot is taken before accepting, so a full server leaves the next ones in
+/// the listen backlog rather than accepting and dropping them. An accept error (out of
+/// descriptors, most likely) waits a moment for connections to end.
+pub async fn accept_bounded<F, Fut>(listener: TcpListener, max: usize, what: &str, serve: F)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
     loop {
-        // A slot first, so a full server stops accepting rather than accepting and dropping.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
             Err(e) => {
-                tracing::warn!("HTTP listener: {e}");
+                tracing::warn!("{what} listener: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let api = api.clone();
+        let connection = serve(stream);
         tokio::spawn(async move {
             let _slot = slot;
+            connection.await;
+        });
+    }
+}
+
+pub async fn serve_limited(listener: TcpListener, api: Arc<Api>, limits: Limits) {
+    accept_bounded(listener, limits.max_connections, "HTTP", |stream| {
+        let api = api.clone();
+        async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let api = api.clone();
                 async move {
@@ -752,8 +769,9 @@ pub async fn serve_limited(listener: TcpListener, api: Arc<Api>, limits: Limits)
             {
                 tracing::debug!("HTTP connection: {e}");
             }
-        });
-    }
+        }
+    })
+    .await
 }
 
 #[cfg(test)]
