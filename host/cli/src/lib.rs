@@ -285,12 +285,14 @@ fn checker_on(
             sim.clone(),
             backends.clock.clone(),
         ),
-        None => egress_runtime::egress::network_checker(c, backends.clock.clone()).map_err(
-            |message| CliError::Input {
+        // Through the network, checks run in the background on their own concurrency, each
+        // finished one waking its Proxy's next step (see `Driver::run_concurrent`).
+        None => egress_runtime::egress::network_checker(c, backends.clock.clone())
+            .map_err(|message| CliError::Input {
                 what: what.to_string(),
                 message,
-            },
-        )?,
+            })?
+            .in_background(Arc::new(egress_runtime::egress::CheckWakes::default())),
     };
     // The run tracks every Proxy's status: the outage rule counts those (a rerun after a crash
     // counts what the state file holds), not only the checks this run made.

@@ -14,7 +14,7 @@ use egress_core::gc::{self, Verdict};
 use egress_core::reconcile;
 use egress_core::{Proxy, ProxyStatus};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::egress::EgressChecker;
+use egress_runtime::egress::{CheckWakes, EgressChecker};
 use egress_runtime::reconciler::{InlineCloudInit, ReconcileEnv, Wait, reconcile_proxy};
 use egress_runtime::{PlanRecorder, PlanStep, Providers};
 use futures::StreamExt;
@@ -549,6 +549,10 @@ impl Driver<'_> {
         // Proxies being stepped, with the pool (namespace/name) each belongs to.
         let mut flying: BTreeMap<String, Option<String>> = BTreeMap::new();
         let mut steps: u32 = 0;
+        // Proxies whose background check finished while they were being stepped: stepped
+        // again once they land, to fold it.
+        let mut rewake: BTreeSet<String> = BTreeSet::new();
+        let wakes = self.egress.as_ref().and_then(|c| c.wakes()).cloned();
         loop {
             let now = self.time.now_ms();
             if now < deadline_ms {
@@ -624,6 +628,9 @@ impl Driver<'_> {
                     () = board_changed(self.options.leases.as_deref()) => {
                         pools.iter_mut().for_each(PoolRun::touch);
                     }
+                    () = check_finished(wakes.as_deref()) => {
+                        self.fold_due(wakes.as_deref(), tracked, &flying, &mut rewake);
+                    }
                 }
                 continue;
             }
@@ -634,10 +641,13 @@ impl Driver<'_> {
                     Duration::from_millis(next.min(deadline_ms).saturating_sub(now).max(1))
                 });
             tokio::select! {
-                Some((key, t, before)) = in_flight.next() => {
+                Some((key, mut t, before)) = in_flight.next() => {
                     sink.record(&key, &t)?;
                     flying.remove(&key);
                     mark_pool(pools, &t, before);
+                    if rewake.remove(&key) {
+                        t.next_at_ms = t.next_at_ms.min(self.time.now_ms());
+                    }
                     tracked.insert(key, t);
                     self.refresh_peers(tracked, sink)?;
                 }
@@ -645,9 +655,31 @@ impl Driver<'_> {
                 () = board_changed(self.options.leases.as_deref()) => {
                     pools.iter_mut().for_each(PoolRun::touch);
                 }
+                () = check_finished(wakes.as_deref()) => {
+                    self.fold_due(wakes.as_deref(), tracked, &flying, &mut rewake);
+                }
             }
         }
         Ok(steps)
+    }
+
+    /// Makes the Proxies whose background checks finished due now, so their next step folds
+    /// the check; one being stepped is made due once it lands.
+    fn fold_due(
+        &self,
+        wakes: Option<&CheckWakes>,
+        tracked: &mut BTreeMap<String, Tracked>,
+        flying: &BTreeMap<String, Option<String>>,
+        rewake: &mut BTreeSet<String>,
+    ) {
+        let now = self.time.now_ms();
+        for key in wakes.map(CheckWakes::take).unwrap_or_default() {
+            if let Some(t) = tracked.get_mut(&key) {
+                t.next_at_ms = t.next_at_ms.min(now);
+            } else if flying.contains_key(&key) {
+                rewake.insert(key);
+            }
+        }
     }
 
     /// Brings `egressSharedWith` up to date on the Proxies whose peers changed (another one
@@ -816,6 +848,14 @@ fn mark_pool(pools: &mut [PoolRun], t: &Tracked, before: (bool, bool, bool)) {
         for run in pools.iter_mut().filter(|r| r.owns(t)) {
             run.dirty = true;
         }
+    }
+}
+
+/// Until a background check finishes; never when checks run inline.
+async fn check_finished(wakes: Option<&CheckWakes>) {
+    match wakes {
+        Some(w) => w.wait().await,
+        None => std::future::pending().await,
     }
 }
 

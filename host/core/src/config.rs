@@ -41,12 +41,19 @@ pub struct EgressCheck {
     /// How the https echoes' certificates are trusted. Default: the system's roots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<EgressTls>,
-    /// How often each proxy is checked (a tenth of it spread per proxy).
+    /// How often each proxy is checked: each at its own offset of the interval (from its
+    /// name), so the checks of a fleet spread evenly over it.
     #[serde(default = "default_check_interval")]
     pub interval: String,
     /// One check's bound.
     #[serde(default = "default_check_timeout")]
     pub timeout: String,
+    /// Checks under way at once, on their own: they never wait for a reconcile slot nor hold
+    /// one, so provider calls are not queued behind slow proxies, nor checks behind slow
+    /// creates. Enough for a round of the fleet within the interval when a tenth of it times
+    /// out: about fleet / 10 × timeout / interval, with room to spare.
+    #[serde(default = "default_check_concurrency")]
+    pub concurrency: u32,
     /// Failed checks in a row, after the proxy was verified once, that replace it. Until
     /// then the proxy counts as available to its pool: a blip shorter than this many checks
     /// is invisible to the pool.
@@ -171,6 +178,12 @@ pub fn echo_target(url: &str) -> Result<EchoTarget, String> {
 
 fn default_check_interval() -> String {
     "30s".to_string()
+}
+/// The most checks a config may run at once.
+pub const MAX_CHECK_CONCURRENCY: u32 = 4096;
+
+fn default_check_concurrency() -> u32 {
+    256
 }
 fn default_check_timeout() -> String {
     "5s".to_string()
@@ -852,6 +865,17 @@ fn check_egress(c: &EgressCheck) -> Result<(), ConfigError> {
             "must be at least 1",
         ));
     }
+    // Each check holds two connections and a TLS session at most: past this, a checker would
+    // run out of descriptors before it ran out of checks.
+    if !(1..=MAX_CHECK_CONCURRENCY).contains(&c.concurrency) {
+        return Err(ConfigError::new(
+            "egressCheck.concurrency",
+            format!(
+                "must be between 1 and {MAX_CHECK_CONCURRENCY}, got {}",
+                c.concurrency
+            ),
+        ));
+    }
     if let Some(r) = c.readiness_failure_threshold
         && (r == 0 || r > c.failure_threshold)
     {
@@ -1094,6 +1118,7 @@ mod tests {
             ("30s", "5s", 3)
         );
         assert_eq!(c.max_unhealthy, IntOrPercent::Percent("40%".into()));
+        assert_eq!(c.concurrency, 256);
         const BOTH: &str = "\"http://e/\", \"https://e/\"";
         for (yaml, path) in [
             ("{urls: []}".to_string(), "egressCheck.urls"),
@@ -1126,6 +1151,14 @@ mod tests {
             (
                 format!("{{urls: [{BOTH}], failureThreshold: 0}}"),
                 "egressCheck.failureThreshold",
+            ),
+            (
+                format!("{{urls: [{BOTH}], concurrency: 0}}"),
+                "egressCheck.concurrency",
+            ),
+            (
+                format!("{{urls: [{BOTH}], concurrency: 100000}}"),
+                "egressCheck.concurrency",
             ),
             (
                 format!("{{urls: [{BOTH}], maxUnhealthy: \"140%\"}}"),

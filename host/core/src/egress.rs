@@ -93,6 +93,8 @@ pub struct Settings {
     pub readiness_threshold: u32,
     pub startup_timeout: Duration,
     pub max_unhealthy: IntOrPercent,
+    /// Checks under way at once.
+    pub concurrency: usize,
 }
 
 /// How many failed checks in a row a verified proxy takes before it leaves discovery
@@ -118,6 +120,7 @@ impl Settings {
                 .clamp(1, failure_threshold),
             startup_timeout: d(&c.startup_timeout, 600),
             max_unhealthy: c.max_unhealthy.clone(),
+            concurrency: (c.concurrency as usize).max(1),
         }
     }
 }
@@ -140,24 +143,54 @@ pub fn available(status: &ProxyStatus, t: Thresholds) -> bool {
         && status.replace_requested.is_none()
 }
 
-/// A stable spread of `interval` for one Proxy, so checks of many Proxies started together do
-/// not stay in step: up to a tenth of the interval, from the Proxy's key.
-pub fn jitter(key: &str, interval: Duration) -> Duration {
+/// A Proxy's place in the check interval (ms from the interval's start, from its key): its
+/// checks fall at that offset of every interval, so the checks of many Proxies spread evenly
+/// over the interval however many started together (a pool created at once, a new leader
+/// taking over 10,000 statuses), like cron's hashed minutes.
+pub fn phase_ms(key: &str, interval: Duration) -> u64 {
     let h = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     });
-    let tenth = (interval.as_millis() as u64 / 10).max(1);
-    Duration::from_millis(h % tenth)
+    h % interval_ms(interval)
 }
 
-/// When the next check of a Proxy is due (Unix ms): at once when never checked, else one
-/// interval (plus the Proxy's jitter) after the last.
+fn interval_ms(interval: Duration) -> u64 {
+    (interval.as_millis() as u64).max(1)
+}
+
+/// The first time (Unix ms) at or after `earliest` that falls on the Proxy's phase.
+fn on_phase(earliest: u64, key: &str, interval: Duration) -> u64 {
+    let every = interval_ms(interval);
+    let phase = phase_ms(key, interval);
+    let start = earliest - earliest % every + phase;
+    if start >= earliest {
+        start
+    } else {
+        start + every
+    }
+}
+
+/// When the check after one at `last_ms` is due (Unix ms): on the Proxy's phase, at least half
+/// an interval later. Once on its phase a Proxy is checked every interval exactly; its first
+/// checks (as soon as its instance runs, at any moment) move it there within one and a half.
+/// A check already overdue (no process checked meanwhile) is due at once: a new leader or a
+/// run of the CLI verifies what it serves first, with the checks' own bound spreading them,
+/// and each moves to its phase from there.
+pub fn due_after_ms(last_ms: u64, key: &str, s: &Settings) -> u64 {
+    on_phase(
+        last_ms.saturating_add(interval_ms(s.interval) / 2),
+        key,
+        s.interval,
+    )
+}
+
+/// When the next check of a Proxy is due (Unix ms), from its status: at once when its instance
+/// was never checked, else as [`due_after_ms`] the recorded check.
 pub fn next_due_ms(status: &ProxyStatus, key: &str, s: &Settings) -> u64 {
     let Some(last) = status.egress_checked_at.as_deref().and_then(parse_rfc3339) else {
         return 0;
     };
-    let last_ms = (last.max(0) as u64) * 1000;
-    last_ms + (s.interval + jitter(key, s.interval)).as_millis() as u64
+    due_after_ms((last.max(0) as u64) * 1000, key, s)
 }
 
 /// Whether replacing a failing Proxy of one provider is allowed now: not when more than

@@ -73,6 +73,7 @@ fn settings() -> Settings {
         readiness_threshold: 2,
         startup_timeout: Duration::from_secs(600),
         max_unhealthy: IntOrPercent::Percent("40%".into()),
+        concurrency: 16,
     }
 }
 

@@ -19,7 +19,7 @@ use context::{Context, Loaded};
 use egress_core::config::ProvidersConfig;
 use egress_runtime::capabilities::clock::ClockBackend;
 use egress_runtime::capabilities::kube::RealKube;
-use egress_runtime::egress::{EgressChecker, StatusFleet};
+use egress_runtime::egress::{CheckWakes, EgressChecker, StatusFleet};
 use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
 use futures::StreamExt;
 use kube::runtime::controller::{self as kube_controller, Controller};
@@ -137,15 +137,18 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     // a standby), and for the outage rule, which counts the failures the statuses hold, so a
     // new leader decides as the last one would have.
     let fleet = Arc::new(StatusFleet::default());
+    // Checks run in the background, on their own concurrency; each finished one wakes its
+    // Proxy's reconcile, which folds it into the status.
+    let wakes = Arc::new(CheckWakes::default());
     let (store, discovery_watch) = discovery_watch(client.clone(), fleet.clone());
     tokio::spawn(discovery_watch);
     let loaded = Loaded {
-        egress: checker_for(&config, None, &clock, &metrics, &fleet).map_err(|message| {
-            Error::Config {
+        egress: checker_for(&config, None, &clock, &metrics, &fleet, &wakes).map_err(
+            |message| Error::Config {
                 path: opts.providers.display().to_string(),
                 message,
-            }
-        })?,
+            },
+        )?,
         config,
         providers: reloader.current(),
     };
@@ -218,11 +221,13 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel::<()>(1);
     let (pool_reload_tx, pool_reload_rx) = tokio::sync::mpsc::channel::<()>(1);
     let peers = peers_changed(fleet.clone());
+    let checked = checks_finished(wakes.clone());
     let reload = reload_loop(
         reloader,
         ctx.clone(),
         clock,
         fleet,
+        wakes,
         opts.reload_interval,
         vec![reload_tx, pool_reload_tx],
     );
@@ -230,6 +235,8 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         .reconcile_all_on(tokio_stream_from(reload_rx))
         // A Proxy another one joined or left the egress address of: its egressSharedWith.
         .reconcile_on(peers)
+        // A Proxy whose check finished in the background: its result folded into the status.
+        .reconcile_on(checked)
         .shutdown_on_signal()
         .run(controller::reconcile, controller::error_policy, ctx.clone())
         .for_each(|_| async {});
@@ -335,13 +342,15 @@ pub fn proxy_controller(client: kube::Client, concurrency: u16) -> Controller<cr
 
 /// The egress checker of `config`: the one `before` has when its `egressCheck` block is the
 /// same (so what it learned carries over), else a new one on the network, its checks counted
-/// in the metrics. Errors name the field at fault.
+/// in the metrics, run in the background and told to `wakes` as they finish. Errors name the
+/// field at fault.
 pub fn checker_for(
     config: &ProvidersConfig,
     before: Option<&Loaded>,
     clock: &Arc<dyn ClockBackend>,
     metrics: &Arc<metrics::Metrics>,
     fleet: &Arc<StatusFleet>,
+    wakes: &Arc<CheckWakes>,
 ) -> Result<Option<Arc<EgressChecker>>, String> {
     let Some(check) = &config.egress_check else {
         return Ok(None);
@@ -356,8 +365,45 @@ pub fn checker_for(
     Ok(Some(Arc::new(
         checker
             .with_observer(metrics.clone())
-            .with_fleet(fleet.clone()),
+            .with_fleet(fleet.clone())
+            .in_background(wakes.clone()),
     )))
+}
+
+/// The Proxies whose checks finished in the background, as `wakes` learns them: each is
+/// reconciled, which folds its check into the status.
+pub fn checks_finished(
+    wakes: Arc<CheckWakes>,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<crd::Proxy>> + Send + 'static {
+    keyed_refs(move || {
+        let wakes = wakes.clone();
+        async move {
+            wakes.wait().await;
+            wakes.take()
+        }
+    })
+}
+
+/// A stream of Proxy references from `next`, which waits for and returns a batch of
+/// `namespace/name` keys.
+fn keyed_refs<F, Fut>(
+    next: F,
+) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<crd::Proxy>> + Send + 'static
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Vec<String>> + Send,
+{
+    let queue: std::collections::VecDeque<String> = Default::default();
+    futures::stream::unfold((next, queue), |(next, mut queue)| async move {
+        loop {
+            if let Some(key) = queue.pop_front() {
+                let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
+                let r = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
+                return Some((r, (next, queue)));
+            }
+            queue.extend(next().await);
+        }
+    })
 }
 
 /// The Proxies whose egress peers changed (another one joined or left their address), as the
@@ -365,16 +411,11 @@ pub fn checker_for(
 pub fn peers_changed(
     fleet: Arc<StatusFleet>,
 ) -> impl futures::Stream<Item = kube::runtime::reflector::ObjectRef<crd::Proxy>> + Send + 'static {
-    let queue: std::collections::VecDeque<String> = Default::default();
-    futures::stream::unfold((fleet, queue), |(fleet, mut queue)| async move {
-        loop {
-            if let Some(key) = queue.pop_front() {
-                let (namespace, name) = key.split_once('/').unwrap_or(("", key.as_str()));
-                let r = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
-                return Some((r, (fleet, queue)));
-            }
+    keyed_refs(move || {
+        let fleet = fleet.clone();
+        async move {
             fleet.peers_changed().await;
-            queue.extend(fleet.take_peers_changed());
+            fleet.take_peers_changed()
         }
     })
 }
@@ -412,6 +453,7 @@ async fn reload_loop(
     ctx: Arc<Context>,
     clock: Arc<dyn ClockBackend>,
     fleet: Arc<StatusFleet>,
+    wakes: Arc<CheckWakes>,
     interval: Duration,
     triggers: Vec<tokio::sync::mpsc::Sender<()>>,
 ) {
@@ -436,14 +478,15 @@ async fn reload_loop(
         let config = reloader.config();
         let check_changed = before.config.egress_check != config.egress_check;
         if !out.swapped.is_empty() || !out.removed.is_empty() || check_changed {
-            let egress = match checker_for(&config, Some(&before), &clock, &ctx.metrics, &fleet) {
-                Ok(e) => e,
-                Err(message) => {
-                    ctx.metrics.reload("", "rejected");
-                    tracing::error!("providers config refused: {message}");
-                    continue;
-                }
-            };
+            let egress =
+                match checker_for(&config, Some(&before), &clock, &ctx.metrics, &fleet, &wakes) {
+                    Ok(e) => e,
+                    Err(message) => {
+                        ctx.metrics.reload("", "rejected");
+                        tracing::error!("providers config refused: {message}");
+                        continue;
+                    }
+                };
             ctx.swap(Loaded {
                 config,
                 providers: reloader.current(),

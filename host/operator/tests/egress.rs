@@ -20,7 +20,9 @@ use egress_operator::crd::Proxy;
 use egress_operator::metrics::Metrics;
 use egress_operator::server::{self, ProxySource, Readiness, StoreSource};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::egress::{Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet};
+use egress_runtime::egress::{
+    CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
+};
 use futures::StreamExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;
@@ -52,6 +54,8 @@ struct Network {
     probes: AtomicUsize,
     /// The `Proxy-Authorization` the last probe presented.
     presented: std::sync::Mutex<Option<String>>,
+    /// How long each probe takes, in ms (a proxy that answers slowly, or times out).
+    delay_ms: std::sync::atomic::AtomicU64,
 }
 
 #[async_trait::async_trait]
@@ -59,6 +63,10 @@ impl EgressProbe for Network {
     async fn probe(&self, _ip: &str, _port: u16, _s: &Settings, e: &Chosen) -> CheckResult {
         self.probes.fetch_add(1, Ordering::SeqCst);
         *self.presented.lock().unwrap() = e.proxy_authorization.clone();
+        let delay = self.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         if self.forwarding.load(Ordering::SeqCst) && self.echo_up.load(Ordering::SeqCst) {
             CheckResult {
                 reason: CheckReason::Verified,
@@ -101,6 +109,12 @@ async fn env(max_unhealthy: &str) -> Env {
 /// With `fleet`, the checker counts the outage rule and egress peers over a fleet the test
 /// feeds as the operator's watch does; without, over its own checks.
 async fn env_counting(max_unhealthy: &str, fleet: bool) -> Env {
+    env_with(max_unhealthy, fleet, None).await
+}
+
+/// With `wakes`, checks run in the background as in `egress-proxies run`, each finished one
+/// told to `wakes`.
+async fn env_with(max_unhealthy: &str, fleet: bool, wakes: Option<Arc<CheckWakes>>) -> Env {
     let d = Double::start_with(Config {
         options: Options {
             kubelet: Some(Kubelet {
@@ -121,6 +135,7 @@ async fn env_counting(max_unhealthy: &str, fleet: bool) -> Env {
         echo_up: AtomicBool::new(true),
         probes: AtomicUsize::new(0),
         presented: std::sync::Mutex::new(None),
+        delay_ms: 0.into(),
     });
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -140,6 +155,10 @@ async fn env_counting(max_unhealthy: &str, fleet: bool) -> Env {
         checker.with_fleet(fleet_of_statuses.clone())
     } else {
         checker
+    };
+    let checker = match wakes {
+        Some(w) => checker.in_background(w),
+        None => checker,
     };
     let fleet = fleet_of_statuses;
     let ctx = Arc::new(Context::new(
@@ -214,9 +233,10 @@ impl Env {
         support::events(&self.d)
     }
 
-    /// Moves the checker's clock past the next check.
+    /// Moves the checker's clock past the next check: on the Proxy's phase of the 30 s
+    /// interval, at most one and a half intervals after the last.
     fn next_interval(&self) {
-        self.clock.advance(Duration::from_secs(34));
+        self.clock.advance(Duration::from_secs(45));
     }
 
     /// Creates p1 with the finalizer and reconciles it until its Pod runs and is checked.
@@ -658,4 +678,111 @@ async fn proxies_behind_one_egress_address_name_each_other() {
         .expect("p0 again")
         .unwrap();
     assert_eq!(next.name, "p0");
+}
+
+/// Checks run beside the reconciles, never in their slots: with one reconcile at a time and
+/// every proxy taking 5 s to answer its check, four new Proxies still get their Pods at once
+/// while the first four are being checked (provider calls do not queue behind checks), and
+/// each is Ready once its check finished and woke it, through the stream the Proxy
+/// controller reconciles on.
+#[tokio::test]
+async fn checks_run_beside_the_reconciles_never_in_their_slots() {
+    let wakes = Arc::new(CheckWakes::default());
+    let e = env_with("40%", false, Some(wakes.clone())).await;
+    e.net.delay_ms.store(5_000, Ordering::SeqCst);
+    let controller = egress_operator::proxy_controller(e.d.client(), 1)
+        .reconcile_on(egress_operator::checks_finished(wakes))
+        .run(
+            reconcile,
+            egress_operator::controller::error_policy,
+            e.ctx.clone(),
+        )
+        .for_each(|_| async {});
+    let controller = tokio::spawn(controller);
+    let started = std::time::Instant::now();
+    let e = &e;
+    let create = |from: usize| async move {
+        for i in from..from + 4 {
+            let p: Proxy = serde_json::from_value(json!({
+                "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+                "metadata": {"name": format!("q{i}"), "namespace": "crawlers"},
+                "spec": {"provider": "cluster", "port": 3128},
+            }))
+            .unwrap();
+            e.proxies()
+                .create(&PostParams::default(), &p)
+                .await
+                .unwrap();
+        }
+    };
+    let pods = || {
+        e.d.requests()
+            .iter()
+            .filter(|r| r.method == "POST" && r.path.ends_with("/pods"))
+            .count()
+    };
+    create(0).await;
+    while pods() < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} Pods",
+            pods()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The kubelet starts a Pod 3 s after it is made (the double's clock): the four run, and
+    // their checks begin.
+    e.d.advance(Duration::from_secs(3));
+    while e.net.probes.load(Ordering::SeqCst) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no check began"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let second = std::time::Instant::now();
+    create(4).await;
+    while pods() < 8 {
+        assert!(
+            second.elapsed() < Duration::from_secs(20),
+            "{} of 8 Pods made",
+            pods()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let made_after = second.elapsed();
+    e.d.advance(Duration::from_secs(3));
+    let ready = || async {
+        let list = e.proxies().list(&Default::default()).await.unwrap();
+        list.items
+            .iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .is_some_and(egress_core::reconcile::ready_is_true)
+            })
+            .count()
+    };
+    while ready().await < 8 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{} of 8 Ready",
+            ready().await
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ready_after = second.elapsed();
+    controller.abort();
+    assert_eq!(e.net.probes.load(Ordering::SeqCst), 8, "one check each");
+    // A check of 5 s holding the one reconcile slot would hold these creates behind it.
+    assert!(
+        made_after < Duration::from_secs(3),
+        "the Pods were made {made_after:?} after their Proxies, behind the checks"
+    );
+    // Eight checks of 5 s one after another would take 40 s; beside the reconciles, they
+    // overlap.
+    assert!(
+        ready_after < Duration::from_secs(20),
+        "Ready after {ready_after:?}"
+    );
 }

@@ -10,7 +10,7 @@
 use crate::capabilities::clock::ClockBackend;
 use egress_core::egress::{self, CheckOutcome, CheckReason, CheckResult, Settings};
 use egress_core::{Proxy, ProxyStatus};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -323,6 +323,36 @@ struct Table {
     latest: HashMap<String, Latest>,
     /// When each Proxy's instance was last looked at (a Get), Unix ms.
     observed: HashMap<String, u64>,
+    /// Proxies with a check under way in the background.
+    running: HashSet<String>,
+    /// Checks finished in the background, each waiting for its Proxy's next reconcile to fold
+    /// it into the status.
+    finished: HashMap<String, Finished>,
+}
+
+/// Which instance a check went through: a result folds only into the status of that instance,
+/// never into one that replaced it meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Probed {
+    ip: String,
+    port: u16,
+    provider_id: Option<String>,
+}
+
+impl Probed {
+    fn of(proxy: &Proxy, status: &ProxyStatus) -> Self {
+        Self {
+            ip: status.ip.clone().unwrap_or_default(),
+            port: proxy.spec.port,
+            provider_id: status.provider_id.clone(),
+        }
+    }
+}
+
+struct Finished {
+    of: Probed,
+    result: CheckResult,
+    at_ms: u64,
 }
 
 /// The last direct look at the echoes: when (Unix ms), its ticket, and what it found.
@@ -332,8 +362,8 @@ struct CachedLook {
     look: EchoLook,
 }
 
-/// Runs checks and keeps their results.
-pub struct EgressChecker {
+/// What a probe needs and what it leaves, shared with the checks under way in the background.
+struct Probing {
     settings: Settings,
     probe: Arc<dyn EgressProbe>,
     clock: Arc<dyn ClockBackend>,
@@ -346,7 +376,59 @@ pub struct EgressChecker {
     /// after that probe did.
     tickets: std::sync::atomic::AtomicU64,
     observer: Option<Arc<dyn CheckObserver>>,
+}
+
+/// Which Proxies have a check finished in the background, waiting to be folded: one per
+/// process, shared by every checker it builds over its life (a reloaded config's too), so the
+/// loop that reconciles them (the operator's controller, the CLI's run) listens in one place.
+#[derive(Default)]
+pub struct CheckWakes {
+    keys: Mutex<Vec<String>>,
+    notify: tokio::sync::Notify,
+}
+
+impl CheckWakes {
+    fn wake(&self, key: String) {
+        self.keys
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(key);
+        self.notify.notify_one();
+    }
+
+    /// Until a check finished since the last [`CheckWakes::take`].
+    pub async fn wait(&self) {
+        self.notify.notified().await;
+    }
+
+    /// The Proxies whose checks finished since the last call.
+    pub fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.keys.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Checks in the background: at most `slots` at once, each finished one told to `wakes`.
+struct Background {
+    slots: Arc<tokio::sync::Semaphore>,
+    wakes: Arc<CheckWakes>,
+}
+
+/// What a reconcile learns from [`EgressChecker::check_if_due`].
+#[derive(Debug)]
+pub enum Due {
+    /// No check is due and none finished.
+    Not,
+    /// A check of this instance, folded into its status.
+    Checked(Box<CheckOutcome>),
+    /// A check is under way in the background; the Proxy is woken when it finishes.
+    Pending,
+}
+
+/// Runs checks and keeps their results.
+pub struct EgressChecker {
+    probing: Arc<Probing>,
     fleet: Option<Arc<dyn Fleet>>,
+    background: Option<Background>,
 }
 
 /// The checker of real runs: a [`NetworkProbe`] with the config's settings and TLS trust.
@@ -386,6 +468,115 @@ pub fn trust_of(
     }
 }
 
+impl Probing {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn ticket(&self) -> u64 {
+        self.tickets
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// One probe of the proxy at `ip:port`: the echoes to ask for from a direct look (per
+    /// scheme, the first that answers, in the configured order; none answering makes the
+    /// result CheckerUnavailable with no probe), the probe, and when it failed a look taken
+    /// after it began (an echo that stopped answering meanwhile makes the result
+    /// CheckerUnavailable: the proxy is not blamed).
+    async fn probe_once(&self, ip: &str, port: u16, authorization: Option<String>) -> CheckResult {
+        let unavailable = |message: String| CheckResult {
+            reason: CheckReason::CheckerUnavailable,
+            egress_ip: None,
+            latency_ms: None,
+            message,
+        };
+        let look = self.echo_look(None).await;
+        match look.choose(&self.settings.urls) {
+            Err(why) => unavailable(format!(
+                "{why} ({}); the proxy is not blamed",
+                look.why_down.join("; ")
+            )),
+            Ok(mut chosen) => {
+                chosen.proxy_authorization = authorization;
+                let ticket = self.ticket();
+                let result = self.probe.probe(ip, port, &self.settings, &chosen).await;
+                if !result.reason.is_failure() {
+                    return result;
+                }
+                let after = self.echo_look(Some(ticket)).await;
+                let gone: Vec<&String> = chosen
+                    .urls
+                    .iter()
+                    .filter(|u| {
+                        let i = self.settings.urls.iter().position(|c| c == *u);
+                        !i.is_some_and(|i| after.up.get(i).copied().unwrap_or(false))
+                    })
+                    .collect();
+                if gone.is_empty() {
+                    result
+                } else {
+                    unavailable(format!(
+                        "the echo {} stopped answering the checker directly during the check; the proxy is not blamed ({})",
+                        gone.iter()
+                            .map(|u| u.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        result.message
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Keeps a check's result as the latest of its Proxy (what discovery shows, fresh) and
+    /// tells the observer.
+    fn record(&self, key: &str, provider: &str, result: &CheckResult, at_ms: u64) {
+        if let Some(o) = &self.observer {
+            o.checked(provider, result.reason, result.latency_ms);
+        }
+        let mut table = self.table();
+        let verified_at_ms = match result.reason {
+            CheckReason::Verified => Some(at_ms),
+            _ => table.latest.get(key).and_then(|l| l.verified_at_ms),
+        };
+        table.latest.insert(
+            key.to_string(),
+            Latest {
+                provider: provider.to_string(),
+                reason: result.reason,
+                egress_ip: result.egress_ip.clone(),
+                latency_ms: result.latency_ms,
+                checked_at_ms: at_ms,
+                verified_at_ms,
+            },
+        );
+    }
+
+    /// A direct look at the echoes: the cached one while it is younger than the TTL, or, with
+    /// `after` a probe's ticket, one that began after that probe did.
+    async fn echo_look(&self, after: Option<u64>) -> EchoLook {
+        let mut cached = self.look.lock().await;
+        let now = self.clock.now_millis();
+        if let Some(c) = cached.as_ref() {
+            let fresh = match after {
+                Some(ticket) => c.ticket > ticket,
+                None => now.saturating_sub(c.at_ms) < ECHO_LOOK_TTL_MS,
+            };
+            if fresh {
+                return c.look.clone();
+            }
+        }
+        let ticket = self.ticket();
+        let look = self.probe.look(&self.settings).await;
+        *cached = Some(CachedLook {
+            at_ms: self.clock.now_millis(),
+            ticket,
+            look: look.clone(),
+        });
+        look
+    }
+}
+
 impl EgressChecker {
     pub fn new(
         settings: Settings,
@@ -393,14 +584,17 @@ impl EgressChecker {
         clock: Arc<dyn ClockBackend>,
     ) -> Self {
         Self {
-            settings,
-            probe,
-            clock,
-            table: Mutex::new(Table::default()),
-            look: tokio::sync::Mutex::new(None),
-            tickets: std::sync::atomic::AtomicU64::new(0),
-            observer: None,
+            probing: Arc::new(Probing {
+                settings,
+                probe,
+                clock,
+                table: Mutex::new(Table::default()),
+                look: tokio::sync::Mutex::new(None),
+                tickets: std::sync::atomic::AtomicU64::new(0),
+                observer: None,
+            }),
             fleet: None,
+            background: None,
         }
     }
 
@@ -411,27 +605,51 @@ impl EgressChecker {
         self
     }
 
-    /// The same checker, telling `observer` of every check.
+    /// The same checker, telling `observer` of every check. Before the checker is shared
+    /// (it is built with its observer); on a shared one, nothing changes.
     pub fn with_observer(mut self, observer: Arc<dyn CheckObserver>) -> Self {
-        self.observer = Some(observer);
+        if let Some(p) = Arc::get_mut(&mut self.probing) {
+            p.observer = Some(observer);
+        }
         self
     }
 
+    /// The same checker, running its checks in the background, `egressCheck.concurrency` at
+    /// once, each finished one told to `wakes` for its Proxy's reconcile to fold: a check
+    /// neither waits for a reconcile slot nor holds one, so provider calls never queue behind
+    /// proxies that time out, nor checks behind slow creates. Without it a check runs inside
+    /// the reconcile that finds it due (a dry-run, whose virtual time a check does not take).
+    pub fn in_background(mut self, wakes: Arc<CheckWakes>) -> Self {
+        self.background = Some(Background {
+            slots: Arc::new(tokio::sync::Semaphore::new(
+                self.probing.settings.concurrency.max(1),
+            )),
+            wakes,
+        });
+        self
+    }
+
+    /// Where finished background checks are told, when checks run in the background.
+    pub fn wakes(&self) -> Option<&Arc<CheckWakes>> {
+        self.background.as_ref().map(|b| &b.wakes)
+    }
+
     pub fn settings(&self) -> &Settings {
-        &self.settings
+        &self.probing.settings
     }
 
     /// Unix ms on the checker's clock (virtual in simulated runs).
     pub fn now_ms(&self) -> u64 {
-        self.clock.now_millis()
+        self.probing.clock.now_millis()
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        self.probing.table()
     }
 
     /// When the Proxy's next check is due (Unix ms): from what this process saw, else from
-    /// the status (a restarted process goes on where the last left off).
+    /// the status (a restarted process goes on where the last left off); each on the Proxy's
+    /// phase of the interval (see [`egress::due_after_ms`]).
     pub fn next_due_ms(&self, key: &str, status: &ProxyStatus) -> u64 {
         if status.egress_checked_at.is_none() {
             // This instance was never checked (a new one, or one that replaced another).
@@ -439,12 +657,16 @@ impl EgressChecker {
         }
         let last = self.table().latest.get(key).map(|l| l.checked_at_ms);
         match last {
-            Some(ms) => {
-                ms + (self.settings.interval + egress::jitter(key, self.settings.interval))
-                    .as_millis() as u64
-            }
-            None => egress::next_due_ms(status, key, &self.settings),
+            Some(ms) => egress::due_after_ms(ms, key, &self.probing.settings),
+            None => egress::next_due_ms(status, key, &self.probing.settings),
         }
+    }
+
+    /// How long a Proxy whose check is under way waits for it before its reconcile looks
+    /// again, should the wake be lost: a probe (its plain request and its tunnel at once)
+    /// and the direct look after a failure, each bounded by the timeout, and a second more.
+    pub fn pending_wait(&self) -> Duration {
+        self.probing.settings.timeout * 2 + Duration::from_secs(1)
     }
 
     /// Whether the provider's proxies fail less than `maxUnhealthy` (replacement allowed),
@@ -455,7 +677,7 @@ impl EgressChecker {
             None => self.own_counts(provider, ""),
         };
         (
-            egress::replacement_allowed(failing, checked, &self.settings.max_unhealthy),
+            egress::replacement_allowed(failing, checked, &self.probing.settings.max_unhealthy),
             failing,
             checked,
         )
@@ -501,12 +723,8 @@ impl EgressChecker {
         (failing, checked)
     }
 
-    /// Checks one running Proxy now: the echoes to ask for from a direct look (per scheme,
-    /// the first that answers, in the configured order; none answering makes the result
-    /// CheckerUnavailable with no probe), the probe, and when it failed a look taken after
-    /// it began (an echo that stopped answering meanwhile makes the result
-    /// CheckerUnavailable: the proxy is not blamed), then the provider's short-circuit and
-    /// the core's decisions.
+    /// Checks one running Proxy now (see [`Probing::probe_once`]), then folds the result:
+    /// the provider's short-circuit and the core's decisions.
     pub async fn check(&self, proxy: &Proxy, status: &ProxyStatus) -> CheckOutcome {
         self.check_as(proxy, status, None).await
     }
@@ -521,76 +739,86 @@ impl EgressChecker {
     ) -> CheckOutcome {
         let key = proxy.key();
         let ip = status.ip.clone().unwrap_or_default();
-        let unavailable = |message: String| CheckResult {
-            reason: CheckReason::CheckerUnavailable,
-            egress_ip: None,
-            latency_ms: None,
-            message,
-        };
-        let look = self.echo_look(None).await;
-        let result = match look.choose(&self.settings.urls) {
-            Err(why) => unavailable(format!(
-                "{why} ({}); the proxy is not blamed",
-                look.why_down.join("; ")
-            )),
-            Ok(mut chosen) => {
-                chosen.proxy_authorization = authorization;
-                let ticket = self.ticket();
-                let result = self
-                    .probe
-                    .probe(&ip, proxy.spec.port, &self.settings, &chosen)
-                    .await;
-                if result.reason.is_failure() {
-                    let after = self.echo_look(Some(ticket)).await;
-                    let gone: Vec<&String> = chosen
-                        .urls
-                        .iter()
-                        .filter(|u| {
-                            let i = self.settings.urls.iter().position(|c| c == *u);
-                            !i.is_some_and(|i| after.up.get(i).copied().unwrap_or(false))
-                        })
-                        .collect();
-                    if gone.is_empty() {
-                        result
-                    } else {
-                        unavailable(format!(
-                            "the echo {} stopped answering the checker directly during the check; the proxy is not blamed ({})",
-                            gone.iter()
-                                .map(|u| u.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                            result.message
-                        ))
-                    }
-                } else {
-                    result
-                }
-            }
-        };
-        if let Some(o) = &self.observer {
-            o.checked(&proxy.spec.provider, result.reason, result.latency_ms);
+        let result = self
+            .probing
+            .probe_once(&ip, proxy.spec.port, authorization)
+            .await;
+        let at_ms = self.now_ms();
+        self.probing
+            .record(&key, &proxy.spec.provider, &result, at_ms);
+        self.fold(proxy, status, &result, at_ms)
+    }
+
+    /// What a reconcile of a running Proxy does about its check: fold a check of this very
+    /// instance that finished in the background; else, when one is due, run it (inline) or
+    /// start it in the background and say it is under way. `authorization` is asked for only
+    /// when a probe starts.
+    pub async fn check_if_due<F, Fut>(
+        &self,
+        proxy: &Proxy,
+        status: &ProxyStatus,
+        authorization: F,
+    ) -> Due
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Option<String>>,
+    {
+        let key = proxy.key();
+        let finished = self.table().finished.remove(&key);
+        if let Some(f) = finished.filter(|f| f.of == Probed::of(proxy, status)) {
+            return Due::Checked(Box::new(self.fold(proxy, status, &f.result, f.at_ms)));
         }
-        let now_ms = self.clock.now_millis();
-        {
-            let mut table = self.table();
-            let verified_at_ms = match result.reason {
-                CheckReason::Verified => Some(now_ms),
-                _ => table.latest.get(&key).and_then(|l| l.verified_at_ms),
+        if self.next_due_ms(&key, status) > self.now_ms() {
+            return Due::Not;
+        }
+        let Some(bg) = &self.background else {
+            return Due::Checked(Box::new(
+                self.check_as(proxy, status, authorization().await).await,
+            ));
+        };
+        if !self.table().running.insert(key.clone()) {
+            return Due::Pending;
+        }
+        let authorization = authorization().await;
+        let probing = self.probing.clone();
+        let slots = bg.slots.clone();
+        let wakes = bg.wakes.clone();
+        let of = Probed::of(proxy, status);
+        let provider = proxy.spec.provider.clone();
+        tokio::spawn(async move {
+            // The semaphore is never closed: a slot always comes.
+            let Ok(_slot) = slots.acquire_owned().await else {
+                return;
             };
-            table.latest.insert(
-                key.clone(),
-                Latest {
-                    provider: proxy.spec.provider.clone(),
-                    reason: result.reason,
-                    egress_ip: result.egress_ip.clone(),
-                    latency_ms: result.latency_ms,
-                    checked_at_ms: now_ms,
-                    verified_at_ms,
-                },
-            );
-        }
-        // The others as their statuses (or this process's checks) hold them, and this one as
-        // it just checked.
+            let result = probing.probe_once(&of.ip, of.port, authorization).await;
+            let at_ms = probing.clock.now_millis();
+            probing.record(&key, &provider, &result, at_ms);
+            {
+                let mut table = probing.table();
+                // Forgotten meanwhile (the Proxy went, or its instance): nothing to fold.
+                if !table.running.remove(&key) {
+                    return;
+                }
+                table
+                    .finished
+                    .insert(key.clone(), Finished { of, result, at_ms });
+            }
+            wakes.wake(key);
+        });
+        Due::Pending
+    }
+
+    /// Folds a check's `result` (at `at_ms`) into the status: the outage rule over the
+    /// others as their statuses (or this process's checks) hold them and this one as checked,
+    /// then the core's decisions.
+    fn fold(
+        &self,
+        proxy: &Proxy,
+        status: &ProxyStatus,
+        result: &CheckResult,
+        at_ms: u64,
+    ) -> CheckOutcome {
+        let key = proxy.key();
         let (mut failing, mut checked) = match &self.fleet {
             Some(f) => f.outage_counts(&proxy.spec.provider, &key),
             None => self.own_counts(&proxy.spec.provider, &key),
@@ -599,52 +827,19 @@ impl EgressChecker {
             checked += 1;
             failing += usize::from(result.reason.is_failure());
         }
-        let allowed = egress::replacement_allowed(failing, checked, &self.settings.max_unhealthy);
-        let now = (now_ms / 1000) as i64;
-        let mut out = egress::after_check(
-            status,
-            proxy.generation(),
-            &result,
-            &self.settings,
-            allowed,
-            now,
-        );
+        let settings = &self.probing.settings;
+        let allowed = egress::replacement_allowed(failing, checked, &settings.max_unhealthy);
+        let now = (at_ms / 1000) as i64;
+        let mut out =
+            egress::after_check(status, proxy.generation(), result, settings, allowed, now);
         quiet_refresh(status, &mut out.status, now);
         out
     }
 
-    fn ticket(&self) -> u64 {
-        self.tickets
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// A direct look at the echoes: the cached one while it is younger than the TTL, or, with
-    /// `after` a probe's ticket, one that began after that probe did.
-    async fn echo_look(&self, after: Option<u64>) -> EchoLook {
-        let mut cached = self.look.lock().await;
-        let now = self.clock.now_millis();
-        if let Some(c) = cached.as_ref() {
-            let fresh = match after {
-                Some(ticket) => c.ticket > ticket,
-                None => now.saturating_sub(c.at_ms) < ECHO_LOOK_TTL_MS,
-            };
-            if fresh {
-                return c.look.clone();
-            }
-        }
-        let ticket = self.ticket();
-        let look = self.probe.look(&self.settings).await;
-        *cached = Some(CachedLook {
-            at_ms: self.clock.now_millis(),
-            ticket,
-            look: look.clone(),
-        });
-        look
-    }
-
     /// The checker's own addresses as the echoes last saw it directly.
     pub async fn learned_addresses(&self) -> Vec<String> {
-        self.look
+        self.probing
+            .look
             .lock()
             .await
             .as_ref()
@@ -652,22 +847,25 @@ impl EgressChecker {
             .unwrap_or_default()
     }
 
-    /// Forgets a Proxy that went (deleted, or its instance replaced).
+    /// Forgets a Proxy that went (deleted, or its instance replaced), with any check of it
+    /// under way or waiting to be folded.
     pub fn forget(&self, key: &str) {
         let mut t = self.table();
         t.latest.remove(key);
         t.observed.remove(key);
+        t.running.remove(key);
+        t.finished.remove(key);
     }
 
     /// Records that the Proxy's instance was just looked at.
     pub fn observed(&self, key: &str) {
-        let now = self.clock.now_millis();
+        let now = self.now_ms();
         self.table().observed.insert(key.to_string(), now);
     }
 
     /// Whether the Proxy's instance was looked at less than `within` ago.
     pub fn observed_within(&self, key: &str, within: Duration) -> bool {
-        let now = self.clock.now_millis();
+        let now = self.now_ms();
         self.table()
             .observed
             .get(key)
@@ -676,7 +874,7 @@ impl EgressChecker {
 
     /// How long until the Proxy's instance is due to be looked at again.
     pub fn until_resync(&self, key: &str, every: Duration) -> Duration {
-        let now = self.clock.now_millis();
+        let now = self.now_ms();
         let at = self.table().observed.get(key).copied().unwrap_or(0);
         Duration::from_millis((at + every.as_millis() as u64).saturating_sub(now).max(1))
     }
@@ -1160,7 +1358,7 @@ impl EgressProbe for SimEgress {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     /// What every check presents: the simulated proxies, as the generated Squids, want one.
@@ -1183,6 +1381,7 @@ mod tests {
             readiness_threshold: 2,
             startup_timeout: Duration::from_secs(600),
             max_unhealthy: IntOrPercent::Percent("50%".into()),
+            concurrency: 16,
         }
     }
 
@@ -1531,5 +1730,149 @@ mod tests {
         let out = fresh.check_as(&proxy("c"), &statuses[2], auth()).await;
         assert_eq!(out.replace, None, "three of three fail: an outage");
         assert_eq!(fresh.provider_health("p"), (false, 3, 3));
+    }
+
+    /// A probe that holds every check until the test lets it go, counting how many it holds
+    /// at once.
+    struct Gated {
+        held: std::sync::atomic::AtomicUsize,
+        most: std::sync::atomic::AtomicUsize,
+        started: std::sync::atomic::AtomicUsize,
+        gate: tokio::sync::Semaphore,
+    }
+
+    #[async_trait::async_trait]
+    impl EgressProbe for Gated {
+        async fn probe(&self, _ip: &str, _port: u16, _s: &Settings, _e: &Chosen) -> CheckResult {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.started.fetch_add(1, SeqCst);
+            let now = self.held.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            let _ = self.gate.acquire().await.map(|p| p.forget());
+            self.held.fetch_sub(1, SeqCst);
+            CheckResult {
+                reason: CheckReason::Verified,
+                egress_ip: Some("203.0.113.9".into()),
+                latency_ms: Some(3),
+                message: String::new(),
+            }
+        }
+        async fn look(&self, s: &Settings) -> EchoLook {
+            EchoLook {
+                up: vec![true; s.urls.len()],
+                ..EchoLook::default()
+            }
+        }
+    }
+
+    /// In the background, a due check returns at once (the reconcile that found it due holds
+    /// nothing while it runs), at most `concurrency` probes run together, a Proxy has one
+    /// check at a time, each finished one wakes its Proxy, and its result folds only into the
+    /// status of the instance it went through.
+    #[tokio::test]
+    async fn background_checks_return_at_once_run_on_their_own_bound_and_fold_once_finished() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let probe = Arc::new(Gated {
+            held: 0.into(),
+            most: 0.into(),
+            started: 0.into(),
+            gate: tokio::sync::Semaphore::new(0),
+        });
+        let wakes = Arc::new(CheckWakes::default());
+        let checker = EgressChecker::new(
+            Settings {
+                concurrency: 3,
+                ..settings()
+            },
+            probe.clone(),
+            clock,
+        )
+        .in_background(wakes.clone());
+        let keys: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
+        for k in &keys {
+            let due = tokio::time::timeout(
+                Duration::from_secs(1),
+                checker.check_if_due(&proxy(k), &running("10.0.0.1"), || async { auth() }),
+            )
+            .await
+            .expect("a due check starts without waiting for it");
+            assert!(matches!(due, Due::Pending), "{due:?}");
+        }
+        // The same Proxy again while its check runs: no second probe.
+        let again = checker
+            .check_if_due(&proxy("p0"), &running("10.0.0.1"), || async { auth() })
+            .await;
+        assert!(matches!(again, Due::Pending));
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            probe.held.load(SeqCst),
+            3,
+            "three slots, three probes under way"
+        );
+        probe.gate.add_permits(10);
+        let mut woken = std::collections::BTreeSet::new();
+        while woken.len() < keys.len() {
+            tokio::time::timeout(Duration::from_secs(5), wakes.wait())
+                .await
+                .expect("every finished check wakes its Proxy");
+            woken.extend(wakes.take());
+        }
+        assert_eq!(woken, keys.iter().map(|k| format!("ns/{k}")).collect());
+        assert_eq!(probe.started.load(SeqCst), 10);
+        assert_eq!(probe.most.load(SeqCst), 3, "never more than the bound");
+        // Discovery's view is fresh before any fold.
+        assert_eq!(
+            checker.latest()["ns/p0"].egress_ip.as_deref(),
+            Some("203.0.113.9")
+        );
+
+        let Due::Checked(out) = checker
+            .check_if_due(&proxy("p0"), &running("10.0.0.1"), || async { auth() })
+            .await
+        else {
+            panic!("a finished check folds at the next reconcile");
+        };
+        assert_eq!(out.status.egress_ip.as_deref(), Some("203.0.113.9"));
+        assert!(egress::verified(&out.status));
+
+        // p1's instance was replaced while its check ran: the result is not its, and the new
+        // instance gets a check of its own.
+        let replaced = ProxyStatus {
+            provider_id: Some("y".into()),
+            ..running("10.0.0.2")
+        };
+        let due = checker
+            .check_if_due(&proxy("p1"), &replaced, || async { auth() })
+            .await;
+        assert!(matches!(due, Due::Pending), "{due:?}");
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(probe.started.load(SeqCst), 11);
+    }
+
+    /// Without the background, a due check runs inside the call (a dry-run's, whose virtual
+    /// time it does not take).
+    #[tokio::test]
+    async fn inline_checks_run_in_the_call_that_finds_them_due() {
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let c = checker("{}", clock);
+        let due = c
+            .check_if_due(&proxy("a"), &running("10.0.0.1"), || async { auth() })
+            .await;
+        let Due::Checked(out) = due else {
+            panic!("{due:?}");
+        };
+        assert!(egress::verified(&out.status), "{:?}", out.status);
+        let again = c
+            .check_if_due(&proxy("a"), &out.status, || async { auth() })
+            .await;
+        assert!(
+            matches!(again, Due::Not),
+            "checked: not due until its phase"
+        );
     }
 }

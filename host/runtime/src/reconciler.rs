@@ -2,7 +2,7 @@
 //! `egress_core::reconcile` with the provider calls they name, run until the Proxy waits.
 //! Shared by the CLI's loop and the operator's controller.
 
-use crate::egress::EgressChecker;
+use crate::egress::{Due, EgressChecker};
 use crate::provider::Providers;
 use egress_core::reconcile::{self, DeletePurpose, Next, Observation, ProviderLookup, Step};
 use egress_core::{CreateRequest, ErrorClass, InstanceState, Proxy, ProxyStatus};
@@ -191,32 +191,46 @@ async fn reconcile_steps(
         && checker.observed_within(&proxy.key(), reconcile::RESYNC_INTERVAL)
     {
         let key = proxy.key();
-        if checker.next_due_ms(&key, &status) <= checker.now_ms() {
-            let out = checker
-                .check_as(proxy, &status, authorization().await)
-                .await;
-            if let Some((warning, reason, message)) = out.event {
-                events.push(event(now(), warning, &reason, message));
-            }
-            status = out.status;
-            reconcile::refresh_egress_ready(
-                proxy,
-                &mut status,
-                checker.settings().thresholds(),
-                &now(),
-            );
-            if out.replace.is_none() {
-                let until_check = checker
-                    .next_due_ms(&key, &status)
-                    .saturating_sub(checker.now_ms());
+        match checker.check_if_due(proxy, &status, authorization).await {
+            Due::Not => {}
+            Due::Pending => {
+                // Under way in the background: this Proxy is woken when it finishes. Not
+                // steady until it is folded, so a run does not end with its checks unread.
                 let until_resync = checker.until_resync(&key, reconcile::RESYNC_INTERVAL);
                 return StepResult {
-                    steady: checked_steady(&status),
+                    steady: false,
                     status,
-                    wait: Wait::After(until_resync.min(Duration::from_millis(until_check.max(1)))),
+                    wait: Wait::After(until_resync.min(checker.pending_wait())),
                     released: false,
                     events,
                 };
+            }
+            Due::Checked(out) => {
+                if let Some((warning, reason, message)) = out.event {
+                    events.push(event(now(), warning, &reason, message));
+                }
+                status = out.status;
+                reconcile::refresh_egress_ready(
+                    proxy,
+                    &mut status,
+                    checker.settings().thresholds(),
+                    &now(),
+                );
+                if out.replace.is_none() {
+                    let until_check = checker
+                        .next_due_ms(&key, &status)
+                        .saturating_sub(checker.now_ms());
+                    let until_resync = checker.until_resync(&key, reconcile::RESYNC_INTERVAL);
+                    return StepResult {
+                        steady: checked_steady(&status),
+                        status,
+                        wait: Wait::After(
+                            until_resync.min(Duration::from_millis(until_check.max(1))),
+                        ),
+                        released: false,
+                        events,
+                    };
+                }
             }
         }
     }
@@ -385,23 +399,32 @@ async fn reconcile_steps(
             && serving(&status)
         {
             let key = proxy.key();
-            if checker.next_due_ms(&key, &status) <= checker.now_ms() {
-                let out = checker
-                    .check_as(proxy, &status, authorization().await)
-                    .await;
-                if let Some((warning, reason, message)) = out.event {
-                    events.push(event(now(), warning, &reason, message));
+            match checker.check_if_due(proxy, &status, authorization).await {
+                Due::Not => {}
+                Due::Pending => {
+                    return StepResult {
+                        steady: false,
+                        status,
+                        wait: Wait::After(d.min(checker.pending_wait())),
+                        released: false,
+                        events,
+                    };
                 }
-                status = out.status;
-                reconcile::refresh_egress_ready(
-                    proxy,
-                    &mut status,
-                    checker.settings().thresholds(),
-                    &now(),
-                );
-                if out.replace.is_some() {
-                    // decide() now names the replacement: a delete, then a new instance.
-                    continue;
+                Due::Checked(out) => {
+                    if let Some((warning, reason, message)) = out.event {
+                        events.push(event(now(), warning, &reason, message));
+                    }
+                    status = out.status;
+                    reconcile::refresh_egress_ready(
+                        proxy,
+                        &mut status,
+                        checker.settings().thresholds(),
+                        &now(),
+                    );
+                    if out.replace.is_some() {
+                        // decide() now names the replacement: a delete, then a new instance.
+                        continue;
+                    }
                 }
             }
             let until_check = checker

@@ -448,6 +448,7 @@ mod tests {
             readiness_threshold: 3,
             startup_timeout: std::time::Duration::from_secs(300),
             max_unhealthy: egress_core::config::IntOrPercent::Int(1),
+            concurrency: 16,
         };
         let chosen = crate::egress::Chosen {
             urls: settings.urls.clone(),

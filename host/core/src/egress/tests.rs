@@ -16,6 +16,7 @@ fn settings() -> Settings {
         readiness_threshold: 2,
         startup_timeout: Duration::from_secs(600),
         max_unhealthy: IntOrPercent::Percent("40%".into()),
+        concurrency: 16,
     }
 }
 
@@ -135,18 +136,28 @@ fn max_unhealthy_is_a_share_of_the_checked_proxies() {
 }
 
 #[test]
-fn checks_are_spread_per_proxy_and_due_after_the_interval() {
+fn checks_fall_on_each_proxys_phase_of_the_interval() {
     let s = settings();
+    let every = s.interval.as_millis() as u64;
+    let now = (T0 as u64) * 1000;
     assert_eq!(next_due_ms(&running(), "ns/a", &s), 0, "never checked: due");
     let checked = check(&running(), CheckReason::Verified, true, T0).status;
     let due = next_due_ms(&checked, "ns/a", &s);
-    let base = (T0 as u64) * 1000 + 30_000;
-    assert!(due >= base && due < base + 3_000, "{due}");
-    assert_eq!(jitter("ns/a", s.interval), jitter("ns/a", s.interval));
-    let spread: std::collections::BTreeSet<_> = (0..50)
-        .map(|i| jitter(&format!("ns/p{i}"), s.interval))
-        .collect();
-    assert!(spread.len() > 25, "checks of many proxies are spread");
+    assert!(due >= now + every / 2 && due < now + every * 3 / 2, "{due}");
+    assert_eq!(due % every, phase_ms("ns/a", s.interval), "on its phase");
+    // Once on its phase, every interval exactly, whenever the check itself ended within it.
+    assert_eq!(due_after_ms(due, "ns/a", &s), due + every);
+    assert_eq!(due_after_ms(due + 1_500, "ns/a", &s), due + every);
+
+    // A thousand Proxies checked at the same moment spread over the next interval: no tenth of
+    // it holds more than a sixth of their next checks.
+    let mut tenths = [0usize; 10];
+    for i in 0..1000 {
+        let d = due_after_ms(now, &format!("ns/p{i}"), &s);
+        assert!(d >= now + every / 2 && d < now + every * 3 / 2);
+        tenths[((d - now - every / 2) * 10 / every) as usize] += 1;
+    }
+    assert!(tenths.iter().all(|n| *n < 1000 / 6), "{tenths:?}");
 }
 
 fn proxy() -> Proxy {
