@@ -271,3 +271,73 @@ async fn a_squid_refusing_connect_is_not_verified() {
     assert_eq!(cond.reason, "TunnelRefused", "{message}: {}", cond.message);
     assert!(cond.message.contains("403"), "{}", cond.message);
 }
+
+/// Two members of a pool behind one egress address (one real Squid behind both, as Pods
+/// behind one NAT): each names the other in its status, the pool counts one distinct address,
+/// and with `distinctEgress` the younger is replaced until the placement is degraded for
+/// giving shared addresses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_members_behind_one_address_share_it_and_distinct_egress_replaces_them() {
+    let Some(squid) = squid_and_echoes() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let squid = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
+    let providers = providers(dir.path(), "20s");
+    let pool_yaml = format!(
+        "apiVersion: crawl.example.com/v1alpha1\nkind: ProxyPool\nmetadata: {{name: web, namespace: ns}}\nspec:\n  replicas: 2\n  distinctEgress: true\n  template: {{port: {}}}\n  placements: [{{provider: h}}]\n  strategy: {{maxSurge: 1, maxUnavailable: 1}}\n",
+        squid.listen.port()
+    );
+    let pool: egress_core::pool::ProxyPool = serde_yaml::from_str(&pool_yaml).unwrap();
+    let names: Vec<String> = (1..=12)
+        .map(|serial| egress_core::pool::member_name(&pool, serial))
+        .collect();
+    provision(
+        dir.path(),
+        &names.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let proxies = dir.path().join("proxies.yaml");
+    std::fs::write(&proxies, &pool_yaml).unwrap();
+    let report = run(dir.path(), &providers, &proxies, Duration::from_secs(25)).await;
+
+    let p = &report.pools[0];
+    assert_eq!(p.status.distinct_egress_ips, 1, "{:#?}", p.status);
+    let degraded = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PlacementDegraded")
+        .expect("PlacementDegraded");
+    assert_eq!(
+        degraded.status,
+        "True",
+        "{degraded:?}\n{:#?}\n{:#?}",
+        p.events,
+        report
+            .proxies
+            .iter()
+            .map(|m| (&m.name, m.deleted, &m.status.egress_ip, &m.events))
+            .collect::<Vec<_>>()
+    );
+    assert!(degraded.message.contains("SharedEgress"), "{degraded:?}");
+    let replaced: Vec<&egress_proxies::reconcile::ProxyReport> =
+        report.proxies.iter().filter(|m| m.deleted).collect();
+    assert!(!replaced.is_empty(), "no member replaced for sharing");
+    // The members serving now name each other.
+    let serving: Vec<&egress_proxies::reconcile::ProxyReport> = report
+        .proxies
+        .iter()
+        .filter(|m| !m.deleted && m.status.egress_ip.as_deref() == Some("127.0.0.1"))
+        .filter(|m| egress_core::reconcile::ready_is_true(&m.status))
+        .collect();
+    assert_eq!(serving.len(), 2, "{:#?}", report.proxies);
+    for m in &serving {
+        let other = serving.iter().find(|o| o.name != m.name).unwrap();
+        assert_eq!(
+            m.status.egress_shared_with,
+            vec![format!("ns/{}", other.name)],
+            "{}",
+            m.name
+        );
+    }
+}

@@ -303,10 +303,17 @@ pub struct PlacementStatus {
     /// address of its own, newer than the last one counted, clears the count.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub shared_egress_replacements: u32,
-    /// RFC 3339: the creation time of the last member counted in sharedEgressReplacements,
-    /// so a member is counted once however many decisions see it.
+    /// The serial (the number its name was made from) of the last member counted in
+    /// sharedEgressReplacements, so a member is counted once however many decisions see it,
+    /// and the members made after it are known exactly, however many were made within one
+    /// second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shared_egress_counted_to: Option<String>,
+    pub shared_egress_counted_serial: Option<u64>,
+    /// Read and dropped: an earlier status's creation time of the last member counted, which
+    /// could not order members made within one second.
+    #[serde(default, rename = "sharedEgressCountedTo", skip_serializing)]
+    #[schemars(skip)]
+    pub legacy_shared_egress_counted_to: Option<String>,
     /// The egress addresses its members were replaced for sharing, while the run of them
     /// lasts: a member on one of them is no proof the placement now gives addresses of their
     /// own (the holder of a NAT address may just have failed a check, leaving it to the next).
@@ -545,6 +552,10 @@ pub struct Member {
     pub revision: String,
     /// Unix seconds: when the Proxy was created.
     pub created_at: Option<i64>,
+    /// Its number in the pool's sequence of names (see [`member_serial`]): the order the
+    /// pool made its members in, exact where creation times tie within a second. None for a
+    /// name the pool did not make.
+    pub serial: Option<u64>,
     /// Unix seconds: when its instance was first seen serving (running with an address).
     pub running_since: Option<i64>,
     /// Counts toward the floor: verified and not failed past the egress check's threshold
@@ -781,9 +792,9 @@ struct Health {
     degraded_since: Option<i64>,
     failed_replacements: u32,
     /// Members replaced in a row for a shared egress address (distinctEgress), and the
-    /// creation time of the last one counted.
+    /// serial of the last one counted.
     shared_replacements: u32,
-    shared_counted_to: Option<i64>,
+    shared_counted_to: Option<u64>,
     /// The addresses of that run.
     shared_ips: Vec<String>,
     /// Its failing member's `Reason: message`, if one is failing now.
@@ -885,18 +896,16 @@ pub fn decide(
             // shared one counted, ends the run of shared addresses. (Not merely the oldest
             // holder of a shared address: while that one blips, the next holder is available,
             // yet its placement still gives shared addresses.)
-            let counted_to = recorded
-                .and_then(|p| p.shared_egress_counted_to.as_deref())
-                .and_then(crate::gc::parse_rfc3339);
+            let counted_to = recorded.and_then(|p| p.shared_egress_counted_serial);
             let known_shared: &[String] = recorded.map_or(&[], |p| &p.shared_egress_ips);
             let own_address_since = counted_to.is_some_and(|t| {
-                mine(i).any(|m| unique(m, known_shared) && m.created_at.is_some_and(|c| c > t))
+                mine(i).any(|m| unique(m, known_shared) && m.serial.is_some_and(|c| c > t))
             });
             // The members giving shared addresses now count at once, so the decision that
             // meets the limit does not first create more here.
             let sharing_now = mine(i)
                 .filter(|m| shared.contains_key(&*m.name))
-                .filter(|m| counted_to.is_none_or(|t| m.created_at.unwrap_or(0) > t))
+                .filter(|m| counted_to.is_none_or(|t| m.serial.unwrap_or(0) > t))
                 .count() as u32;
             let recorded_sharing = recorded.map_or(0, |p| p.shared_egress_replacements);
             // Degraded for giving shared addresses, it recovers only through a member with
@@ -1369,7 +1378,15 @@ fn shared_egress<'a>(
         .copied()
         .filter(|m| m.available && !m.cordoned && m.egress_ip.is_some())
         .collect();
-    holders.sort_by_key(|m| (m.created_at.unwrap_or(i64::MIN), m.name.clone()));
+    // Oldest first: by creation time, and within one second by serial, the order the pool
+    // made them in.
+    holders.sort_by_key(|m| {
+        (
+            m.created_at.unwrap_or(i64::MIN),
+            m.serial.unwrap_or(0),
+            m.name.clone(),
+        )
+    });
     let mut seen = std::collections::BTreeSet::new();
     for m in holders {
         if let Some(ip) = m.egress_ip.as_deref()
@@ -1397,6 +1414,7 @@ pub fn revisions(spec: &PoolSpec, provider_revisions: &[String]) -> Vec<String> 
 /// cordon mark and a failure to create. The CLI and the operator both read their Proxies
 /// through this, so they decide alike.
 pub fn member(
+    pool: &ProxyPool,
     proxy: &crate::Proxy,
     status: &crate::ProxyStatus,
     created_at: Option<i64>,
@@ -1436,6 +1454,7 @@ pub fn member(
             .cloned()
             .unwrap_or_default(),
         created_at,
+        serial: member_serial(pool, &meta.name),
         running_since: status
             .running_since
             .as_deref()
@@ -1486,27 +1505,13 @@ const NAME_LEN: usize = 9;
 /// serial is kept (the pool's status, the CLI's state), so no name repeats in the pool's life
 /// and a new member never takes the name (and, in the CLI, the derived UID) of an old one.
 pub fn member_name(pool: &ProxyPool, serial: u64) -> String {
-    const HALF: u32 = 20;
-    const MASK: u64 = (1 << HALF) - 1;
-    let identity =
-        pool.metadata.uid.clone().unwrap_or_else(|| {
-            crate::name::derived_uid(&pool.metadata.namespace, &pool.metadata.name)
-        });
-    let key = Sha256::digest(identity.as_bytes());
-    let round = |k: u8, half: u64| {
-        let mut h = Sha256::new();
-        h.update(key);
-        h.update([k]);
-        h.update(half.to_be_bytes());
-        let d = h.finalize();
-        u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]) & MASK
-    };
-    let x = serial & ((1 << (2 * HALF)) - 1);
-    let (mut left, mut right) = (x >> HALF, x & MASK);
+    let round = name_rounds(pool);
+    let x = serial & ((1 << (2 * NAME_HALF)) - 1);
+    let (mut left, mut right) = (x >> NAME_HALF, x & NAME_MASK);
     for k in 0..4 {
         (left, right) = (right, left ^ round(k, right));
     }
-    let mut y = (left << HALF) | right;
+    let mut y = (left << NAME_HALF) | right;
     let mut suffix = [0u8; NAME_LEN];
     for c in suffix.iter_mut().rev() {
         *c = NAME_LETTERS[(y % 27) as usize];
@@ -1517,6 +1522,52 @@ pub fn member_name(pool: &ProxyPool, serial: u64) -> String {
         pool.metadata.name,
         String::from_utf8_lossy(&suffix)
     )
+}
+
+/// The serial `name` was made from by [`member_name`] for `pool`, None when the pool did not
+/// make it: the Feistel rounds run backwards.
+pub fn member_serial(pool: &ProxyPool, name: &str) -> Option<u64> {
+    let suffix = name
+        .strip_prefix(pool.metadata.name.as_str())?
+        .strip_prefix('-')?;
+    if suffix.len() != NAME_LEN {
+        return None;
+    }
+    let mut y: u64 = 0;
+    for c in suffix.bytes() {
+        let digit = NAME_LETTERS.iter().position(|l| *l == c)? as u64;
+        y = y * 27 + digit;
+    }
+    if y >> (2 * NAME_HALF) != 0 {
+        return None;
+    }
+    let round = name_rounds(pool);
+    let (mut left, mut right) = (y >> NAME_HALF, y & NAME_MASK);
+    for k in (0..4).rev() {
+        (left, right) = (right ^ round(k, left), left);
+    }
+    Some((left << NAME_HALF) | right)
+}
+
+/// Half of a serial's 40 bits.
+const NAME_HALF: u32 = 20;
+const NAME_MASK: u64 = (1 << NAME_HALF) - 1;
+
+/// The round function of a pool's name permutation, keyed by the pool's identity.
+fn name_rounds(pool: &ProxyPool) -> impl Fn(u8, u64) -> u64 {
+    let identity =
+        pool.metadata.uid.clone().unwrap_or_else(|| {
+            crate::name::derived_uid(&pool.metadata.namespace, &pool.metadata.name)
+        });
+    let key = Sha256::digest(identity.as_bytes());
+    move |k: u8, half: u64| {
+        let mut h = Sha256::new();
+        h.update(key);
+        h.update([k]);
+        h.update(half.to_be_bytes());
+        let d = h.finalize();
+        u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]) & NAME_MASK
+    }
 }
 
 /// The Proxy a create names: the template, the placement's provider and fields, the pool's
@@ -1598,13 +1649,13 @@ fn status(
             let h = &health[i];
             // Members replaced for a shared address now, each counted once: created after
             // the last one counted.
-            let counted: Vec<i64> = deletes
+            let counted: Vec<u64> = deletes
                 .iter()
                 .filter(|(name, why)| {
                     *why == DeleteReason::SharedEgress || shared.contains_key(name.as_str())
                 })
                 .filter_map(|(name, _)| mine.iter().find(|m| m.name == *name))
-                .map(|m| m.created_at.unwrap_or(0))
+                .map(|m| m.serial.unwrap_or(0))
                 .filter(|c| h.shared_counted_to.is_none_or(|t| *c > t))
                 .collect();
             PlacementStatus {
@@ -1622,12 +1673,8 @@ fn status(
                         })
                         .count() as u32,
                 shared_egress_replacements: h.shared_replacements + counted.len() as u32,
-                shared_egress_counted_to: counted
-                    .iter()
-                    .copied()
-                    .max()
-                    .or(h.shared_counted_to)
-                    .map(crate::gc::format_rfc3339),
+                shared_egress_counted_serial: counted.iter().copied().max().or(h.shared_counted_to),
+                legacy_shared_egress_counted_to: None,
                 shared_egress_ips: {
                     let mut ips: std::collections::BTreeSet<String> =
                         h.shared_ips.iter().cloned().collect();

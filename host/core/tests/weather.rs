@@ -299,6 +299,7 @@ fn day(seed: u64, replicas: u32, surge: u32, unavailable: u32, w: &Weather, hour
             .iter()
             .map(|m| {
                 pool::member(
+                    &pool,
                     &m.proxy,
                     &m.status,
                     Some(m.created),

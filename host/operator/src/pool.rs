@@ -97,7 +97,12 @@ pub async fn reconcile(pool: Arc<ProxyPool>, ctx: Arc<PoolContext>) -> Result<Ac
 }
 
 /// One of the pool's Proxies as the decisions see it.
-fn member(p: &Proxy, now: i64, egress: Option<egress_core::egress::Thresholds>) -> Member {
+fn member(
+    pool: &egress_core::pool::ProxyPool,
+    p: &Proxy,
+    now: i64,
+    egress: Option<egress_core::egress::Thresholds>,
+) -> Member {
     let core = egress_core::Proxy {
         metadata: egress_core::proxy::ObjectMeta {
             labels: p.labels().clone(),
@@ -114,6 +119,7 @@ fn member(p: &Proxy, now: i64, egress: Option<egress_core::egress::Thresholds>) 
         // An object the API answered always has one; without it the Proxy counts as new.
         .or(Some(now));
     pool::member(
+        pool,
         &core,
         &p.status.clone().unwrap_or_default(),
         created_at,
@@ -243,7 +249,10 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     let thresholds = settings
         .as_ref()
         .map(egress_core::egress::Settings::thresholds);
-    let members: Vec<Member> = owned.iter().map(|p| member(p, now, thresholds)).collect();
+    let members: Vec<Member> = owned
+        .iter()
+        .map(|p| member(&core, p, now, thresholds))
+        .collect();
     let provider_revisions: Vec<String> = core
         .spec
         .placements

@@ -176,9 +176,9 @@ impl PoolRun {
                         ban_reports: l.ban_reports,
                         ..t.status.clone()
                     };
-                    member(t, &status, egress)
+                    member(&self.pool, t, &status, egress)
                 }
-                None => member(t, &t.status, egress),
+                None => member(&self.pool, t, &t.status, egress),
             })
             .collect();
         let now = (now_ms / 1000) as i64;
@@ -367,11 +367,13 @@ impl PoolRun {
 /// One tracked Proxy as the pool decisions see it, with `status` (its own, or with the
 /// lease file's bindings).
 fn member(
+    pool: &pool::ProxyPool,
     t: &Tracked,
     status: &egress_core::ProxyStatus,
     egress: Option<egress_core::egress::Thresholds>,
 ) -> pool::Member {
     pool::member(
+        pool,
         &t.proxy,
         status,
         Some((t.created_ms / 1000) as i64),

@@ -55,13 +55,19 @@ fn revs(s: &PoolSpec) -> Vec<String> {
         .collect()
 }
 
+/// Members made in the same second are ordered by when the test made them, as the pool's
+/// serials order them.
+static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn member(name: &str, placement: usize, rev: &str, ready: bool, created: i64) -> Member {
+    let made = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 0xffff;
     Member {
         name: name.into(),
         placement: Some(placement),
         zone: None,
         revision: rev.into(),
         created_at: Some(created),
+        serial: Some(((created.max(0) as u64) << 16) | made),
         running_since: ready.then_some(created),
         available: ready,
         ready,
@@ -497,7 +503,8 @@ fn a_proxy_reads_as_a_member() {
         }],
         ..Default::default()
     };
-    let m = super::member(&proxy, &status, Some(NOW), false, None);
+    let m = super::member(&pool, &proxy, &status, Some(NOW), false, None);
+    assert_eq!(m.serial, Some(1), "the serial its name was made from");
     assert_eq!(m.placement, Some(0));
     assert_eq!(m.revision, create.revision);
     assert_eq!(m.zone.as_deref(), Some("z1"));
@@ -933,6 +940,67 @@ fn give_addresses(s: &mut Sim) {
                 _ => format!("203.0.113.{}", m.name.trim_start_matches("pool-")),
             });
         }
+    }
+}
+
+/// A placement behind one NAT whose members are made, checked and replaced within one second
+/// (a fast backend, real proxies on one host): the pool still counts each replacement once,
+/// in the order it made them, and is degraded after SHARED_EGRESS_LIMIT in a row rather than
+/// replacing for ever. Creation times alone (whole seconds) could not tell them apart.
+#[test]
+fn shared_addresses_within_one_second_are_counted_and_degrade_the_placement() {
+    let mut sp = spec(2, &[1]);
+    sp.distinct_egress = true;
+    sp.strategy.max_unavailable = IntOrPercent::Int(1);
+    let mut s = Sim::new(sp);
+    let mut shared_deletes = 0;
+    for _ in 0..40 {
+        let d = s.step();
+        shared_deletes += d
+            .deletes
+            .iter()
+            .filter(|(_, r)| *r == DeleteReason::SharedEgress)
+            .count();
+        s.ready_all();
+        give_addresses(&mut s);
+    }
+    let degraded = s
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "PlacementDegraded")
+        .unwrap();
+    assert_eq!(degraded.status, "True", "{:#?}", s.status);
+    assert!(degraded.message.contains("SharedEgress"), "{degraded:?}");
+    // The member meeting the limit is kept, as the placement's probe.
+    assert!(
+        (SHARED_EGRESS_LIMIT as usize - 1..=SHARED_EGRESS_LIMIT as usize).contains(&shared_deletes),
+        "{shared_deletes} replacements within one second"
+    );
+}
+
+#[test]
+fn a_member_name_gives_back_its_serial() {
+    let pool = pool_named("web", Some("u1"), spec(1, &[1]));
+    for serial in (0..5000).chain([1 << 20, (1 << 40) - 1, 123_456_789_012]) {
+        let name = member_name(&pool, serial);
+        assert_eq!(member_serial(&pool, &name), Some(serial), "{name}");
+    }
+    let other = pool_named("web", Some("u2"), spec(1, &[1]));
+    assert_ne!(
+        member_serial(&other, &member_name(&pool, 7)),
+        Some(7),
+        "another pool's key reads another serial"
+    );
+    for foreign in [
+        "web",
+        "web-",
+        "api-bcdfghjkl",
+        "web-bcdfghjk",
+        "web-bcdfghjkla",
+        "web-aaaaaaaaa",
+    ] {
+        assert_eq!(member_serial(&pool, foreign), None, "{foreign}");
     }
 }
 
