@@ -415,6 +415,14 @@ pub struct Options {
     pub uid: fn(u64) -> String,
     /// Kinds beyond [`KINDS`].
     pub extra_kinds: Vec<Kind>,
+    /// The address the kubelet gives the n-th Pod it runs (from 1): a pod network's by
+    /// default; a test whose Pods must be reached (a proxy listening for them on loopback)
+    /// gives its own.
+    pub pod_ip: fn(u32) -> String,
+}
+
+fn default_pod_ip(n: u32) -> String {
+    format!("10.244.{}.{}", n / 250, n % 250 + 2)
 }
 
 /// The counter leads, as random UIDs differ from the first character: names derived from a
@@ -432,6 +440,7 @@ impl Default for Options {
             history: 10_000,
             uid: default_uid,
             extra_kinds: Vec::new(),
+            pod_ip: default_pod_ip,
         }
     }
 }
@@ -1143,7 +1152,7 @@ impl Cluster {
         }
         let pod_ip = (is_pod && self.opts.kubelet.is_some()).then(|| {
             self.next_ip += 1;
-            format!("10.244.{}.{}", self.next_ip / 250, self.next_ip % 250 + 2)
+            (self.opts.pod_ip)(self.next_ip)
         });
         if pod_ip.is_some()
             && let Some(k) = self.opts.kubelet

@@ -1,0 +1,485 @@
+//! The operator's egress checks at scale, on the path `egress-proxies run` takes: the Proxy
+//! controller over the API double (kubernetes provider module, watch included), the checker
+//! `checker_for` builds (the network probe, in the background, `egressCheck.concurrency` at
+//! once, each finished check waking its Proxy through `checks_finished`), the fleet fed by the
+//! watch of every Proxy as discovery keeps it.
+//!
+//!     cargo bench -p egress-operator --bench checks [-- PROXIES [CONCURRENCY]]
+//!
+//! Needs root (the echoes listen on 127.0.0.9:80 and :443, the ports the generated Squid
+//! forwards to) and about 12,000 file descriptors. A child process (this binary, re-executed)
+//! serves the API double, whose kubelet gives the n-th Pod the address 127.1.(n/250).(n%250+2),
+//! a stand-in forward proxy listening on each of those addresses at 3128 (plain GET and
+//! CONNECT, sent on from its own address, so the echo sees a distinct egress address per
+//! proxy), and the echoes (plain and TLS, a self-signed certificate the config pins). The
+//! figures are the operator process's alone.
+//!
+//! 1. 100 Proxies are created with nothing else under way: the time until each has its
+//!    instance (the provider's create returned) is the baseline.
+//! 2. PROXIES (default 10,000) are created and checked until every one is Ready.
+//! 3. A tenth of the proxies start holding every connection without an answer (each check of
+//!    them times out after the 5 s timeout). The checks finished are counted over three
+//!    intervals (30 s): a round is PROXIES checks. Meanwhile 100 more Proxies are created, and
+//!    their time to an instance is compared with the baseline.
+//!
+//! RSS is VmRSS/VmHWM of this process from /proc/self/status.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use egress_core::config::ProvidersConfig;
+use egress_operator::context::{Context, Loaded};
+use egress_operator::crd::Proxy;
+use egress_operator::metrics::Metrics;
+use egress_runtime::capabilities::kube::RealKube;
+use egress_runtime::egress::{CheckWakes, StatusFleet};
+use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
+use futures::StreamExt;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::events::Reporter;
+use kube_double::model::{Kubelet, Options};
+use kube_double::{Config, Double};
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+const ECHO: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 9);
+const PROXY_PORT: u16 = 3128;
+const INTERVAL_S: u64 = 30;
+const BATCH: usize = 100;
+
+fn pod_ip(n: u32) -> String {
+    format!("127.1.{}.{}", n / 250, n % 250 + 2)
+}
+
+/// (VmRSS, VmHWM) of this process, in KiB.
+fn memory() -> (u64, u64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+fn mib(kib: u64) -> String {
+    format!("{:.1} MiB", kib as f64 / 1024.0)
+}
+
+/// The child: the API double, a stand-in proxy on every address its kubelet hands out, and the
+/// echoes. Prints the double's URL and the TLS echo's fingerprint; "hang" on stdin makes every
+/// tenth proxy hold its connections unanswered; stdin closing ends it.
+async fn serve_world(addresses: u32) {
+    let d = Double::start_with(Config {
+        options: Options {
+            kubelet: Some(Kubelet {
+                start_ms: 0,
+                termination_ms: 0,
+            }),
+            require_namespaces: true,
+            history: 200_000,
+            pod_ip,
+            ..Options::default()
+        },
+        namespaces: vec!["default".into(), "kube-system".into(), "crawlers".into()],
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let identity = egress_check::tls::ServerIdentity::self_signed(&[ECHO.to_string()]).unwrap();
+    let plain = TcpListener::bind((ECHO, 80)).await.unwrap();
+    let tls = TcpListener::bind((ECHO, 443)).await.unwrap();
+    tokio::spawn(egress_check::echo::serve_until(
+        plain,
+        std::future::pending(),
+    ));
+    tokio::spawn(egress_check::echo::serve_tls_until(
+        tls,
+        identity.config.clone(),
+        std::future::pending(),
+    ));
+    let hang = Arc::new(AtomicBool::new(false));
+    for n in 1..=addresses {
+        let ip: Ipv4Addr = pod_ip(n).parse().unwrap();
+        let listener = TcpListener::bind((ip, PROXY_PORT)).await.unwrap();
+        let hangs = n % 10 == 0;
+        let hang = hang.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                let hang = hangs && hang.load(Ordering::SeqCst);
+                tokio::spawn(forward(client, ip, hang));
+            }
+        });
+    }
+    println!("{}", d.url());
+    println!(
+        "{}",
+        egress_check::tls::fingerprint_text(&identity.fingerprint)
+    );
+    let _ = std::io::stdout().flush();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    while let Some(line) = rx.recv().await {
+        if line.trim() == "hang" {
+            hang.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// One connection to a stand-in proxy: a plain GET in absolute form is sent on to its origin,
+/// a CONNECT tunnelled, both from the proxy's own address; a hanging proxy reads and never
+/// answers.
+async fn forward(mut client: TcpStream, own: Ipv4Addr, hang: bool) {
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 2048];
+    let end = loop {
+        let Ok(n) = client.read(&mut buf).await else {
+            return;
+        };
+        if n == 0 {
+            return;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if head.len() > 16 * 1024 {
+            return;
+        }
+    };
+    if hang {
+        while matches!(client.read(&mut buf).await, Ok(n) if n > 0) {}
+        return;
+    }
+    let text = String::from_utf8_lossy(&head[..end]).to_string();
+    let mut lines = text.split("\r\n");
+    let request = lines.next().unwrap_or_default().to_string();
+    let mut parts = request.split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let dial = |authority: &str| {
+        let authority = authority.to_string();
+        async move {
+            let (host, port) = authority.rsplit_once(':').unwrap_or((&authority, "80"));
+            let addr = SocketAddr::new(host.parse().ok()?, port.parse().ok()?);
+            let socket = TcpSocket::new_v4().ok()?;
+            socket.bind(SocketAddr::new(IpAddr::V4(own), 0)).ok()?;
+            socket.connect(addr).await.ok()
+        }
+    };
+    if method == "CONNECT" {
+        let Some(mut origin) = dial(target).await else {
+            let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+            return;
+        };
+        if client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if end < head.len() && origin.write_all(&head[end..]).await.is_err() {
+            return;
+        }
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut origin).await;
+        return;
+    }
+    let Some(rest) = target.strip_prefix("http://") else {
+        let _ = client.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+        return;
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let Some(mut origin) = dial(authority).await else {
+        let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+        return;
+    };
+    let mut out = format!("{method} {path} HTTP/1.1\r\n");
+    for l in lines.filter(|l| !l.is_empty()) {
+        let name = l.split(':').next().unwrap_or("").to_ascii_lowercase();
+        if !name.starts_with("proxy-") && name != "connection" {
+            out.push_str(l);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    if origin.write_all(out.as_bytes()).await.is_err() {
+        return;
+    }
+    let _ = tokio::io::copy(&mut origin, &mut client).await;
+    let _ = client.shutdown().await;
+}
+
+/// Sums a counter family's samples in `text` whose line starts with `prefix`.
+fn counter(text: &str, prefix: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+async fn create(api: &Api<Proxy>, names: impl Iterator<Item = String>) {
+    let mut creating = futures::stream::iter(names.map(|name| {
+        let api = api.clone();
+        async move {
+            let p: Proxy = serde_json::from_value(json!({
+                "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
+                "metadata": {"name": name}, "spec": {"provider": "cluster"}}))
+            .unwrap();
+            api.create(&PostParams::default(), &p).await.unwrap();
+        }
+    }))
+    .buffer_unordered(32);
+    while creating.next().await.is_some() {}
+}
+
+/// Creates a batch of `BATCH` Proxies named `prefix`N and returns how long until every one has
+/// its instance (the provider's create returned: its status names the instance).
+async fn batch_to_instances(api: &Api<Proxy>, prefix: &str) -> Duration {
+    let started = Instant::now();
+    create(api, (0..BATCH).map(|i| format!("{prefix}{i:03}"))).await;
+    loop {
+        let list = api.list(&ListParams::default()).await.unwrap();
+        let made = list
+            .items
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .filter(|p| p.status.as_ref().is_some_and(|s| s.provider_id.is_some()))
+            .count();
+        if made == BATCH {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "{made} of {BATCH} instances"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn run(proxies: usize, concurrency: u32) {
+    let addresses = (proxies + 3 * BATCH) as u32;
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args(["--serve-world", &addresses.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut url, mut pin) = (String::new(), String::new());
+    out.read_line(&mut url).unwrap();
+    out.read_line(&mut pin).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let client = kube::Client::try_from(kube::Config::new(url.trim().parse().unwrap())).unwrap();
+
+    let providers_yaml = format!(
+        "installation: bench\n\
+         egressCheck: {{urls: ['http://{ECHO}/anything', 'https://{ECHO}/anything'], tls: {{certificateSHA256: '{}'}}, interval: {INTERVAL_S}s, timeout: 5s, failureThreshold: 100, startupTimeout: 1h, concurrency: {concurrency}}}\n\
+         providers:\n- {{name: cluster, type: kubernetes}}\n",
+        pin.trim()
+    );
+    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
+    let runtime = Runtime::new(RuntimeOptions {
+        cache_dir: Some(cache),
+        ..Default::default()
+    })
+    .unwrap();
+    let config = ProvidersConfig::from_yaml(&providers_yaml).unwrap();
+    let backends = Backends {
+        kube: Arc::new(RealKube::with_client(
+            client.clone(),
+            url.trim().to_string(),
+        )),
+        ..Backends::real()
+    };
+    let clock = backends.clock.clone();
+    let providers = Providers::load(
+        &runtime,
+        &config,
+        LoadOptions {
+            base_dir: Path::new("."),
+            builtin: &egress_builtins::module_for_type,
+            backends,
+            recorder: None,
+        },
+    )
+    .await
+    .unwrap();
+    let metrics = Arc::new(Metrics::new());
+    let fleet = Arc::new(StatusFleet::default());
+    let wakes = Arc::new(CheckWakes::default());
+    let egress =
+        egress_operator::checker_for(&config, None, &clock, &metrics, &fleet, &wakes).unwrap();
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        "bench".into(),
+        Loaded {
+            config: Arc::new(config),
+            providers: Arc::new(providers),
+            egress,
+        },
+        metrics.clone(),
+        Reporter {
+            controller: "egress-proxies".into(),
+            instance: Some("bench".into()),
+        },
+    ));
+    let (_store, watch) = egress_operator::discovery_watch(client.clone(), fleet);
+    tokio::spawn(watch);
+    let (rss_start, _) = memory();
+    let controller = tokio::spawn(
+        egress_operator::proxy_controller(client.clone(), egress_operator::DEFAULT_CONCURRENCY)
+            .reconcile_on(egress_operator::checks_finished(wakes))
+            .run(
+                egress_operator::controller::reconcile,
+                egress_operator::controller::error_policy,
+                ctx,
+            )
+            .for_each(|_| async {}),
+    );
+    let api: Api<Proxy> = Api::namespaced(client.clone(), "crawlers");
+
+    let baseline = batch_to_instances(&api, "base").await;
+
+    let started = Instant::now();
+    create(&api, (0..proxies).map(|i| format!("p{i:05}"))).await;
+    let ready_after = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let list = api.list(&ListParams::default()).await.unwrap();
+        let ready = list
+            .items
+            .iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .is_some_and(egress_core::reconcile::ready_is_true)
+            })
+            .count();
+        if ready >= proxies + BATCH {
+            break started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(1800),
+            "{ready} of {} Ready after 30 minutes",
+            proxies + BATCH
+        );
+    };
+    let (rss_ready, _) = memory();
+
+    writeln!(stdin, "hang").unwrap();
+    let checks = |m: &Metrics| counter(&m.encode(), "egress_proxies_egress_checks_total{");
+    let timeouts = |m: &Metrics| {
+        counter(
+            &m.encode(),
+            "egress_proxies_egress_checks_total{provider=\"cluster\",result=\"Timeout\"}",
+        )
+    };
+    let mut rounds = Vec::new();
+    let mut during = None;
+    for i in 0..3 {
+        let (c0, t0, at) = (checks(&metrics), timeouts(&metrics), Instant::now());
+        let batch = async {
+            if i == 1 {
+                Some(batch_to_instances(&api, "load").await)
+            } else {
+                None
+            }
+        };
+        let (b, ()) = tokio::join!(batch, tokio::time::sleep(Duration::from_secs(INTERVAL_S)));
+        if b.is_some() {
+            during = b;
+        }
+        let (c1, t1) = (checks(&metrics), timeouts(&metrics));
+        let live = proxies + BATCH + if i >= 1 { BATCH } else { 0 };
+        rounds.push((c1 - c0, t1 - t0, at.elapsed(), live));
+    }
+    let (rss_end, hwm) = memory();
+    controller.abort();
+    drop(stdin);
+    let _ = child.wait();
+
+    println!(
+        "{} Proxies, egressCheck.concurrency {concurrency}, interval {INTERVAL_S} s, timeout 5 s",
+        proxies + BATCH
+    );
+    println!();
+    println!("| measure | value |");
+    println!("|---|---|");
+    println!(
+        "| all Ready (create and first check) | {:.1} s |",
+        ready_after.as_secs_f64()
+    );
+    // The first interval after all are Ready holds fewer checks: every Proxy was first
+    // checked as it came up, and moves to its phase within one and a half intervals.
+    for (i, (c, t, took, live)) in rounds.iter().enumerate() {
+        let rate = *c as f64 / took.as_secs_f64();
+        println!(
+            "| interval {} with a tenth hanging: checks, of them timeouts | {c}, {t} ({rate:.0} checks/s: a round of {live} in {:.1} s) |",
+            i + 1,
+            *live as f64 / rate
+        );
+    }
+    println!(
+        "| {BATCH} new Proxies to their instances, nothing else under way | {:.2} s |",
+        baseline.as_secs_f64()
+    );
+    if let Some(d) = during {
+        println!(
+            "| {BATCH} new Proxies to their instances, during the checks | {:.2} s |",
+            d.as_secs_f64()
+        );
+    }
+    println!(
+        "| RSS at start, all Ready, end; peak | {}, {}, {}; {} |",
+        mib(rss_start),
+        mib(rss_ready),
+        mib(rss_end),
+        mib(hwm)
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    if args.first().map(String::as_str) == Some("--serve-world") {
+        let n = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(0);
+        rt.block_on(serve_world(n));
+        return;
+    }
+    let proxies: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let concurrency: u32 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(256);
+    rt.block_on(run(proxies, concurrency));
+}
