@@ -204,9 +204,14 @@ pub struct RunArgs {
     pub identity: String,
     #[arg(long, default_value = "egress-proxies-leader")]
     pub lease: String,
-    /// Address of /healthz, /readyz, /metrics and discovery (/v1/proxies).
+    /// Address of the HTTP API: discovery (/v1/proxies), leases (/v1/leases), /metrics, and
+    /// the probes.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: std::net::SocketAddr,
+    /// Address of /healthz and /readyz alone, for the kubelet: a listener of their own, which
+    /// clients holding every connection of the API cannot delay.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub probe_listen: std::net::SocketAddr,
     /// A file of named tokens (their SHA-256, and what each may see) that may call /metrics
     /// and /v1/proxies. Without it, callers present a token the API server reviews
     /// (TokenReview, then SubjectAccessReview against RBAC).

@@ -109,7 +109,9 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                 let format = a.output;
                 let serving = match (a.listen, a.api_tokens) {
                     (Some(addr), Some(api_tokens)) => {
-                        match tokio::net::TcpListener::bind(addr).await {
+                        // The API's backlog (4,096), not bind's 128: a burst of crawlers
+                        // would otherwise wait out SYN retransmissions.
+                        match egress_operator::server::listen(addr) {
                             Ok(listener) => {
                                 let at = listener.local_addr().unwrap_or(addr);
                                 eprintln!("serving the API on http://{at}");
@@ -183,6 +185,7 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                 lease_name: a.lease,
                 identity: a.identity,
                 listen: a.listen,
+                probe_listen: a.probe_listen,
                 gc_interval: a.gc_interval,
                 gc_grace: a.gc_grace,
                 health_interval: a.health_interval,

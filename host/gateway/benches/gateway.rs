@@ -4,8 +4,11 @@
 //! - the time to set up a CONNECT (TCP connect to the 200), direct and through the gateway,
 //!   and the difference of their percentiles: one by one while 256 other tunnels are open and
 //!   carrying a round trip every 10 ms each, and in bursts of 256 at once;
-//! - the heap the gateway holds per idle tunnel (counted by the allocator: gateway tunnels
-//!   less direct ones, whose client and sink sides cost alike).
+//! - the CPU time per setup in those bursts (the process's threads as the scheduler counts
+//!   them: gateway less direct is the gateway's, kernel work on its sockets included);
+//! - the heap and the descriptors the gateway holds per idle tunnel (counted by the allocator
+//!   and in /proc/self/fd: gateway tunnels less direct ones, whose client and sink sides cost
+//!   alike).
 //!
 //! `cargo bench -p egress-gateway --bench gateway` (needs squid, and root for port 443, which
 //! the generated config tunnels to). Prints a Markdown table.
@@ -110,10 +113,29 @@ async fn transfer(proxy: SocketAddr, auth: &str) -> f64 {
     TRANSFER as f64 / 1e6 / started.elapsed().as_secs_f64()
 }
 
-/// Setup times (ms) of `CONCURRENT` tunnels set up at once, `WAVES` times.
-async fn setups(proxy: SocketAddr, auth: &str) -> Vec<f64> {
+/// CPU time (ns) this process's threads have run, from the scheduler's own count: it is
+/// exact, and unlike wall-clock latency it does not move with what else the machine runs.
+fn cpu_ns() -> u64 {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Descriptors this process holds.
+fn descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// Setup times (ms) of `CONCURRENT` tunnels set up at once, `WAVES` times, and the CPU time
+/// (µs) this process spent per setup meanwhile (crawlers and sink, and the gateway when
+/// `proxy` is it: the difference is the gateway's).
+async fn setups(proxy: SocketAddr, auth: &str) -> (Vec<f64>, f64) {
     let mut out = Vec::new();
+    let mut cpu = 0u64;
     for _ in 0..WAVES {
+        let started = cpu_ns();
         let tasks: Vec<_> = (0..CONCURRENT)
             .map(|_| {
                 let auth = auth.to_string();
@@ -130,11 +152,13 @@ async fn setups(proxy: SocketAddr, auth: &str) -> Vec<f64> {
             out.push(ms);
             open.push(s);
         }
+        cpu += cpu_ns() - started;
         drop(open);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     out.sort_by(f64::total_cmp);
-    out
+    let per_setup = cpu as f64 / 1e3 / (WAVES * CONCURRENT) as f64;
+    (out, per_setup)
 }
 
 /// Setup times (ms) of `SEQUENTIAL` tunnels set up one after another while `CONCURRENT`
@@ -199,10 +223,12 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// KiB of heap per idle tunnel through `proxy`, with `IDLE` tunnels open, and KiB of RSS.
-async fn idle_cost(proxy: SocketAddr, auth: &str) -> (f64, f64) {
+/// KiB of heap per idle tunnel through `proxy`, with `IDLE` tunnels open, KiB of RSS, and
+/// descriptors (for the crawler and sink sides too: the difference is the gateway's).
+async fn idle_cost(proxy: SocketAddr, auth: &str) -> (f64, f64, f64) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = rss_kib();
+    let fds = descriptors();
     let region = Region::new(GLOBAL);
     let mut open = Vec::new();
     for _ in 0..IDLE {
@@ -217,12 +243,14 @@ async fn idle_cost(proxy: SocketAddr, auth: &str) -> (f64, f64) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let change = region.change();
     let after = rss_kib();
+    let fds = (descriptors() - fds) as f64 / IDLE as f64;
     drop(open);
     let heap = change.bytes_allocated as f64 - change.bytes_deallocated as f64
         + change.bytes_reallocated as f64;
     (
         heap / 1024.0 / IDLE as f64,
         (after.saturating_sub(before)) as f64 / IDLE as f64,
+        fds,
     )
 }
 
@@ -308,8 +336,8 @@ fn main() {
         }
         let (d, g) = (median(direct), median(through));
 
-        let ds = setups(squid.listen, &direct_auth).await;
-        let gs = setups(gw, &gw_auth).await;
+        let (ds, d_cpu) = setups(squid.listen, &direct_auth).await;
+        let (gs, g_cpu) = setups(gw, &gw_auth).await;
         let mut loaded = Vec::new();
         for (what, period) in [
             ("idle", None),
@@ -339,6 +367,10 @@ fn main() {
                 pct(&gs, p) - pct(&ds, p)
             );
         }
+        println!(
+            "| CPU per setup in those bursts (µs, this process) | {d_cpu:.1} | {g_cpu:.1} | +{:.1} µs |",
+            g_cpu - d_cpu
+        );
         for (what, dl, gl) in &loaded {
             for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
                 println!(
@@ -354,6 +386,12 @@ fn main() {
             idle_direct.0,
             idle_gw.0,
             idle_gw.0 - idle_direct.0
+        );
+        println!(
+            "| descriptors per idle tunnel that carried a round trip, {IDLE} open (this process) | {:.1} | {:.1} | +{:.1} |",
+            idle_direct.2,
+            idle_gw.2,
+            idle_gw.2 - idle_direct.2
         );
         // RSS is printed for the record only: freed memory of earlier phases is reused, so its
         // difference says little; the heap count above is exact.

@@ -62,6 +62,15 @@ pub fn member_failed(m: &Member, error: &'static str, details: String) -> HopErr
     }
 }
 
+/// Member `m` did not answer in time: a 504 (RFC 9110 §15.6.5: no timely response from the
+/// server upstream), the same on the CONNECT and the plain-HTTP paths, which another member
+/// may serve.
+pub fn member_timed_out(m: &Member, error: &'static str, details: String) -> HopError {
+    let mut e = member_failed(m, error, details);
+    e.failure.status = StatusCode::GATEWAY_TIMEOUT;
+    e
+}
+
 /// A TCP connection to member `m`, within the connect timeout.
 pub async fn dial(m: &Member, t: &Timeouts) -> Result<TcpStream, HopError> {
     let connect = async {
@@ -91,7 +100,7 @@ pub async fn dial(m: &Member, t: &Timeouts) -> Result<TcpStream, HopError> {
             "connection_terminated",
             format!("member {} could not be reached: {e}", m.id()),
         )),
-        Err(_) => Err(member_failed(
+        Err(_) => Err(member_timed_out(
             m,
             "connection_timeout",
             format!("member {} did not accept within {:?}", m.id(), t.connect),
@@ -126,7 +135,7 @@ pub async fn connect(
             ));
         }
         Err(_) => {
-            return Err(member_failed(
+            return Err(member_timed_out(
                 m,
                 "http_response_timeout",
                 format!(
@@ -242,11 +251,41 @@ impl Ended {
     }
 }
 
+/// Bytes one direction of a tunnel carried: its own count (which the idle watch reads) and,
+/// where given, the member's byte counter, added to as the relay moves them (once per splice
+/// or buffer, never per byte), so the metric follows a long tunnel while it runs.
+#[derive(Debug, Default, Clone)]
+pub struct Meter {
+    count: Arc<AtomicU64>,
+    metric: Option<prometheus_client::metrics::counter::Counter>,
+}
+
+impl Meter {
+    pub fn new(metric: prometheus_client::metrics::counter::Counter) -> Self {
+        Self {
+            count: Arc::default(),
+            metric: Some(metric),
+        }
+    }
+
+    pub fn add(&self, n: u64) {
+        self.count.fetch_add(n, Ordering::Relaxed);
+        if let Some(m) = &self.metric {
+            m.inc_by(n);
+        }
+    }
+
+    /// Bytes carried so far.
+    pub fn get(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
 /// Bytes a tunnel carried: from the crawler up to the member, and back down.
 #[derive(Debug, Default, Clone)]
 pub struct Carried {
-    pub up: Arc<AtomicU64>,
-    pub down: Arc<AtomicU64>,
+    pub up: Meter,
+    pub down: Meter,
 }
 
 /// Size of a relay buffer: large enough that a bulk transfer costs few system calls per
@@ -281,7 +320,7 @@ fn put_buffer(b: Box<[u8]>) {
 async fn pump(
     from: &tokio::net::tcp::OwnedReadHalf,
     to: &mut tokio::net::tcp::OwnedWriteHalf,
-    count: &AtomicU64,
+    count: &Meter,
 ) -> std::io::Result<()> {
     loop {
         from.readable().await?;
@@ -294,7 +333,7 @@ async fn pump(
                         return Ok(true);
                     }
                     Ok(n) => {
-                        count.fetch_add(n as u64, Ordering::Relaxed);
+                        count.add(n as u64);
                         to.write_all(&buf[..n]).await?;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
@@ -311,11 +350,11 @@ async fn pump(
 }
 
 /// Writes `bytes` read ahead of the relay to `to`, counting them; false when `to` is closed.
-async fn hand_on<W: AsyncWrite + Unpin>(to: &mut W, bytes: &[u8], count: &AtomicU64) -> bool {
+async fn hand_on<W: AsyncWrite + Unpin>(to: &mut W, bytes: &[u8], count: &Meter) -> bool {
     if bytes.is_empty() {
         return true;
     }
-    count.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    count.add(bytes.len() as u64);
     to.write_all(bytes).await.is_ok()
 }
 
@@ -333,7 +372,7 @@ async fn splice_pump(
     from: &TcpStream,
     to: &TcpStream,
     pipe: (std::os::fd::OwnedFd, std::os::fd::OwnedFd),
-    count: &AtomicU64,
+    count: &Meter,
 ) -> std::io::Result<()> {
     use rustix::pipe::{SpliceFlags, splice};
     use tokio::io::Interest;
@@ -356,7 +395,7 @@ async fn splice_pump(
             rustix::net::shutdown(to, rustix::net::Shutdown::Write)?;
             return Ok(());
         }
-        count.fetch_add(n as u64, Ordering::Relaxed);
+        count.add(n as u64);
         let mut left = n;
         while left > 0 {
             to.writable().await?;
@@ -432,17 +471,11 @@ async fn until_ended(
 ) -> Ended {
     let watch_idle = async {
         let tick = (idle / 4).max(Duration::from_millis(10));
-        let mut last = (
-            carried.up.load(Ordering::Relaxed),
-            carried.down.load(Ordering::Relaxed),
-        );
+        let mut last = (carried.up.get(), carried.down.get());
         let mut quiet = Duration::ZERO;
         loop {
             tokio::time::sleep(tick).await;
-            let now = (
-                carried.up.load(Ordering::Relaxed),
-                carried.down.load(Ordering::Relaxed),
-            );
+            let now = (carried.up.get(), carried.down.get());
             if now == last {
                 quiet += tick;
                 if quiet >= idle {
@@ -552,11 +585,8 @@ mod tests {
             assert_eq!(up.len(), 1 << 20, "spliced: {spliced}");
             let early = if spliced { 5 } else { 0 };
             assert_eq!(down.len(), (1 << 20) + early, "spliced: {spliced}");
-            assert_eq!(carried.up.load(Ordering::Relaxed), 1 << 20);
-            assert_eq!(
-                carried.down.load(Ordering::Relaxed),
-                (1 << 20) + early as u64
-            );
+            assert_eq!(carried.up.get(), 1 << 20);
+            assert_eq!(carried.down.get(), (1 << 20) + early as u64);
         }
     }
 
@@ -599,5 +629,44 @@ mod tests {
         )
         .await;
         assert_eq!(ended, Ended::Idle);
+    }
+
+    /// The member's byte counters grow as the relay moves bytes, while the tunnel is still
+    /// open, not only once it ends.
+    #[tokio::test]
+    async fn the_byte_counters_follow_a_tunnel_while_it_runs() {
+        use prometheus_client::metrics::counter::Counter;
+        let (mut crawler, gateway_side) = pair().await;
+        let (member_side, mut member) = pair().await;
+        let (up, down) = (Counter::<u64>::default(), Counter::<u64>::default());
+        let carried = Carried {
+            up: Meter::new(up.clone()),
+            down: Meter::new(down.clone()),
+        };
+        let fate = tokio::sync::watch::Sender::new(Fate::Serving);
+        let running = relay(
+            gateway_side,
+            member_side,
+            Bytes::new(),
+            Bytes::new(),
+            Duration::from_secs(30),
+            fate.subscribe(),
+            &carried,
+        );
+        let midway = async {
+            let data = vec![7u8; 1 << 20];
+            crawler.write_all(&data).await.unwrap();
+            let mut got = vec![0u8; 1 << 20];
+            member.read_exact(&mut got).await.unwrap();
+            member.write_all(&data[..4096]).await.unwrap();
+            let mut back = vec![0u8; 4096];
+            crawler.read_exact(&mut back).await.unwrap();
+            let seen = (up.get(), down.get());
+            fate.send_replace(Fate::Gone);
+            seen
+        };
+        let (ended, seen) = tokio::join!(running, midway);
+        assert_eq!(ended, Ended::Retired);
+        assert_eq!(seen, (1 << 20, 4096), "counted while the tunnel was open");
     }
 }

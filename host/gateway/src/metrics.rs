@@ -22,7 +22,8 @@ pub struct Metrics {
     pub tunnels: Family<Labels, Gauge>,
     /// By namespace, pool, member and direction (up: crawler to member; down: back).
     pub bytes: Family<Labels, Counter>,
-    /// By namespace, pool and kind ([`crate::status::ErrorKind::label`]).
+    /// By namespace, pool, member (empty where none was chosen) and kind
+    /// ([`crate::status::ErrorKind::label`]).
     pub errors: Family<Labels, Counter>,
     /// Tunnels ended, by namespace, pool and why (closed, idle, retired).
     pub ended: Family<Labels, Counter>,
@@ -113,7 +114,14 @@ impl Metrics {
         }
     }
 
-    pub fn error(&self, pool: Option<&PoolKey>, kind: crate::status::ErrorKind) {
+    /// An error of `kind` on `pool`, by `member` (`NS/NAME`) where one was chosen: a member
+    /// that fails shows as itself, not only as its pool.
+    pub fn error(
+        &self,
+        pool: Option<&PoolKey>,
+        member: Option<&str>,
+        kind: crate::status::ErrorKind,
+    ) {
         let labels = match pool {
             Some(p) => pool_labels(p),
             None => vec![
@@ -121,8 +129,11 @@ impl Metrics {
                 ("pool".into(), String::new()),
             ],
         };
+        let member = member
+            .map(|id| id.rsplit_once('/').map_or(id, |(_, name)| name))
+            .unwrap_or_default();
         self.errors
-            .get_or_create(&with(labels, "kind", kind.label()))
+            .get_or_create(&with(with(labels, "member", member), "kind", kind.label()))
             .inc();
     }
 
@@ -161,6 +172,11 @@ impl Metrics {
             }
             for dir in ["up", "down"] {
                 self.bytes.remove(&with(gone.clone(), "direction", dir));
+            }
+            for kind in crate::status::ErrorKind::ALL {
+                let mut labels = gone.clone();
+                labels.push(("kind".into(), kind.label().into()));
+                self.errors.remove(&labels);
             }
             self.tunnels.remove(gone);
         }

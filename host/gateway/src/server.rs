@@ -321,7 +321,7 @@ impl Gateway {
     }
 
     fn error(&self, pool: Option<&PoolKey>, f: &Failure) -> Response<Body> {
-        self.metrics.error(pool, f.kind);
+        self.metrics.error(pool, f.member.as_deref(), f.kind);
         // The details go to the crawler only: a username's options may hold what a crawler
         // mistook for them (a token pasted as the username), which the log must not keep.
         tracing::debug!(kind = f.kind.label(), status = f.status.as_u16(), "refused");
@@ -357,7 +357,14 @@ impl Gateway {
                 .instrument(span)
                 .await;
         }
-        self.plain(admitted, req).await
+        // The span covers the setup only (member chosen, dialled, the answer's head read): the
+        // body streams on after `plain` returns, outside it.
+        let span = tracing::info_span!(
+            "gateway.http",
+            pool = %admitted.pool,
+            member = tracing::field::Empty,
+        );
+        self.plain(admitted, req).instrument(span).await
     }
 
     /// A CONNECT: the member's own `200` first, then ours, then the relay.
@@ -389,6 +396,7 @@ impl Gateway {
                     let fate = entry.slot.fate();
                     let gateway = self.clone();
                     let pool = a.pool.clone();
+                    let member_id = entry.member.id();
                     tokio::spawn(async move {
                         let _active = active;
                         let Ok(upgraded) = on_upgrade.await else {
@@ -405,13 +413,31 @@ impl Gateway {
                                 "a tunnel's connection is not a TCP socket; the gateway relays \
                                  only the sockets its own listener accepted"
                             );
-                            gateway.metrics.error(Some(&pool), ErrorKind::MemberFailed);
+                            gateway.metrics.error(
+                                Some(&pool),
+                                Some(&member_id),
+                                ErrorKind::MemberFailed,
+                            );
                             return;
                         };
                         let tunnels = gateway.metrics.tunnels.get_or_create(&labels).clone();
                         tunnels.inc();
                         gateway.open.fetch_add(1, Ordering::SeqCst);
-                        let carried = Carried::default();
+                        // The member's byte counters, added to as the relay moves bytes, so a
+                        // long tunnel shows in them while it runs.
+                        let meter = |dir| {
+                            forward::Meter::new(
+                                gateway
+                                    .metrics
+                                    .bytes
+                                    .get_or_create(&metrics::with(labels.clone(), "direction", dir))
+                                    .clone(),
+                            )
+                        };
+                        let carried = Carried {
+                            up: meter("up"),
+                            down: meter("down"),
+                        };
                         let ended = forward::relay(
                             parts.io.into_inner(),
                             stream,
@@ -425,13 +451,6 @@ impl Gateway {
                         tunnels.dec();
                         gateway.open.fetch_sub(1, Ordering::SeqCst);
                         gateway.ended.notify_waiters();
-                        for (dir, n) in [("up", &carried.up), ("down", &carried.down)] {
-                            gateway
-                                .metrics
-                                .bytes
-                                .get_or_create(&metrics::with(labels.clone(), "direction", dir))
-                                .inc_by(n.load(Ordering::Relaxed));
-                        }
                         gateway
                             .metrics
                             .ended
@@ -447,7 +466,8 @@ impl Gateway {
                     return r;
                 }
                 Err(h) if h.retryable => {
-                    self.metrics.error(Some(&a.pool), h.failure.kind);
+                    self.metrics
+                        .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
                     exclude.push(entry.member.key());
                     last = Some(h);
                 }
@@ -480,11 +500,13 @@ impl Gateway {
                 Ok(e) => e,
                 Err(f) => return self.error(Some(&a.pool), &f),
             };
+            tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let _active = Active::new(&entry);
             let stream = match forward::dial(&entry.member, &self.limits.timeouts).await {
                 Ok(s) => s,
                 Err(h) => {
-                    self.metrics.error(Some(&a.pool), h.failure.kind);
+                    self.metrics
+                        .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
                     exclude.push(entry.member.key());
                     last = Some(h);
                     continue;
@@ -493,6 +515,21 @@ impl Gateway {
             let Some(body) = body.take() else {
                 break;
             };
+            // Bytes counted as frames pass, both ways, into the member's byte counters.
+            let labels = metrics::member_labels(&entry);
+            let counter = |dir| {
+                self.metrics
+                    .bytes
+                    .get_or_create(&metrics::with(labels.clone(), "direction", dir))
+                    .clone()
+            };
+            let (up, down) = (counter("up"), counter("down"));
+            let body = body.map_frame(move |frame| {
+                if let Some(d) = frame.data_ref() {
+                    up.inc_by(d.len() as u64);
+                }
+                frame
+            });
             let mut out = Request::from_parts(parts.clone(), body);
             *out.version_mut() = http::Version::HTTP_11;
             if let Some(c) = &entry.member.credential
@@ -528,6 +565,12 @@ impl Gateway {
                     let (mut rparts, rbody) = resp.into_parts();
                     strip(&mut rparts.headers);
                     served_by(&mut rparts.headers, &entry);
+                    let rbody = rbody.map_frame(move |frame| {
+                        if let Some(d) = frame.data_ref() {
+                            down.inc_by(d.len() as u64);
+                        }
+                        frame
+                    });
                     Response::from_parts(rparts, rbody.boxed())
                 }
                 Ok(Err(e)) => {
@@ -539,7 +582,7 @@ impl Gateway {
                     self.error(Some(&a.pool), &h.failure)
                 }
                 Err(_) => {
-                    let mut h = forward::member_failed(
+                    let h = forward::member_timed_out(
                         &member,
                         "http_response_timeout",
                         format!(
@@ -548,7 +591,6 @@ impl Gateway {
                             self.limits.timeouts.answer
                         ),
                     );
-                    h.failure.status = StatusCode::GATEWAY_TIMEOUT;
                     self.error(Some(&a.pool), &h.failure)
                 }
             };

@@ -31,7 +31,8 @@ pub enum ErrorKind {
     SessionGone,
     /// The lease holds nothing now: 410.
     LeaseGone,
-    /// The member could not be reached or answered with an error: 502.
+    /// The member could not be reached or answered with an error: 502; or it did not accept
+    /// or answer in time: 504.
     MemberFailed,
     /// The member refused the destination (its policy): the member's 4xx, passed on.
     Refused,
@@ -40,6 +41,19 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::Unauthenticated,
+        ErrorKind::Forbidden,
+        ErrorKind::AuthUnavailable,
+        ErrorKind::BadRequest,
+        ErrorKind::NoMember,
+        ErrorKind::SessionGone,
+        ErrorKind::LeaseGone,
+        ErrorKind::MemberFailed,
+        ErrorKind::Refused,
+        ErrorKind::Overloaded,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             ErrorKind::Unauthenticated => "unauthenticated",

@@ -1,5 +1,7 @@
-//! The gateway's members in a cluster, against the API double: the Proxies of the served pools
-//! with their statuses, leases, drains and credential Secrets, kept live as they change.
+//! The gateway in a cluster, against the API double: its members are the Proxies of the
+//! served pools with their statuses, leases, drains and credential Secrets, kept live as they
+//! change; and end to end, crawlers with ServiceAccount tokens reach the TLS echo through
+//! real Squids that the Proxies name.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -168,4 +170,263 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
         .unwrap()
         .unwrap();
     task.abort();
+}
+
+#[path = "../../egress-check/tests/support/mod.rs"]
+mod support;
+
+/// The deploy's ClusterRole `name` (examples/deploy/rbac.yaml), bound to the ServiceAccount
+/// `namespace/sa` by a RoleBinding in its own namespace.
+async fn bind_deploy_role(client: &kube::Client, name: &str, namespace: &str, sa: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, RoleBinding};
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/deploy/rbac.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let role: ClusterRole = text
+        .split("\n---\n")
+        .map(|doc| serde_yaml::from_str::<serde_yaml::Value>(doc).unwrap())
+        .find_map(|v| {
+            (v["kind"] == "ClusterRole" && v["metadata"]["name"] == name)
+                .then(|| serde_yaml::from_value(v).unwrap())
+        })
+        .unwrap();
+    let roles = Api::<ClusterRole>::all(client.clone());
+    if roles.get_opt(name).await.unwrap().is_none() {
+        roles.create(&PostParams::default(), &role).await.unwrap();
+    }
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": format!("{name}-{sa}"), "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}
+
+/// Reads a response head off `s`: its status and its lower-cased header lines.
+async fn read_head(s: &mut tokio::net::TcpStream) -> (u16, String) {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).await.unwrap(), 1, "closed in the head");
+        buf.push(b[0]);
+    }
+    let text = String::from_utf8(buf).unwrap();
+    let status = text[9..12].parse().unwrap();
+    (status, text.to_ascii_lowercase())
+}
+
+/// The whole gateway in a cluster, end to end: its members are Proxies of the API double whose
+/// addresses are real Squids (each with its own credential, from the Proxy's credential
+/// Secret), its crawlers present ServiceAccount tokens the API server reviews (TokenReview,
+/// then SubjectAccessReview against the deploy's crawler role), and a CONNECT reaches the TLS
+/// echo from a member's egress address; another namespace's token is 403, none 407; a lease
+/// written on a Proxy's status pins its holder to that proxy and keeps others off it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids() {
+    use base64::Engine;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(binary) = support::squid_and_echo() else {
+        return;
+    };
+    let identity = match support::shared_tls_echo() {
+        Ok((_, id)) => id,
+        Err(why) => {
+            support::skip::<()>(&format!("the TLS echo cannot listen on 443: {why}"));
+            return;
+        }
+    };
+    let d = kube_double::Double::start().await.unwrap();
+    let client = d.client();
+    let pp = PostParams::default();
+    for ns in ["ns", "other"] {
+        let n: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .create(&pp, &n)
+            .await
+            .unwrap();
+    }
+    let proxies: Api<Proxy> = Api::namespaced(client.clone(), "ns");
+    let mut squids = Vec::new();
+    let mut egress = Vec::new();
+    for i in 1..=2u8 {
+        let name = format!("web-{i}");
+        let out = std::net::Ipv4Addr::new(127, 0, 0, 30 + i);
+        let mut entropy = [0u8; egress_core::credential::PASSWORD_BYTES];
+        entropy[0] = i;
+        let credential = egress_core::credential::ProxyCredential::from_entropy(&name, &entropy);
+        let ranges = |r: &[&str]| -> Vec<guest_sdk::squid::SourceRange> {
+            r.iter().map(|s| s.parse().unwrap()).collect()
+        };
+        let mut conf = guest_sdk::squid::squid_conf(
+            3128,
+            &ranges(&["127.0.0.1/32"]),
+            &ranges(support::ECHO_DESTINATIONS),
+            guest_sdk::squid::Layout::Container,
+        );
+        conf.push_str(&format!("tcp_outgoing_address {out}\n"));
+        let squid = support::Squid::start_with_htpasswd(
+            &binary,
+            &conf,
+            std::net::Ipv4Addr::LOCALHOST,
+            &credential.htpasswd(&[i; egress_core::credential::SALT_BYTES]),
+        );
+        let mut p = proxy(&name, Some("web"), json!({}));
+        p.spec.port = squid.listen.port();
+        let p = proxies.create(&pp, &p).await.unwrap();
+        proxies
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "ip": "127.0.0.1",
+                    "egressIP": out.to_string(),
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "Verified", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                }})),
+            )
+            .await
+            .unwrap();
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": egress_operator::credentials::secret_name(&name), "namespace": "ns",
+                         "labels": {egress_operator::credentials::CREDENTIAL_OF_LABEL: p.metadata.uid}},
+            "stringData": {"username": credential.username, "password": credential.password},
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(client.clone(), "ns")
+            .create(&pp, &secret)
+            .await
+            .unwrap();
+        squids.push(squid);
+        egress.push(out.to_string());
+    }
+    bind_deploy_role(&client, "egress-proxies-crawler", "ns", "spider").await;
+    bind_deploy_role(&client, "egress-proxies-crawler", "other", "rival").await;
+    let spider = d.service_account_token("ns", "spider");
+    let rival = d.service_account_token("other", "rival");
+
+    let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+    let watch = tokio::spawn(egress_gateway::cluster::run(client.clone(), table.clone()));
+    let web = PoolKey::parse("ns/web").unwrap();
+    until(&table, "both members with their credentials", |t| {
+        let s = t.snapshot();
+        s.synced
+            && s.pools
+                .get(&web)
+                .is_some_and(|es| es.len() == 2 && es.iter().all(|e| e.member.credential.is_some()))
+    })
+    .await;
+    let guard = Arc::new(egress_operator::auth::Guard::new(Arc::new(
+        egress_operator::auth::kube::KubeReviewer::new(client.clone()),
+    )));
+    let gateway = Arc::new(egress_gateway::Gateway::new(
+        table.clone(),
+        guard,
+        Arc::new(egress_gateway::metrics::Metrics::new()),
+        egress_gateway::Limits::default(),
+    ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(egress_gateway::serve(listener, gateway));
+
+    let basic = |user: &str, password: &str| {
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        )
+    };
+    let echo = format!("{}:{}", support::ECHO_IP, support::TLS_ECHO_PORT);
+    // A CONNECT with `auth`: its status and head, and the echo's origin when it opened.
+    let https = |auth: Option<String>| {
+        let echo = echo.clone();
+        let pin = identity.fingerprint;
+        async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut req = format!("CONNECT {echo} HTTP/1.1\r\nHost: {echo}\r\n");
+            if let Some(a) = auth {
+                req.push_str(&format!("Proxy-Authorization: {a}\r\n"));
+            }
+            req.push_str("\r\n");
+            s.write_all(req.as_bytes()).await.unwrap();
+            let (status, head) = read_head(&mut s).await;
+            if status != 200 {
+                return (status, head, None);
+            }
+            let config = egress_check::tls::Trust::Pinned(pin)
+                .client_config()
+                .unwrap();
+            let name = rustls::pki_types::ServerName::IpAddress(
+                std::net::IpAddr::V4(support::ECHO_IP).into(),
+            );
+            let mut tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, s)
+                .await
+                .unwrap();
+            tls.write_all(
+                format!(
+                    "GET /anything HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                    support::ECHO_IP
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut out = Vec::new();
+            let _ = tls.read_to_end(&mut out).await;
+            let text = String::from_utf8_lossy(&out).into_owned();
+            let body = text.split_once("\r\n\r\n").unwrap().1;
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            (status, head, v["origin"].as_str().map(str::to_string))
+        }
+    };
+
+    let (status, head, origin) = https(Some(basic(&spider, ""))).await;
+    assert_eq!(status, 200, "{head}");
+    let origin = origin.unwrap();
+    assert!(egress.contains(&origin), "{origin} {egress:?}");
+    assert!(head.contains(&format!("egress-ip: {origin}")), "{head}");
+    let (status, head, _) = https(Some(basic(&rival, ""))).await;
+    assert_eq!(status, 403, "another namespace's token: {head}");
+    let (status, _, _) = https(None).await;
+    assert_eq!(status, 407);
+    let (status, _, _) = https(Some(basic("sa-token.ns.spider.0000000000000000", ""))).await;
+    assert_eq!(status, 407, "a token that is no one's");
+
+    // A lease of spider's on web-2, as the lease API writes it on the Proxy's status.
+    let id = "ns_web_l-abcdefghijklmnopqrstuvwx";
+    proxies
+        .patch_status(
+            "web-2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"leases": [{
+                "id": id, "holder": "system:serviceaccount:ns:spider", "mode": "Exclusive",
+                "acquiredAt": "2026-01-01T00:00:00Z", "expiresAt": "2100-01-01T00:00:00Z",
+                "count": 1, "ip": "127.0.0.1"}]}})),
+        )
+        .await
+        .unwrap();
+    until(&table, "web-2 leased", |t| {
+        t.snapshot().pools[&web]
+            .iter()
+            .any(|e| e.member.exclusive_lease(0).is_some())
+    })
+    .await;
+    let (status, head, origin) = https(Some(basic(&format!("web-lease-{id}"), &spider))).await;
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(origin.as_deref(), Some(egress[1].as_str()));
+    for _ in 0..4 {
+        let (status, _, origin) = https(Some(basic(&spider, ""))).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            origin.as_deref(),
+            Some(egress[0].as_str()),
+            "unpinned on the leased"
+        );
+    }
+    watch.abort();
+    drop(squids);
 }

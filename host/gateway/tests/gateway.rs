@@ -1,9 +1,11 @@
 //! The gateway from outside, with real parts on loopback: real Squids from the generated
-//! config (each with its credential, each egressing from its own loopback address), the TLS
-//! and plain echoes, named tokens, and crawler traffic over real sockets: CONNECT and TLS end
-//! to end, plain HTTP, sessions, a member killed under its session, an exclusive lease, a
-//! drain, a retry after a member failed, strict options and the errors' Proxy-Status. Skips
-//! without squid or ports 80/443 (root), unless EGRESS_REQUIRE_REAL_BACKENDS=1.
+//! config (each with a credential of its own, each egressing from its own loopback address),
+//! the TLS and plain echoes, named tokens, and crawler traffic over real sockets: CONNECT and
+//! TLS end to end, plain HTTP, sessions, a member killed under its session, an exclusive lease
+//! (its holder only; ended or released, gone), a cordon, a drain, a retry after a member
+//! failed, a member that does not answer in time, strict options, the errors' Proxy-Status and
+//! the metrics. Skips without squid or ports 80/443 (root), unless
+//! EGRESS_REQUIRE_REAL_BACKENDS=1.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -22,6 +24,8 @@ use tokio::net::TcpStream;
 
 const SPIDER: &str = "spider-token-0123456789";
 const RIVAL: &str = "rival-token-0123456789";
+/// Another crawler of the same namespace as SPIDER: it may use the pool, not SPIDER's lease.
+const NEIGHBOUR: &str = "neighbour-token-0123456789";
 const OPS: &str = "ops-token-0123456789";
 const LEASE: &str = "ns_web_l-abcdefghijklmnopqrstuvwx";
 
@@ -29,9 +33,17 @@ fn sha(t: &str) -> String {
     egress_operator::auth::tokens::sha256_hex(t)
 }
 
-/// Squid from the generated config, taking the gateway's connections (from 127.0.0.1) and
-/// egressing from `egress`.
-fn squid(binary: &std::path::Path, egress: Ipv4Addr) -> support::Squid {
+/// Member `i`'s credential, its own: a Squid given another member's is refused (407).
+fn credential(i: usize) -> egress_core::credential::ProxyCredential {
+    let mut entropy = [0u8; egress_core::credential::PASSWORD_BYTES];
+    entropy[0] = i as u8;
+    entropy[1] = 0x5a;
+    egress_core::credential::ProxyCredential::from_entropy(&format!("web-{i}"), &entropy)
+}
+
+/// Squid from the generated config, taking the gateway's connections (from 127.0.0.1) with
+/// member `i`'s credential and egressing from `egress`.
+fn squid(binary: &std::path::Path, i: usize, egress: Ipv4Addr) -> support::Squid {
     let ranges = |r: &[&str]| -> Vec<guest_sdk::squid::SourceRange> {
         r.iter().map(|s| s.parse().unwrap()).collect()
     };
@@ -42,7 +54,8 @@ fn squid(binary: &std::path::Path, egress: Ipv4Addr) -> support::Squid {
         guest_sdk::squid::Layout::Container,
     );
     conf.push_str(&format!("tcp_outgoing_address {egress}\n"));
-    support::Squid::start(binary, &conf, Ipv4Addr::LOCALHOST)
+    let htpasswd = credential(i).htpasswd(&[i as u8; egress_core::credential::SALT_BYTES]);
+    support::Squid::start_with_htpasswd(binary, &conf, Ipv4Addr::LOCALHOST, &htpasswd)
 }
 
 fn member(i: usize, squid: &support::Squid, egress: Ipv4Addr) -> Member {
@@ -51,10 +64,7 @@ fn member(i: usize, squid: &support::Squid, egress: Ipv4Addr) -> Member {
         name: format!("web-{i}"),
         pool: "web".into(),
         addr: squid.listen,
-        credential: Some(egress_core::credential::ProxyCredential {
-            username: "fake-proxy".into(),
-            password: guest_sdk::fakes::FAKE_PASSWORD.into(),
-        }),
+        credential: Some(credential(i)),
         egress_ip: Some(egress.to_string()),
         zone: None,
         ready: true,
@@ -81,19 +91,20 @@ struct World {
     _dir: tempfile::TempDir,
 }
 
-async fn world(n: usize) -> Option<World> {
-    let binary = support::squid_and_echo()?;
-    let (_, identity) = match support::shared_tls_echo() {
-        Ok(e) => e,
-        Err(why) => return support::skip(&format!("the TLS echo cannot listen on 443: {why}")),
-    };
+/// A gateway serving pool ns/web over `members` with `limits`, its tokens in a file: its
+/// crawler and admin addresses, its table, and the directory of the tokens file.
+async fn serve(
+    members: Vec<Member>,
+    limits: Limits,
+) -> (SocketAddr, SocketAddr, Arc<Table>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.yaml");
     std::fs::write(
         &tokens,
         format!(
-            "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: rival, sha256: {}, namespaces: [{{name: other}}]}}\n- {{name: ops, sha256: {}, metrics: true}}\n",
+            "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: neighbour, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: rival, sha256: {}, namespaces: [{{name: other}}]}}\n- {{name: ops, sha256: {}, metrics: true}}\n",
             sha(SPIDER),
+            sha(NEIGHBOUR),
             sha(RIVAL),
             sha(OPS)
         ),
@@ -101,25 +112,8 @@ async fn world(n: usize) -> Option<World> {
     .unwrap();
     let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
     let guard = Arc::new(Guard::new(reviewer));
-    let mut squids = Vec::new();
-    let mut members = Vec::new();
-    for i in 0..n {
-        let egress = Ipv4Addr::new(127, 0, 0, 21 + i as u8);
-        let s = squid(&binary, egress);
-        members.push(member(i + 1, &s, egress));
-        squids.push(s);
-    }
     let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
-    table.replace(members.clone(), true);
-    let limits = Limits {
-        timeouts: egress_gateway::forward::Timeouts {
-            connect: Duration::from_secs(2),
-            answer: Duration::from_secs(10),
-            idle: Duration::from_secs(30),
-            source: None,
-        },
-        ..Limits::default()
-    };
+    table.replace(members, true);
     let gw = Arc::new(Gateway::new(
         table.clone(),
         guard,
@@ -131,12 +125,42 @@ async fn world(n: usize) -> Option<World> {
     let (gateway, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
     tokio::spawn(egress_gateway::serve(listener, gw.clone()));
     tokio::spawn(egress_gateway::serve_admin(admin, gw));
+    (gateway, admin_addr, table, dir)
+}
+
+fn limits() -> Limits {
+    Limits {
+        timeouts: egress_gateway::forward::Timeouts {
+            connect: Duration::from_secs(2),
+            answer: Duration::from_secs(10),
+            idle: Duration::from_secs(30),
+            source: None,
+        },
+        ..Limits::default()
+    }
+}
+
+async fn world(n: usize) -> Option<World> {
+    let binary = support::squid_and_echo()?;
+    let (_, identity) = match support::shared_tls_echo() {
+        Ok(e) => e,
+        Err(why) => return support::skip(&format!("the TLS echo cannot listen on 443: {why}")),
+    };
+    let mut squids = Vec::new();
+    let mut members = Vec::new();
+    for i in 0..n {
+        let egress = Ipv4Addr::new(127, 0, 0, 21 + i as u8);
+        let s = squid(&binary, i + 1, egress);
+        members.push(member(i + 1, &s, egress));
+        squids.push(s);
+    }
+    let (gateway, admin, table, dir) = serve(members.clone(), limits()).await;
     Some(World {
         _squids: squids,
         members,
         table,
         gateway,
-        admin: admin_addr,
+        admin,
         pin: identity.fingerprint,
         _dir: dir,
     })
@@ -520,10 +544,249 @@ async fn an_exclusive_leases_proxy_serves_only_its_holder_and_a_drain_closes_tun
         "{text}"
     );
     assert!(text.contains("egress_gateway_bytes_total"), "{text}");
-    assert!(!text.contains(guest_sdk::fakes::FAKE_PASSWORD) && !text.contains(SPIDER));
+    for m in &w.members {
+        let c = m.credential.as_ref().unwrap();
+        assert!(!text.contains(&c.password), "{text}");
+        assert!(!text.contains(c.authorization().trim_start_matches("Basic ")));
+    }
+    assert!(!text.contains(SPIDER), "{text}");
     let mut s = TcpStream::connect(w.admin).await.unwrap();
     s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SPIDER}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).await.unwrap();
     assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+}
+
+/// The admin listener's `/metrics`, read with the token allowed them.
+async fn metrics_text(admin: SocketAddr) -> String {
+    let mut s = TcpStream::connect(admin).await.unwrap();
+    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPS}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text
+}
+
+/// The value of the series whose name and labels start `prefix`, if it is there.
+fn series(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
+fn binding(holder: &str, expires_in: i64) -> LeaseBinding {
+    LeaseBinding {
+        id: LEASE.into(),
+        holder: holder.into(),
+        mode: LeaseMode::Exclusive,
+        acquired_at: egress_core::gc::format_rfc3339(now() - 60),
+        expires_at: egress_core::gc::format_rfc3339(now() + expires_in),
+        count: 1,
+        ip: Some("127.0.0.1".into()),
+    }
+}
+
+/// Each Squid takes only its own credential: a member given another's is refused by its
+/// Squid (407), which the gateway answers as a 502 naming it and counts against that member.
+/// Plain-HTTP bytes are counted per member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_member_takes_only_its_own_credential_and_its_failures_count_against_it() {
+    let Some(w) = world(2).await else { return };
+    let (head, body) = http_get(&w, &basic(SPIDER, ""), "").await;
+    assert_eq!(head.status, 200, "{head:?} {body}");
+    let served = head.get("egress-member").unwrap().trim_start_matches("ns/");
+    let text = metrics_text(w.admin).await;
+    for dir in ["up", "down"] {
+        let prefix = format!(
+            "egress_gateway_bytes_total{{namespace=\"ns\",pool=\"web\",member=\"{served}\",direction=\"{dir}\"}}"
+        );
+        let n = series(&text, &prefix).unwrap_or_else(|| panic!("no {prefix}: {text}"));
+        if dir == "down" {
+            assert!(n >= body.len() as f64, "{prefix} {n}, body {}", body.len());
+        }
+    }
+
+    // Member 1 alone, with member 2's credential.
+    let mut m = w.members[0].clone();
+    m.credential = w.members[1].credential.clone();
+    w.table.replace(vec![m], true);
+    let (head, _) = https(&w, &basic(SPIDER, ""), "").await;
+    assert_eq!(head.status, 502, "{head:?}");
+    let status = head.get("proxy-status").unwrap();
+    assert!(
+        status.contains("proxy_configuration_error") && status.contains("received-status=407"),
+        "{status}"
+    );
+    assert!(status.contains("next-hop=\"ns/web-1\""), "{status}");
+    let (head, _) = http_get(&w, &basic(SPIDER, ""), "").await;
+    assert_eq!(head.status, 502, "{head:?}");
+    let text = metrics_text(w.admin).await;
+    let failed = series(
+        &text,
+        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\"}",
+    );
+    assert!(failed.is_some_and(|n| n >= 2.0), "{text}");
+    // With its own credential back, it serves.
+    w.table.replace(vec![w.members[0].clone()], true);
+    let (head, _) = https(&w, &basic(SPIDER, ""), "").await;
+    assert_eq!(head.status, 200, "{head:?}");
+}
+
+/// An exclusive lease on the data path: another caller of the same namespace presenting its
+/// id is refused (403), by username or header, on CONNECT and plain HTTP; its holder is
+/// served from the leased proxy; once the lease expired or was released, the id is 410.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_serves_its_holder_alone_and_an_ended_or_released_one_is_gone() {
+    let Some(w) = world(2).await else { return };
+    let mut members = w.members.clone();
+    members[1].leases = vec![binding("spider", 600)];
+    w.table.replace(members.clone(), true);
+    let leased = w.members[1].egress_ip.clone().unwrap();
+    let by_name = format!("web-lease-{LEASE}");
+    let by_header = format!("Egress-Lease: {LEASE}\r\n");
+    let (head, _) = https(&w, &basic(&by_name, NEIGHBOUR), "").await;
+    assert_eq!(head.status, 403, "{head:?}");
+    assert!(
+        head.get("proxy-status").unwrap().contains(LEASE),
+        "{head:?}"
+    );
+    let (head, _) = https(&w, &basic(NEIGHBOUR, ""), &by_header).await;
+    assert_eq!(head.status, 403, "{head:?}");
+    let (head, _) = http_get(&w, &basic(&by_name, NEIGHBOUR), "").await;
+    assert_eq!(head.status, 403, "{head:?}");
+    // The neighbour's own unpinned traffic never lands on the leased proxy.
+    for _ in 0..6 {
+        let (head, _) = https(&w, &basic(NEIGHBOUR, ""), "").await;
+        assert_eq!(head.status, 200, "{head:?}");
+        assert_ne!(head.get("egress-ip"), Some(leased.as_str()));
+    }
+    let (head, e) = https(&w, &basic(&by_name, SPIDER), "").await;
+    assert_eq!(head.status, 200, "{head:?}");
+    assert_eq!(e.unwrap()["origin"].as_str(), Some(leased.as_str()));
+
+    // Expired (not renewed): gone, for its holder too.
+    members[1].leases = vec![binding("spider", -5)];
+    w.table.replace(members.clone(), true);
+    let (head, _) = https(&w, &basic(&by_name, SPIDER), "").await;
+    assert_eq!(head.status, 410, "{head:?}");
+    assert!(
+        head.get("proxy-status").unwrap().contains("lease_gone")
+            || head.get("proxy-status").unwrap().contains(LEASE),
+        "{head:?}"
+    );
+    // Released: gone too, on both paths.
+    members[1].leases = Vec::new();
+    w.table.replace(members.clone(), true);
+    let (head, _) = https(&w, &basic(&by_name, SPIDER), "").await;
+    assert_eq!(head.status, 410, "{head:?}");
+    let (head, _) = http_get(&w, &basic(&by_name, SPIDER), "").await;
+    assert_eq!(head.status, 410, "{head:?}");
+}
+
+/// A cordoned member (no retireAt: it is not draining) takes no new tunnel, unpinned or for a
+/// session it served (a clear 503 naming it), while a tunnel it had open goes on carrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordoned_member_takes_no_new_tunnels_and_keeps_its_open_ones() {
+    let Some(w) = world(2).await else { return };
+    let auth = basic("web-session-c0", SPIDER);
+    let (head, open) = connect(&w, Some(&auth), "").await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let ip = head.get("egress-ip").unwrap().to_string();
+    let i = w
+        .members
+        .iter()
+        .position(|m| m.egress_ip.as_deref() == Some(ip.as_str()))
+        .unwrap();
+    let mut members = w.members.clone();
+    members[i].cordoned = true;
+    assert!(members[i].retire_at.is_none());
+    w.table.replace(members.clone(), true);
+    for _ in 0..8 {
+        let (head, _) = connect(&w, Some(&basic(SPIDER, "")), "").await;
+        assert_eq!(head.status, 200, "{head:?}");
+        assert_ne!(
+            head.get("egress-ip"),
+            Some(ip.as_str()),
+            "a new tunnel on the cordoned"
+        );
+    }
+    let (head, _) = connect(&w, Some(&auth), "").await;
+    assert_eq!(head.status, 503, "{head:?}");
+    assert!(
+        head.get("proxy-status").unwrap().contains("is cordoned"),
+        "{head:?}"
+    );
+    // The tunnel opened before the cordon still carries, from the cordoned member.
+    let echo = echo_over(&w, open).await;
+    assert_eq!(echo["origin"].as_str(), Some(ip.as_str()));
+    // Every member cordoned: none is free.
+    for m in &mut members {
+        m.cordoned = true;
+    }
+    w.table.replace(members, true);
+    let (head, _) = connect(&w, Some(&basic(SPIDER, "")), "").await;
+    assert_eq!(head.status, 503, "{head:?}");
+}
+
+/// A member that accepts and never answers: CONNECT and plain HTTP both get 504 Gateway
+/// Timeout with the same Proxy-Status error, counted against that member. No Squid: the
+/// member is a silent socket, and nothing is sent past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_does_not_answer_in_time_is_a_504_on_both_paths() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = silent.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let m = Member {
+        namespace: "ns".into(),
+        name: "web-1".into(),
+        pool: "web".into(),
+        addr,
+        credential: Some(credential(1)),
+        egress_ip: None,
+        zone: None,
+        ready: true,
+        cordoned: false,
+        retire_at: None,
+        leases: Vec::new(),
+    };
+    let mut l = limits();
+    l.timeouts.answer = Duration::from_millis(300);
+    let (gateway, admin, _table, _dir) = serve(vec![m], l).await;
+    let auth = basic(SPIDER, "");
+    let mut heads = Vec::new();
+    for request in [
+        "CONNECT 127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n".to_string(),
+        "GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\nConnection: close\r\n"
+            .to_string(),
+    ] {
+        let mut s = TcpStream::connect(gateway).await.unwrap();
+        s.write_all(format!("{request}Proxy-Authorization: {auth}\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let head = tokio::time::timeout(Duration::from_secs(5), read_head(&mut s))
+            .await
+            .expect("answered once the member's time is up");
+        heads.push(head);
+    }
+    for head in &heads {
+        assert_eq!(head.status, 504, "{heads:?}");
+        let status = head.get("proxy-status").unwrap();
+        assert!(
+            status.contains("error=http_response_timeout")
+                && status.contains("next-hop=\"ns/web-1\""),
+            "{status}"
+        );
+    }
+    let text = metrics_text(admin).await;
+    let failed = series(
+        &text,
+        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\"}",
+    );
+    assert!(failed.is_some_and(|n| n >= 2.0), "{text}");
 }

@@ -104,7 +104,10 @@ pub async fn run(ctx: std::sync::Arc<Context>, interval: Duration) {
     loop {
         tick.tick().await;
         if let Err(e) = check_once(&ctx).await {
-            tracing::warn!("ProviderHealth not written: {e}");
+            tracing::warn!(
+                "ProviderHealth not written: {}",
+                crate::controller::brief(&e)
+            );
         }
     }
 }
@@ -127,6 +130,6 @@ pub async fn refused_event(ctx: &Context, provider: &str, message: &str) {
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, &reference).await {
-        tracing::warn!("event not recorded: {e}");
+        tracing::warn!("event not recorded: {}", crate::controller::brief(&e));
     }
 }

@@ -161,7 +161,7 @@ impl LeaseLock {
                 Err(kube::Error::Api(s)) if s.code == 404 && names_namespace(&s) => {
                     return Err(crate::Error::LeaseNamespace(self.namespace.clone()));
                 }
-                Err(e) => tracing::warn!("lease {}: {e}", self.name),
+                Err(e) => tracing::warn!("lease {}: {}", self.name, crate::controller::brief(&e)),
             }
             tokio::time::sleep(self.duration / 3).await;
         }
@@ -183,7 +183,11 @@ impl LeaseLock {
                     tracing::error!(lease = %self.name, "lease taken by another replica");
                     return;
                 }
-                Ok(Err(e)) => tracing::warn!("lease {} not renewed: {e}", self.name),
+                Ok(Err(e)) => tracing::warn!(
+                    "lease {} not renewed: {}",
+                    self.name,
+                    crate::controller::brief(&e)
+                ),
                 Err(_) => {
                     tracing::error!(lease = %self.name, deadline = ?self.renew_deadline(), "lease not renewed in time; stepping down");
                     return;

@@ -39,6 +39,9 @@ pub struct Options {
     /// This replica's identity in the Lease (the Pod name).
     pub identity: String,
     pub listen: std::net::SocketAddr,
+    /// Where `/healthz` and `/readyz` are also served, on a listener of their own, for the
+    /// kubelet: a full API never delays them.
+    pub probe_listen: std::net::SocketAddr,
     pub gc_interval: Duration,
     pub gc_grace: Duration,
     pub health_interval: Duration,
@@ -177,6 +180,10 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         addr: opts.listen.to_string(),
         message: e.to_string(),
     })?;
+    let probe_listener = server::listen(opts.probe_listen).map_err(|e| Error::Listen {
+        addr: opts.probe_listen.to_string(),
+        message: e.to_string(),
+    })?;
     let reviewer: Arc<dyn auth::Reviewer> = match &tokens {
         Some(t) => {
             tracing::info!(
@@ -192,21 +199,20 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     if let Some(t) = tokens {
         tokio::spawn(t.watch(guard.clone(), opts.reload_interval));
     }
-    tokio::spawn(server::serve(
-        listener,
-        Arc::new(server::Api {
-            metrics: metrics.clone(),
-            ready: ready.clone(),
-            source: source.clone(),
-            guard,
-            leases: Some(Arc::new(leases::KubeLeases::new(
-                client.clone(),
-                source,
-                pool::system_clock(),
-                metrics.clone(),
-            ))),
-        }),
-    ));
+    let api = Arc::new(server::Api {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+        source: source.clone(),
+        guard,
+        leases: Some(Arc::new(leases::KubeLeases::new(
+            client.clone(),
+            source,
+            pool::system_clock(),
+            metrics.clone(),
+        ))),
+    });
+    tokio::spawn(server::serve_probes(probe_listener, api.clone()));
+    tokio::spawn(server::serve(listener, api));
     ready.set(true);
 
     let lease = leader::LeaseLock::new(

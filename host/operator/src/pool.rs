@@ -531,7 +531,7 @@ async fn publish(ctx: &Context, pool: &ProxyPool, warning: bool, reason: &str, n
         secondary: None,
     };
     if let Err(e) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
-        tracing::warn!("event not recorded: {e}");
+        tracing::warn!("event not recorded: {}", crate::controller::brief(&e));
     }
 }
 

@@ -306,6 +306,8 @@ enum NotServed {
     /// The request is malformed: 400.
     BadRequest(String),
     Refused(Refusal),
+    /// Its body could not be read whole in time.
+    Body(BodyError),
 }
 
 impl NotServed {
@@ -313,6 +315,66 @@ impl NotServed {
         match self {
             NotServed::BadRequest(why) => bad_request(why.clone()),
             NotServed::Refused(r) => refused(r),
+            NotServed::Body(e) => {
+                let status = match e {
+                    BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                    BodyError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
+                    BodyError::Broken(_) => StatusCode::BAD_REQUEST,
+                };
+                let mut r = respond(status, "text/plain", format!("{e}\n"));
+                // The rest of the body, if any, is not read: the connection cannot carry
+                // another request.
+                r.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+                r
+            }
+        }
+    }
+}
+
+/// Why a request body was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("a request body is at most {MAX_BODY} bytes")]
+    TooLarge,
+    #[error("the request body did not arrive whole within {0:?}")]
+    TooSlow(std::time::Duration),
+    #[error("the request body could not be read: {0}")]
+    Broken(String),
+}
+
+/// A request's body: read only once its caller is authenticated, at most [`MAX_BODY`] bytes,
+/// within a deadline (without one, a client that sends a head and then trickles its body holds
+/// its connection and its slot for as long as it likes).
+pub enum RequestBody {
+    /// Already in hand.
+    Read(Bytes),
+    /// Still on the connection.
+    Unread {
+        body: Incoming,
+        deadline: std::time::Duration,
+    },
+}
+
+impl RequestBody {
+    fn none() -> Self {
+        RequestBody::Read(Bytes::new())
+    }
+
+    async fn read(self) -> Result<Bytes, BodyError> {
+        let (body, deadline) = match self {
+            RequestBody::Read(b) => return Ok(b),
+            RequestBody::Unread { body, deadline } => (body, deadline),
+        };
+        let collect =
+            http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY));
+        match tokio::time::timeout(deadline, collect).await {
+            Err(_) => Err(BodyError::TooSlow(deadline)),
+            Ok(Ok(b)) => Ok(b.to_bytes()),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+            Ok(Err(e)) => Err(BodyError::Broken(e.to_string())),
         }
     }
 }
@@ -407,7 +469,7 @@ pub struct Api {
 pub const MAX_BODY: usize = 16 * 1024;
 
 impl Api {
-    /// Answers one request.
+    /// Answers one request whose body is already in hand.
     pub async fn answer(
         &self,
         method: &Method,
@@ -415,6 +477,21 @@ impl Api {
         query: Option<&str>,
         headers: &http::HeaderMap,
         body: &[u8],
+    ) -> Response<Full<Bytes>> {
+        let body = RequestBody::Read(Bytes::copy_from_slice(body));
+        self.answer_body(method, path, query, headers, body).await
+    }
+
+    /// Answers one request. Its body is read only for a caller already authenticated from the
+    /// request's head, so a client without a token never gets to hold a connection open by
+    /// sending a body slowly.
+    pub async fn answer_body(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &http::HeaderMap,
+        body: RequestBody,
     ) -> Response<Full<Bytes>> {
         if path == "/v1/leases" || path.starts_with("/v1/leases/") {
             return self.leases(method, path, query, headers, body).await;
@@ -458,7 +535,7 @@ impl Api {
         path: &str,
         query: Option<&str>,
         headers: &http::HeaderMap,
-        body: &[u8],
+        body: RequestBody,
     ) -> Response<Full<Bytes>> {
         let Some(book) = self.leases.clone() else {
             return respond(
@@ -479,7 +556,7 @@ impl Api {
         match (method.clone(), rest.as_slice()) {
             (Method::POST, []) => {
                 let asked = self
-                    .admit(headers, || {
+                    .admit_with_body(headers, body, |body| {
                         let req: LeaseRequest = json_body(body)?;
                         Ok(LeaseAsk {
                             at: LeaseRef {
@@ -534,7 +611,10 @@ impl Api {
                     ),
                 }
             }
-            (Method::GET, [id]) => match self.admit_on(headers, id, false, || Ok(())).await {
+            (Method::GET, [id]) => match self
+                .admit_on(headers, id, false, RequestBody::none(), |_| Ok(()))
+                .await
+            {
                 Err(n) => n.response(),
                 Ok((a, caller)) => done(
                     book.view(&caller.username, &a.at, id).await.map(view),
@@ -543,7 +623,7 @@ impl Api {
             },
             (Method::POST, [id, "renew"]) => {
                 match self
-                    .admit_on(headers, id, true, || json_body::<RenewRequest>(body))
+                    .admit_on(headers, id, true, body, json_body::<RenewRequest>)
                     .await
                 {
                     Err(n) => n.response(),
@@ -557,7 +637,7 @@ impl Api {
             }
             (Method::DELETE, [id]) => {
                 match self
-                    .admit_on(headers, id, true, || json_body::<ReleaseRequest>(body))
+                    .admit_on(headers, id, true, body, json_body::<ReleaseRequest>)
                     .await
                 {
                     Err(n) => n.response(),
@@ -578,31 +658,46 @@ impl Api {
         }
     }
 
-    /// [`Self::admit`] for a call on lease `id`: authorised on the pool the id names.
+    /// [`Self::admit_with_body`] for a call on lease `id`: authorised on the pool the id
+    /// names.
     async fn admit_on<T>(
         &self,
         headers: &http::HeaderMap,
         id: &str,
         write: bool,
-        read: impl FnOnce() -> Result<T, String>,
+        body: RequestBody,
+        read: impl FnOnce(&[u8]) -> Result<T, String>,
     ) -> Result<(LeaseAsk<T>, crate::auth::Caller), NotServed> {
-        self.admit(headers, || {
+        self.admit_with_body(headers, body, |body| {
             Ok(LeaseAsk {
                 at: lease_ref(id)?,
                 write,
-                body: read()?,
+                body: read(body)?,
             })
         })
         .await
     }
 
-    /// Lets the request through with what it asks for, or answers why not: its token is
-    /// authenticated first (so a caller without a valid one learns nothing else), then what it
-    /// asks for is read (a 400 for a malformed query) and authorised.
+    /// [`Self::admit_with_body`] for a request that carries nothing in its body.
     async fn admit<T: Asks>(
         &self,
         headers: &http::HeaderMap,
         read: impl FnOnce() -> Result<T, String>,
+    ) -> Result<(T, crate::auth::Caller), NotServed> {
+        self.admit_with_body(headers, RequestBody::none(), |_| read())
+            .await
+    }
+
+    /// Lets the request through with what it asks for, or answers why not: its token is
+    /// authenticated first, from the head alone (so a caller without a valid one learns
+    /// nothing else, and is answered before a byte of its body is read), then its body is read
+    /// within its deadline, what it asks for is read from the query and body (a 400 when
+    /// malformed) and authorised.
+    async fn admit_with_body<T: Asks>(
+        &self,
+        headers: &http::HeaderMap,
+        body: RequestBody,
+        read: impl FnOnce(&[u8]) -> Result<T, String>,
     ) -> Result<(T, crate::auth::Caller), NotServed> {
         let said = |r: Refusal| {
             tracing::debug!(status = r.status().as_u16(), "refused: {r}");
@@ -610,7 +705,8 @@ impl Api {
         };
         let token = Guard::bearer(headers).map_err(said)?;
         let caller = self.guard.authenticate(&token).await.map_err(said)?;
-        let asked = read().map_err(NotServed::BadRequest)?;
+        let body = body.read().await.map_err(NotServed::Body)?;
+        let asked = read(&body).map_err(NotServed::BadRequest)?;
         self.guard
             .authorize(&token, &caller, &asked.access())
             .await
@@ -662,6 +758,13 @@ pub struct Limits {
     pub header_read_timeout: std::time::Duration,
     /// Connections served at once; the next ones wait in the listen backlog.
     pub max_connections: usize,
+    /// A request body must arrive whole within this once its caller is authenticated (408
+    /// past it).
+    pub body_read_timeout: std::time::Duration,
+    /// A response write that makes no progress for this long ends the connection: a client
+    /// that never reads its answer would otherwise hold its slot for as long as the kernel
+    /// keeps the socket (nginx's `send_timeout`, between two successive writes).
+    pub write_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -669,6 +772,8 @@ impl Default for Limits {
         Self {
             header_read_timeout: std::time::Duration::from_secs(10),
             max_connections: 1024,
+            body_read_timeout: std::time::Duration::from_secs(10),
+            write_timeout: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -733,33 +838,23 @@ pub async fn serve_limited(listener: TcpListener, api: Arc<Api>, limits: Limits)
                 let api = api.clone();
                 async move {
                     let (parts, body) = req.into_parts();
-                    // A body past MAX_BODY is refused before more of it is read.
-                    let body = match http_body_util::BodyExt::collect(http_body_util::Limited::new(
-                        body, MAX_BODY,
-                    ))
-                    .await
-                    {
-                        Ok(b) => b.to_bytes(),
-                        Err(_) => {
-                            return Ok::<_, std::convert::Infallible>(respond(
-                                StatusCode::PAYLOAD_TOO_LARGE,
-                                "text/plain",
-                                format!("a request body is at most {MAX_BODY} bytes\n"),
-                            ));
-                        }
+                    let body = RequestBody::Unread {
+                        body,
+                        deadline: limits.body_read_timeout,
                     };
                     let r = api
-                        .answer(
+                        .answer_body(
                             &parts.method,
                             parts.uri.path(),
                             parts.uri.query(),
                             &parts.headers,
-                            &body,
+                            body,
                         )
                         .await;
-                    Ok(r)
+                    Ok::<_, std::convert::Infallible>(r)
                 }
             });
+            let stream = WriteDeadline::new(stream, limits.write_timeout);
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout)
@@ -772,6 +867,144 @@ pub async fn serve_limited(listener: TcpListener, api: Arc<Api>, limits: Limits)
         }
     })
     .await
+}
+
+/// Probe connections served at once on the probes' own listener: the kubelet opens one or two
+/// per probe period.
+const PROBE_CONNECTIONS: usize = 16;
+
+/// `/healthz` and `/readyz` on a listener of their own, so a full API (every slot held by
+/// clients, which then wait in the backlog) never makes the kubelet's probes wait and the Pod
+/// restart. Anything else is 404 here. The deploy leaves this port out of its NetworkPolicy:
+/// only the node (the kubelet) reaches it, so no workload can fill its few slots.
+pub async fn serve_probes(listener: TcpListener, api: Arc<Api>) {
+    let timeout = std::time::Duration::from_secs(5);
+    accept_bounded(listener, PROBE_CONNECTIONS, "probes", |stream| {
+        let api = api.clone();
+        async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let api = api.clone();
+                async move {
+                    let r = match req.uri().path() {
+                        path @ ("/healthz" | "/readyz") => {
+                            api.answer(req.method(), path, None, req.headers(), b"")
+                                .await
+                        }
+                        _ => respond(
+                            StatusCode::NOT_FOUND,
+                            "text/plain",
+                            "this listener serves /healthz and /readyz\n".into(),
+                        ),
+                    };
+                    Ok::<_, std::convert::Infallible>(r)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(timeout)
+                .serve_connection(TokioIo::new(WriteDeadline::new(stream, timeout)), svc)
+                .await;
+        }
+    })
+    .await
+}
+
+/// A socket whose writes fail with `TimedOut` once none has made progress for `timeout`.
+/// hyper's server has no write timeout of its own.
+struct WriteDeadline<S> {
+    inner: S,
+    timeout: std::time::Duration,
+    /// Armed when a write found the socket full, disarmed by the next write that moves.
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteDeadline<S> {
+    fn new(inner: S, timeout: std::time::Duration) -> Self {
+        Self {
+            inner,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// What a write that is `pending` comes to: still pending, or timed out.
+    fn wait<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        polled: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::future::Future;
+        use std::task::Poll;
+        if polled.is_ready() {
+            self.stalled = None;
+            return polled;
+        }
+        let timeout = self.timeout;
+        let stalled = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match stalled.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client read nothing of its answer for {timeout:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.wait(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.wait(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_flush(cx);
+        this.wait(cx, polled)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.wait(cx, polled)
+    }
 }
 
 #[cfg(test)]
@@ -1061,6 +1294,7 @@ mod tests {
         let addr = server(Limits {
             header_read_timeout: timeout,
             max_connections: 16,
+            ..Limits::default()
         })
         .await;
         let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -1115,6 +1349,7 @@ mod tests {
         let addr = server(Limits {
             header_read_timeout: timeout,
             max_connections: 2,
+            ..Limits::default()
         })
         .await;
         let _a = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -1134,5 +1369,196 @@ mod tests {
             .expect("answered once a slot freed")
             .unwrap();
         assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    }
+
+    /// A lease request from an authenticated caller whose body trickles in is answered 408
+    /// once the body deadline passes, and the book is never asked.
+    #[tokio::test]
+    async fn a_body_that_trickles_in_is_refused_with_408_at_its_deadline() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let book = Arc::new(Book::default());
+        let mut api = api(
+            Metrics::new(),
+            true,
+            Arc::new(Source(AtomicBool::new(true))),
+        );
+        api.leases = Some(book.clone());
+        let deadline = std::time::Duration::from_millis(300);
+        tokio::spawn(serve_limited(
+            listener,
+            Arc::new(api),
+            Limits {
+                body_read_timeout: deadline,
+                ..Limits::default()
+            },
+        ));
+        let body = r#"{"namespace": "ns", "pool": "web", "count": 1, "mode": "Shared"}"#;
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!(
+                "POST /v1/leases HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        let started = std::time::Instant::now();
+        let trickle = async {
+            for b in body.as_bytes() {
+                if s.write_all(&[*b]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        };
+        // The body would take 6 s; the answer comes at the deadline.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), trickle).await;
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut out))
+            .await
+            .expect("closed after the 408");
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(3));
+        assert!(book.0.lock().unwrap().is_empty(), "the book was asked");
+    }
+
+    /// A caller without a token that announces a body and sends none is refused with 401 at
+    /// once, from its head, and its connection is closed, so its slot serves the next client.
+    #[tokio::test]
+    async fn a_caller_without_a_token_is_refused_before_its_body_and_its_slot_freed() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut api = api(
+            Metrics::new(),
+            true,
+            Arc::new(Source(AtomicBool::new(true))),
+        );
+        api.leases = Some(Arc::new(Book::default()));
+        tokio::spawn(serve_limited(
+            listener,
+            Arc::new(api),
+            Limits {
+                max_connections: 1,
+                ..Limits::default()
+            },
+        ));
+        let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stalled
+            .write_all(b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            stalled.read_to_end(&mut out),
+        )
+        .await
+        .expect("answered and closed at once, without waiting for the body")
+        .unwrap();
+        let out = String::from_utf8_lossy(&out);
+        assert!(out.starts_with("HTTP/1.1 401"), "{out}");
+        // The stalled client still holds its socket; the one slot serves another.
+        let mut next = tokio::net::TcpStream::connect(addr).await.unwrap();
+        next.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            next.read_to_end(&mut out),
+        )
+        .await
+        .expect("the slot was freed")
+        .unwrap();
+        assert!(out.starts_with(b"HTTP/1.1 200"));
+        drop(stalled);
+    }
+
+    /// A discovery list of `n` proxies: a large answer.
+    struct Many(usize);
+
+    impl ProxySource for Many {
+        fn discover(&self, _: &Filter) -> Vec<Discovered> {
+            (0..self.0)
+                .map(|i| Discovered {
+                    namespace: "ns".into(),
+                    name: format!("proxy-{i:08}"),
+                    provider: "cluster".into(),
+                    url: format!("http://10.0.{}.{}:3128", i / 256 % 256, i % 256),
+                    username: None,
+                    password: None,
+                    egress_ip: None,
+                    egress_shared: false,
+                    zone: Some("europe-west1-b".into()),
+                    pool: Some("web".into()),
+                    verified_at: None,
+                    latency_ms: None,
+                })
+                .collect()
+        }
+    }
+
+    /// A client that asks for a large answer and never reads it holds its slot only until the
+    /// write timeout: with one slot, the next client is then answered.
+    #[tokio::test]
+    async fn a_client_that_never_reads_its_answer_is_dropped_at_the_write_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut api = api(
+            Metrics::new(),
+            true,
+            Arc::new(Source(AtomicBool::new(true))),
+        );
+        // About 24 MB of JSON: more than the kernel buffers of both sockets hold.
+        api.source = Arc::new(Many(160_000));
+        let write_timeout = std::time::Duration::from_millis(500);
+        tokio::spawn(serve_limited(
+            listener,
+            Arc::new(api),
+            Limits {
+                max_connections: 1,
+                write_timeout,
+                ..Limits::default()
+            },
+        ));
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut reader = socket.connect(addr).await.unwrap();
+        reader
+            .write_all(
+                format!(
+                    "GET /v1/proxies HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let started = std::time::Instant::now();
+        let mut next = tokio::net::TcpStream::connect(addr).await.unwrap();
+        next.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(
+            std::time::Duration::from_secs(8),
+            next.read_to_end(&mut out),
+        )
+        .await
+        .expect("the reader that never reads let its slot go")
+        .unwrap();
+        assert!(out.starts_with(b"HTTP/1.1 200"));
+        assert!(
+            started.elapsed() >= write_timeout / 2,
+            "{:?}",
+            started.elapsed()
+        );
+        drop(reader);
     }
 }

@@ -220,7 +220,10 @@ pub async fn run_with(ctx: std::sync::Arc<Context>, schedule: Schedule) {
         let swept = match sweep(&ctx, schedule.grace, only.as_ref()).await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!("sweep skipped: cannot list Proxies: {e}");
+                tracing::warn!(
+                    "sweep skipped: cannot list Proxies: {}",
+                    crate::controller::brief(&e)
+                );
                 // Nothing was swept; the due providers keep their place.
                 for (_, at) in retries.values_mut() {
                     *at = (*at).max(now + schedule.retry_base);
@@ -271,7 +274,11 @@ async fn record_condition(
     message: &str,
 ) {
     if let Err(e) = write_condition(ctx, provider, status, reason, message).await {
-        tracing::warn!(provider, "ProviderHealth condition not written: {e}");
+        tracing::warn!(
+            provider,
+            "ProviderHealth condition not written: {}",
+            crate::controller::brief(&e)
+        );
     }
 }
 

@@ -786,3 +786,150 @@ async fn checks_run_beside_the_reconciles_never_in_their_slots() {
         "Ready after {ready_after:?}"
     );
 }
+
+/// A writer into a shared buffer, for a subscriber that records everything.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// At every level, through a proxy's first create (its credential made), its checks (which
+/// present the credential), discovery and a lease (which hand it out), no password, hash or
+/// `Proxy-Authorization` value reaches the log. The subscriber is the process's, so the other
+/// tests of this file log into it too.
+#[tokio::test]
+async fn no_proxy_password_reaches_the_log() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::set_global_default(subscriber).unwrap();
+
+    let e = env("40%").await;
+    e.running().await;
+    e.next_interval();
+    e.reconcile().await;
+    let (store, writer) = reflector::store();
+    tokio::spawn(
+        watcher(Api::<Proxy>::all(e.d.client()), watcher::Config::default())
+            .reflect(writer)
+            .for_each(|_| async {}),
+    );
+    store.wait_until_ready().await.unwrap();
+    let (secrets, credential_watch) = egress_operator::credential_watch(e.d.client());
+    tokio::spawn(credential_watch);
+    secrets.wait_until_ready().await.unwrap();
+    let source = Arc::new(StoreSource::new(store).with_credentials(secrets));
+    source.clone().track_sync().await;
+    let _ = source.context.set(e.ctx.clone());
+    support::deploy_cluster_role(&e.d, "egress-proxies-crawler").await;
+    support::bind(&e.d, "egress-proxies-crawler", "crawlers", "spider", None).await;
+    let token = e.d.service_account_token("crawlers", "spider");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server::serve(
+        listener,
+        Arc::new(server::Api {
+            metrics: e.ctx.metrics.clone(),
+            ready: Arc::new(Readiness::default()),
+            source: source.clone(),
+            guard: support::kube_guard(&e.d),
+            leases: Some(Arc::new(egress_operator::leases::KubeLeases::new(
+                e.d.client(),
+                source.clone(),
+                egress_operator::pool::system_clock(),
+                e.ctx.metrics.clone(),
+            ))),
+        }),
+    ));
+    let mut listed = String::new();
+    for _ in 0..100 {
+        listed = get_as(addr, "/v1/proxies?namespace=crawlers", &token)
+            .await
+            .1;
+        if listed.contains("\"password\"") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(listed.contains("\"password\""), "{listed}");
+    // p1 as a member of pool web: a lease is taken of a pool's own Proxies.
+    let pool: egress_operator::crd::ProxyPool = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
+        "metadata": {"name": "web", "namespace": "crawlers"},
+        "spec": {"replicas": 1, "template": {"port": 3128},
+                 "placements": [{"provider": "cluster", "weight": 1}]},
+    }))
+    .unwrap();
+    let pool = Api::<egress_operator::crd::ProxyPool>::namespaced(e.d.client(), "crawlers")
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+    e.proxies()
+        .patch(
+            "p1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"ownerReferences": [{
+                "apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
+                "name": "web", "uid": pool.metadata.uid, "controller": true,
+            }]}})),
+        )
+        .await
+        .unwrap();
+    let body = r#"{"namespace":"crawlers","pool":"web","count":1,"mode":"Shared","ttl":"5m"}"#;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!(
+            "POST /v1/leases HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut leased = String::new();
+    s.read_to_string(&mut leased).await.unwrap();
+    assert!(leased.starts_with("HTTP/1.1 201"), "{leased}");
+
+    let credential =
+        e.d.object(&Key::new(
+            "v1",
+            "Secret",
+            Some("crawlers"),
+            "p1-proxy-credential",
+        ))
+        .unwrap();
+    let password = {
+        use base64::Engine;
+        let b = credential["data"]["password"].as_str().unwrap();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b).unwrap()).unwrap()
+    };
+    assert!(
+        leased.contains(&password),
+        "the lease hands out the credential"
+    );
+    let basic = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!("p1:{password}"))
+    };
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        log.contains("EgressVerified") || log.contains("egress"),
+        "the log was not captured: {log}"
+    );
+    for secret in [password.as_str(), basic.as_str(), "$6$"] {
+        assert!(!log.contains(secret), "{secret:?} is in the log:\n{log}");
+    }
+}

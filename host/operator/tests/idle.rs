@@ -1,7 +1,8 @@
 //! Thousands of idle sockets on the operator's HTTP API, over real loopback TCP: the server
 //! keeps answering, what it holds grows with the connections it serves (bounded) and not with
-//! those waiting, and once the head timeout passes every idle socket is closed and the heap is
-//! back where it was. The heap is counted by the allocator, exactly, rather than read off the
+//! those waiting, the probes' own listener answers at once while the API's slots are all held,
+//! and once the head timeout passes every idle socket is closed and the heap is back where it
+//! was. The heap is counted by the allocator, exactly, rather than read off the
 //! RSS.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -75,6 +76,9 @@ async fn thousands_of_idle_sockets_leave_the_api_answering_and_are_closed_at_the
         header_read_timeout: timeout,
         ..Limits::default()
     };
+    let probes = egress_operator::server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let probe_addr = probes.local_addr().unwrap();
+    tokio::spawn(egress_operator::server::serve_probes(probes, api.clone()));
     tokio::spawn(egress_operator::server::serve_limited(
         listener, api, limits,
     ));
@@ -114,6 +118,25 @@ async fn thousands_of_idle_sockets_leave_the_api_answering_and_are_closed_at_the
         at_3000,
         at_3000 - at_1000
     );
+    // Every slot of the API is held: a probe there waits in the backlog with the others, while
+    // the probes' own listener answers at once (the kubelet's default timeout is 1 s).
+    let mut queued = TcpStream::connect(addr).await.unwrap();
+    queued
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut b = [0u8; 16];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), queued.read(&mut b))
+            .await
+            .is_err(),
+        "the API answered past its bound"
+    );
+    drop(queued);
+    for _ in 0..5 {
+        let probed = healthz_within(probe_addr, Duration::from_millis(500)).await;
+        eprintln!("/healthz on the probes' listener with 3,001 sockets held: {probed:?}");
+    }
 
     // Each is closed by the server once the head timeout passes (the waiting ones once a slot
     // frees and their own timeout passes): three rounds of the bound.
