@@ -341,3 +341,93 @@ async fn pool_members_behind_one_address_share_it_and_distinct_egress_replaces_t
         );
     }
 }
+
+/// The address a stand-in NAT gives every client of [`nat_echo`].
+const NAT_ADDRESS: &str = "203.0.113.50";
+/// Where the NAT echo listens (in the echoes' range the test Squid may reach).
+const NAT_ECHO_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 12);
+
+/// The echo behind a NAT that the checker and the proxies share: plain on port 80 and TLS
+/// (the shared echo's certificate) on 443 of [`NAT_ECHO_IP`], answering every request in the
+/// echo's format as seen from [`NAT_ADDRESS`], whoever sent it.
+fn nat_echo() {
+    static STARTED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    STARTED.get_or_init(|| {
+        let (_, identity) = support::shared_tls_echo().unwrap();
+        let plain = support::bind_patiently((NAT_ECHO_IP, 80).into()).unwrap();
+        let tls = support::bind_patiently((NAT_ECHO_IP, 443).into()).unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                plain.set_nonblocking(true).unwrap();
+                tls.set_nonblocking(true).unwrap();
+                let plain = tokio::net::TcpListener::from_std(plain).unwrap();
+                let tls = tokio::net::TcpListener::from_std(tls).unwrap();
+                let acceptor = tokio_rustls::TlsAcceptor::from(identity.config.clone());
+                let seen: std::net::SocketAddr = format!("{NAT_ADDRESS}:40000").parse().unwrap();
+                let serve = move |https: bool| {
+                    hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                        std::future::ready(Ok::<_, std::convert::Infallible>(
+                            egress_check::echo::answer(&req, seen, None, https),
+                        ))
+                    })
+                };
+                loop {
+                    tokio::select! {
+                        Ok((s, _)) = plain.accept() => {
+                            tokio::spawn(hyper::server::conn::http1::Builder::new()
+                                .serve_connection(hyper_util::rt::TokioIo::new(s), serve(false)));
+                        }
+                        Ok((s, _)) = tls.accept() => {
+                            let acceptor = acceptor.clone();
+                            tokio::spawn(async move {
+                                if let Ok(s) = acceptor.accept(s).await {
+                                    let _ = hyper::server::conn::http1::Builder::new()
+                                        .serve_connection(hyper_util::rt::TokioIo::new(s), serve(true))
+                                        .await;
+                                }
+                            });
+                        }
+                    }
+                }
+            });
+        });
+    });
+}
+
+/// Behind a NAT the checker shares with the proxies, the echo sees the NAT's address directly
+/// and through a proxy: the checker learns it from its direct look (no `clientAddresses`
+/// written by hand) and a proxy through which the echo sees it hides nothing, however clean
+/// its headers (a real, anonymous Squid).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_shared_nat_the_checker_learns_its_address_and_a_proxy_there_is_not_anonymous() {
+    let Some(squid) = squid_and_echoes() else {
+        return;
+    };
+    nat_echo();
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
+    let providers = providers_with(
+        dir.path(),
+        "30s",
+        &[
+            format!("http://{NAT_ECHO_IP}/anything"),
+            format!("https://{NAT_ECHO_IP}/anything"),
+        ],
+    );
+    let proxies = proxies(dir.path(), &[("quiet", quiet.listen.port())]);
+    let report = run(dir.path(), &providers, &proxies, Duration::from_secs(6)).await;
+    let (status, _, message) = ready(&report, "quiet");
+    assert_eq!(status, "False", "{message}");
+    let q = report.proxies.iter().find(|p| p.name == "quiet").unwrap();
+    let verified = q
+        .status
+        .condition("EgressVerified")
+        .expect("checked")
+        .clone();
+    assert_eq!(verified.reason, "NotAnonymous", "{verified:?}");
+    assert!(verified.message.contains(NAT_ADDRESS), "{verified:?}");
+}
