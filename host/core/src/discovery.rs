@@ -137,7 +137,12 @@ pub fn describe(c: &Candidate<'_>, egress_shared: bool) -> Option<Discovered> {
     // What the instance serves and where it runs, whatever the spec says now.
     let served = c.status.instance_spec.as_ref();
     let port = served.map_or(c.port, |i| i.port);
-    let zone = served.and_then(|i| i.placement.zone.as_deref()).or(c.zone);
+    // The spec's zone only for an instance made before its placement was recorded: an
+    // instance placed with no zone is in none the spec names since.
+    let zone = match served {
+        Some(i) => i.placement.zone.as_deref(),
+        None => c.zone,
+    };
     let url = match c.credential {
         Some(cred) => cred.url(ip, port),
         // An IPv6 address needs brackets in a URL.
@@ -205,6 +210,45 @@ mod tests {
             status: s,
             credential: None,
         }
+    }
+
+    /// A proxy is advertised as its instance serves and where it was placed, whatever its
+    /// spec was edited to since: the recorded port and zone, none when it was placed in none.
+    #[test]
+    fn discovery_advertises_the_instance_not_a_later_spec() {
+        let mut served = status(true, "10.0.0.1");
+        let made = |port: u16, zone: Option<&str>| crate::proxy::InstanceSpec {
+            port,
+            placement: crate::proxy::Placement {
+                zone: zone.map(str::to_string),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        served.instance_spec = Some(made(3128, Some("z1")));
+        let mut c = cand("a", "k8s", &served);
+        // Edited since: port 3130 in z2.
+        c.port = 3130;
+        c.zone = Some("z2");
+        let d = describe(&c, false).unwrap();
+        assert_eq!(d.url, "http://10.0.0.1:3128");
+        assert_eq!(d.zone.as_deref(), Some("z1"));
+
+        let mut anywhere = status(true, "10.0.0.2");
+        anywhere.instance_spec = Some(made(3128, None));
+        let mut c = cand("b", "k8s", &anywhere);
+        c.zone = Some("z2");
+        assert_eq!(describe(&c, false).unwrap().zone, None, "placed in no zone");
+
+        // Made before placements were recorded: the spec is all there is.
+        let old = status(true, "10.0.0.3");
+        assert_eq!(
+            describe(&cand("c", "k8s", &old), false)
+                .unwrap()
+                .zone
+                .as_deref(),
+            Some("z1")
+        );
     }
 
     /// With its credential known, a proxy is listed with it in its URL and apart, and its
