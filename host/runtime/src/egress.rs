@@ -10,7 +10,7 @@
 use crate::capabilities::clock::ClockBackend;
 use egress_core::egress::{self, CheckOutcome, CheckReason, CheckResult, Settings};
 use egress_core::{Proxy, ProxyStatus};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -323,8 +323,10 @@ struct Table {
     latest: HashMap<String, Latest>,
     /// When each Proxy's instance was last looked at (a Get), Unix ms.
     observed: HashMap<String, u64>,
-    /// Proxies with a check under way in the background.
-    running: HashSet<String>,
+    /// Proxies whose checks a loop runs in the background, for the instance it went through.
+    running: HashMap<String, Running>,
+    /// Numbers the loops, so one replaced by another (its instance replaced) knows to stop.
+    loops: u64,
     /// Checks finished in the background, each waiting for its Proxy's next reconcile to fold
     /// it into the status.
     finished: HashMap<String, Finished>,
@@ -353,6 +355,52 @@ struct Finished {
     of: Probed,
     result: CheckResult,
     at_ms: u64,
+}
+
+/// A loop checking one Proxy's instance in the background.
+struct Running {
+    token: u64,
+    of: Probed,
+    /// It finished a probe since it started: the status it started from holds.
+    probed: bool,
+}
+
+/// What a loop needs of the status it started from to tell a check that changes nothing (the
+/// status would be written as it is) from one the status must take.
+struct Quiet {
+    /// Verified at the last check, not failing, not to be replaced.
+    clean: bool,
+    egress_ip: Option<String>,
+    /// Unix ms of the recorded check (the status is rewritten once it is STATUS_REFRESH old).
+    checked_at_ms: Option<u64>,
+}
+
+impl Quiet {
+    fn of(status: &ProxyStatus) -> Self {
+        let verified = status
+            .condition(egress::EGRESS_VERIFIED)
+            .is_some_and(|c| c.status == "True" && c.reason == CheckReason::Verified.as_str());
+        Self {
+            clean: verified && status.egress_failures == 0 && status.replace_requested.is_none(),
+            egress_ip: status.egress_ip.clone(),
+            checked_at_ms: status
+                .egress_checked_at
+                .as_deref()
+                .and_then(egress_core::gc::parse_rfc3339)
+                .map(|t| (t.max(0) as u64) * 1000),
+        }
+    }
+
+    /// Whether folding `result` at `at_ms` would leave the status as it is (see
+    /// [`quiet_refresh`]): verified again from the same address, within the refresh time.
+    fn holds(&self, result: &CheckResult, at_ms: u64) -> bool {
+        self.clean
+            && result.reason == CheckReason::Verified
+            && result.egress_ip == self.egress_ip
+            && self
+                .checked_at_ms
+                .is_some_and(|t| at_ms.saturating_sub(t) < STATUS_REFRESH.as_millis() as u64)
+    }
 }
 
 /// The last direct look at the echoes: when (Unix ms), its ticket, and what it found.
@@ -649,8 +697,24 @@ impl EgressChecker {
 
     /// When the Proxy's next check is due (Unix ms): from what this process saw, else from
     /// the status (a restarted process goes on where the last left off); each on the Proxy's
-    /// phase of the interval (see [`egress::due_after_ms`]).
+    /// phase of the interval (see [`egress::due_after_ms`]). Never, for a reconcile, while a
+    /// loop in the background checks this instance: it wakes the Proxy when there is
+    /// something to fold.
     pub fn next_due_ms(&self, key: &str, status: &ProxyStatus) -> u64 {
+        if self.background.is_some() {
+            let table = self.table();
+            if let Some(r) = table.running.get(key)
+                && r.of.ip == status.ip.clone().unwrap_or_default()
+                && r.of.provider_id == status.provider_id
+            {
+                return u64::MAX;
+            }
+        }
+        self.due_from(key, status)
+    }
+
+    /// [`EgressChecker::next_due_ms`] by the checks alone.
+    fn due_from(&self, key: &str, status: &ProxyStatus) -> u64 {
         if status.egress_checked_at.is_none() {
             // This instance was never checked (a new one, or one that replaced another).
             return 0;
@@ -750,9 +814,12 @@ impl EgressChecker {
     }
 
     /// What a reconcile of a running Proxy does about its check: fold a check of this very
-    /// instance that finished in the background; else, when one is due, run it (inline) or
-    /// start it in the background and say it is under way. `authorization` is asked for only
-    /// when a probe starts.
+    /// instance that finished in the background; else, inline, run one when it is due; else
+    /// make sure a loop in the background checks this instance, each check on its phase, for
+    /// as long as its checks change nothing (verified again from the same address): it wakes
+    /// the Proxy with the first that does, to be folded here, so a steady fleet is checked
+    /// with no reconcile and no status write per check. `authorization` is asked for only
+    /// when a probe or a loop starts.
     pub async fn check_if_due<F, Fut>(
         &self,
         proxy: &Proxy,
@@ -764,48 +831,64 @@ impl EgressChecker {
         Fut: std::future::Future<Output = Option<String>>,
     {
         let key = proxy.key();
+        let of = Probed::of(proxy, status);
         let finished = self.table().finished.remove(&key);
-        if let Some(f) = finished.filter(|f| f.of == Probed::of(proxy, status)) {
+        if let Some(f) = finished.filter(|f| f.of == of) {
             return Due::Checked(Box::new(self.fold(proxy, status, &f.result, f.at_ms)));
         }
-        if self.next_due_ms(&key, status) > self.now_ms() {
-            return Due::Not;
-        }
         let Some(bg) = &self.background else {
+            if self.due_from(&key, status) > self.now_ms() {
+                return Due::Not;
+            }
             return Due::Checked(Box::new(
                 self.check_as(proxy, status, authorization().await).await,
             ));
         };
-        if !self.table().running.insert(key.clone()) {
-            return Due::Pending;
-        }
-        let authorization = authorization().await;
-        let probing = self.probing.clone();
-        let slots = bg.slots.clone();
-        let wakes = bg.wakes.clone();
-        let of = Probed::of(proxy, status);
-        let provider = proxy.spec.provider.clone();
-        tokio::spawn(async move {
-            // The semaphore is never closed: a slot always comes.
-            let Ok(_slot) = slots.acquire_owned().await else {
-                return;
-            };
-            let result = probing.probe_once(&of.ip, of.port, authorization).await;
-            let at_ms = probing.clock.now_millis();
-            probing.record(&key, &provider, &result, at_ms);
-            {
-                let mut table = probing.table();
-                // Forgotten meanwhile (the Proxy went, or its instance): nothing to fold.
-                if !table.running.remove(&key) {
-                    return;
+        let first_due = self.due_from(&key, status);
+        let token = {
+            let mut table = self.table();
+            match table.running.get(&key) {
+                Some(r) if r.of == of => {
+                    return if r.probed || first_due > self.now_ms() {
+                        Due::Not
+                    } else {
+                        Due::Pending
+                    };
                 }
-                table
-                    .finished
-                    .insert(key.clone(), Finished { of, result, at_ms });
+                // Another instance's loop, if any, stops at its next step.
+                _ => {
+                    table.loops += 1;
+                    let token = table.loops;
+                    table.running.insert(
+                        key.clone(),
+                        Running {
+                            token,
+                            of: of.clone(),
+                            probed: false,
+                        },
+                    );
+                    token
+                }
             }
-            wakes.wake(key);
-        });
-        Due::Pending
+        };
+        let authorization = authorization().await;
+        tokio::spawn(check_loop(CheckLoop {
+            probing: self.probing.clone(),
+            slots: bg.slots.clone(),
+            wakes: bg.wakes.clone(),
+            key,
+            provider: proxy.spec.provider.clone(),
+            of,
+            token,
+            authorization,
+            quiet: Quiet::of(status),
+            first_due,
+        }));
+        if first_due > self.now_ms() {
+            Due::Not
+        } else {
+            Due::Pending
+        }
     }
 
     /// Folds a check's `result` (at `at_ms`) into the status: the outage rule over the
@@ -886,6 +969,74 @@ impl EgressChecker {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
+    }
+}
+
+/// One Proxy's checks in the background (see [`EgressChecker::check_if_due`]).
+struct CheckLoop {
+    probing: Arc<Probing>,
+    slots: Arc<tokio::sync::Semaphore>,
+    wakes: Arc<CheckWakes>,
+    key: String,
+    provider: String,
+    of: Probed,
+    token: u64,
+    authorization: Option<String>,
+    quiet: Quiet,
+    first_due: u64,
+}
+
+async fn check_loop(l: CheckLoop) {
+    let mine = |p: &Probing| {
+        p.table()
+            .running
+            .get(&l.key)
+            .is_some_and(|r| r.token == l.token)
+    };
+    let mut due = l.first_due;
+    loop {
+        let now = l.probing.clock.now_millis();
+        if due > now {
+            tokio::time::sleep(Duration::from_millis(due - now)).await;
+        }
+        if !mine(&l.probing) {
+            return;
+        }
+        // The semaphore is never closed: a slot always comes.
+        let Ok(slot) = l.slots.acquire().await else {
+            return;
+        };
+        let result = l
+            .probing
+            .probe_once(&l.of.ip, l.of.port, l.authorization.clone())
+            .await;
+        drop(slot);
+        let at_ms = l.probing.clock.now_millis();
+        l.probing.record(&l.key, &l.provider, &result, at_ms);
+        {
+            let mut table = l.probing.table();
+            // Forgotten meanwhile (the Proxy went, or its instance): nothing to fold.
+            let Some(r) = table.running.get_mut(&l.key).filter(|r| r.token == l.token) else {
+                return;
+            };
+            if l.quiet.holds(&result, at_ms) {
+                r.probed = true;
+            } else {
+                table.running.remove(&l.key);
+                table.finished.insert(
+                    l.key.clone(),
+                    Finished {
+                        of: l.of,
+                        result,
+                        at_ms,
+                    },
+                );
+                drop(table);
+                l.wakes.wake(l.key);
+                return;
+            }
+        }
+        due = egress::due_after_ms(at_ms, &l.key, &l.probing.settings);
     }
 }
 
@@ -1874,5 +2025,94 @@ mod tests {
             matches!(again, Due::Not),
             "checked: not due until its phase"
         );
+    }
+
+    /// Answers Verified from 203.0.113.9 until told to fail, counting its probes.
+    struct Steady {
+        probes: std::sync::atomic::AtomicUsize,
+        failing: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl EgressProbe for Steady {
+        async fn probe(&self, _ip: &str, _port: u16, _s: &Settings, _e: &Chosen) -> CheckResult {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.probes.fetch_add(1, SeqCst);
+            if self.failing.load(SeqCst) {
+                return CheckResult {
+                    reason: CheckReason::ProxyUnreachable,
+                    egress_ip: None,
+                    latency_ms: None,
+                    message: "connection refused".into(),
+                };
+            }
+            CheckResult {
+                reason: CheckReason::Verified,
+                egress_ip: Some("203.0.113.9".into()),
+                latency_ms: Some(3),
+                message: String::new(),
+            }
+        }
+        async fn look(&self, s: &Settings) -> EchoLook {
+            EchoLook {
+                up: vec![true; s.urls.len()],
+                ..EchoLook::default()
+            }
+        }
+    }
+
+    /// A steady proxy is checked by its loop every interval with no reconcile: nothing wakes
+    /// it while each check finds it verified from the same address, and reconciles are not
+    /// asked to check it; the first check that changes something wakes it, and folds.
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_checks_a_steady_proxy_without_waking_it_until_a_check_changes_something() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 1));
+        let probe = Arc::new(Steady {
+            probes: 0.into(),
+            failing: false.into(),
+        });
+        let wakes = Arc::new(CheckWakes::default());
+        let checker = EgressChecker::new(settings(), probe.clone(), clock.clone())
+            .in_background(wakes.clone());
+        let p = proxy("a");
+        let first = checker.check_as(&p, &running("10.0.0.1"), auth()).await;
+        let verified = first.status;
+        assert!(egress::verified(&verified));
+        let due = checker
+            .check_if_due(&p, &verified, || async { auth() })
+            .await;
+        assert!(matches!(due, Due::Not), "checked just now: {due:?}");
+        assert_eq!(
+            checker.next_due_ms("ns/a", &verified),
+            u64::MAX,
+            "the loop's"
+        );
+        // Two and a half minutes on the clock the loop sleeps by: four or five checks, all
+        // quiet, and the virtual clock is moved along so the status's time stays fresh.
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            clock.advance(Duration::from_secs(30));
+        }
+        let quiet = probe.probes.load(SeqCst);
+        assert!(quiet >= 4, "{quiet} probes");
+        assert!(wakes.take().is_empty(), "a quiet check wakes no one");
+        let again = checker
+            .check_if_due(&p, &verified, || async { auth() })
+            .await;
+        assert!(matches!(again, Due::Not));
+
+        probe.failing.store(true, SeqCst);
+        tokio::time::timeout(Duration::from_secs(60), wakes.wait())
+            .await
+            .expect("a failed check wakes its Proxy");
+        assert_eq!(wakes.take(), vec!["ns/a".to_string()]);
+        let Due::Checked(out) = checker
+            .check_if_due(&p, &verified, || async { auth() })
+            .await
+        else {
+            panic!("the failure folds");
+        };
+        assert_eq!(out.status.egress_failures, 1);
     }
 }
