@@ -238,13 +238,15 @@ fn counter(text: &str, prefix: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
-async fn create(api: &Api<Proxy>, names: impl Iterator<Item = String>) {
+/// Creates the Proxies `names`, labelled `bench: batch`.
+async fn create(api: &Api<Proxy>, batch: &str, names: impl Iterator<Item = String>) {
     let mut creating = futures::stream::iter(names.map(|name| {
         let api = api.clone();
         async move {
             let p: Proxy = serde_json::from_value(json!({
                 "apiVersion": "crawl.example.com/v1alpha1", "kind": "Proxy",
-                "metadata": {"name": name}, "spec": {"provider": "cluster"}}))
+                "metadata": {"name": name, "labels": {"bench": batch}},
+                "spec": {"provider": "cluster"}}))
             .unwrap();
             api.create(&PostParams::default(), &p).await.unwrap();
         }
@@ -257,18 +259,15 @@ async fn create(api: &Api<Proxy>, names: impl Iterator<Item = String>) {
 /// its instance (the provider's create returned: its status names the instance).
 async fn batch_to_instances(api: &Api<Proxy>, prefix: &str) -> Duration {
     let started = Instant::now();
-    create(api, (0..BATCH).map(|i| format!("{prefix}{i:03}"))).await;
+    create(api, prefix, (0..BATCH).map(|i| format!("{prefix}{i:03}"))).await;
+    // Only the batch is listed: listing the whole fleet this often would load the process
+    // measured.
+    let batch = ListParams::default().labels(&format!("bench={prefix}"));
     loop {
-        let list = api.list(&ListParams::default()).await.unwrap();
+        let list = api.list(&batch).await.unwrap();
         let made = list
             .items
             .iter()
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with(prefix))
-            })
             .filter(|p| p.status.as_ref().is_some_and(|s| s.provider_id.is_some()))
             .count();
         if made == BATCH {
@@ -282,7 +281,18 @@ async fn batch_to_instances(api: &Api<Proxy>, prefix: &str) -> Duration {
     }
 }
 
-async fn run(proxies: usize, concurrency: u32) {
+/// What one run measured.
+struct Run {
+    ready_after: Duration,
+    /// Per interval: checks, of them timeouts, how long, Proxies live.
+    rounds: Vec<(u64, u64, Duration, usize)>,
+    baseline: Duration,
+    during: Option<Duration>,
+    rss: (u64, u64, u64, u64),
+}
+
+/// One run: with the egress check at `concurrency` checks at once, or with none.
+async fn run(proxies: usize, concurrency: Option<u32>) -> Run {
     let addresses = (proxies + 3 * BATCH) as u32;
     let exe = std::env::current_exe().unwrap();
     let mut child = std::process::Command::new(exe)
@@ -298,12 +308,15 @@ async fn run(proxies: usize, concurrency: u32) {
     let mut stdin = child.stdin.take().unwrap();
     let client = kube::Client::try_from(kube::Config::new(url.trim().parse().unwrap())).unwrap();
 
-    let providers_yaml = format!(
-        "installation: bench\n\
-         egressCheck: {{urls: ['http://{ECHO}/anything', 'https://{ECHO}/anything'], tls: {{certificateSHA256: '{}'}}, interval: {INTERVAL_S}s, timeout: 5s, failureThreshold: 100, startupTimeout: 1h, concurrency: {concurrency}}}\n\
-         providers:\n- {{name: cluster, type: kubernetes}}\n",
-        pin.trim()
-    );
+    let check = match concurrency {
+        Some(c) => format!(
+            "egressCheck: {{urls: ['http://{ECHO}/anything', 'https://{ECHO}/anything'], tls: {{certificateSHA256: '{}'}}, interval: {INTERVAL_S}s, timeout: 5s, failureThreshold: 100, startupTimeout: 1h, concurrency: {c}}}\n",
+            pin.trim()
+        ),
+        None => String::new(),
+    };
+    let providers_yaml =
+        format!("installation: bench\n{check}providers:\n- {{name: cluster, type: kubernetes}}\n");
     let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
     let runtime = Runtime::new(RuntimeOptions {
         cache_dir: Some(cache),
@@ -350,7 +363,7 @@ async fn run(proxies: usize, concurrency: u32) {
             instance: Some("bench".into()),
         },
     ));
-    let (_store, watch) = egress_operator::discovery_watch(client.clone(), fleet);
+    let (store, watch) = egress_operator::discovery_watch(client.clone(), fleet);
     tokio::spawn(watch);
     let (rss_start, _) = memory();
     let controller = tokio::spawn(
@@ -368,12 +381,12 @@ async fn run(proxies: usize, concurrency: u32) {
     let baseline = batch_to_instances(&api, "base").await;
 
     let started = Instant::now();
-    create(&api, (0..proxies).map(|i| format!("p{i:05}"))).await;
+    create(&api, "fleet", (0..proxies).map(|i| format!("p{i:05}"))).await;
+    // Counted from the watch every replica keeps (discovery's), not by listing the fleet.
     let ready_after = loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let list = api.list(&ListParams::default()).await.unwrap();
-        let ready = list
-            .items
+        let ready = store
+            .state()
             .iter()
             .filter(|p| {
                 p.status
@@ -424,43 +437,99 @@ async fn run(proxies: usize, concurrency: u32) {
     drop(stdin);
     let _ = child.wait();
 
+    Run {
+        ready_after,
+        rounds,
+        baseline,
+        during,
+        rss: (rss_start, rss_ready, rss_end, hwm),
+    }
+}
+
+const RESULT: &str = "RESULT ";
+
+impl Run {
+    /// The run as one line of numbers: ready ms, baseline ms, during ms (0: none), RSS KiB ×4,
+    /// then each round's checks, timeouts, ms and live Proxies.
+    fn line(&self) -> String {
+        let mut v = vec![
+            self.ready_after.as_millis() as u64,
+            self.baseline.as_millis() as u64,
+            self.during.map_or(0, |d| d.as_millis() as u64),
+            self.rss.0,
+            self.rss.1,
+            self.rss.2,
+            self.rss.3,
+        ];
+        for (c, t, took, live) in &self.rounds {
+            v.extend([*c, *t, took.as_millis() as u64, *live as u64]);
+        }
+        v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
+    }
+
+    fn parse(line: &str) -> Self {
+        let v: Vec<u64> = line.split(' ').map(|n| n.parse().unwrap()).collect();
+        let ms = Duration::from_millis;
+        Run {
+            ready_after: ms(v[0]),
+            baseline: ms(v[1]),
+            during: (v[2] > 0).then(|| ms(v[2])),
+            rss: (v[3], v[4], v[5], v[6]),
+            rounds: v[7..]
+                .chunks(4)
+                .map(|c| (c[0], c[1], ms(c[2]), c[3] as usize))
+                .collect(),
+        }
+    }
+}
+
+fn report(proxies: usize, concurrency: u32, without: &Run, with: &Run) {
     println!(
-        "{} Proxies, egressCheck.concurrency {concurrency}, interval {INTERVAL_S} s, timeout 5 s",
+        "{} Proxies, interval {INTERVAL_S} s, timeout 5 s, egressCheck.concurrency {concurrency}; the same run without an egress check beside it",
         proxies + BATCH
     );
     println!();
-    println!("| measure | value |");
-    println!("|---|---|");
+    println!("| measure | without checks | with checks |");
+    println!("|---|---|---|");
     println!(
-        "| all Ready (create and first check) | {:.1} s |",
-        ready_after.as_secs_f64()
+        "| all Ready (created; and checked once, with checks) | {:.1} s | {:.1} s |",
+        without.ready_after.as_secs_f64(),
+        with.ready_after.as_secs_f64()
     );
     // The first interval after all are Ready holds fewer checks: every Proxy was first
     // checked as it came up, and moves to its phase within one and a half intervals.
-    for (i, (c, t, took, live)) in rounds.iter().enumerate() {
+    for (i, (c, t, took, live)) in with.rounds.iter().enumerate() {
         let rate = *c as f64 / took.as_secs_f64();
         println!(
-            "| interval {} with a tenth hanging: checks, of them timeouts | {c}, {t} ({rate:.0} checks/s: a round of {live} in {:.1} s) |",
+            "| interval {} with a tenth hanging: checks, of them timeouts | | {c}, {t} ({rate:.0} checks/s: a round of {live} in {:.1} s) |",
             i + 1,
             *live as f64 / rate
         );
     }
     println!(
-        "| {BATCH} new Proxies to their instances, nothing else under way | {:.2} s |",
-        baseline.as_secs_f64()
+        "| {BATCH} new Proxies to their instances, before the others are made | {:.2} s | {:.2} s |",
+        without.baseline.as_secs_f64(),
+        with.baseline.as_secs_f64()
     );
-    if let Some(d) = during {
-        println!(
-            "| {BATCH} new Proxies to their instances, during the checks | {:.2} s |",
-            d.as_secs_f64()
-        );
-    }
+    let during = |r: &Run| r.during.map_or(0.0, |d| d.as_secs_f64());
     println!(
-        "| RSS at start, all Ready, end; peak | {}, {}, {}; {} |",
-        mib(rss_start),
-        mib(rss_ready),
-        mib(rss_end),
-        mib(hwm)
+        "| {BATCH} new Proxies to their instances, all the others running (and checked) | {:.2} s | {:.2} s |",
+        during(without),
+        during(with)
+    );
+    let rss = |r: &Run| {
+        format!(
+            "{}, {}, {}; {}",
+            mib(r.rss.0),
+            mib(r.rss.1),
+            mib(r.rss.2),
+            mib(r.rss.3)
+        )
+    };
+    println!(
+        "| RSS at start, all Ready, end; peak | {} | {} |",
+        rss(without),
+        rss(with)
     );
 }
 
@@ -481,5 +550,33 @@ fn main() {
     }
     let proxies: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(10_000);
     let concurrency: u32 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(256);
-    rt.block_on(run(proxies, concurrency));
+    if args.get(2).map(String::as_str) == Some("--one") {
+        let checks = args.get(3).and_then(|a| a.parse().ok());
+        let r = rt.block_on(run(proxies, checks));
+        println!("{RESULT}{}", r.line());
+        return;
+    }
+    // Each run in a process of its own, so each one's memory is its own.
+    let one = |checks: Option<u32>| {
+        let mut args = vec![
+            proxies.to_string(),
+            concurrency.to_string(),
+            "--one".to_string(),
+        ];
+        args.extend(checks.map(|c| c.to_string()));
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(args)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix(RESULT))
+            .unwrap_or_else(|| panic!("no result from the run: {text}"));
+        Run::parse(line)
+    };
+    let without = one(None);
+    let with = one(Some(concurrency));
+    report(proxies, concurrency, &without, &with);
 }
