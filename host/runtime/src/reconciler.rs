@@ -98,6 +98,24 @@ fn checked_steady(status: &ProxyStatus) -> bool {
     reconcile::ready_is_true(status) && status.egress_failures == 0
 }
 
+/// Takes a folded check into the status (its Event, Ready as the check's thresholds read it);
+/// whether it asks for the instance to be replaced.
+fn take_check(
+    proxy: &Proxy,
+    checker: &EgressChecker,
+    out: egress_core::egress::CheckOutcome,
+    status: &mut ProxyStatus,
+    events: &mut Vec<ProxyEvent>,
+    now: &(dyn Fn() -> String + Send + Sync),
+) -> bool {
+    if let Some((warning, reason, message)) = out.event {
+        events.push(event(now(), warning, &reason, message));
+    }
+    *status = out.status;
+    reconcile::refresh_egress_ready(proxy, status, checker.settings().thresholds(), &now());
+    out.replace.is_some()
+}
+
 /// What every reconcile of a run shares.
 pub struct ReconcileEnv<'a> {
     pub providers: &'a Providers,
@@ -206,17 +224,8 @@ async fn reconcile_steps(
                 };
             }
             Due::Checked(out) => {
-                if let Some((warning, reason, message)) = out.event {
-                    events.push(event(now(), warning, &reason, message));
-                }
-                status = out.status;
-                reconcile::refresh_egress_ready(
-                    proxy,
-                    &mut status,
-                    checker.settings().thresholds(),
-                    &now(),
-                );
-                if out.replace.is_none() {
+                let replace = take_check(proxy, checker, *out, &mut status, &mut events, &now);
+                if !replace {
                     let until_check = checker
                         .next_due_ms(&key, &status)
                         .saturating_sub(checker.now_ms());
@@ -411,17 +420,7 @@ async fn reconcile_steps(
                     };
                 }
                 Due::Checked(out) => {
-                    if let Some((warning, reason, message)) = out.event {
-                        events.push(event(now(), warning, &reason, message));
-                    }
-                    status = out.status;
-                    reconcile::refresh_egress_ready(
-                        proxy,
-                        &mut status,
-                        checker.settings().thresholds(),
-                        &now(),
-                    );
-                    if out.replace.is_some() {
+                    if take_check(proxy, checker, *out, &mut status, &mut events, &now) {
                         // decide() now names the replacement: a delete, then a new instance.
                         continue;
                     }
