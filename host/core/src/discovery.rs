@@ -177,6 +177,7 @@ pub fn json(list: &[Discovered]) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::proxy::Condition;
 
@@ -223,7 +224,6 @@ mod tests {
                 zone: zone.map(str::to_string),
                 ..Default::default()
             },
-            ..Default::default()
         };
         served.instance_spec = Some(made(3128, Some("z1")));
         let mut c = cand("a", "k8s", &served);
