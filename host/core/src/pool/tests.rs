@@ -226,6 +226,70 @@ fn a_template_change_rolls_every_proxy_without_dropping_below_the_floor() {
     assert_eq!(d.status.ready_replicas, 3);
 }
 
+/// A member whose instance no longer follows its spec (`drifted`: a port edit its instance
+/// cannot follow) is out of date: the pool replaces it through the budget, surge first, and
+/// its deletions never take the available members below the floor, with either budget.
+#[test]
+fn a_drifted_member_is_replaced_through_the_budget_never_below_the_floor() {
+    // Surge 1, unavailable 0: a new member first, the drifted one only once that serves.
+    let mut s = Sim::new(spec(3, &[1]));
+    s.settle();
+    let drifted = s.members[1].name.clone();
+    s.members[1].drifted = true;
+    s.now += 60;
+    let d = s.step();
+    assert!(d.deletes.is_empty(), "{:?}", d.deletes);
+    assert_eq!(d.creates.len(), 1, "one new member within maxSurge");
+    s.now += 60;
+    let d = s.step();
+    assert!(
+        d.deletes.is_empty() && d.creates.is_empty(),
+        "the drifted member stays while its replacement does not serve: {d:?}"
+    );
+    s.ready_all();
+    s.now += 60;
+    let d = s.step();
+    assert_eq!(d.deletes, vec![(drifted.clone(), DeleteReason::OutOfDate)]);
+    assert_eq!(counted_available(&s.spec, &s.members).len(), 3);
+    assert!(s.members.iter().all(|m| m.name != drifted && !m.drifted));
+
+    // Surge 0, unavailable 1: two drifted members go one at a time, each replaced before
+    // the next goes, so the available never fall below 2 of 3.
+    let mut sp = spec(3, &[1]);
+    sp.strategy = Strategy {
+        max_surge: IntOrPercent::Int(0),
+        max_unavailable: IntOrPercent::Int(1),
+    };
+    let mut s = Sim::new(sp);
+    s.settle();
+    for m in &mut s.members[..2] {
+        m.drifted = true;
+    }
+    let first: Vec<String> = s.members[..2].iter().map(|m| m.name.clone()).collect();
+    let mut gone = Vec::new();
+    for _ in 0..10 {
+        s.now += 60;
+        let d = s.step();
+        assert!(d.deletes.len() <= 1, "{:?}", d.deletes);
+        assert!(
+            counted_available(&s.spec, &s.members).len() >= 2,
+            "below the floor: {:?}",
+            d.deletes
+        );
+        assert!(s.members.len() <= 3, "beyond replicas + maxSurge");
+        gone.extend(d.deletes.iter().map(|(n, why)| {
+            assert_eq!(*why, DeleteReason::OutOfDate);
+            n.clone()
+        }));
+        s.ready_all();
+    }
+    gone.sort();
+    let mut want = first;
+    want.sort();
+    assert_eq!(gone, want, "both drifted members replaced");
+    assert_eq!(counted_available(&s.spec, &s.members).len(), 3);
+}
+
 #[test]
 fn a_short_max_age_rotates_every_proxy_with_the_floor_held() {
     let mut sp = spec(4, &[1]);
