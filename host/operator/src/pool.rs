@@ -98,14 +98,7 @@ pub async fn reconcile(pool: Arc<ProxyPool>, ctx: Arc<PoolContext>) -> Result<Ac
 
 /// One of the pool's Proxies as the decisions see it.
 fn member(p: &Proxy, now: i64, egress: Option<egress_core::egress::Thresholds>) -> Member {
-    let core = egress_core::Proxy {
-        metadata: egress_core::proxy::ObjectMeta {
-            labels: p.labels().clone(),
-            annotations: p.annotations().clone(),
-            ..p.to_core().metadata
-        },
-        ..p.to_core()
-    };
+    let core = p.to_core();
     let created_at = p
         .metadata
         .creation_timestamp

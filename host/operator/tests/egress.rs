@@ -659,6 +659,53 @@ async fn while_the_echo_is_down_no_proxy_is_blamed_and_provider_health_says_so()
     );
 }
 
+/// A port edit of a running pool member (3128 -> 3130): its instance keeps serving 3128 until
+/// its pool replaces it, so discovery advertises 3128, what the instance serves
+/// (`status.instanceSpec`), never the spec's new port nothing listens on.
+#[tokio::test]
+async fn after_a_port_edit_discovery_advertises_the_port_the_instance_serves() {
+    let e = env("40%").await;
+    e.running().await;
+    assert_eq!(e.condition("Ready")["status"], "True");
+    assert_eq!(e.status()["instanceSpec"]["port"], 3128, "{}", e.status());
+    let (addr, token, store) = e.serve_discovery().await;
+    let ip = e.status()["ip"].as_str().unwrap().to_string();
+    let before = listed(addr, &token).await;
+    assert!(
+        before[0]["url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("@{ip}:3128")),
+        "{before:?}"
+    );
+
+    let patch = json!({"spec": {"port": 3130}});
+    e.proxies()
+        .patch(
+            "p1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    e.next_interval();
+    e.reconcile().await;
+    // A pool's member is replaced by its pool, not by itself: the same Pod serves on.
+    assert_eq!(e.pod_deletes(), 0, "{:?}", e.events());
+    assert_eq!(e.status()["instanceSpec"]["port"], 3128, "{}", e.status());
+    let ready = e.condition("Ready");
+    assert!(
+        ready["message"].as_str().unwrap().contains("port 3128"),
+        "{ready}"
+    );
+    e.watched(&store).await;
+    let after = listed(addr, &token).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    let url = after[0]["url"].as_str().unwrap();
+    assert!(url.ends_with(&format!("@{ip}:3128")), "{url}");
+    assert!(!url.contains(":3130"), "{url}");
+}
+
 /// Two proxies behind one egress address: the one verified second names the first in its
 /// status; the watch telling the fleet of it makes the operator reconcile the first (the
 /// stream the Proxy controller reconciles on), whose status then names the second.
