@@ -351,11 +351,7 @@ async fn a_malformed_review_is_refused_cleanly() {
     bad_operation["request"]["operation"] = json!("PATCH");
     for (what, body, names) in [
         ("not JSON", b"<AdmissionReview/>".to_vec(), "."),
-        (
-            "cut short",
-            b"{\"apiVersion\": ".to_vec(),
-            "apiVersion",
-        ),
+        ("cut short", b"{\"apiVersion\": ".to_vec(), "apiVersion"),
         ("v1beta1", beta.to_string().into_bytes(), "apiVersion"),
         ("no request", no_request.to_string().into_bytes(), "request"),
         ("no uid", no_uid.to_string().into_bytes(), "request.uid"),
