@@ -74,7 +74,15 @@ pub struct SimKube {
     spec: SimKubeSpec,
     clock: Arc<dyn ClockBackend>,
     state: Mutex<SimState>,
+    /// The JSON text of the version of each object last read, kept with that version: a
+    /// Pod reads the same between its changes, and every resync of a kubernetes Proxy reads
+    /// its Pod. The version is held, so a text is never taken for a later one's.
+    texts: Mutex<std::collections::HashMap<Key, (Object, String)>>,
 }
+
+/// Texts kept at most; past it the oldest reads are forgotten all at once (a dry-run's
+/// Pods come and go, and each is read again within its resync interval).
+const TEXTS_KEPT: usize = 4096;
 
 struct SimState {
     cluster: Cluster,
@@ -112,6 +120,7 @@ impl SimKube {
             }),
             spec,
             clock,
+            texts: Mutex::default(),
         }
     }
 
@@ -212,6 +221,23 @@ impl KubeBackend for SimKube {
     async fn get(&self, target: &KubeRef) -> Result<Object, KubeError> {
         let key = key(target);
         self.call("get", |c| c.get(&key))
+    }
+
+    async fn get_text(&self, target: &KubeRef) -> Result<String, KubeError> {
+        let key = key(target);
+        let object = self.call("get", |c| c.get(&key))?;
+        let mut texts = self.texts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((kept, text)) = texts.get(&key)
+            && Arc::ptr_eq(kept, &object)
+        {
+            return Ok(text.clone());
+        }
+        let text = super::kube::json_text(&object);
+        if texts.len() >= TEXTS_KEPT {
+            texts.clear();
+        }
+        texts.insert(key, (object, text.clone()));
+        Ok(text)
     }
 
     async fn create(
