@@ -324,6 +324,38 @@ mod tests {
         }
     }
 
+    /// A get's text is the JSON of the object as it is at that read: the same between its
+    /// changes, the new version's after the kubelet runs the Pod, a patch, or a delete and a
+    /// create under the same name.
+    #[tokio::test]
+    async fn a_gets_text_is_the_json_of_the_version_read() {
+        let clock = Arc::new(VirtualClock::new(0, 1));
+        let sim = SimKube::new(SimKubeSpec::default(), clock.clone());
+        sim.create("v1", "Pod", Some("ns"), pod("a")).await.unwrap();
+        async fn read(sim: &SimKube) -> String {
+            let text = sim.get_text(&pod_ref("a")).await.unwrap();
+            let object = sim.get(&pod_ref("a")).await.unwrap();
+            assert_eq!(text, object.to_string());
+            text
+        }
+        let first = read(&sim).await;
+        assert_eq!(read(&sim).await, first);
+        clock.advance(Duration::from_secs(600));
+        let running = read(&sim).await;
+        assert_ne!(running, first, "the kubelet ran the Pod");
+        sim.patch(&pod_ref("a"), &json!({"metadata": {"labels": {"m": "no"}}}))
+            .await
+            .unwrap();
+        let patched = read(&sim).await;
+        assert!(patched.contains(r#""m":"no""#), "{patched}");
+        sim.delete(&pod_ref("a")).await.unwrap();
+        clock.advance(Duration::from_secs(600));
+        assert!(sim.get_text(&pod_ref("a")).await.is_err());
+        sim.create("v1", "Pod", Some("ns"), pod("a")).await.unwrap();
+        let again = read(&sim).await;
+        assert!(again.contains(r#""m":"true""#), "{again}");
+    }
+
     /// Faults at a rate fail calls in the API server's shapes, before the call reaches the
     /// cluster, and only while switched on.
     #[tokio::test]
