@@ -118,7 +118,9 @@ async fn due_proxies_are_reconciled_at_once_within_the_limit() {
         recorder,
         time: Time::Real(clock),
         egress: None,
-        credentials: std::sync::Arc::new(egress_runtime::credential_store::SimulatedCredentials),
+        credentials: std::sync::Arc::new(
+            egress_runtime::credential_store::SimulatedCredentials::default(),
+        ),
         options: DriverOptions {
             installation: "test".into(),
             max_rounds: 100,

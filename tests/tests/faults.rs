@@ -68,7 +68,9 @@ async fn run_on(spec: &Spec, keep: &[&str], max_rounds: u32) -> (Report, Report)
         recorder: sim.recorder.clone(),
         time: Time::Virtual(sim.world.clock.clone()),
         egress: None,
-        credentials: std::sync::Arc::new(egress_runtime::credential_store::SimulatedCredentials),
+        credentials: std::sync::Arc::new(
+            egress_runtime::credential_store::SimulatedCredentials::default(),
+        ),
         options: DriverOptions {
             installation: "scale".into(),
             max_rounds,

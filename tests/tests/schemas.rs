@@ -488,3 +488,139 @@ fn the_monitoring_component_builds_onto_the_deploy() {
         std::fs::read_to_string(deploy.join("components/monitoring/dashboard.json")).unwrap()
     );
 }
+
+/// The optional admission webhook component, uncommented as a user would, builds onto the
+/// deploy and holds together: the API server calls the deploy's Service on a port that leads
+/// to the operator's webhook listener, at the path the operator serves; the serving
+/// certificate names that Service and lands in the files the operator reads; the caBundle is
+/// injected from that certificate; the NetworkPolicy admits the port; failures fall back to
+/// the InvalidSpec condition (Ignore).
+#[test]
+fn the_admission_webhook_component_builds_onto_the_deploy() {
+    let dir = tempfile::tempdir().unwrap();
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/deploy");
+    let overlay = dir.path().join("deploy");
+    copy_tree(&deploy, &overlay);
+    let kustomization = std::fs::read_to_string(overlay.join("kustomization.yaml")).unwrap();
+    let on = kustomization.replacen(
+        "#  - components/admission-webhook",
+        "  - components/admission-webhook",
+        1,
+    );
+    assert_ne!(
+        on, kustomization,
+        "the deploy names the component, commented out"
+    );
+    std::fs::write(overlay.join("kustomization.yaml"), on).unwrap();
+    let Some(docs) = kustomize(&overlay) else {
+        return;
+    };
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in {docs:?}"))
+    };
+    let config = find("ValidatingWebhookConfiguration", "egress-proxies");
+    let hook = &config["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(hook["admissionReviewVersions"][0], "v1");
+    let rule = &hook["rules"][0];
+    assert_eq!(rule["apiGroups"][0], "crawl.example.com");
+    assert_eq!(rule["resources"].as_sequence().unwrap().len(), 1);
+    assert_eq!(rule["resources"][0], "proxypools");
+    assert_eq!(
+        rule["operations"],
+        serde_yaml::from_str::<serde_yaml::Value>("[CREATE, UPDATE]").unwrap()
+    );
+    let service_ref = &hook["clientConfig"]["service"];
+    assert_eq!(service_ref["path"], egress_operator::webhook::PATH);
+    let service = find("Service", service_ref["name"].as_str().unwrap());
+    let namespace = service["metadata"]["namespace"].as_str().unwrap();
+    assert_eq!(service_ref["namespace"], namespace);
+    let port = service["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["port"] == service_ref["port"])
+        .expect("the Service has the port the webhook is called on");
+    let deployment = find("Deployment", "egress-proxies");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let container_port = container["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == port["targetPort"])
+        .expect("the Service's webhook port leads to a named container port");
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let arg = |flag: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("{flag}=")))
+            .unwrap_or_else(|| panic!("no {flag} in {args:?}"))
+    };
+    assert!(
+        arg("--webhook-listen").ends_with(&format!(
+            ":{}",
+            container_port["containerPort"].as_u64().unwrap()
+        )),
+        "{args:?}"
+    );
+    // The certificate named for the caBundle is the one mounted where the operator reads it,
+    // and names the Service as the API server dials it.
+    let inject = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        .as_str()
+        .unwrap();
+    let (cert_ns, cert_name) = inject.split_once('/').unwrap();
+    let certificate = find("Certificate", cert_name);
+    assert_eq!(certificate["metadata"]["namespace"], cert_ns);
+    let dns = format!(
+        "{}.{namespace}.svc",
+        service["metadata"]["name"].as_str().unwrap()
+    );
+    assert!(
+        certificate["spec"]["dnsNames"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|n| n == dns.as_str()),
+        "{dns} not among {:?}",
+        certificate["spec"]["dnsNames"]
+    );
+    let issuer = find(
+        "Issuer",
+        certificate["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    );
+    assert!(
+        issuer["spec"]["ca"]["secretName"].is_string(),
+        "issued from a CA"
+    );
+    let volume = deployment["spec"]["template"]["spec"]["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["secret"]["secretName"] == certificate["spec"]["secretName"])
+        .expect("the certificate's Secret is mounted");
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume["name"])
+        .unwrap();
+    let mounted = mount["mountPath"].as_str().unwrap();
+    assert_eq!(arg("--webhook-cert"), format!("{mounted}/tls.crt"));
+    assert_eq!(arg("--webhook-key"), format!("{mounted}/tls.key"));
+    let policy = find("NetworkPolicy", "egress-proxies");
+    assert!(
+        policy["spec"]["ingress"][0]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| p["port"] == port["targetPort"]),
+        "the NetworkPolicy does not admit the webhook port: {policy:?}"
+    );
+}

@@ -38,7 +38,9 @@ fn driver<'a>(e: &'a Env, state: &Path, max_rounds: u32) -> Driver<'a> {
         recorder: e.recorder.clone(),
         time: Time::Virtual(e.world.clock.clone()),
         egress: None,
-        credentials: std::sync::Arc::new(egress_runtime::credential_store::SimulatedCredentials),
+        credentials: std::sync::Arc::new(
+            egress_runtime::credential_store::SimulatedCredentials::default(),
+        ),
         options: DriverOptions {
             installation: "test".into(),
             max_rounds,

@@ -217,6 +217,16 @@ pub struct RunArgs {
     /// (TokenReview, then SubjectAccessReview against RBAC).
     #[arg(long, value_name = "FILE")]
     pub api_tokens: Option<PathBuf>,
+    /// Serve the ProxyPool validating admission webhook over HTTPS on this address (POST
+    /// /validate-proxypool), with --webhook-cert and --webhook-key.
+    #[arg(long, requires_all = ["webhook_cert", "webhook_key"])]
+    pub webhook_listen: Option<std::net::SocketAddr>,
+    /// The webhook's certificate chain (PEM); read again when it changes.
+    #[arg(long, value_name = "FILE", requires = "webhook_listen")]
+    pub webhook_cert: Option<PathBuf>,
+    /// The webhook certificate's private key (PEM); read again when it changes.
+    #[arg(long, value_name = "FILE", requires = "webhook_listen")]
+    pub webhook_key: Option<PathBuf>,
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub gc_interval: std::time::Duration,
     /// Instances younger than this are never swept: their Proxy's status may not be written.
@@ -224,7 +234,8 @@ pub struct RunArgs {
     pub gc_grace: std::time::Duration,
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub health_interval: std::time::Duration,
-    /// How often the providers config and the --api-tokens file are read again.
+    /// How often the providers config, the --api-tokens file and the webhook's certificate
+    /// are read again.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub reload_interval: std::time::Duration,
     /// How many Proxies are reconciled at once.

@@ -731,7 +731,7 @@ async fn run_lanes(
                         time: Time::Virtual(sim.clock.clone()),
                         egress,
                         credentials: Arc::new(
-                            egress_runtime::credential_store::SimulatedCredentials,
+                            egress_runtime::credential_store::SimulatedCredentials::default(),
                         ),
                         options,
                     };
@@ -889,7 +889,7 @@ pub async fn run_reconcile_watch_serving(
     // One store for every pass, so a Proxy keeps its credential from pass to pass.
     let mut credentials: Arc<dyn egress_runtime::credential_store::CredentialSource> =
         if req.dry_run {
-            Arc::new(egress_runtime::credential_store::SimulatedCredentials)
+            Arc::new(egress_runtime::credential_store::SimulatedCredentials::default())
         } else {
             credentials_for(req.state.as_deref())?
         };

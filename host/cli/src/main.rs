@@ -192,6 +192,13 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                 reload_interval: a.reload_interval,
                 concurrency: a.concurrency,
                 api_tokens: a.api_tokens,
+                webhook: match (a.webhook_listen, a.webhook_cert, a.webhook_key) {
+                    (Some(listen), Some(cert), Some(key)) => {
+                        Some(egress_operator::WebhookOptions { listen, cert, key })
+                    }
+                    // clap requires all three together.
+                    _ => None,
+                },
             };
             match egress_operator::run(opts).await {
                 Ok(()) => ExitCode::SUCCESS,

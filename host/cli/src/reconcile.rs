@@ -372,6 +372,7 @@ impl Driver<'_> {
                 None => Store::Memory(state),
             },
             board: self.options.leases.clone(),
+            unrecorded: Default::default(),
         };
         if let Some(b) = &self.options.leases {
             b.publish_pools(pool_runs.iter().map(|r| (r.key(), &r.pool.spec, &r.status)));
@@ -393,7 +394,7 @@ impl Driver<'_> {
         for run in &pool_runs {
             sink.pool(run)?;
         }
-        let state = sink.finish()?;
+        let state = sink.finish(&tracked)?;
         // A Proxy gone from the state has no instance left: its credential goes too.
         let keep: std::collections::BTreeSet<String> =
             state.proxies.values().map(|p| p.uid.clone()).collect();
@@ -871,6 +872,11 @@ async fn sleep_or_never(d: Option<Duration>) {
 struct Sink {
     store: Store,
     board: Option<Arc<crate::leases::Board>>,
+    /// In memory with nothing served, no one reads a record before the run ends, and only
+    /// each Proxy's last one counts: the Proxies stepped since, whose records are made once
+    /// from what they are at the end ([`Sink::finish`]) rather than after each of the
+    /// thousands of steps of a long dry-run.
+    unrecorded: std::collections::HashSet<String>,
 }
 
 enum Store {
@@ -880,6 +886,12 @@ enum Store {
 
 impl Sink {
     fn record(&mut self, key: &str, t: &Tracked) -> Result<(), crate::CliError> {
+        if self.board.is_none() && matches!(self.store, Store::Memory(_)) {
+            if !self.unrecorded.contains(key) {
+                self.unrecorded.insert(key.to_string());
+            }
+            return Ok(());
+        }
         let stored = StateFile::record_of(t.released, &t.proxy, &t.status, t.created_ms);
         if let Some(b) = &self.board {
             b.publish(key, stored.as_ref())?;
@@ -911,13 +923,26 @@ impl Sink {
         }
     }
 
-    fn finish(self) -> Result<StateFile, crate::CliError> {
+    /// The state as the run leaves it, the records put off made from `tracked`.
+    fn finish(self, tracked: &BTreeMap<String, Tracked>) -> Result<StateFile, crate::CliError> {
         match self.store {
             Store::File(mut w) => {
                 w.compact()?;
                 Ok(w.into_state())
             }
-            Store::Memory(s) => Ok(s),
+            Store::Memory(mut s) => {
+                for key in &self.unrecorded {
+                    // Every stepped Proxy is back in the map when the run ends (a step under
+                    // way is waited for).
+                    if let Some(t) = tracked.get(key) {
+                        s.set(
+                            key,
+                            StateFile::record_of(t.released, &t.proxy, &t.status, t.created_ms),
+                        );
+                    }
+                }
+                Ok(s)
+            }
         }
     }
 }
@@ -1009,5 +1034,71 @@ impl StoredProxy {
             }),
             status: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn tracked(name: &str, ip: &str) -> Tracked {
+        let proxy: Proxy = serde_yaml::from_str(&format!(
+            "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: {name}, namespace: ns}}\nspec: {{provider: cluster}}\n"
+        ))
+        .unwrap();
+        let status = ProxyStatus {
+            ip: Some(ip.into()),
+            ..Default::default()
+        };
+        Tracked::new(proxy, status, false, 1_767_225_600_000)
+    }
+
+    /// In memory with nothing served, a record is made once, at the end, from the Proxy as
+    /// it is then: the state a run leaves is the one a record after every step would have
+    /// left (the last status of each, the released ones gone, the others as they were).
+    #[test]
+    fn a_memory_sink_leaves_the_state_of_the_last_records() {
+        let prior = tracked("kept", "10.0.0.9");
+        let mut state = StateFile::default();
+        state.set(
+            "ns/kept",
+            StateFile::record_of(false, &prior.proxy, &prior.status, prior.created_ms),
+        );
+        let gone = tracked("gone", "10.0.0.8");
+        state.set(
+            "ns/gone",
+            StateFile::record_of(false, &gone.proxy, &gone.status, gone.created_ms),
+        );
+        let mut every_step = state.clone();
+        let mut sink = Sink {
+            store: Store::Memory(state),
+            board: None,
+            unrecorded: Default::default(),
+        };
+        let mut map: BTreeMap<String, Tracked> = BTreeMap::new();
+        map.insert("ns/a".into(), tracked("a", "10.0.0.1"));
+        map.insert("ns/gone".into(), gone);
+        for ip in ["10.0.0.2", "10.0.0.3"] {
+            for (key, t) in map.iter_mut() {
+                t.status.ip = Some(ip.into());
+                if key == "ns/gone" && ip == "10.0.0.3" {
+                    t.released = true;
+                }
+                sink.record(key, t).unwrap();
+                every_step.set(
+                    key,
+                    StateFile::record_of(t.released, &t.proxy, &t.status, t.created_ms),
+                );
+            }
+        }
+        let state = sink.finish(&map).unwrap();
+        assert_eq!(state.proxies, every_step.proxies);
+        assert_eq!(state.proxies["ns/a"].status.ip.as_deref(), Some("10.0.0.3"));
+        assert!(!state.proxies.contains_key("ns/gone"));
+        assert_eq!(
+            state.proxies["ns/kept"].status.ip.as_deref(),
+            Some("10.0.0.9")
+        );
     }
 }

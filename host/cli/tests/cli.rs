@@ -628,3 +628,84 @@ fn listen_is_refused_without_what_it_serves_from() {
     );
     assert!(!dir.path().join("state.yaml.leases").exists());
 }
+
+/// The binary refuses, at load and before any backend is reached, a ProxyPool that the
+/// providers config cannot run: a placement naming a provider the config does not have, a
+/// jitter at or above maxAge, and a maxAge shorter than twice the egress check's
+/// startupTimeout (5m in the example's config). Each error names the pool and the field, in
+/// a dry-run and in a real run alike.
+#[test]
+fn a_pool_the_providers_config_cannot_run_is_refused_naming_the_field() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let pool = std::fs::read_to_string(examples.join("proxies-pool.yaml")).unwrap();
+    let providers = examples.join("providers-pool.yaml");
+    assert!(pool.contains("    - provider: lab\n") && pool.contains("    maxAge: 8h\n"));
+    let dir = tempfile::tempdir().unwrap();
+    for (case, edited, field, says) in [
+        (
+            "provider",
+            pool.replace("    - provider: lab\n", "    - provider: labb\n"),
+            "spec.placements[1].provider",
+            "\"labb\" is not in the providers config",
+        ),
+        (
+            "jitter",
+            pool.replace(
+                "    maxAge: 8h\n    jitter: 1h\n",
+                "    maxAge: 1h\n    jitter: 3h\n",
+            ),
+            "spec.rotation.jitter",
+            "must be shorter than maxAge",
+        ),
+        (
+            "maxAge",
+            pool.replace(
+                "    maxAge: 8h\n    jitter: 1h\n",
+                "    maxAge: 12m\n    jitter: 3m\n",
+            ),
+            "spec.rotation.maxAge",
+            "twice the egress check's startupTimeout of 300s",
+        ),
+    ] {
+        assert_ne!(edited, pool, "{case}: the example changed under the test");
+        let f = dir.path().join(format!("{case}.yaml"));
+        std::fs::write(&f, &edited).unwrap();
+        let state = dir.path().join(format!("{case}.state.yaml"));
+        for real in [false, true] {
+            let mut args = vec![
+                "reconcile",
+                "-f",
+                f.to_str().unwrap(),
+                "--providers",
+                providers.to_str().unwrap(),
+            ];
+            if real {
+                args.extend(["--state", state.to_str().unwrap()]);
+            } else {
+                args.push("--dry-run");
+            }
+            let out = run(&args);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{case} (real {real}): {err}");
+            assert!(
+                err.contains("ProxyPool crawlers/crawl") && err.contains(&format!("{field}: ")),
+                "{case} (real {real}): {err}"
+            );
+            assert!(err.contains(says), "{case} (real {real}): {err}");
+            assert!(out.stdout.is_empty(), "{case}: planned anyway");
+            assert!(!state.exists(), "{case}: a refused run wrote its state");
+        }
+    }
+    // The example itself loads.
+    let f = dir.path().join("valid.yaml");
+    std::fs::write(&f, &pool).unwrap();
+    let out = run(&[
+        "reconcile",
+        "--dry-run",
+        "-f",
+        f.to_str().unwrap(),
+        "--providers",
+        providers.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

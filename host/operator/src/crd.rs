@@ -290,7 +290,9 @@ pub struct TargetHealth {
 }
 
 impl Proxy {
-    /// The domain view the shared decisions work on.
+    /// The domain view the shared decisions work on, labels and annotations included: the
+    /// decisions read them (a pool's member, by its pool label, leaves a spec edit its
+    /// instance cannot follow to its pool's budget), as they do in the CLI.
     pub fn to_core(&self) -> egress_core::Proxy {
         egress_core::Proxy {
             api_version: egress_core::proxy::API_VERSION.into(),
@@ -300,7 +302,8 @@ impl Proxy {
                 namespace: self.metadata.namespace.clone().unwrap_or_default(),
                 uid: self.metadata.uid.clone(),
                 generation: self.metadata.generation,
-                ..Default::default()
+                labels: self.metadata.labels.clone().unwrap_or_default(),
+                annotations: self.metadata.annotations.clone().unwrap_or_default(),
             },
             spec: egress_core::ProxySpec {
                 provider: self.spec.provider.clone(),

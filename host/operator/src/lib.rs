@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod pool;
 pub mod server;
 pub mod sweeper;
+pub mod webhook;
 
 use context::{Context, Loaded};
 use egress_core::config::ProvidersConfig;
@@ -51,6 +52,18 @@ pub struct Options {
     /// Named tokens that may call the HTTP API (see [`auth::tokens`]). None: callers present
     /// a token the API server reviews (TokenReview and SubjectAccessReview).
     pub api_tokens: Option<PathBuf>,
+    /// The ProxyPool admission webhook, when it is served (see [`webhook`]).
+    pub webhook: Option<WebhookOptions>,
+}
+
+/// Where the admission webhook listens and the certificate it presents.
+#[derive(Debug, Clone)]
+pub struct WebhookOptions {
+    pub listen: std::net::SocketAddr,
+    /// PEM: the certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM: its private key.
+    pub key: PathBuf,
 }
 
 /// The reconciles running at once unless `--concurrency` says otherwise.
@@ -70,6 +83,8 @@ pub enum Error {
     LostLease(String),
     #[error("{0}")]
     ApiTokens(#[from] auth::tokens::TokenFileError),
+    #[error("{0}")]
+    WebhookCertificate(#[from] webhook::CertificateError),
     #[error(
         "the Lease namespace {0:?} does not exist: create it, or name the operator's namespace with --namespace"
     )]
@@ -104,6 +119,14 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         .map(auth::tokens::TokensFile::load)
         .transpose()?
         .map(Arc::new);
+    let webhook_tls = match &opts.webhook {
+        Some(w) => {
+            let certificates = Arc::new(webhook::Certificates::load(&w.cert, &w.key)?);
+            let tls = certificates.server_config()?;
+            Some((w.listen, certificates, tls))
+        }
+        None => None,
+    };
     let config = kube::Config::infer()
         .await
         .map_err(|e| Error::Runtime(format!("Kubernetes config: {e}")))?;
@@ -213,7 +236,41 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     });
     tokio::spawn(server::serve_probes(probe_listener, api.clone()));
     tokio::spawn(server::serve(listener, api));
+    // Every replica answers the webhook, as the Service sends a review to any of them, with
+    // the providers config it has loaded now.
+    if let Some((addr, certificates, tls)) = webhook_tls {
+        let listener = server::listen(addr).map_err(|e| Error::Listen {
+            addr: addr.to_string(),
+            message: e.to_string(),
+        })?;
+        tokio::spawn(certificates.watch(opts.reload_interval));
+        let ctx = ctx.clone();
+        tokio::spawn(webhook::serve(
+            listener,
+            tls,
+            Arc::new(move || webhook::PoolEnvironment::of(&ctx.loaded())),
+            server::Limits::default(),
+        ));
+        tracing::info!(listen = %addr, "the ProxyPool admission webhook serves");
+    }
     ready.set(true);
+
+    // Every replica reloads the providers config, not only the leader: the webhook judges by
+    // it on whichever replica a review reaches, and a new leader starts from the current one.
+    // Only the leader writes Events of it and wakes the controllers.
+    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let (pool_reload_tx, pool_reload_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let leading = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    tokio::spawn(reload_loop(
+        reloader,
+        ctx.clone(),
+        clock,
+        // What a new checker reports to: the outage rule's fleet and the check loops' wakes.
+        (fleet.clone(), wakes.clone()),
+        opts.reload_interval,
+        vec![reload_tx, pool_reload_tx],
+        leading.clone(),
+    ));
 
     let lease = leader::LeaseLock::new(
         client.clone(),
@@ -223,20 +280,10 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         Duration::from_secs(15),
     );
     lease.acquire().await?;
+    leading.store(true, std::sync::atomic::Ordering::Release);
 
-    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel::<()>(1);
-    let (pool_reload_tx, pool_reload_rx) = tokio::sync::mpsc::channel::<()>(1);
-    let peers = peers_changed(fleet.clone());
-    let checked = checks_finished(wakes.clone());
-    let reload = reload_loop(
-        reloader,
-        ctx.clone(),
-        clock,
-        fleet,
-        wakes,
-        opts.reload_interval,
-        vec![reload_tx, pool_reload_tx],
-    );
+    let peers = peers_changed(fleet);
+    let checked = checks_finished(wakes);
     let controller = proxy_controller(client.clone(), opts.concurrency)
         .reconcile_all_on(tokio_stream_from(reload_rx))
         // A Proxy another one joined or left the egress address of: its egressSharedWith.
@@ -267,7 +314,6 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         _ = pools => Ok(()),
         _ = sweeper::run(ctx.clone(), opts.gc_interval, opts.gc_grace) => Ok(()),
         _ = health::run(ctx.clone(), opts.health_interval) => Ok(()),
-        _ = reload => Ok(()),
         _ = pool::forget_gone_pools(pool_store, metrics.clone(), Duration::from_secs(30)) => Ok(()),
         _ = lease.hold() => Err(Error::LostLease(opts.lease_name.clone())),
     }
@@ -458,10 +504,10 @@ async fn reload_loop(
     reloader: Arc<Reloader>,
     ctx: Arc<Context>,
     clock: Arc<dyn ClockBackend>,
-    fleet: Arc<StatusFleet>,
-    wakes: Arc<CheckWakes>,
+    (fleet, wakes): (Arc<StatusFleet>, Arc<CheckWakes>),
     interval: Duration,
     triggers: Vec<tokio::sync::mpsc::Sender<()>>,
+    leading: Arc<std::sync::atomic::AtomicBool>,
 ) {
     loop {
         tokio::time::sleep(interval).await;
@@ -478,7 +524,11 @@ async fn reload_loop(
         }
         for r in &out.rejected {
             ctx.metrics.reload(&r.provider, "rejected");
-            health::refused_event(&ctx, &r.provider, &r.error.to_string()).await;
+            if leading.load(std::sync::atomic::Ordering::Acquire) {
+                health::refused_event(&ctx, &r.provider, &r.error.to_string()).await;
+            } else {
+                tracing::warn!(provider = %r.provider, "module refused: {}", r.error);
+            }
         }
         let before = ctx.loaded();
         let config = reloader.config();

@@ -103,14 +103,7 @@ fn member(
     now: i64,
     egress: Option<egress_core::egress::Thresholds>,
 ) -> Member {
-    let core = egress_core::Proxy {
-        metadata: egress_core::proxy::ObjectMeta {
-            labels: p.labels().clone(),
-            annotations: p.annotations().clone(),
-            ..p.to_core().metadata
-        },
-        ..p.to_core()
-    };
+    let core = p.to_core();
     let created_at = p
         .metadata
         .creation_timestamp
@@ -212,14 +205,11 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     let old = pool.status.clone().unwrap_or_default();
 
     let loaded = ctx.loaded();
-    let provider_names: Vec<String> = loaded.providers.iter().map(|p| p.name.clone()).collect();
     let settings = loaded.egress.as_ref().map(|c| c.settings().clone());
+    // What the admission webhook judges by as well, so a pool it admits is not refused here.
     let problems = pool::validate_in(
         &core,
-        pool::Environment {
-            providers: &provider_names,
-            startup_timeout: settings.as_ref().map(|s| s.startup_timeout),
-        },
+        crate::webhook::PoolEnvironment::of(&loaded).as_core(),
     );
     if !problems.is_empty() {
         let mut status = invalid_status(&old, &problems);

@@ -911,7 +911,7 @@ pub async fn serve_probes(listener: TcpListener, api: Arc<Api>) {
 
 /// A socket whose writes fail with `TimedOut` once none has made progress for `timeout`.
 /// hyper's server has no write timeout of its own.
-struct WriteDeadline<S> {
+pub(crate) struct WriteDeadline<S> {
     inner: S,
     timeout: std::time::Duration,
     /// Armed when a write found the socket full, disarmed by the next write that moves.
@@ -919,7 +919,7 @@ struct WriteDeadline<S> {
 }
 
 impl<S> WriteDeadline<S> {
-    fn new(inner: S, timeout: std::time::Duration) -> Self {
+    pub(crate) fn new(inner: S, timeout: std::time::Duration) -> Self {
         Self {
             inner,
             timeout,

@@ -256,6 +256,98 @@ impl Env {
         self.d.advance(Duration::from_secs(3));
         self.reconcile().await
     }
+
+    /// Serves discovery over HTTP on loopback from a watch of the double, as every replica
+    /// keeps one, once the watch lists p1 with its credential; a crawler's token allowed
+    /// every namespace's proxies. Returns the address, the token and the watch's store.
+    async fn serve_discovery(&self) -> (std::net::SocketAddr, String, reflector::Store<Proxy>) {
+        let (store, writer) = reflector::store();
+        tokio::spawn(
+            watcher(
+                Api::<Proxy>::all(self.d.client()),
+                watcher::Config::default(),
+            )
+            .reflect(writer)
+            .for_each(|_| async {}),
+        );
+        store.wait_until_ready().await.unwrap();
+        let (secrets, credential_watch) = egress_operator::credential_watch(self.d.client());
+        tokio::spawn(credential_watch);
+        secrets.wait_until_ready().await.unwrap();
+        let source = Arc::new(StoreSource::new(store.clone()).with_credentials(secrets));
+        source.clone().track_sync().await;
+        let _ = source.context.set(self.ctx.clone());
+        for _ in 0..100 {
+            if source
+                .discover(&Default::default())
+                .first()
+                .is_some_and(|d| d.password.is_some())
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        support::deploy_cluster_role(&self.d, "egress-proxies-crawler").await;
+        support::bind(
+            &self.d,
+            "egress-proxies-crawler",
+            "crawlers",
+            "spider",
+            None,
+        )
+        .await;
+        let token = self.d.service_account_token("crawlers", "spider");
+        tokio::spawn(server::serve(
+            listener,
+            Arc::new(server::Api {
+                metrics: self.ctx.metrics.clone(),
+                ready: Arc::new(Readiness::default()),
+                source,
+                guard: support::kube_guard(&self.d),
+                leases: None,
+            }),
+        ));
+        (addr, token, store)
+    }
+
+    /// Waits until the watch's copy of p1 is the double's, so what discovery answers next
+    /// reads the status the last reconcile wrote.
+    async fn watched(&self, store: &reflector::Store<Proxy>) {
+        let want = self
+            .d
+            .object(&Key::new(
+                "crawl.example.com/v1alpha1",
+                "Proxy",
+                Some("crawlers"),
+                "p1",
+            ))
+            .unwrap()["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        for _ in 0..250 {
+            let seen = store
+                .get(&reflector::ObjectRef::new("p1").within("crawlers"))
+                .and_then(|p| p.metadata.resource_version.clone());
+            if seen.as_deref() == Some(want.as_str()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the watch never saw resourceVersion {want}");
+    }
+}
+
+/// The proxies `/v1/proxies` lists, as JSON.
+async fn listed(addr: std::net::SocketAddr, token: &str) -> Vec<Value> {
+    let (code, body) = get_as(addr, "/v1/proxies", token).await;
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["proxies"]
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 #[tokio::test]
@@ -284,29 +376,7 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
     );
 
     // Discovery over HTTP, from a watch of the API as every replica keeps one.
-    let (store, writer) = reflector::store();
-    tokio::spawn(
-        watcher(Api::<Proxy>::all(e.d.client()), watcher::Config::default())
-            .reflect(writer)
-            .for_each(|_| async {}),
-    );
-    store.wait_until_ready().await.unwrap();
-    let (secrets, credential_watch) = egress_operator::credential_watch(e.d.client());
-    tokio::spawn(credential_watch);
-    secrets.wait_until_ready().await.unwrap();
-    let source = Arc::new(StoreSource::new(store).with_credentials(secrets));
-    source.clone().track_sync().await;
-    let _ = source.context.set(e.ctx.clone());
-    for _ in 0..100 {
-        if source
-            .discover(&Default::default())
-            .first()
-            .is_some_and(|d| d.password.is_some())
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (addr, token, _store) = e.serve_discovery().await;
     // The Proxy's credential: a Secret beside it, owned by it; the check presented it, and
     // the Pod's Squid got only its hash, in a Secret of the Pod's.
     let credential =
@@ -368,22 +438,6 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
             assert!(!text.contains("$6$"), "{text}");
         }
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    // A crawler allowed every namespace's proxies, as the API server reviews its token.
-    support::deploy_cluster_role(&e.d, "egress-proxies-crawler").await;
-    support::bind(&e.d, "egress-proxies-crawler", "crawlers", "spider", None).await;
-    let token = e.d.service_account_token("crawlers", "spider");
-    tokio::spawn(server::serve(
-        listener,
-        Arc::new(server::Api {
-            metrics: e.ctx.metrics.clone(),
-            ready: Arc::new(Readiness::default()),
-            source,
-            guard: support::kube_guard(&e.d),
-            leases: None,
-        }),
-    ));
     let get = |addr, target| {
         let token = token.clone();
         async move { get_as(addr, target, &token).await }
@@ -533,6 +587,8 @@ async fn while_the_echo_is_down_no_proxy_is_blamed_and_provider_health_says_so()
     // No failing proxy tolerated: the one failing proxy is an outage of the provider.
     let e = env("0").await;
     e.running().await;
+    let (addr, token, store) = e.serve_discovery().await;
+    assert_eq!(listed(addr, &token).await.len(), 1);
     egress_operator::health::check_once(&e.ctx).await.unwrap();
     let health = |d: &Double| {
         d.object(&Key::new(
@@ -570,6 +626,16 @@ async fn while_the_echo_is_down_no_proxy_is_blamed_and_provider_health_says_so()
     assert_eq!(c["reason"], "CheckerUnavailable");
     assert_eq!(c["status"], "Unknown");
     assert!(e.status().get("egressFailures").is_none(), "{}", e.status());
+    // The checker's failure is not the proxy's: it stays Ready and listed for the crawlers
+    // through the outage, on what discovery's own watch holds.
+    assert_eq!(e.condition("Ready")["status"], "True", "{}", e.status());
+    e.watched(&store).await;
+    let list = listed(addr, &token).await;
+    assert_eq!(
+        list.iter().map(|p| p["name"].clone()).collect::<Vec<_>>(),
+        vec![json!("p1")],
+        "{list:?}"
+    );
     assert!(
         e.ctx
             .metrics
@@ -611,6 +677,53 @@ async fn while_the_echo_is_down_no_proxy_is_blamed_and_provider_health_says_so()
         metrics.contains("egress_proxies_egress_proxies{provider=\"cluster\",state=\"failing\"} 1"),
         "{metrics}"
     );
+}
+
+/// A port edit of a running pool member (3128 -> 3130): its instance keeps serving 3128 until
+/// its pool replaces it, so discovery advertises 3128, what the instance serves
+/// (`status.instanceSpec`), never the spec's new port nothing listens on.
+#[tokio::test]
+async fn after_a_port_edit_discovery_advertises_the_port_the_instance_serves() {
+    let e = env("40%").await;
+    e.running().await;
+    assert_eq!(e.condition("Ready")["status"], "True");
+    assert_eq!(e.status()["instanceSpec"]["port"], 3128, "{}", e.status());
+    let (addr, token, store) = e.serve_discovery().await;
+    let ip = e.status()["ip"].as_str().unwrap().to_string();
+    let before = listed(addr, &token).await;
+    assert!(
+        before[0]["url"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("@{ip}:3128")),
+        "{before:?}"
+    );
+
+    let patch = json!({"spec": {"port": 3130}});
+    e.proxies()
+        .patch(
+            "p1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    e.next_interval();
+    e.reconcile().await;
+    // A pool's member is replaced by its pool, not by itself: the same Pod serves on.
+    assert_eq!(e.pod_deletes(), 0, "{:?}", e.events());
+    assert_eq!(e.status()["instanceSpec"]["port"], 3128, "{}", e.status());
+    let ready = e.condition("Ready");
+    assert!(
+        ready["message"].as_str().unwrap().contains("port 3128"),
+        "{ready}"
+    );
+    e.watched(&store).await;
+    let after = listed(addr, &token).await;
+    assert_eq!(after.len(), 1, "{after:?}");
+    let url = after[0]["url"].as_str().unwrap();
+    assert!(url.ends_with(&format!("@{ip}:3128")), "{url}");
+    assert!(!url.contains(":3130"), "{url}");
 }
 
 /// Two proxies behind one egress address: the one verified second names the first in its

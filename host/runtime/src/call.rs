@@ -274,10 +274,34 @@ pub(crate) async fn execute(
     });
 
     let run = async {
-        let instance = pre
+        let instantiated = pre
             .instantiate_async(&mut store)
             .await
             .map_err(|e| CallFailure::Instantiate(format!("{e:#}")))?;
+        let instantiation = |e: wasmtime::Error| CallFailure::Instantiate(format!("{e:#}"));
+        // A Get looks up only its own export.
+        let op = match op {
+            Op::Get(ctx, id) => match pre.get(&mut store, &instantiated).map_err(instantiation)? {
+                Some(get) => {
+                    let out = get
+                        .call_async(&mut store, (&ctx, id.as_str()))
+                        .await
+                        .map(|(r,)| OpOut::Get(r));
+                    return out.map_err(|e| {
+                        if store.data().limiter.denied {
+                            CallFailure::MemoryLimit(memory)
+                        } else {
+                            CallFailure::Trap(trap_message(&e))
+                        }
+                    });
+                }
+                None => Op::Get(ctx, id),
+            },
+            op => op,
+        };
+        let instance = pre
+            .exports(&mut store, &instantiated)
+            .map_err(instantiation)?;
         let p = &instance.provider;
         let out = match op {
             Op::Validate {

@@ -32,8 +32,15 @@ pub trait CredentialSource: Send + Sync {
 /// A dry-run's: each Proxy's credential and salt derived from its UID, so a plan (which
 /// records the bytes a seed volume holds by their digest) is the same on every run. Never
 /// for proxies that exist: anyone who knows a UID knows the password.
+///
+/// Each htpasswd line is made once per Proxy and password: it is a SHA-512 crypt of 5,000
+/// rounds (about 2 ms), the same UID and password give the same line, and a create tried
+/// again (after a fault, or a kvm image still coming) asks for it again.
 #[derive(Default)]
-pub struct SimulatedCredentials;
+pub struct SimulatedCredentials {
+    /// By UID: the password the line was made for, and the line.
+    lines: Mutex<std::collections::HashMap<String, (String, String)>>,
+}
 
 fn derived<const N: usize>(what: &str, uid: &str) -> [u8; N] {
     use sha2::Digest;
@@ -55,7 +62,19 @@ impl CredentialSource for SimulatedCredentials {
     }
 
     fn htpasswd(&self, proxy: &Proxy, credential: &ProxyCredential) -> Option<String> {
-        Some(credential.htpasswd(&derived("simulated-salt", &proxy.uid())))
+        let uid = proxy.uid();
+        let mut lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((password, line)) = lines.get(&uid)
+            && *password == credential.password
+            && line
+                .strip_prefix(credential.username.as_str())
+                .is_some_and(|rest| rest.starts_with(':'))
+        {
+            return Some(line.clone());
+        }
+        let line = credential.htpasswd(&derived("simulated-salt", &uid));
+        lines.insert(uid, (credential.password.clone(), line.clone()));
+        Some(line)
     }
 }
 
@@ -253,18 +272,33 @@ mod tests {
 
     #[tokio::test]
     async fn a_simulated_credential_is_the_same_on_every_run_and_distinct_per_proxy() {
-        let s = SimulatedCredentials;
+        let s = SimulatedCredentials::default();
         let a = s.credential(&proxy("a")).await.unwrap();
         assert_eq!(
-            SimulatedCredentials.credential(&proxy("a")).await.unwrap(),
+            SimulatedCredentials::default()
+                .credential(&proxy("a"))
+                .await
+                .unwrap(),
             a
         );
         assert_ne!(s.credential(&proxy("b")).await.unwrap(), a);
         let line = s.htpasswd(&proxy("a"), &a).unwrap();
         assert_eq!(
-            SimulatedCredentials.htpasswd(&proxy("a"), &a).unwrap(),
+            SimulatedCredentials::default()
+                .htpasswd(&proxy("a"), &a)
+                .unwrap(),
             line
         );
+        // Asked again (a create tried again), the same line; for another password, its own.
+        assert_eq!(s.htpasswd(&proxy("a"), &a).unwrap(), line);
+        let other = ProxyCredential::from_entropy("a", &[5u8; 24]);
+        let other_line = s.htpasswd(&proxy("a"), &other).unwrap();
+        assert_ne!(other_line, line);
+        assert!(egress_core::credential::htpasswd_accepts(
+            &other_line,
+            "a",
+            &other.password
+        ));
         assert!(egress_core::credential::htpasswd_accepts(
             &line,
             "a",

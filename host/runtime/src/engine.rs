@@ -123,7 +123,12 @@ fn pooling_config(slots: u32) -> PoolingAllocationConfig {
         // doubled the system time of a dry-run's lanes. 10,000 Proxies: 495,000 -> 118,000
         // page faults, 7.6 -> 3.9 s (BENCHMARKS.md, "Scale").
         .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
-        .table_keep_resident(64 << 10);
+        .table_keep_resident(64 << 10)
+        // Of those, only the pages the call wrote are reset, found with Linux's PAGEMAP_SCAN
+        // (6.7 and later; older kernels memset them all, as before): a Get writes a fraction
+        // of the guests' 384 KiB. The 100-member day: user and system time 16.0 -> 14.4 s
+        // (BENCHMARKS.md, "A pool's day of ordinary weather").
+        .pagemap_scan(wasmtime::Enabled::Auto);
     p
 }
 

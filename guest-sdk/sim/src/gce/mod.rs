@@ -135,6 +135,34 @@ struct Instance {
     nat_ip: String,
     network_ip: String,
     deleting_at: Option<u64>,
+    /// Its JSON as last written, for the state it was written in: an instance reads the same
+    /// until its status changes, and every resync of a Proxy on it reads it.
+    rendered: Option<Rendered>,
+}
+
+/// An instance's JSON bytes and what they depend on beside the instance itself.
+#[derive(Debug, Clone)]
+struct Rendered {
+    project: String,
+    status: String,
+    serving: bool,
+    bytes: Vec<u8>,
+}
+
+/// What a request resolves to: an answer, or an instance whose JSON is written from the
+/// model (by value for [`Compute::answer`], as bytes for [`Compute::answer_bytes`]).
+enum Reply {
+    Answer(Answer),
+    Instance {
+        project: String,
+        key: (String, String),
+    },
+}
+
+/// A Value as compact JSON bytes (what its Display writes; keys are strings, so this cannot
+/// fail, and should it, Display says the same).
+fn json_bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap_or_else(|_| v.to_string().into_bytes())
 }
 
 #[derive(Debug, Clone)]
@@ -264,6 +292,7 @@ impl Compute {
                     .network_ip
                     .unwrap_or_else(|| format!("10.128.0.{}", 200 + i)),
                 deleting_at: None,
+                rendered: None,
             },
         );
     }
@@ -466,13 +495,78 @@ impl Compute {
 
     /// Answers one request to `https://.../compute/v1/projects/...` at time `now_ms`.
     pub fn answer(&mut self, method: &str, url: &str, body: Option<&[u8]>, now_ms: u64) -> Answer {
+        match self.reply(method, url, body, now_ms) {
+            Reply::Answer(a) => a,
+            Reply::Instance { project, key } => match self.instances.get(&key) {
+                Some(i) => ok(self.instance_json(&project, i, now_ms)),
+                None => not_found(&format!(
+                    "projects/{project}/zones/{}/instances/{}",
+                    key.0, key.1
+                )),
+            },
+        }
+    }
+
+    /// [`Compute::answer`] with the body as the compact JSON bytes a client reads. An
+    /// instance's JSON is written once for each state it is read in, not at every read.
+    pub fn answer_bytes(
+        &mut self,
+        method: &str,
+        url: &str,
+        body: Option<&[u8]>,
+        now_ms: u64,
+    ) -> (u16, Vec<u8>) {
+        match self.reply(method, url, body, now_ms) {
+            Reply::Answer(a) => (a.status, json_bytes(&a.body)),
+            Reply::Instance { project, key } => match self.instance_bytes(&project, &key, now_ms) {
+                Some(bytes) => (200, bytes),
+                None => {
+                    let a = not_found(&format!(
+                        "projects/{project}/zones/{}/instances/{}",
+                        key.0, key.1
+                    ));
+                    (a.status, json_bytes(&a.body))
+                }
+            },
+        }
+    }
+
+    /// The instance's JSON bytes, written again only when what it shows changed.
+    fn instance_bytes(
+        &mut self,
+        project: &str,
+        key: &(String, String),
+        now: u64,
+    ) -> Option<Vec<u8>> {
+        let i = self.instances.get(key)?;
+        let (status, serving) = self.status_of(i, now);
+        if let Some(r) = &i.rendered
+            && r.project == project
+            && r.status == status
+            && r.serving == serving
+        {
+            return Some(r.bytes.clone());
+        }
+        let bytes = json_bytes(&self.instance_json(project, i, now));
+        if let Some(i) = self.instances.get_mut(key) {
+            i.rendered = Some(Rendered {
+                project: project.to_string(),
+                status,
+                serving,
+                bytes: bytes.clone(),
+            });
+        }
+        Some(bytes)
+    }
+
+    fn reply(&mut self, method: &str, url: &str, body: Option<&[u8]>, now_ms: u64) -> Reply {
         let now = now_ms;
         self.settle(now);
         if let Some(refused) = self.take_fault(method, url) {
-            return refused;
+            return Reply::Answer(refused);
         }
         let Some(rest) = url.split_once("/compute/v1/projects/").map(|(_, r)| r) else {
-            return api_error(404, "notFound", "not a Compute API URL");
+            return Reply::Answer(api_error(404, "notFound", "not a Compute API URL"));
         };
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
         let query = parse_query(query);
@@ -481,13 +575,13 @@ impl Compute {
             .and_then(|b| serde_json::from_slice(b).ok())
             .unwrap_or(Value::Null);
         let project = segs[0];
-        match (method, &segs[1..]) {
+        let answer = match (method, &segs[1..]) {
             ("POST", ["zones", zone, "instances"]) => self.insert(project, zone, &body, now),
             ("GET", ["zones", zone, "instances", name]) => {
-                match self.instances.get(&(zone.to_string(), name.to_string())) {
-                    Some(i) => ok(self.instance_json(project, i, now)),
-                    None => not_found(&format!("projects/{project}/zones/{zone}/instances/{name}")),
-                }
+                return Reply::Instance {
+                    project: project.to_string(),
+                    key: (zone.to_string(), name.to_string()),
+                };
             }
             ("DELETE", ["zones", zone, "instances", name]) => self.delete(project, zone, name, now),
             ("POST", ["zones", zone, "instances", name, "stop"]) => {
@@ -523,7 +617,8 @@ impl Compute {
                 "notFound",
                 &format!("{method} {path} is not simulated"),
             ),
-        }
+        };
+        Reply::Answer(answer)
     }
 
     fn insert(&mut self, project: &str, zone: &str, body: &Value, now: u64) -> Answer {
@@ -604,6 +699,7 @@ impl Compute {
                     nat_ip: format!("34.{}.{}.{}", 76 + n / 65_536, (n / 256) % 256, n % 256),
                     network_ip: format!("10.132.{}.{}", (n / 256) % 256, n % 256),
                     deleting_at: None,
+                    rendered: None,
                 },
             );
         }

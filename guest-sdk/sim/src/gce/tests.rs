@@ -326,3 +326,82 @@ fn wildcard_matches_whole_strings() {
     assert!(wildcard("insert", "insert"));
     assert!(wildcard("a.*b.*c", "aXXbYYc"));
 }
+
+/// The bytes a client reads are the JSON of the answer, through every state an instance
+/// passes (provisioning, staging, running with its address, stopping, gone, a name used
+/// again), whether its JSON was written for an earlier read or not; refusals and other
+/// requests alike.
+#[test]
+fn answer_bytes_are_the_answers_json_in_every_state() {
+    let mut by_value = Compute::new(ComputeConfig::default());
+    let mut by_bytes = by_value.clone();
+    let both = |a: &mut Compute,
+                b: &mut Compute,
+                at: u64,
+                method: &str,
+                path: &str,
+                body: Option<Value>| {
+        let url = format!("{P}/{path}");
+        let body = body.map(|b| b.to_string().into_bytes());
+        let answer = a.answer(method, &url, body.as_deref(), at);
+        let (status, bytes) = b.answer_bytes(method, &url, body.as_deref(), at);
+        assert_eq!(status, answer.status, "{method} {path} at {at}");
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            answer.body.to_string(),
+            "{method} {path} at {at}"
+        );
+    };
+    let p1 = format!("{INSTANCES}/p1");
+    both(
+        &mut by_value,
+        &mut by_bytes,
+        T0,
+        "POST",
+        INSTANCES,
+        Some(insert_body("p1")),
+    );
+    for at in [0, 1_000, 10_000, 10_000, 20_000, 20_000, 60_000] {
+        both(&mut by_value, &mut by_bytes, T0 + at, "GET", &p1, None);
+    }
+    // Another project reads it with its own links.
+    let other = format!("https://compute.googleapis.com/compute/v1/projects/other/{p1}");
+    let answer = by_value.answer("GET", &other, None, T0 + 60_000);
+    let (_, bytes) = by_bytes.answer_bytes("GET", &other, None, T0 + 60_000);
+    assert_eq!(String::from_utf8(bytes).unwrap(), answer.body.to_string());
+    both(
+        &mut by_value,
+        &mut by_bytes,
+        T0 + 60_000,
+        "DELETE",
+        &p1,
+        None,
+    );
+    both(&mut by_value, &mut by_bytes, T0 + 60_000, "GET", &p1, None);
+    both(&mut by_value, &mut by_bytes, T0 + 120_000, "GET", &p1, None);
+    both(
+        &mut by_value,
+        &mut by_bytes,
+        T0 + 120_000,
+        "POST",
+        INSTANCES,
+        Some(insert_body("p1")),
+    );
+    both(&mut by_value, &mut by_bytes, T0 + 121_000, "GET", &p1, None);
+    both(
+        &mut by_value,
+        &mut by_bytes,
+        T0 + 121_000,
+        "GET",
+        "zones/europe-west1-b/instances/none",
+        None,
+    );
+    both(
+        &mut by_value,
+        &mut by_bytes,
+        T0 + 121_000,
+        "GET",
+        "regions/europe-west1",
+        None,
+    );
+}

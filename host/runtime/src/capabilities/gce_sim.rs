@@ -245,14 +245,14 @@ impl SimGce {
         self
     }
 
-    fn answer(&self, req: &HttpRequest) -> model::Answer {
+    /// The answer as the compact JSON bytes a client reads, an instance's written once for
+    /// each state it is read in (every resync of a gce Proxy reads its instance).
+    fn answer_bytes(&self, req: &HttpRequest) -> (u16, Vec<u8>) {
         let now = self.clock.now_millis();
-        self.model.lock().unwrap_or_else(|p| p.into_inner()).answer(
-            &req.method,
-            &req.url,
-            req.body.as_deref(),
-            now,
-        )
+        self.model
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .answer_bytes(&req.method, &req.url, req.body.as_deref(), now)
     }
 }
 
@@ -265,30 +265,34 @@ impl HttpBackend for SimGce {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .draw("send");
-        let answer = match drawn {
-            Some(FaultClass::Transient) => model::api_error(
+        let injected = |a: model::Answer| {
+            // The same compact JSON as the Value's Display. A Value's keys are strings, so
+            // this cannot fail; should it, Display says the same.
+            let body =
+                serde_json::to_vec(&a.body).unwrap_or_else(|_| a.body.to_string().into_bytes());
+            (a.status, body)
+        };
+        let (status, body) = match drawn {
+            Some(FaultClass::Transient) => injected(model::api_error(
                 503,
                 "backendError",
                 "The service is currently unavailable (injected).",
-            ),
-            Some(FaultClass::Quota) => {
-                model::api_error(403, "rateLimitExceeded", "Rate Limit Exceeded (injected)")
-            }
+            )),
+            Some(FaultClass::Quota) => injected(model::api_error(
+                403,
+                "rateLimitExceeded",
+                "Rate Limit Exceeded (injected)",
+            )),
             Some(FaultClass::Timeout) => return Err(HttpError::Timeout),
             Some(FaultClass::Trap) => {
-                let answer = self.answer(&req);
+                let answer = self.answer_bytes(&req);
                 crate::call::inject_trap("injected trap after http.send".into());
                 answer
             }
-            None => self.answer(&req),
+            None => self.answer_bytes(&req),
         };
-        // Straight into bytes: the same compact JSON as the Value's Display, without going
-        // through a String and the formatter (every resync of a gce Proxy answers here). A
-        // Value's keys are strings, so this cannot fail; should it, Display says the same.
-        let body = serde_json::to_vec(&answer.body)
-            .unwrap_or_else(|_| answer.body.to_string().into_bytes());
         Ok(HttpResponse {
-            status: answer.status,
+            status,
             headers: vec![("content-type".into(), model::CONTENT_TYPE.into())],
             body,
             final_url: req.url,
@@ -307,13 +311,13 @@ mod tests {
     const P: &str = "https://compute.googleapis.com/compute/v1/projects/acme-proxies";
 
     fn call(s: &SimGce, method: &str, path: &str, body: Option<Value>) -> model::Answer {
-        s.answer(&HttpRequest {
-            method: method.into(),
-            url: format!("{P}/{path}"),
-            headers: vec![],
-            body: body.map(|b| b.to_string().into_bytes()),
-            credential: Some("google".into()),
-        })
+        let body = body.map(|b| b.to_string().into_bytes());
+        s.model.lock().unwrap().answer(
+            method,
+            &format!("{P}/{path}"),
+            body.as_deref(),
+            s.clock.now_millis(),
+        )
     }
 
     /// The world's section reaches the model, and the run's clock drives it.

@@ -59,6 +59,11 @@ pub type Object = std::sync::Arc<Value>;
 #[async_trait::async_trait]
 pub trait KubeBackend: Send + Sync {
     async fn get(&self, target: &KubeRef) -> Result<Object, KubeError>;
+    /// [`KubeBackend::get`] as the JSON text a guest receives. A backend that hands out the
+    /// same stored version to many gets may keep its text rather than write it each time.
+    async fn get_text(&self, target: &KubeRef) -> Result<String, KubeError> {
+        self.get(target).await.map(|o| json_text(&o))
+    }
     async fn create(
         &self,
         api_version: &str,
@@ -356,6 +361,14 @@ impl CallState {
     }
 }
 
+/// An object as the guest receives it: the compact JSON of the Value's Display, written
+/// straight into bytes rather than through the formatter (every resync of a kubernetes Proxy
+/// reads its Pod here). A Value's keys are strings, so this cannot fail; should it, Display
+/// says the same.
+pub(crate) fn json_text(v: &Value) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| v.to_string())
+}
+
 impl wit::Host for CallState {
     async fn get(&mut self, target: wit::ObjectRef) -> Result<String, wit::KubeError> {
         if let Some(e) = self.kube_denied("get", &target.kind, target.namespace.as_deref()) {
@@ -366,9 +379,9 @@ impl wit::Host for CallState {
             tracing::debug_span!("kube.get", provider = %self.provider, object = %r.describe());
         let backend = self.backends.kube.clone();
         async move {
-            let out = backend.get(&r).await;
+            let out = backend.get_text(&r).await;
             tracing::debug!(ok = out.is_ok(), "kube get {}", r.describe());
-            out.map(|v| v.to_string()).map_err(to_wit)
+            out.map_err(to_wit)
         }
         .instrument(span)
         .await
@@ -416,7 +429,7 @@ impl wit::Host for CallState {
             args,
             out.as_ref().err().map(ToString::to_string),
         );
-        out.map(|v| v.to_string()).map_err(to_wit)
+        out.map(|v| json_text(&v)).map_err(to_wit)
     }
 
     async fn delete(&mut self, target: wit::ObjectRef) -> Result<(), wit::KubeError> {
@@ -470,7 +483,7 @@ impl wit::Host for CallState {
                     )
                     .await
                     .map_err(to_wit)?;
-                out.extend(page.items.iter().map(|o| o.to_string()));
+                out.extend(page.items.iter().map(|o| json_text(o)));
             }
             tracing::debug!(count = out.len(), "kube list {}", options.kind);
             Ok(out)
@@ -535,7 +548,7 @@ impl wit::Host for CallState {
                 "kube list page {}",
                 options.kind
             );
-            Ok((page.items.iter().map(|o| o.to_string()).collect(), next))
+            Ok((page.items.iter().map(|o| json_text(o)).collect(), next))
         }
         .instrument(span)
         .await
@@ -574,7 +587,7 @@ impl wit::Host for CallState {
             args,
             out.as_ref().err().map(ToString::to_string),
         );
-        out.map(|v| v.to_string()).map_err(to_wit)
+        out.map(|v| json_text(&v)).map_err(to_wit)
     }
 
     async fn server_version(&mut self) -> Result<(String, String), wit::KubeError> {

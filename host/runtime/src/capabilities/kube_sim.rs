@@ -74,7 +74,15 @@ pub struct SimKube {
     spec: SimKubeSpec,
     clock: Arc<dyn ClockBackend>,
     state: Mutex<SimState>,
+    /// The JSON text of the version of each object last read, kept with that version: a
+    /// Pod reads the same between its changes, and every resync of a kubernetes Proxy reads
+    /// its Pod. The version is held, so a text is never taken for a later one's.
+    texts: Mutex<std::collections::HashMap<Key, (Object, String)>>,
 }
+
+/// Texts kept at most; past it the oldest reads are forgotten all at once (a dry-run's
+/// Pods come and go, and each is read again within its resync interval).
+const TEXTS_KEPT: usize = 4096;
 
 struct SimState {
     cluster: Cluster,
@@ -112,6 +120,7 @@ impl SimKube {
             }),
             spec,
             clock,
+            texts: Mutex::default(),
         }
     }
 
@@ -214,6 +223,23 @@ impl KubeBackend for SimKube {
         self.call("get", |c| c.get(&key))
     }
 
+    async fn get_text(&self, target: &KubeRef) -> Result<String, KubeError> {
+        let key = key(target);
+        let object = self.call("get", |c| c.get(&key))?;
+        let mut texts = self.texts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((kept, text)) = texts.get(&key)
+            && Arc::ptr_eq(kept, &object)
+        {
+            return Ok(text.clone());
+        }
+        let text = super::kube::json_text(&object);
+        if texts.len() >= TEXTS_KEPT {
+            texts.clear();
+        }
+        texts.insert(key, (object, text.clone()));
+        Ok(text)
+    }
+
     async fn create(
         &self,
         api_version: &str,
@@ -296,6 +322,38 @@ mod tests {
             namespace: Some("ns".into()),
             name: name.into(),
         }
+    }
+
+    /// A get's text is the JSON of the object as it is at that read: the same between its
+    /// changes, the new version's after the kubelet runs the Pod, a patch, or a delete and a
+    /// create under the same name.
+    #[tokio::test]
+    async fn a_gets_text_is_the_json_of_the_version_read() {
+        let clock = Arc::new(VirtualClock::new(0, 1));
+        let sim = SimKube::new(SimKubeSpec::default(), clock.clone());
+        sim.create("v1", "Pod", Some("ns"), pod("a")).await.unwrap();
+        async fn read(sim: &SimKube) -> String {
+            let text = sim.get_text(&pod_ref("a")).await.unwrap();
+            let object = sim.get(&pod_ref("a")).await.unwrap();
+            assert_eq!(text, object.to_string());
+            text
+        }
+        let first = read(&sim).await;
+        assert_eq!(read(&sim).await, first);
+        clock.advance(Duration::from_secs(600));
+        let running = read(&sim).await;
+        assert_ne!(running, first, "the kubelet ran the Pod");
+        sim.patch(&pod_ref("a"), &json!({"metadata": {"labels": {"m": "no"}}}))
+            .await
+            .unwrap();
+        let patched = read(&sim).await;
+        assert!(patched.contains(r#""m":"no""#), "{patched}");
+        sim.delete(&pod_ref("a")).await.unwrap();
+        clock.advance(Duration::from_secs(600));
+        assert!(sim.get_text(&pod_ref("a")).await.is_err());
+        sim.create("v1", "Pod", Some("ns"), pod("a")).await.unwrap();
+        let again = read(&sim).await;
+        assert!(again.contains(r#""m":"true""#), "{again}");
     }
 
     /// Faults at a rate fail calls in the API server's shapes, before the call reaches the
