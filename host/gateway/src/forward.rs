@@ -358,8 +358,6 @@ async fn hand_on<W: AsyncWrite + Unpin>(to: &mut W, bytes: &[u8], count: &Meter)
     to.write_all(bytes).await.is_ok()
 }
 
-/// Largest splice asked for at once: what a pipe holds once grown (see [`PIPE_SIZE`]).
-const SPLICE_CHUNK: usize = 1 << 20;
 /// Pipe capacity asked for: a bulk transfer then moves up to 1 MiB per pair of system calls.
 /// The kernel allocates pages only for bytes in flight, so an idle tunnel's pipes cost a few
 /// hundred bytes each; the size is capped by `fs.pipe-max-size` (1 MiB by default), and a
@@ -367,7 +365,10 @@ const SPLICE_CHUNK: usize = 1 << 20;
 const PIPE_SIZE: usize = 1 << 20;
 
 /// Copies `from` to `to` through a pipe with splice(2) until `from` ends (then ends `to`'s
-/// write side), counting into `count`: the bytes move kernel to kernel.
+/// write side), counting into `count`: the bytes move kernel to kernel. The pipe is filled and
+/// drained at once, so `from` is read while `to` is still taking the last bytes, as a relay
+/// through a ring buffer does; a pump that emptied the pipe before reading again left each
+/// side idle while the other moved.
 async fn splice_pump(
     from: &TcpStream,
     to: &TcpStream,
@@ -375,36 +376,59 @@ async fn splice_pump(
     count: &Meter,
 ) -> std::io::Result<()> {
     use rustix::pipe::{SpliceFlags, splice};
+    use std::io::ErrorKind::WouldBlock;
     use tokio::io::Interest;
     let (pipe_read, pipe_write) = pipe;
-    let _ = rustix::pipe::fcntl_setpipe_size(&pipe_write, PIPE_SIZE);
+    let capacity = rustix::pipe::fcntl_setpipe_size(&pipe_write, PIPE_SIZE).unwrap_or(64 << 10);
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+    // Bytes in the pipe.
+    let mut held = 0usize;
+    let mut ended = false;
+    // A read that found no room, or found nothing while the pipe held bytes: which of the two
+    // is unknown, so reading waits until a write has made room.
+    let mut wait_for_room = false;
     loop {
-        // The pipe is empty here: EAGAIN can only mean `from` has nothing now.
-        let n = loop {
-            from.readable().await?;
-            match from.try_io(Interest::READABLE, || {
-                Ok(splice(from, None, &pipe_write, None, SPLICE_CHUNK, flags)?)
-            }) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-        };
-        if n == 0 {
+        if ended && held == 0 {
             rustix::net::shutdown(to, rustix::net::Shutdown::Write)?;
             return Ok(());
         }
-        count.add(n as u64);
-        let mut left = n;
-        while left > 0 {
-            to.writable().await?;
-            match to.try_io(Interest::WRITABLE, || {
-                Ok(splice(&pipe_read, None, to, None, left, flags)?)
-            }) {
-                Ok(k) => left -= k,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
+        tokio::select! {
+            ready = from.readable(), if !ended && !wait_for_room && held < capacity => {
+                ready?;
+                let want = capacity - held;
+                let read = if held == 0 {
+                    // The pipe is empty: EAGAIN can only mean `from` has nothing now, and the
+                    // readiness is cleared for the next wait.
+                    from.try_io(Interest::READABLE, || {
+                        Ok(splice(from, None, &pipe_write, None, want, flags)?)
+                    })
+                } else {
+                    // Not through try_io: an EAGAIN of the full pipe must not clear the
+                    // socket's readiness, or bytes already waiting would never be read.
+                    splice(from, None, &pipe_write, None, want, flags).map_err(Into::into)
+                };
+                match read {
+                    Ok(0) => ended = true,
+                    Ok(n) => {
+                        held += n;
+                        count.add(n as u64);
+                    }
+                    Err(e) if e.kind() == WouldBlock => wait_for_room = held > 0,
+                    Err(e) => return Err(e),
+                }
+            }
+            ready = to.writable(), if held > 0 => {
+                ready?;
+                match to.try_io(Interest::WRITABLE, || {
+                    Ok(splice(&pipe_read, None, to, None, held, flags)?)
+                }) {
+                    Ok(k) => {
+                        held -= k;
+                        wait_for_room = false;
+                    }
+                    Err(e) if e.kind() == WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
             }
         }
     }
@@ -588,6 +612,71 @@ mod tests {
             assert_eq!(carried.up.get(), 1 << 20);
             assert_eq!(carried.down.get(), (1 << 20) + early as u64);
         }
+    }
+
+    /// The spliced relay, filling its pipes while it drains them, carries 32 MiB each way at
+    /// once, in order and counted, to readers that stall (the pipes fill, the sources wait)
+    /// and read in small pieces.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_spliced_relay_keeps_order_through_full_pipes_and_slow_readers() {
+        const LEN: usize = 32 << 20;
+        let pattern = |salt: u8| -> Vec<u8> {
+            (0..LEN)
+                .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ salt)
+                .collect()
+        };
+        let (up_data, down_data) = (pattern(1), pattern(2));
+        let (crawler, gateway_side) = pair().await;
+        let (member_side, member) = pair().await;
+        let carried = Carried::default();
+        let fate = tokio::sync::watch::Sender::new(Fate::Serving);
+        let running = relay(
+            gateway_side,
+            member_side,
+            Bytes::new(),
+            Bytes::new(),
+            Duration::from_secs(30),
+            fate.subscribe(),
+            &carried,
+        );
+        // Each end writes its stream and reads the other's at once, stalling now and then.
+        async fn end(stream: TcpStream, send: &[u8]) -> Vec<u8> {
+            let (mut r, mut w) = stream.into_split();
+            let writing = async {
+                w.write_all(send).await.unwrap();
+                w.shutdown().await.unwrap();
+            };
+            let reading = async {
+                let mut got = Vec::with_capacity(send.len());
+                let mut buf = [0u8; 3001];
+                let mut reads = 0u32;
+                loop {
+                    let n = r.read(&mut buf).await.unwrap();
+                    if n == 0 {
+                        return got;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    reads += 1;
+                    if reads % 2_000 == 0 {
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                    }
+                }
+            };
+            tokio::join!(writing, reading).1
+        }
+        let (ended, down, up) =
+            tokio::join!(running, end(crawler, &up_data), end(member, &down_data));
+        assert_eq!(ended, Ended::Closed);
+        assert!(
+            up == up_data,
+            "the member got the crawler's bytes out of order or short"
+        );
+        assert!(
+            down == down_data,
+            "the crawler got the member's bytes out of order or short"
+        );
+        assert_eq!(carried.up.get(), LEN as u64);
+        assert_eq!(carried.down.get(), LEN as u64);
     }
 
     /// A retiring member's tunnel ends at its time, an idle one after the idle timeout.
