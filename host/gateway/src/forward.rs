@@ -657,7 +657,7 @@ mod tests {
                     }
                     got.extend_from_slice(&buf[..n]);
                     reads += 1;
-                    if reads % 2_000 == 0 {
+                    if reads.is_multiple_of(2_000) {
                         tokio::time::sleep(Duration::from_millis(30)).await;
                     }
                 }
