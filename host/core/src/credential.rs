@@ -64,9 +64,25 @@ impl ProxyCredential {
 
     /// The htpasswd line (newline-terminated) Squid checks this credential against.
     pub fn htpasswd(&self, salt: &[u8; SALT_BYTES]) -> String {
-        // Hashing cannot fail for a salt of this size and the default parameters; should it,
-        // the line is one no password matches, so the proxy stays closed rather than open.
-        match sha_crypt::ShaCrypt::SHA512.hash_password_with_salt(self.password.as_bytes(), salt) {
+        self.htpasswd_hashed(salt, sha_crypt::ShaCrypt::SHA512)
+    }
+
+    /// The htpasswd line at crypt's fewest rounds (1,000), for a credential that guards
+    /// nothing: a dry-run's, whose password anyone who knows the Proxy's UID can derive. Its
+    /// 5,000 rounds were a fifteenth of a simulated day's time, for no protection.
+    pub fn htpasswd_fewest_rounds(&self, salt: &[u8; SALT_BYTES]) -> String {
+        let fewest = sha_crypt::Params::new(sha_crypt::Params::ROUNDS_MIN)
+            .unwrap_or(sha_crypt::Params::RECOMMENDED);
+        self.htpasswd_hashed(
+            salt,
+            sha_crypt::ShaCrypt::new(sha_crypt::Algorithm::Sha512Crypt, fewest),
+        )
+    }
+
+    fn htpasswd_hashed(&self, salt: &[u8; SALT_BYTES], hasher: sha_crypt::ShaCrypt) -> String {
+        // Hashing cannot fail for a salt of this size and these parameters; should it, the
+        // line is one no password matches, so the proxy stays closed rather than open.
+        match hasher.hash_password_with_salt(self.password.as_bytes(), salt) {
             Ok(hash) => format!("{}:{hash}\n", self.username),
             Err(_) => format!("{}:!\n", self.username),
         }
@@ -131,6 +147,13 @@ mod tests {
         let other = c.htpasswd(&[2u8; SALT_BYTES]);
         assert_ne!(line, other);
         assert!(htpasswd_accepts(&other, "crawl-7f3k", &c.password));
+        // A real proxy's line is at crypt's recommended 5,000 rounds, a dry-run's at 1,000,
+        // each named in the line as crypt(3) reads it, and checked the same.
+        assert!(line.starts_with("crawl-7f3k:$6$rounds=5000$"), "{line}");
+        let fewest = c.htpasswd_fewest_rounds(&[1u8; SALT_BYTES]);
+        assert!(fewest.starts_with("crawl-7f3k:$6$rounds=1000$"), "{fewest}");
+        assert!(htpasswd_accepts(&fewest, "crawl-7f3k", &c.password));
+        assert!(!htpasswd_accepts(&fewest, "crawl-7f3k", "wrong"));
     }
 
     #[test]
