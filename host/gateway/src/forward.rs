@@ -553,6 +553,27 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// The relay of a tunnel with no early bytes either way, its fate followed from `fate`.
+    async fn relay_bare(
+        gateway_side: TcpStream,
+        member_side: TcpStream,
+        idle: Duration,
+        fate: &tokio::sync::watch::Sender<Fate>,
+        carried: &Carried,
+    ) -> Ended {
+        let (none, nothing) = (Bytes::new(), Bytes::new());
+        relay(
+            gateway_side,
+            member_side,
+            none,
+            nothing,
+            idle,
+            fate.subscribe(),
+            carried,
+        )
+        .await
+    }
+
     /// A connected pair of loopback sockets.
     async fn pair() -> (TcpStream, TcpStream) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -630,13 +651,11 @@ mod tests {
         let (member_side, member) = pair().await;
         let carried = Carried::default();
         let fate = tokio::sync::watch::Sender::new(Fate::Serving);
-        let running = relay(
+        let running = relay_bare(
             gateway_side,
             member_side,
-            Bytes::new(),
-            Bytes::new(),
             Duration::from_secs(30),
-            fate.subscribe(),
+            &fate,
             &carried,
         );
         // Each end writes its stream and reads the other's at once, stalling now and then.
@@ -687,13 +706,11 @@ mod tests {
         let fate = tokio::sync::watch::Sender::new(Fate::Serving);
         let carried = Carried::default();
         let started = std::time::Instant::now();
-        let running = relay(
+        let running = relay_bare(
             gateway_side,
             member_side,
-            Bytes::new(),
-            Bytes::new(),
             Duration::from_secs(30),
-            fate.subscribe(),
+            &fate,
             &carried,
         );
         let retire = async {
@@ -707,13 +724,11 @@ mod tests {
         let (_crawler, gateway_side) = pair().await;
         let (member_side, _member) = pair().await;
         let fate = tokio::sync::watch::Sender::new(Fate::Serving);
-        let ended = relay(
+        let ended = relay_bare(
             gateway_side,
             member_side,
-            Bytes::new(),
-            Bytes::new(),
             Duration::from_millis(200),
-            fate.subscribe(),
+            &fate,
             &carried,
         )
         .await;
@@ -733,13 +748,11 @@ mod tests {
             down: Meter::new(down.clone()),
         };
         let fate = tokio::sync::watch::Sender::new(Fate::Serving);
-        let running = relay(
+        let running = relay_bare(
             gateway_side,
             member_side,
-            Bytes::new(),
-            Bytes::new(),
             Duration::from_secs(30),
-            fate.subscribe(),
+            &fate,
             &carried,
         );
         let midway = async {

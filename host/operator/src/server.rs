@@ -854,19 +854,30 @@ pub async fn serve_limited(listener: TcpListener, api: Arc<Api>, limits: Limits)
                     Ok::<_, std::convert::Infallible>(r)
                 }
             });
-            let stream = WriteDeadline::new(stream, limits.write_timeout);
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
-                tracing::debug!("HTTP connection: {e}");
-            }
+            serve_connection(stream, svc, limits, "HTTP").await;
         }
     })
     .await
+}
+
+/// Serves one connection under `limits`: the request head within its timeout, a head of at
+/// most 64 KiB, and a client that stops reading its answer dropped at the write timeout.
+pub(crate) async fn serve_connection<S, Svc>(stream: S, svc: Svc, limits: Limits, what: &str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    Svc: hyper::service::HttpService<Incoming, ResBody = Full<Bytes>>,
+    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = WriteDeadline::new(stream, limits.write_timeout);
+    if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(64 * 1024)
+        .serve_connection(TokioIo::new(stream), svc)
+        .await
+    {
+        tracing::debug!("{what} connection: {e}");
+    }
 }
 
 /// Probe connections served at once on the probes' own listener: the kubelet opens one or two
@@ -911,7 +922,7 @@ pub async fn serve_probes(listener: TcpListener, api: Arc<Api>) {
 
 /// A socket whose writes fail with `TimedOut` once none has made progress for `timeout`.
 /// hyper's server has no write timeout of its own.
-pub(crate) struct WriteDeadline<S> {
+struct WriteDeadline<S> {
     inner: S,
     timeout: std::time::Duration,
     /// Armed when a write found the socket full, disarmed by the next write that moves.
@@ -919,7 +930,7 @@ pub(crate) struct WriteDeadline<S> {
 }
 
 impl<S> WriteDeadline<S> {
-    pub(crate) fn new(inner: S, timeout: std::time::Duration) -> Self {
+    fn new(inner: S, timeout: std::time::Duration) -> Self {
         Self {
             inner,
             timeout,

@@ -17,13 +17,12 @@
 
 use crate::context::Loaded;
 use crate::crd::ProxyPool;
-use crate::server::{Limits, WriteDeadline, accept_bounded};
+use crate::server::{Limits, accept_bounded, serve_connection};
 use egress_core::pool;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
 use kube::core::{DynamicObject, Status};
@@ -391,17 +390,7 @@ pub async fn serve(
                     Ok::<_, std::convert::Infallible>(r)
                 }
             });
-            // A client that stops reading its answer is dropped, as on the API's listener.
-            let stream = WriteDeadline::new(stream, limits.write_timeout);
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), svc)
-                .await
-            {
-                tracing::debug!("webhook connection: {e}");
-            }
+            serve_connection(stream, svc, limits, "webhook").await;
         }
     })
     .await
