@@ -561,12 +561,11 @@ mod tests {
         fate: &tokio::sync::watch::Sender<Fate>,
         carried: &Carried,
     ) -> Ended {
-        let (none, nothing) = (Bytes::new(), Bytes::new());
         relay(
             gateway_side,
             member_side,
-            none,
-            nothing,
+            Bytes::new(),
+            Bytes::new(),
             idle,
             fate.subscribe(),
             carried,
