@@ -232,11 +232,7 @@ fn deploy_kustomization_builds() {
         }
     }
     // The NetworkPolicy selects the operator's Pods and admits their HTTP port only.
-    let find = |kind: &str, name: &str| {
-        docs.iter()
-            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-            .unwrap_or_else(|| panic!("no {kind} {name}"))
-    };
+    let find = |kind: &str, name: &str| find_doc(&docs, kind, name);
     let policy = find("NetworkPolicy", "egress-proxies");
     let pods = &find("Deployment", "egress-proxies")["spec"]["template"]["metadata"]["labels"];
     for (k, v) in policy["spec"]["podSelector"]["matchLabels"]
@@ -417,31 +413,44 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The optional monitoring component, uncommented as a user would, builds onto the deploy:
-/// its ServiceMonitor selects the deploy's Service, and the dashboard ConfigMap carries the
-/// dashboard as shipped.
-#[test]
-fn the_monitoring_component_builds_onto_the_deploy() {
+/// The document of `kind` named `name` among `docs`.
+fn find_doc<'a>(docs: &'a [serde_yaml::Value], kind: &str, name: &str) -> &'a serde_yaml::Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} in {docs:?}"))
+}
+
+/// The deploy built with its optional component `name` turned on as a user does, by
+/// uncommenting it in a copy of the kustomization; None (printing why) without kubectl.
+fn deploy_with_component(name: &str) -> Option<Vec<serde_yaml::Value>> {
     let dir = tempfile::tempdir().unwrap();
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/deploy");
-    // As a user turns it on: the deploy, with the component uncommented.
     let overlay = dir.path().join("deploy");
     copy_tree(&deploy, &overlay);
     let kustomization = std::fs::read_to_string(overlay.join("kustomization.yaml")).unwrap();
-    let on = kustomization.replacen("#  - components/monitoring", "  - components/monitoring", 1);
+    let on = kustomization.replacen(
+        &format!("#  - components/{name}"),
+        &format!("  - components/{name}"),
+        1,
+    );
     assert_ne!(
         on, kustomization,
         "the deploy names the component, commented out"
     );
     std::fs::write(overlay.join("kustomization.yaml"), on).unwrap();
-    let Some(docs) = kustomize(&overlay) else {
+    kustomize(&overlay)
+}
+
+/// The optional monitoring component, uncommented as a user would, builds onto the deploy:
+/// its ServiceMonitor selects the deploy's Service, and the dashboard ConfigMap carries the
+/// dashboard as shipped.
+#[test]
+fn the_monitoring_component_builds_onto_the_deploy() {
+    let Some(docs) = deploy_with_component("monitoring") else {
         return;
     };
-    let find = |kind: &str, name: &str| {
-        docs.iter()
-            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-            .unwrap_or_else(|| panic!("no {kind} {name} in {docs:?}"))
-    };
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/deploy");
+    let find = |kind: &str, name: &str| find_doc(&docs, kind, name);
     let monitor = find("ServiceMonitor", "egress-proxies");
     assert_eq!(monitor["metadata"]["namespace"], "egress-proxies");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http");
@@ -497,29 +506,10 @@ fn the_monitoring_component_builds_onto_the_deploy() {
 /// the InvalidSpec condition (Ignore).
 #[test]
 fn the_admission_webhook_component_builds_onto_the_deploy() {
-    let dir = tempfile::tempdir().unwrap();
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/deploy");
-    let overlay = dir.path().join("deploy");
-    copy_tree(&deploy, &overlay);
-    let kustomization = std::fs::read_to_string(overlay.join("kustomization.yaml")).unwrap();
-    let on = kustomization.replacen(
-        "#  - components/admission-webhook",
-        "  - components/admission-webhook",
-        1,
-    );
-    assert_ne!(
-        on, kustomization,
-        "the deploy names the component, commented out"
-    );
-    std::fs::write(overlay.join("kustomization.yaml"), on).unwrap();
-    let Some(docs) = kustomize(&overlay) else {
+    let Some(docs) = deploy_with_component("admission-webhook") else {
         return;
     };
-    let find = |kind: &str, name: &str| {
-        docs.iter()
-            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-            .unwrap_or_else(|| panic!("no {kind} {name} in {docs:?}"))
-    };
+    let find = |kind: &str, name: &str| find_doc(&docs, kind, name);
     let config = find("ValidatingWebhookConfiguration", "egress-proxies");
     let hook = &config["webhooks"][0];
     assert_eq!(hook["failurePolicy"], "Ignore");
