@@ -1892,6 +1892,24 @@ mod tests {
         gate: tokio::sync::Semaphore,
     }
 
+    /// What a stand-in probe answers for a proxy that forwards: verified from one address.
+    fn verified() -> CheckResult {
+        CheckResult {
+            reason: CheckReason::Verified,
+            egress_ip: Some("203.0.113.9".into()),
+            latency_ms: Some(3),
+            message: String::new(),
+        }
+    }
+
+    /// What a stand-in direct look answers with every echo up.
+    fn every_echo_up(s: &Settings) -> EchoLook {
+        EchoLook {
+            up: vec![true; s.urls.len()],
+            ..EchoLook::default()
+        }
+    }
+
     #[async_trait::async_trait]
     impl EgressProbe for Gated {
         async fn probe(&self, _ip: &str, _port: u16, _s: &Settings, _e: &Chosen) -> CheckResult {
@@ -1901,18 +1919,10 @@ mod tests {
             self.most.fetch_max(now, SeqCst);
             let _ = self.gate.acquire().await.map(|p| p.forget());
             self.held.fetch_sub(1, SeqCst);
-            CheckResult {
-                reason: CheckReason::Verified,
-                egress_ip: Some("203.0.113.9".into()),
-                latency_ms: Some(3),
-                message: String::new(),
-            }
+            verified()
         }
         async fn look(&self, s: &Settings) -> EchoLook {
-            EchoLook {
-                up: vec![true; s.urls.len()],
-                ..EchoLook::default()
-            }
+            every_echo_up(s)
         }
     }
 
@@ -2046,18 +2056,10 @@ mod tests {
                     message: "connection refused".into(),
                 };
             }
-            CheckResult {
-                reason: CheckReason::Verified,
-                egress_ip: Some("203.0.113.9".into()),
-                latency_ms: Some(3),
-                message: String::new(),
-            }
+            verified()
         }
         async fn look(&self, s: &Settings) -> EchoLook {
-            EchoLook {
-                up: vec![true; s.urls.len()],
-                ..EchoLook::default()
-            }
+            every_echo_up(s)
         }
     }
 
