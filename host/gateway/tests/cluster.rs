@@ -172,6 +172,7 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
     task.abort();
 }
 
+mod over_tls;
 #[path = "../../egress-check/tests/support/mod.rs"]
 mod support;
 
@@ -229,7 +230,7 @@ async fn read_head(s: &mut tokio::net::TcpStream) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids() {
     use base64::Engine;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     let Some(binary) = support::squid_and_echo() else {
         return;
     };
@@ -356,30 +357,7 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
             if status != 200 {
                 return (status, head, None);
             }
-            let config = egress_check::tls::Trust::Pinned(pin)
-                .client_config()
-                .unwrap();
-            let name = rustls::pki_types::ServerName::IpAddress(
-                std::net::IpAddr::V4(support::ECHO_IP).into(),
-            );
-            let mut tls = tokio_rustls::TlsConnector::from(config)
-                .connect(name, s)
-                .await
-                .unwrap();
-            tls.write_all(
-                format!(
-                    "GET /anything HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-                    support::ECHO_IP
-                )
-                .as_bytes(),
-            )
-            .await
-            .unwrap();
-            let mut out = Vec::new();
-            let _ = tls.read_to_end(&mut out).await;
-            let text = String::from_utf8_lossy(&out).into_owned();
-            let body = text.split_once("\r\n\r\n").unwrap().1;
-            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            let v = over_tls::echo_over(pin, support::ECHO_IP, s).await;
             (status, head, v["origin"].as_str().map(str::to_string))
         }
     };

@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod over_tls;
 #[path = "../../egress-check/tests/support/mod.rs"]
 mod support;
 
@@ -238,30 +239,7 @@ async fn connect(w: &World, auth: Option<&str>, extra: &str) -> (Head, TcpStream
 
 /// Over an open tunnel: TLS to the echo (pinned), one GET, the echo's JSON.
 async fn echo_over(w: &World, tunnel: TcpStream) -> serde_json::Value {
-    let config = egress_check::tls::Trust::Pinned(w.pin)
-        .client_config()
-        .unwrap();
-    let connector = tokio_rustls::TlsConnector::from(config);
-    let name =
-        rustls::pki_types::ServerName::IpAddress(std::net::IpAddr::V4(support::ECHO_IP).into());
-    let mut tls = connector.connect(name, tunnel).await.unwrap();
-    tls.write_all(
-        format!(
-            "GET /anything HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-            support::ECHO_IP
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut out = Vec::new();
-    let _ = tls.read_to_end(&mut out).await;
-    let text = String::from_utf8_lossy(&out);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .unwrap_or_default();
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {text}"))
+    over_tls::echo_over(w.pin, support::ECHO_IP, tunnel).await
 }
 
 /// One HTTPS request through the gateway: the CONNECT's head and the echo's view.

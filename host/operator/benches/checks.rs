@@ -30,16 +30,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use egress_core::config::ProvidersConfig;
-use egress_operator::context::{Context, Loaded};
 use egress_operator::crd::Proxy;
 use egress_operator::metrics::Metrics;
-use egress_runtime::capabilities::kube::RealKube;
 use egress_runtime::egress::{CheckWakes, StatusFleet};
-use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
 use futures::StreamExt;
 use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::events::Reporter;
 use kube_double::model::{Kubelet, Options};
 use kube_double::{Config, Double};
 use serde_json::json;
@@ -59,20 +57,6 @@ const BATCH: usize = 100;
 
 fn pod_ip(n: u32) -> String {
     format!("127.1.{}.{}", n / 250, n % 250 + 2)
-}
-
-/// (VmRSS, VmHWM) of this process, in KiB.
-fn memory() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 fn mib(kib: u64) -> String {
@@ -336,55 +320,17 @@ async fn run(proxies: usize, concurrency: Option<u32>) -> Run {
     };
     let providers_yaml =
         format!("installation: bench\n{check}providers:\n- {{name: cluster, type: kubernetes}}\n");
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
-    let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: Some(cache),
-        ..Default::default()
-    })
-    .unwrap();
     let config = ProvidersConfig::from_yaml(&providers_yaml).unwrap();
-    let backends = Backends {
-        kube: Arc::new(RealKube::with_client(
-            client.clone(),
-            url.trim().to_string(),
-        )),
-        ..Backends::real()
-    };
-    let clock = backends.clock.clone();
-    let providers = Providers::load(
-        &runtime,
-        &config,
-        LoadOptions {
-            base_dir: Path::new("."),
-            builtin: &egress_builtins::module_for_type,
-            backends,
-            recorder: None,
-        },
-    )
-    .await
-    .unwrap();
+    let (providers, clock) = common::providers(&client, &url, &config).await;
     let metrics = Arc::new(Metrics::new());
     let fleet = Arc::new(StatusFleet::default());
     let wakes = Arc::new(CheckWakes::default());
     let egress =
         egress_operator::checker_for(&config, None, &clock, &metrics, &fleet, &wakes).unwrap();
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        "bench".into(),
-        Loaded {
-            config: Arc::new(config),
-            providers: Arc::new(providers),
-            egress,
-        },
-        metrics.clone(),
-        Reporter {
-            controller: "egress-proxies".into(),
-            instance: Some("bench".into()),
-        },
-    ));
+    let ctx = common::context(&client, config, providers, egress, metrics.clone());
     let (store, watch) = egress_operator::discovery_watch(client.clone(), fleet);
     tokio::spawn(watch);
-    let (rss_start, _) = memory();
+    let (rss_start, _) = common::memory();
     let controller = tokio::spawn(
         egress_operator::proxy_controller(client.clone(), egress_operator::DEFAULT_CONCURRENCY)
             .reconcile_on(egress_operator::checks_finished(wakes))
@@ -422,7 +368,7 @@ async fn run(proxies: usize, concurrency: Option<u32>) -> Run {
             proxies + BATCH
         );
     };
-    let (rss_ready, _) = memory();
+    let (rss_ready, _) = common::memory();
 
     writeln!(stdin, "hang").unwrap();
     let checks = |m: &Metrics| counter(&m.encode(), "egress_proxies_egress_checks_total{");
@@ -451,7 +397,7 @@ async fn run(proxies: usize, concurrency: Option<u32>) -> Run {
         let live = proxies + BATCH + if i >= 1 { BATCH } else { 0 };
         rounds.push((c1 - c0, t1 - t0, at.elapsed(), live));
     }
-    let (rss_end, hwm) = memory();
+    let (rss_end, hwm) = common::memory();
     controller.abort();
     drop(stdin);
     let _ = child.wait();

@@ -7,38 +7,21 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use egress_core::config::ProvidersConfig;
-use egress_operator::context::{Context, Loaded};
 use egress_operator::crd::Proxy;
 use egress_operator::metrics::Metrics;
-use egress_runtime::capabilities::kube::RealKube;
-use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
 use futures::StreamExt;
 use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::events::Reporter;
 use kube_double::model::{Kubelet, Options};
 use kube_double::{Config, Double};
 use serde_json::json;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PROVIDERS: &str = "installation: bench\nproviders:\n- {name: cluster, type: kubernetes}\n";
-
-/// VmRSS and VmHWM of this process, in KiB.
-fn memory() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
 
 async fn serve_double() {
     let d = Double::start_with(Config {
@@ -88,47 +71,10 @@ async fn one_run(proxies: usize, concurrency: u16) -> Run {
         .unwrap();
     let client = kube::Client::try_from(kube::Config::new(url.trim().parse().unwrap())).unwrap();
 
-    let cache = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache");
-    let runtime = Runtime::new(RuntimeOptions {
-        cache_dir: Some(cache),
-        ..Default::default()
-    })
-    .unwrap();
     let config = ProvidersConfig::from_yaml(PROVIDERS).unwrap();
-    let backends = Backends {
-        kube: Arc::new(RealKube::with_client(
-            client.clone(),
-            url.trim().to_string(),
-        )),
-        ..Backends::real()
-    };
-    let providers = Providers::load(
-        &runtime,
-        &config,
-        LoadOptions {
-            base_dir: Path::new("."),
-            builtin: &egress_builtins::module_for_type,
-            backends,
-            recorder: None,
-        },
-    )
-    .await
-    .unwrap();
+    let (providers, _) = common::providers(&client, &url, &config).await;
     let metrics = Arc::new(Metrics::new());
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        "bench".into(),
-        Loaded {
-            config: Arc::new(config),
-            providers: Arc::new(providers),
-            egress: None,
-        },
-        metrics.clone(),
-        Reporter {
-            controller: "egress-proxies".into(),
-            instance: Some("bench".into()),
-        },
-    ));
+    let ctx = common::context(&client, config, providers, None, metrics.clone());
     let api: Api<Proxy> = Api::namespaced(client.clone(), "crawlers");
     for i in 0..proxies {
         let p: Proxy = serde_json::from_value(json!({
@@ -137,7 +83,7 @@ async fn one_run(proxies: usize, concurrency: u16) -> Run {
         .unwrap();
         api.create(&PostParams::default(), &p).await.unwrap();
     }
-    let (rss_before, _) = memory();
+    let (rss_before, _) = common::memory();
     let started = Instant::now();
     let controller = tokio::spawn(
         egress_operator::proxy_controller(client.clone(), concurrency)
@@ -168,7 +114,7 @@ async fn one_run(proxies: usize, concurrency: u16) -> Run {
             "{ready} of {proxies} Ready after 10 minutes"
         );
     };
-    let (rss_after, hwm) = memory();
+    let (rss_after, hwm) = common::memory();
     controller.abort();
     let text = metrics.encode();
     let reconciles = text
