@@ -304,9 +304,7 @@ async fn pool_members_behind_one_address_share_it_and_distinct_egress_replaces_t
     assert_eq!(p.status.distinct_egress_ips, 1, "{:#?}", p.status);
     let degraded = p
         .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "PlacementDegraded")
+        .condition("PlacementDegraded")
         .expect("PlacementDegraded");
     assert_eq!(
         degraded.status,

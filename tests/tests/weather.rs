@@ -30,9 +30,7 @@ fn condition<'a>(
     type_: &str,
 ) -> &'a egress_core::Condition {
     pool.status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
+        .condition(type_)
         .unwrap_or_else(|| panic!("no {type_} condition: {:?}", pool.status.conditions))
 }
 

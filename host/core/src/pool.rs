@@ -265,6 +265,12 @@ pub struct PoolStatus {
     pub lost_leases: Vec<crate::lease::LostProxy>,
 }
 
+impl PoolStatus {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }

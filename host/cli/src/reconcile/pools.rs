@@ -286,17 +286,10 @@ impl PoolRun {
             t.created_ms = now_ms;
             tracked.insert(format!("{}/{name}", self.pool.metadata.namespace), t);
         }
-        let available = d
-            .status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Available" && c.status == "True");
-        let was_available = self
-            .status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "Available" && c.status == "True")
-            || self.min_ready.is_some();
+        let is_available =
+            |s: &PoolStatus| s.condition("Available").is_some_and(|c| c.status == "True");
+        let available = is_available(&d.status);
+        let was_available = is_available(&self.status) || self.min_ready.is_some();
         if available || was_available {
             self.min_ready = Some(
                 self.min_ready

@@ -372,12 +372,7 @@ fn paused_pools_change_nothing_and_status_tells() {
     sp.paused = true;
     let d = decide(&sp, &revs(&sp), &[], &PoolStatus::default(), NOW);
     assert!(d.creates.is_empty() && d.deletes.is_empty());
-    let progressing = d
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Progressing")
-        .unwrap();
+    let progressing = d.status.condition("Progressing").unwrap();
     assert_eq!(progressing.reason, "Paused");
 }
 
@@ -394,12 +389,7 @@ fn a_failing_placement_is_named() {
         &PoolStatus::default(),
         NOW,
     );
-    let c = d
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "PlacementDegraded")
-        .unwrap();
+    let c = d.status.condition("PlacementDegraded").unwrap();
     assert_eq!(c.status, "True");
     assert!(c.message.contains("placements[1] (p1)"), "{}", c.message);
     assert_eq!(
@@ -854,17 +844,9 @@ fn a_placement_that_cannot_create_lends_its_share_and_takes_it_back() {
         "placement 1's 3 went to the others by weight"
     );
     assert_eq!(st.available_replicas, 10, "{st:?}");
-    let available = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Available")
-        .unwrap();
+    let available = st.condition("Available").unwrap();
     assert_eq!(available.status, "True");
-    let degraded = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "PlacementDegraded")
-        .unwrap();
+    let degraded = st.condition("PlacementDegraded").unwrap();
     assert_eq!(
         (degraded.status.as_str(), degraded.reason.as_str()),
         ("True", "ShareLent")
@@ -1053,6 +1035,18 @@ fn give_addresses(s: &mut Sim) {
     }
 }
 
+/// One step of a pool whose members all serve, given their addresses as `give_addresses`
+/// does: how many members the step deleted for sharing an address.
+fn step_sharing(s: &mut Sim) -> usize {
+    let d = s.step();
+    s.ready_all();
+    give_addresses(s);
+    d.deletes
+        .iter()
+        .filter(|(_, r)| *r == DeleteReason::SharedEgress)
+        .count()
+}
+
 /// A placement behind one NAT whose members are made, checked and replaced within one second
 /// (a fast backend, real proxies on one host): the pool still counts each replacement once,
 /// in the order it made them, and is degraded after SHARED_EGRESS_LIMIT in a row rather than
@@ -1065,21 +1059,9 @@ fn shared_addresses_within_one_second_are_counted_and_degrade_the_placement() {
     let mut s = Sim::new(sp);
     let mut shared_deletes = 0;
     for _ in 0..40 {
-        let d = s.step();
-        shared_deletes += d
-            .deletes
-            .iter()
-            .filter(|(_, r)| *r == DeleteReason::SharedEgress)
-            .count();
-        s.ready_all();
-        give_addresses(&mut s);
+        shared_deletes += step_sharing(&mut s);
     }
-    let degraded = s
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "PlacementDegraded")
-        .unwrap();
+    let degraded = s.status.condition("PlacementDegraded").unwrap();
     assert_eq!(degraded.status, "True", "{:#?}", s.status);
     assert!(degraded.message.contains("SharedEgress"), "{degraded:?}");
     // The member meeting the limit is kept, as the placement's probe.
@@ -1127,14 +1109,7 @@ fn distinct_egress_replaces_shared_addresses_and_spills_a_placement_behind_one_n
     let mut shared_deletes = 0;
     for minute in 0..240 {
         s.now = NOW + minute * 60;
-        let d = s.step();
-        shared_deletes += d
-            .deletes
-            .iter()
-            .filter(|(_, r)| *r == DeleteReason::SharedEgress)
-            .count();
-        s.ready_all();
-        give_addresses(&mut s);
+        shared_deletes += step_sharing(&mut s);
     }
     let st = &s.status;
     assert!(st.placements[0].degraded_since.is_some(), "{st:#?}");
@@ -1142,11 +1117,7 @@ fn distinct_egress_replaces_shared_addresses_and_spills_a_placement_behind_one_n
         shared_deletes >= SHARED_EGRESS_LIMIT as usize,
         "{shared_deletes}"
     );
-    let degraded = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "PlacementDegraded")
-        .unwrap();
+    let degraded = st.condition("PlacementDegraded").unwrap();
     assert_eq!(degraded.status, "True", "{degraded:?}");
     assert!(
         degraded
@@ -1167,11 +1138,7 @@ fn distinct_egress_replaces_shared_addresses_and_spills_a_placement_behind_one_n
     );
     assert_eq!(st.available_replicas, 6, "{st:#?}");
     assert_eq!(st.distinct_egress_ips, 6, "{st:#?}");
-    let available = st
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "Available")
-        .unwrap();
+    let available = st.condition("Available").unwrap();
     assert_eq!(available.status, "True");
     // The probe is replaced at the failed-member backoff, not every minute.
     assert!(
