@@ -189,6 +189,18 @@ impl Env {
         Api::namespaced(self.d.client(), "crawlers")
     }
 
+    /// Merge-patches the Proxy `name` as a user's `kubectl patch --type merge` does.
+    async fn merge(&self, name: &str, patch: serde_json::Value) {
+        self.proxies()
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .unwrap();
+    }
+
     async fn proxy(&self) -> Arc<Proxy> {
         Arc::new(self.proxies().get("p1").await.unwrap())
     }
@@ -491,15 +503,11 @@ async fn a_running_proxy_is_checked_verified_and_listed_for_the_crawlers() {
     assert!(why.contains("format"), "{why}");
 
     // A cordoned Proxy leaves discovery at once.
-    let patch = json!({"metadata": {"annotations": {"crawl.example.com/cordon": "true"}}});
-    e.proxies()
-        .patch(
-            "p1",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    e.merge(
+        "p1",
+        json!({"metadata": {"annotations": {"crawl.example.com/cordon": "true"}}}),
+    )
+    .await;
     let mut listed = String::from("?");
     for _ in 0..100 {
         listed = get(addr, "/v1/proxies?format=text").await.1;
@@ -699,15 +707,7 @@ async fn after_a_port_edit_discovery_advertises_the_port_the_instance_serves() {
         "{before:?}"
     );
 
-    let patch = json!({"spec": {"port": 3130}});
-    e.proxies()
-        .patch(
-            "p1",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+    e.merge("p1", json!({"spec": {"port": 3130}})).await;
     e.next_interval();
     e.reconcile().await;
     // A pool's member is replaced by its pool, not by itself: the same Pod serves on.
@@ -990,17 +990,14 @@ async fn no_proxy_password_reaches_the_log() {
         .create(&PostParams::default(), &pool)
         .await
         .unwrap();
-    e.proxies()
-        .patch(
-            "p1",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"metadata": {"ownerReferences": [{
-                "apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
-                "name": "web", "uid": pool.metadata.uid, "controller": true,
-            }]}})),
-        )
-        .await
-        .unwrap();
+    e.merge(
+        "p1",
+        json!({"metadata": {"ownerReferences": [{
+            "apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
+            "name": "web", "uid": pool.metadata.uid, "controller": true,
+        }]}}),
+    )
+    .await;
     let body = r#"{"namespace":"crawlers","pool":"web","count":1,"mode":"Shared","ttl":"5m"}"#;
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(
