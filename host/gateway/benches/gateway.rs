@@ -271,15 +271,7 @@ fn main() {
         let sink_listener = egress_gateway::listen(SINK)
             .expect("the sink listens on 127.0.0.10:443 (needs root)");
         tokio::spawn(sink(sink_listener));
-        let ranges = |r: &[&str]| -> Vec<guest_sdk::squid::SourceRange> {
-            r.iter().map(|s| s.parse().unwrap()).collect()
-        };
-        let mut conf = guest_sdk::squid::squid_conf(
-            3128,
-            &ranges(&["127.0.0.1/32"]),
-            &ranges(support::ECHO_DESTINATIONS),
-            guest_sdk::squid::Layout::Container,
-        );
+        let mut conf = support::generated_conf_for(&["127.0.0.1/32"]);
         conf.push_str("max_filedescriptors 16384\n");
         let squid = support::Squid::start(&binary, &conf, Ipv4Addr::LOCALHOST);
         let credential = egress_core::credential::ProxyCredential {

@@ -261,15 +261,7 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
         let mut entropy = [0u8; egress_core::credential::PASSWORD_BYTES];
         entropy[0] = i;
         let credential = egress_core::credential::ProxyCredential::from_entropy(&name, &entropy);
-        let ranges = |r: &[&str]| -> Vec<guest_sdk::squid::SourceRange> {
-            r.iter().map(|s| s.parse().unwrap()).collect()
-        };
-        let mut conf = guest_sdk::squid::squid_conf(
-            3128,
-            &ranges(&["127.0.0.1/32"]),
-            &ranges(support::ECHO_DESTINATIONS),
-            guest_sdk::squid::Layout::Container,
-        );
+        let mut conf = support::generated_conf_for(&["127.0.0.1/32"]);
         conf.push_str(&format!("tcp_outgoing_address {out}\n"));
         let squid = support::Squid::start_with_htpasswd(
             &binary,

@@ -45,15 +45,7 @@ fn credential(i: usize) -> egress_core::credential::ProxyCredential {
 /// Squid from the generated config, taking the gateway's connections (from 127.0.0.1) with
 /// member `i`'s credential and egressing from `egress`.
 fn squid(binary: &std::path::Path, i: usize, egress: Ipv4Addr) -> support::Squid {
-    let ranges = |r: &[&str]| -> Vec<guest_sdk::squid::SourceRange> {
-        r.iter().map(|s| s.parse().unwrap()).collect()
-    };
-    let mut conf = guest_sdk::squid::squid_conf(
-        3128,
-        &ranges(&["127.0.0.1/32"]),
-        &ranges(support::ECHO_DESTINATIONS),
-        guest_sdk::squid::Layout::Container,
-    );
+    let mut conf = support::generated_conf_for(&["127.0.0.1/32"]);
     conf.push_str(&format!("tcp_outgoing_address {egress}\n"));
     let htpasswd = credential(i).htpasswd(&[i as u8; egress_core::credential::SALT_BYTES]);
     support::Squid::start_with_htpasswd(binary, &conf, Ipv4Addr::LOCALHOST, &htpasswd)

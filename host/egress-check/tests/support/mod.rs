@@ -120,9 +120,14 @@ fn parsed(ranges: &[&str]) -> Vec<guest_sdk::squid::SourceRange> {
 /// The config every provider deploys for these clients, with the echoes' addresses opted in
 /// as destinations (the container layout: its log lines are rewritten anyway).
 pub fn generated_conf() -> String {
+    generated_conf_for(ALLOWED)
+}
+
+/// The same for the clients in `ranges` (a gateway in front: its own address).
+pub fn generated_conf_for(ranges: &[&str]) -> String {
     guest_sdk::squid::squid_conf(
         3128,
-        &parsed(ALLOWED),
+        &parsed(ranges),
         &parsed(ECHO_DESTINATIONS),
         guest_sdk::squid::Layout::Container,
     )
