@@ -319,6 +319,28 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     }
 }
 
+/// Reads a file-backed source again every `interval` (the first read was at start) for as
+/// long as the task runs: `reload` says whether it changed, or why the new version is
+/// refused, and `changed`/`refused` report it. Ticks missed by a slow read are not caught up.
+pub(crate) async fn reload_every<E>(
+    interval: Duration,
+    mut reload: impl FnMut() -> Result<bool, E>,
+    mut changed: impl FnMut(),
+    refused: impl Fn(E),
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        match reload() {
+            Ok(true) => changed(),
+            Ok(false) => {}
+            Err(e) => refused(e),
+        }
+    }
+}
+
 /// How every watch of Proxies lists: in pages of the watcher's 500, from the API server's
 /// cache where it can. A list at resourceVersion 0 is served whole from the watch cache,
 /// whatever its limit; kube sends no resourceVersion with a page size, so the pages are real

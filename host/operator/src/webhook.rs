@@ -262,17 +262,13 @@ impl Certificates {
 
     /// Reads the files again every `interval`, for as long as the task runs.
     pub async fn watch(self: Arc<Self>, interval: Duration) {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            match self.reload() {
-                Ok(true) => tracing::info!("the webhook certificate changed: the new one serves"),
-                Ok(false) => {}
-                Err(e) => tracing::warn!("{e}; the certificate loaded before serves on"),
-            }
-        }
+        crate::reload_every(
+            interval,
+            || self.reload(),
+            || tracing::info!("the webhook certificate changed: the new one serves"),
+            |e| tracing::warn!("{e}; the certificate loaded before serves on"),
+        )
+        .await
     }
 
     /// The TLS server config that presents the current pair at every handshake.

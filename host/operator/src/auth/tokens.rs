@@ -271,23 +271,19 @@ impl TokensFile {
     /// Reads the file again every `interval` until dropped with the task running it; on a
     /// change, `guard` forgets what it cached, so a revoked token is refused from then on.
     pub async fn watch(self: Arc<Self>, guard: Arc<super::Guard>, interval: std::time::Duration) {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        tick.tick().await;
-        loop {
-            tick.tick().await;
-            match self.reload() {
-                Ok(true) => {
-                    guard.forget();
-                    tracing::info!(
-                        tokens = self.current().names().count(),
-                        "the API tokens file changed: its tokens serve now"
-                    );
-                }
-                Ok(false) => {}
-                Err(e) => tracing::warn!("{e}; the tokens read before serve on"),
-            }
-        }
+        crate::reload_every(
+            interval,
+            || self.reload(),
+            || {
+                guard.forget();
+                tracing::info!(
+                    tokens = self.current().names().count(),
+                    "the API tokens file changed: its tokens serve now"
+                );
+            },
+            |e| tracing::warn!("{e}; the tokens read before serve on"),
+        )
+        .await
     }
 }
 
