@@ -32,6 +32,24 @@ pub fn parse_config<T: DeserializeOwned>(path: &str, config: &str) -> Result<T, 
     })
 }
 
+/// The config a call's context carries, which the contract defines as `validate-config`'s own
+/// output: parsed without the path tracking and the checks that validation already ran when
+/// the providers config was loaded. Every call runs in a fresh instance and parses its
+/// config again, so this is on the path of every Get; validating there cost a KVM Get about a
+/// third of its guest time (BENCHMARKS.md, "A pool's day of ordinary weather"). Anything
+/// else in the context is the host's fault, and said so: permanent, naming the type.
+pub fn parse_normalized<T: DeserializeOwned>(
+    type_name: &str,
+    config: &str,
+) -> Result<T, ProviderError> {
+    serde_json::from_str(config).map_err(|e| {
+        permanent(
+            "InvalidConfig",
+            format!("{type_name}: the call's config is not the normalized block validate-config returned: {e}"),
+        )
+    })
+}
+
 /// A config error at `path`.
 pub fn config_error(path: &str, message: &str) -> ProviderError {
     permanent("InvalidConfig", format!("{path}: {message}"))

@@ -24,6 +24,7 @@ pub mod host;
 pub mod json;
 pub mod squid;
 pub mod time;
+pub mod view;
 
 pub use bindings::egress::provider::http::{
     HttpError, Request as HttpRequest, Response as HttpResponse,

@@ -4,6 +4,7 @@
 
 use crate::config::GcpConfig;
 use guest_sdk::{Host, HttpError, HttpRequest};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// The credential the host attaches: Google Application Default Credentials.
@@ -125,8 +126,29 @@ impl<'a> Api<'a> {
         self.call("DELETE", path, None)
     }
 
+    /// A GET whose answer is read as `T`, a lenient view of the resource (see
+    /// `guest_sdk::view`), without building the whole answer as a `Value`: a Get's one call.
+    pub fn get_as<T: DeserializeOwned + Default>(&self, path: &str) -> Result<T, ApiError> {
+        let body = self.send("GET", path, None)?;
+        if body.is_empty() {
+            return Ok(T::default());
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadResponse(format!("GET {path}: not JSON: {e}")))
+    }
+
     /// `path` is relative to the project (`zones/z/instances/n`), with its query if any.
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, ApiError> {
+        let body = self.send(method, path, body)?;
+        if body.is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadResponse(format!("{method} {path}: not JSON: {e}")))
+    }
+
+    /// The body of a 2xx answer; any other status is the API's error envelope.
+    fn send(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Vec<u8>, ApiError> {
         let mut headers = vec![("accept".to_string(), "application/json".to_string())];
         if body.is_some() {
             headers.push(("content-type".into(), "application/json".into()));
@@ -145,11 +167,7 @@ impl<'a> Api<'a> {
                 &resp.body,
             )));
         }
-        if resp.body.is_empty() {
-            return Ok(Value::Null);
-        }
-        serde_json::from_slice(&resp.body)
-            .map_err(|e| ApiError::BadResponse(format!("{method} {path}: not JSON: {e}")))
+        Ok(resp.body)
     }
 }
 

@@ -127,5 +127,9 @@ fn adopt(
         "instance adopted",
         &[("name", &req.name), ("zone", zone)],
     );
-    Ok(state::to_instance(api.host(), &existing, cfg.internal_ip))
+    Ok(state::to_instance(
+        api.host(),
+        &state::InstanceView::of(&existing),
+        cfg.internal_ip,
+    ))
 }

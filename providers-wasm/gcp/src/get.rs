@@ -19,7 +19,7 @@ pub const QUOTA_REPORT_SECS: i64 = 300;
 pub fn get(host: &dyn Host, cfg: &GcpConfig, provider_id: &str) -> Result<Instance, ProviderError> {
     let (zone, name) = id::parse_id(provider_id)?;
     let api = Api::new(host, cfg);
-    match api.get(&format!("zones/{zone}/instances/{name}")) {
+    match api.get_as::<state::InstanceView>(&format!("zones/{zone}/instances/{name}")) {
         Ok(v) => {
             let inst = state::to_instance(host, &v, cfg.internal_ip);
             host.log(
@@ -28,7 +28,7 @@ pub fn get(host: &dyn Host, cfg: &GcpConfig, provider_id: &str) -> Result<Instan
                 &[
                     ("name", name),
                     ("zone", zone),
-                    ("status", v["status"].as_str().unwrap_or("")),
+                    ("status", v.status.or_empty()),
                     ("state", &format!("{:?}", inst.state)),
                 ],
             );

@@ -33,7 +33,7 @@ pub struct Gcp;
 /// The call's normalized config. It was validated at load, so a failure here means the host
 /// handed over something else: permanent.
 fn config_of(ctx: &CallContext) -> Result<config::GcpConfig, ProviderError> {
-    config::validate(TYPE_NAME, &ctx.config)
+    guest_sdk::json::parse_normalized(TYPE_NAME, &ctx.config)
 }
 
 impl Provider for Gcp {

@@ -87,9 +87,10 @@ pub fn page(
         .map(|(_, s)| s)
     {
         for v in scope["instances"].as_array().into_iter().flatten() {
-            let inst = state::to_instance(host, v, cfg.internal_ip);
+            let view = state::InstanceView::of(v);
+            let inst = state::to_instance(host, &view, cfg.internal_ip);
             // The filter already chose; checking again keeps a lax server honest.
-            if v["labels"][LABEL_MANAGED] == "true"
+            if view.labels.0.managed.as_deref() == Some("true")
                 && inst.installation == installation
                 && !inst.uid.is_empty()
             {

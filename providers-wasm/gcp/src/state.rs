@@ -2,8 +2,9 @@
 //! asks for (external NAT IP, or the NIC's internal one), the marks, and the creation time.
 
 use crate::id::format_id;
-use crate::insert::{LABEL_INSTALLATION, LABEL_UID};
+use guest_sdk::view::{Arr, Obj, Text};
 use guest_sdk::{Host, Instance, InstanceState, Level};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// The seeds' mapState: an instance serves once RUNNING with an address.
@@ -18,13 +19,65 @@ pub fn map_state(status: &str, has_ip: bool) -> InstanceState {
     }
 }
 
+/// The fields of a Compute instance a provider reads, parsed straight from the API's answer
+/// (see `guest_sdk::view`): a field of another type reads as absent, as indexing a `Value`
+/// does.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct InstanceView {
+    pub name: Text,
+    pub zone: Text,
+    pub status: Text,
+    pub creation_timestamp: Text,
+    pub labels: Obj<Marks>,
+    pub network_interfaces: Arr<Obj<Nic>>,
+}
+
+/// The labels that mark a proxy's instance: `insert::LABEL_MANAGED`, `LABEL_UID` and
+/// `LABEL_INSTALLATION`, spelled out because an attribute takes no constant; a test holds
+/// them equal.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Marks {
+    #[serde(rename = "egress-proxies-managed")]
+    pub managed: Text,
+    #[serde(rename = "egress-proxies-uid")]
+    pub uid: Text,
+    #[serde(rename = "egress-proxies-installation")]
+    pub installation: Text,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct Nic {
+    #[serde(rename = "networkIP")]
+    pub network_ip: Text,
+    pub access_configs: Arr<Obj<AccessConfig>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct AccessConfig {
+    #[serde(rename = "natIP")]
+    pub nat_ip: Text,
+}
+
+impl InstanceView {
+    /// The view of an instance an answer already parsed as a `Value` holds (a list page, an
+    /// adopted instance). A lenient view reads any value, so this cannot fail.
+    pub fn of(v: &Value) -> Self {
+        Self::deserialize(v).unwrap_or_default()
+    }
+}
+
 /// The proxy's address: the first NIC's external NAT IP, or its internal IP in internal mode.
-pub fn address(instance: &Value, internal_ip: bool) -> Option<String> {
-    let nic = &instance["networkInterfaces"][0];
+pub fn address(instance: &InstanceView, internal_ip: bool) -> Option<String> {
+    let nic = instance.network_interfaces.first().map(|n| &n.0);
     let ip = if internal_ip {
-        nic["networkIP"].as_str()
+        nic.and_then(|n| n.network_ip.as_deref())
     } else {
-        nic["accessConfigs"][0]["natIP"].as_str()
+        nic.and_then(|n| n.access_configs.first())
+            .and_then(|a| a.0.nat_ip.as_deref())
     };
     ip.filter(|s| !s.is_empty()).map(str::to_string)
 }
@@ -34,13 +87,12 @@ pub fn last_segment(url: &str) -> &str {
     url.rsplit('/').next().unwrap_or(url)
 }
 
-pub fn to_instance(host: &dyn Host, instance: &Value, internal_ip: bool) -> Instance {
-    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
-    let name = text(&instance["name"]);
-    let zone = last_segment(instance["zone"].as_str().unwrap_or("")).to_string();
+pub fn to_instance(host: &dyn Host, instance: &InstanceView, internal_ip: bool) -> Instance {
+    let name = instance.name.or_empty().to_string();
+    let zone = last_segment(instance.zone.or_empty()).to_string();
     let ip = address(instance, internal_ip);
-    let state = map_state(instance["status"].as_str().unwrap_or(""), ip.is_some());
-    let created_at = match instance["creationTimestamp"].as_str() {
+    let state = map_state(instance.status.or_empty(), ip.is_some());
+    let created_at = match instance.creation_timestamp.as_deref() {
         None | Some("") => String::new(),
         Some(ts) => match normalize_timestamp(ts) {
             Some(t) => t,
@@ -56,11 +108,12 @@ pub fn to_instance(host: &dyn Host, instance: &Value, internal_ip: bool) -> Inst
             }
         },
     };
+    let marks = &instance.labels.0;
     Instance {
         provider_id: format_id(&zone, &name),
         name,
-        uid: text(&instance["labels"][LABEL_UID]),
-        installation: text(&instance["labels"][LABEL_INSTALLATION]),
+        uid: marks.uid.or_empty().to_string(),
+        installation: marks.installation.or_empty().to_string(),
         state,
         ip: match state {
             InstanceState::Running => ip,

@@ -759,3 +759,61 @@ fn timestamps_normalize_to_utc() {
     );
     assert_eq!(state::normalize_timestamp("2026-01-01 00:00:00"), None);
 }
+
+#[test]
+fn a_call_reads_the_normalized_block_as_validation_made_it() {
+    let raw = json!({"project": "acme-proxies", "internalIP": true, "allowedSourceCIDRs": ["203.0.113.0/24"]})
+        .to_string();
+    let normalized = Gcp::validate_config(TYPE_NAME, "p", &raw).unwrap();
+    let ctx = CallContext {
+        provider: "gce".into(),
+        type_name: TYPE_NAME.into(),
+        config: normalized,
+    };
+    assert_eq!(
+        config_of(&ctx).unwrap(),
+        config::validate("p", &raw).unwrap()
+    );
+    let ctx = CallContext {
+        config: "{\"project\": 7}".into(),
+        ..ctx
+    };
+    let e = config_of(&ctx).unwrap_err();
+    assert_eq!(e.class, ErrorClass::Permanent);
+    assert!(e.message.starts_with("gcp: "), "{}", e.message);
+}
+
+#[test]
+fn the_instance_view_reads_the_marks_and_the_address_an_instance_carries() {
+    use serde::Deserialize;
+    // The view's label names are spelled out; they must be the ones the insert writes.
+    let cfg = config::validate("p", r#"{"project": "acme-proxies"}"#).unwrap();
+    let r = req();
+    let at = insert::resolve(&r).unwrap();
+    let mut body = insert::build_insert_request("gce", &cfg, &r, &at, None);
+    body["zone"] = json!(format!("{BASE}/zones/{}", at.zone));
+    body["status"] = json!("RUNNING");
+    body["networkInterfaces"][0]["networkIP"] = json!("10.0.0.5");
+    body["networkInterfaces"][0]["accessConfigs"][0]["natIP"] = json!("203.0.113.9");
+    let view = state::InstanceView::deserialize(&body).unwrap();
+    assert_eq!(view.labels.0.managed.as_deref(), Some("true"));
+    let host = FakeHost::new();
+    let inst = state::to_instance(&host, &view, false);
+    assert_eq!(inst.uid, UID);
+    assert_eq!(inst.installation, r.installation);
+    assert_eq!(inst.state, InstanceState::Running);
+    assert_eq!(inst.ip.as_deref(), Some("203.0.113.9"));
+    assert_eq!(inst.provider_id, id::format_id(&at.zone, NAME));
+    let view: state::InstanceView = serde_json::from_str(&body.to_string()).unwrap();
+    assert_eq!(
+        state::to_instance(&host, &view, true).ip.as_deref(),
+        Some("10.0.0.5")
+    );
+    // No address: RUNNING is not yet serving.
+    body["networkInterfaces"] = json!("not a list");
+    let view = state::InstanceView::of(&body);
+    assert_eq!(
+        state::to_instance(&host, &view, false).state,
+        InstanceState::Provisioning
+    );
+}

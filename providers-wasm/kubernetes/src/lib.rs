@@ -15,10 +15,11 @@ pub mod state;
 use errors::classify;
 use guest_sdk::{
     CallContext, Capability, CreateRequest, Description, Host, Instance, LABEL_INSTALLATION,
-    LABEL_MANAGED, LABEL_UID, Level, ListOptions, ObjectRef, Profile, Provider, ProviderError,
-    TargetStatus, permanent, transient,
+    LABEL_MANAGED, Level, ListOptions, ObjectRef, Profile, Provider, ProviderError, TargetStatus,
+    permanent, transient,
 };
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+use state::PodView;
 
 pub const TYPE_NAME: &str = "kubernetes";
 
@@ -49,10 +50,10 @@ fn write_secret(
     host: &dyn Host,
     provider: &str,
     req: &CreateRequest,
-    pod: &Value,
+    pod: &PodView,
     htpasswd: &guest_sdk::squid::Htpasswd,
 ) -> Result<(), ProviderError> {
-    let uid = pod["metadata"]["uid"].as_str();
+    let uid = pod.metadata.0.uid.as_deref();
     let body = pod::build_secret(provider, req, uid, htpasswd).to_string();
     let create = || {
         host.kube()
@@ -77,7 +78,8 @@ fn write_secret(
     }
 }
 
-fn parse_json(op: &str, text: &str) -> Result<Value, ProviderError> {
+/// The API's answer read as `T`, a lenient view of the object (see `guest_sdk::view`).
+fn parse_json<T: DeserializeOwned>(op: &str, text: &str) -> Result<T, ProviderError> {
     serde_json::from_str(text)
         .map_err(|e| transient("BadResponse", format!("{op}: API answer is not JSON: {e}")))
 }
@@ -119,7 +121,8 @@ impl Provider for Kubernetes {
         ctx: &CallContext,
         req: &CreateRequest,
     ) -> Result<Instance, ProviderError> {
-        let cfg = config::validate(TYPE_NAME, &ctx.config)?;
+        let cfg =
+            guest_sdk::json::parse_normalized::<config::KubernetesConfig>(TYPE_NAME, &ctx.config)?;
         if let Some(ci) = &req.cloud_init {
             // Only the size: cloud-init is secret.
             let bytes = ci.len().to_string();
@@ -133,7 +136,7 @@ impl Provider for Kubernetes {
         let pod = pod::build_pod(&ctx.provider, &cfg, req);
         let body = pod.to_string();
         let created = host.kube().create("v1", "Pod", Some(&req.namespace), &body);
-        let pod = match created {
+        let pod: PodView = match created {
             Ok(text) => {
                 host.log(
                     Level::Debug,
@@ -148,10 +151,8 @@ impl Provider for Kubernetes {
                     .kube()
                     .get(&pod_ref(&req.namespace, &req.name))
                     .map_err(|e| classify("get Pod after AlreadyExists", &e))?;
-                let existing = parse_json("get Pod", &text)?;
-                let uid = existing["metadata"]["labels"][LABEL_UID]
-                    .as_str()
-                    .unwrap_or("");
+                let existing: PodView = parse_json("get Pod", &text)?;
+                let uid = existing.metadata.0.labels.0.uid.or_empty();
                 if uid != req.uid {
                     return Err(permanent(
                         "AlreadyOwned",
@@ -167,7 +168,7 @@ impl Provider for Kubernetes {
                         ),
                     ));
                 }
-                if !existing["metadata"]["deletionTimestamp"].is_null() {
+                if existing.metadata.0.deletion_timestamp.0 {
                     return Err(transient(
                         "Terminating",
                         format!("Pod {}/{} is still terminating", req.namespace, req.name),
@@ -205,7 +206,7 @@ impl Provider for Kubernetes {
             .kube()
             .get(&pod_ref(ns, name))
             .map_err(|e| classify("get Pod", &e))?;
-        let pod = parse_json("get Pod", &text)?;
+        let pod: PodView = parse_json("get Pod", &text)?;
         let inst = state::instance_from_pod(&pod);
         host.log(
             Level::Debug,
@@ -283,7 +284,7 @@ impl Provider for Kubernetes {
             .map_err(|e| classify("list Pods", &e))?;
         let mut out = Vec::with_capacity(items.len());
         for text in items {
-            let pod = parse_json("list Pods", &text)?;
+            let pod: PodView = parse_json("list Pods", &text)?;
             let inst = state::instance_from_pod(&pod);
             // The selector already filtered; checking again keeps a lax API double honest.
             if inst.installation == installation && !inst.uid.is_empty() {

@@ -2,17 +2,57 @@
 //! never reads as Running.
 
 use crate::id::format_id;
-use guest_sdk::{Instance, InstanceState, LABEL_INSTALLATION, LABEL_UID};
-use serde_json::Value;
+use guest_sdk::view::{Obj, Present, Text};
+use guest_sdk::{Instance, InstanceState};
+use serde::Deserialize;
 
-pub fn state_from_pod(pod: &Value) -> InstanceState {
-    if !pod["metadata"]["deletionTimestamp"].is_null() {
+/// The fields of a Pod a provider reads, parsed straight from the API's answer (see
+/// `guest_sdk::view`): a field of another type reads as absent, as indexing a `Value` does.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PodView {
+    pub metadata: Obj<PodMeta>,
+    pub status: Obj<PodStatus>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodMeta {
+    pub name: Text,
+    pub namespace: Text,
+    pub uid: Text,
+    pub creation_timestamp: Text,
+    pub deletion_timestamp: Present,
+    pub labels: Obj<Marks>,
+}
+
+/// The two labels that mark a proxy's Pod. The names are `guest_sdk::LABEL_UID` and
+/// `LABEL_INSTALLATION`, spelled out because an attribute takes no constant; a test holds
+/// them equal.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Marks {
+    #[serde(rename = "egress-proxies.crawl.example.com/uid")]
+    pub uid: Text,
+    #[serde(rename = "egress-proxies.crawl.example.com/installation")]
+    pub installation: Text,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct PodStatus {
+    pub phase: Text,
+    #[serde(rename = "podIP")]
+    pub pod_ip: Text,
+}
+
+pub fn state_from_pod(pod: &PodView) -> InstanceState {
+    if pod.metadata.0.deletion_timestamp.0 {
         return InstanceState::Terminated;
     }
-    let has_ip = pod["status"]["podIP"]
-        .as_str()
-        .is_some_and(|s| !s.is_empty());
-    match pod["status"]["phase"].as_str() {
+    let status = &pod.status.0;
+    let has_ip = status.pod_ip.as_deref().is_some_and(|s| !s.is_empty());
+    match status.phase.as_deref() {
         Some("Running") if has_ip => InstanceState::Running,
         Some("Running") | Some("Pending") | None => InstanceState::Provisioning,
         // Succeeded, Failed, Unknown.
@@ -20,23 +60,19 @@ pub fn state_from_pod(pod: &Value) -> InstanceState {
     }
 }
 
-pub fn instance_from_pod(pod: &Value) -> Instance {
-    let meta = &pod["metadata"];
-    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+pub fn instance_from_pod(pod: &PodView) -> Instance {
+    let meta = &pod.metadata.0;
     let state = state_from_pod(pod);
     Instance {
-        provider_id: format_id(
-            meta["namespace"].as_str().unwrap_or(""),
-            meta["name"].as_str().unwrap_or(""),
-        ),
-        name: text(&meta["name"]),
-        uid: text(&meta["labels"][LABEL_UID]),
-        installation: text(&meta["labels"][LABEL_INSTALLATION]),
+        provider_id: format_id(meta.namespace.or_empty(), meta.name.or_empty()),
+        name: meta.name.or_empty().to_string(),
+        uid: meta.labels.0.uid.or_empty().to_string(),
+        installation: meta.labels.0.installation.or_empty().to_string(),
         state,
         ip: match state {
-            InstanceState::Running => pod["status"]["podIP"].as_str().map(str::to_string),
+            InstanceState::Running => pod.status.0.pod_ip.0.clone(),
             _ => None,
         },
-        created_at: text(&meta["creationTimestamp"]),
+        created_at: meta.creation_timestamp.or_empty().to_string(),
     }
 }

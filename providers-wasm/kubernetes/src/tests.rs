@@ -4,7 +4,8 @@ use super::*;
 use guest_sdk::fakes::{FakeHost, kube_error};
 use guest_sdk::squid;
 use guest_sdk::{ErrorClass, InstanceState, OwnerReference, Placement};
-use serde_json::json;
+use serde::Deserialize;
+use serde_json::{Value, json};
 
 const UID: &str = "3f2b9c1e-7a44-4d0e-9a51-0c2e8f6b1d23";
 const SECRET: &str = "#cloud-config\npassword: hunter2-SENTINEL";
@@ -618,4 +619,40 @@ fn spread_puts_a_topology_constraint_over_the_providers_pods() {
         let e = config::validate("k", text).unwrap_err().to_string();
         assert!(e.contains(field), "{text}: {e}");
     }
+}
+
+#[test]
+fn a_call_reads_the_normalized_block_as_validation_made_it() {
+    let raw = json!({"image": "docker.io/ubuntu/squid:6.10-24.10_beta", "allowedSourceCIDRs": ["10.0.0.0/8"]})
+        .to_string();
+    let normalized = Kubernetes::validate_config(TYPE_NAME, "p", &raw).unwrap();
+    let read: config::KubernetesConfig =
+        guest_sdk::json::parse_normalized(TYPE_NAME, &normalized).unwrap();
+    assert_eq!(read, config::validate("p", &raw).unwrap());
+}
+
+#[test]
+fn the_pod_view_reads_the_marks_and_the_state_a_pod_carries() {
+    // The view's label names are spelled out; they must be the ones build_pod writes.
+    let cfg = config::validate("p", "{}").unwrap();
+    let mut pod = pod::build_pod("k8s", &cfg, &req());
+    let view = state::PodView::deserialize(&pod).unwrap();
+    let inst = state::instance_from_pod(&view);
+    assert_eq!(inst.uid, UID);
+    assert_eq!(inst.installation, "inst-a");
+    assert_eq!(inst.provider_id, "default/proxy-3f2b9c1e7a44");
+    assert_eq!(inst.state, InstanceState::Provisioning);
+    pod["status"] = json!({"phase": "Running", "podIP": "10.1.2.3"});
+    pod["metadata"]["creationTimestamp"] = json!("2026-01-01T00:00:00Z");
+    let view: state::PodView = serde_json::from_str(&pod.to_string()).unwrap();
+    let inst = state::instance_from_pod(&view);
+    assert_eq!(inst.state, InstanceState::Running);
+    assert_eq!(inst.ip.as_deref(), Some("10.1.2.3"));
+    assert_eq!(inst.created_at, "2026-01-01T00:00:00Z");
+    pod["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:01:00Z");
+    let view = state::PodView::deserialize(&pod).unwrap();
+    assert_eq!(
+        state::instance_from_pod(&view).state,
+        InstanceState::Terminated
+    );
 }

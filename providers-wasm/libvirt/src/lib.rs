@@ -78,7 +78,8 @@ pub struct Call<'a> {
 impl<'a> Call<'a> {
     pub fn new(host: &'a dyn Host, ctx: &CallContext) -> Result<Self, ProviderError> {
         let flavor = Flavor::from_type(&ctx.type_name)?;
-        let cfg = config::validate(flavor.type_name(), &ctx.config)?;
+        // Validated at load: the context carries validate-config's output.
+        let cfg = guest_sdk::json::parse_normalized(flavor.type_name(), &ctx.config)?;
         Ok(Self { host, flavor, cfg })
     }
 

@@ -1431,3 +1431,28 @@ fn a_claim_of_this_process_found_under_the_image_lock_is_broken_at_once() {
     );
     assert_eq!(transfers(&lv), 1);
 }
+
+#[test]
+fn a_call_reads_the_normalized_block_as_validation_made_it() {
+    // Defaults filled and host names lowered by validation: a call, which parses the block
+    // without validating it again, sees the same config.
+    let raw = json!({"imageHosts": ["Mirror.Example.org"],
+        "images": {"debian": {"url": URL, "sha256": SHA}},
+        "machineTypes": {"small": {"vcpus": 1, "memoryMiB": 1024}},
+        "hosts": [{"name": "rack1", "address": "192.0.2.10:22", "user": "egress"}]})
+    .to_string();
+    let normalized = LibvirtProvider::validate_config("kvm2", "p", &raw).unwrap();
+    let read: crate::config::KvmConfig =
+        guest_sdk::json::parse_normalized("kvm2", &normalized).unwrap();
+    assert_eq!(read, crate::config::validate("p", &raw).unwrap());
+    assert_eq!(read.image_hosts, vec!["mirror.example.org".to_string()]);
+    assert!(
+        read.known_hosts_file.is_some(),
+        "the default is in the block"
+    );
+    // Something else in the context is the host's fault: permanent, naming the type.
+    let e =
+        guest_sdk::json::parse_normalized::<crate::config::KvmConfig>("kvm2", "[1]").unwrap_err();
+    assert_eq!(e.class, ErrorClass::Permanent);
+    assert!(e.message.starts_with("kvm2: "), "{}", e.message);
+}
