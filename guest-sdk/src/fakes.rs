@@ -608,15 +608,7 @@ impl Libvirt for DeniedLibvirt {
     fn probe(&self, targets: &[ProbeTarget]) -> Vec<ProbeResult> {
         targets
             .iter()
-            .map(|t| ProbeResult {
-                host: t.host.clone(),
-                address: String::new(),
-                user: String::new(),
-                lib_version: None,
-                hostname: None,
-                pool: None,
-                error: Some(denied()),
-            })
+            .map(|t| crate::host::probe_failed(t, denied()))
             .collect()
     }
 }

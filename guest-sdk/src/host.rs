@@ -405,3 +405,205 @@ impl Host for WasmHost {
         wit::credentials::proxy_htpasswd()
     }
 }
+
+/// Bits of [`Only`]'s mask: the capabilities a module calls.
+pub mod caps {
+    pub const KUBE: u8 = 1;
+    pub const HTTP: u8 = 2;
+    pub const LIBVIRT: u8 = 4;
+    pub const LOCKS: u8 = 8;
+    pub const ALL: u8 = KUBE | HTTP | LIBVIRT | LOCKS;
+}
+
+/// The component's imports of the capabilities in `CAPS` only (a mask of [`caps`]); the
+/// others answer [`Unimported`]'s errors. [`WasmHost`] reaches every import through `&dyn
+/// Host`, so a module built on it imports all of them, and the host links, and sets up at
+/// every call's instantiation, some fifty functions a Get never calls. With the mask known at
+/// compile time the unused branches go, and the imports with them (see
+/// [`crate::export_provider!`]).
+pub struct Only<const CAPS: u8>;
+
+impl<const CAPS: u8> Log for Only<CAPS> {
+    fn log(&self, level: Level, message: &str, fields: &[(&str, &str)]) {
+        WasmHost.log(level, message, fields)
+    }
+}
+
+impl<const CAPS: u8> Clock for Only<CAPS> {
+    fn now_millis(&self) -> u64 {
+        WasmHost.now_millis()
+    }
+    fn sleep_millis(&self, ms: u64) {
+        WasmHost.sleep_millis(ms)
+    }
+    fn random_u64(&self) -> u64 {
+        WasmHost.random_u64()
+    }
+    fn call_deadline_millis(&self) -> u64 {
+        WasmHost.call_deadline_millis()
+    }
+}
+
+impl<const CAPS: u8> Host for Only<CAPS> {
+    fn kube(&self) -> &dyn Kube {
+        if CAPS & caps::KUBE != 0 {
+            &WasmHost
+        } else {
+            &Unimported
+        }
+    }
+    fn http(&self) -> &dyn Http {
+        if CAPS & caps::HTTP != 0 {
+            &WasmHost
+        } else {
+            &Unimported
+        }
+    }
+    fn libvirt(&self) -> &dyn Libvirt {
+        if CAPS & caps::LIBVIRT != 0 {
+            &WasmHost
+        } else {
+            &Unimported
+        }
+    }
+    fn locks(&self) -> &dyn Locks {
+        if CAPS & caps::LOCKS != 0 {
+            &WasmHost
+        } else {
+            &Unimported
+        }
+    }
+    fn proxy_htpasswd(&self) -> Option<String> {
+        WasmHost.proxy_htpasswd()
+    }
+}
+
+/// A capability the module did not declare in `export_provider!`: every call is refused as
+/// a grant would refuse it, so a module that forgot one fails its call, not its build.
+pub struct Unimported;
+
+const UNIMPORTED: &str = "this module does not import the capability (export_provider! uses)";
+
+impl Kube for Unimported {
+    fn get(&self, _: &ObjectRef) -> Result<String, KubeError> {
+        Err(unimported_kube())
+    }
+    fn create(&self, _: &str, _: &str, _: Option<&str>, _: &str) -> Result<String, KubeError> {
+        Err(unimported_kube())
+    }
+    fn delete(&self, _: &ObjectRef) -> Result<(), KubeError> {
+        Err(unimported_kube())
+    }
+    fn list(&self, _: &ListOptions) -> Result<Vec<String>, KubeError> {
+        Err(unimported_kube())
+    }
+    fn list_page(
+        &self,
+        _: &ListOptions,
+        _: Option<&str>,
+    ) -> Result<(Vec<String>, Option<String>), KubeError> {
+        Err(unimported_kube())
+    }
+    fn patch(&self, _: &ObjectRef, _: &str) -> Result<String, KubeError> {
+        Err(unimported_kube())
+    }
+    fn server_version(&self) -> Result<(String, String), KubeError> {
+        Err(unimported_kube())
+    }
+}
+
+fn unimported_kube() -> KubeError {
+    KubeError {
+        status: 403,
+        reason: "Forbidden".into(),
+        message: UNIMPORTED.into(),
+    }
+}
+
+impl Http for Unimported {
+    fn send(&self, _: &HttpRequest) -> Result<HttpResponse, HttpError> {
+        Err(HttpError::Denied(UNIMPORTED.into()))
+    }
+}
+
+impl Locks for Unimported {
+    fn acquire(&self, _: &str, _: u64) -> Result<Held, String> {
+        Err(UNIMPORTED.into())
+    }
+    fn holder_id(&self) -> String {
+        String::new()
+    }
+}
+
+fn unimported_libvirt() -> LibvirtError {
+    LibvirtError {
+        code: 0,
+        domain: 0,
+        message: UNIMPORTED.into(),
+        stage: None,
+        timeout: false,
+        denied: true,
+    }
+}
+
+/// Every method of the `Libvirt` trait, refused.
+macro_rules! refuse_libvirt {
+    ($( fn $name:ident(&self $(, $arg:ident : $ty:ty)* ) -> $ok:ty; )*) => {
+        $( fn $name(&self $(, $arg: $ty)*) -> Result<$ok, LibvirtError> {
+            $( let _ = $arg; )*
+            Err(unimported_libvirt())
+        } )*
+    };
+}
+
+impl Libvirt for Unimported {
+    refuse_libvirt! {
+        fn lib_version(&self, host: &str) -> u64;
+        fn hostname(&self, host: &str) -> String;
+        fn node_info(&self, host: &str) -> NodeInfo;
+        fn node_free_memory(&self, host: &str) -> u64;
+        fn list_domains(&self, host: &str) -> Vec<String>;
+        fn domain_lookup(&self, host: &str, name: &str) -> String;
+        fn domain_define_xml(&self, host: &str, xml: &str) -> ();
+        fn domain_create(&self, host: &str, name: &str) -> ();
+        fn domain_resume(&self, host: &str, name: &str) -> ();
+        fn domain_destroy(&self, host: &str, name: &str) -> ();
+        fn domain_undefine(&self, host: &str, name: &str) -> ();
+        fn domain_get_state(&self, host: &str, name: &str) -> DomainState;
+        fn domain_get_metadata(&self, host: &str, name: &str, uri: &str) -> String;
+        fn domain_interface_addresses(&self, host: &str, name: &str, source: AddressSource)
+            -> Vec<InterfaceAddresses>;
+        fn pool_info(&self, host: &str, pool: &str) -> PoolInfo;
+        fn pool_refresh(&self, host: &str, pool: &str) -> ();
+        fn pool_list_volumes(&self, host: &str, pool: &str) -> Vec<String>;
+        fn volume_lookup(&self, host: &str, pool: &str, name: &str) -> String;
+        fn volume_create_xml(&self, host: &str, pool: &str, xml: &str) -> ();
+        fn volume_delete(&self, host: &str, pool: &str, name: &str) -> ();
+        fn volume_info(&self, host: &str, pool: &str, name: &str) -> VolumeInfo;
+        fn volume_xml(&self, host: &str, pool: &str, name: &str) -> String;
+        fn volume_upload(&self, host: &str, pool: &str, name: &str, data: &[u8]) -> ();
+        fn volume_download(&self, host: &str, pool: &str, name: &str, max_bytes: u64) -> Vec<u8>;
+        fn volume_upload_from_url(&self, host: &str, pool: &str, name: &str, url: &str,
+            sha256: Option<&str>, max_bytes: u64) -> Transfer;
+        fn url_size(&self, url: &str) -> Option<u64>;
+    }
+    fn probe(&self, targets: &[ProbeTarget]) -> Vec<ProbeResult> {
+        targets
+            .iter()
+            .map(|t| probe_failed(t, unimported_libvirt()))
+            .collect()
+    }
+}
+
+/// The probe of `target` that got nowhere: `error` says why.
+pub fn probe_failed(target: &ProbeTarget, error: LibvirtError) -> ProbeResult {
+    ProbeResult {
+        host: target.host.clone(),
+        address: String::new(),
+        user: String::new(),
+        lib_version: None,
+        hostname: None,
+        pool: None,
+        error: Some(error),
+    }
+}

@@ -96,10 +96,16 @@ pub trait Provider {
 }
 
 /// Exports a [`Provider`] as the contract's `provider` and `listing` interfaces. Use once, in the provider
-/// crate's `lib.rs`: `guest_sdk::export_provider!(MyProvider);`
+/// crate's `lib.rs`: `guest_sdk::export_provider!(MyProvider);`, or, naming the capabilities
+/// the provider calls so the module imports only those,
+/// `guest_sdk::export_provider!(MyProvider, uses: guest_sdk::host::caps::HTTP);` (see
+/// [`host::Only`]; the others answer as ungranted).
 #[macro_export]
 macro_rules! export_provider {
     ($provider:ty) => {
+        $crate::export_provider!($provider, uses: $crate::host::caps::ALL);
+    };
+    ($provider:ty, uses: $caps:expr) => {
         #[doc(hidden)]
         pub struct __ProviderExports;
 
@@ -118,25 +124,25 @@ macro_rules! export_provider {
                 ctx: $crate::CallContext,
                 req: $crate::CreateRequest,
             ) -> Result<$crate::Instance, $crate::ProviderError> {
-                <$provider as $crate::Provider>::create(&$crate::WasmHost, &ctx, &req)
+                <$provider as $crate::Provider>::create(&$crate::host::Only::<{ $caps }>, &ctx, &req)
             }
             fn get(
                 ctx: $crate::CallContext,
                 provider_id: String,
             ) -> Result<$crate::Instance, $crate::ProviderError> {
-                <$provider as $crate::Provider>::get(&$crate::WasmHost, &ctx, &provider_id)
+                <$provider as $crate::Provider>::get(&$crate::host::Only::<{ $caps }>, &ctx, &provider_id)
             }
             fn delete(ctx: $crate::CallContext, provider_id: String) -> Result<(), $crate::ProviderError> {
-                <$provider as $crate::Provider>::delete(&$crate::WasmHost, &ctx, &provider_id)
+                <$provider as $crate::Provider>::delete(&$crate::host::Only::<{ $caps }>, &ctx, &provider_id)
             }
             fn list_by_tag(
                 ctx: $crate::CallContext,
                 installation: String,
             ) -> Result<Vec<$crate::Instance>, $crate::ProviderError> {
-                <$provider as $crate::Provider>::list_by_tag(&$crate::WasmHost, &ctx, &installation)
+                <$provider as $crate::Provider>::list_by_tag(&$crate::host::Only::<{ $caps }>, &ctx, &installation)
             }
             fn check(ctx: $crate::CallContext) -> Vec<$crate::TargetStatus> {
-                <$provider as $crate::Provider>::check(&$crate::WasmHost, &ctx)
+                <$provider as $crate::Provider>::check(&$crate::host::Only::<{ $caps }>, &ctx)
             }
         }
 
@@ -148,7 +154,7 @@ macro_rules! export_provider {
                 limit: u32,
             ) -> Result<(Vec<$crate::Instance>, Option<String>), $crate::ProviderError> {
                 <$provider as $crate::Provider>::list_page(
-                    &$crate::WasmHost,
+                    &$crate::host::Only::<{ $caps }>,
                     &ctx,
                     &installation,
                     cursor.as_deref(),

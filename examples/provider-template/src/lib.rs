@@ -193,4 +193,5 @@ impl Provider for ExampleCloud {
 }
 
 #[cfg(target_arch = "wasm32")]
-guest_sdk::export_provider!(ExampleCloud);
+// Only `http` is imported: the one capability this provider calls.
+guest_sdk::export_provider!(ExampleCloud, uses: guest_sdk::host::caps::HTTP);

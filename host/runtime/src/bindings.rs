@@ -61,6 +61,16 @@ impl<T: Send + 'static> ModulePre<T> {
         self.listing.is_some()
     }
 
+    /// The names the component imports (`egress:provider/kube@0.1.3`, `wasi:io/...`).
+    pub fn import_names(&self) -> Vec<String> {
+        let component = self.pre.component();
+        component
+            .component_type()
+            .imports(component.engine())
+            .map(|(name, _)| name.to_string())
+            .collect()
+    }
+
     /// A new instance, its exports not looked up yet.
     pub async fn instantiate_async(
         &self,

@@ -38,6 +38,13 @@ impl LoadedModule {
     pub fn pages(&self) -> bool {
         self.pre.pages()
     }
+
+    /// The interfaces the module imports: a module names the capabilities it calls
+    /// (`export_provider!`'s `uses`), and each it leaves out is linked and set up at none of
+    /// its calls.
+    pub fn imports(&self) -> Vec<String> {
+        self.pre.import_names()
+    }
 }
 
 /// One page of a provider's listing and the cursor that continues it; none on the last.

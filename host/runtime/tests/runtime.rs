@@ -587,3 +587,39 @@ async fn the_host_pages_a_listing_that_does_not_fit_in_one_call() {
     let whole = p.list_pages("gc", "test", 5000, |_| {}).await.unwrap_err();
     assert_eq!(whole.reason, "MemoryLimit", "{whole}");
 }
+
+/// Each built-in imports the capabilities it calls and no other: an import a call never uses
+/// is still linked and set up at every call's instantiation.
+#[tokio::test]
+async fn each_builtin_imports_only_the_capabilities_it_calls() {
+    let providers = load_one(&format!(
+        "providers:\n- {{name: k8s, type: kubernetes}}\n- {{name: gce, type: gcp, gcp: {{project: acme-proxies}}}}\n- {{name: lab, type: kvm2, {KVM2_BLOCK}}}\n"
+    ))
+    .await
+    .unwrap();
+    let capabilities = |name: &str| -> Vec<String> {
+        let mut found: Vec<String> = providers
+            .get(name)
+            .unwrap()
+            .module
+            .imports()
+            .iter()
+            .filter_map(|i| i.strip_prefix("egress:provider/"))
+            .map(|i| i.split('@').next().unwrap_or(i).to_string())
+            .collect();
+        found.sort();
+        found
+    };
+    assert_eq!(
+        capabilities("k8s"),
+        ["clock", "credentials", "kube", "log", "types"]
+    );
+    assert_eq!(
+        capabilities("gce"),
+        ["clock", "credentials", "http", "log", "types"]
+    );
+    assert_eq!(
+        capabilities("lab"),
+        ["clock", "credentials", "libvirt", "lock", "log", "types"]
+    );
+}

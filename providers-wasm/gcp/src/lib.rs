@@ -123,7 +123,8 @@ impl Provider for Gcp {
 }
 
 #[cfg(target_arch = "wasm32")]
-guest_sdk::export_provider!(Gcp);
+// Only the capabilities this provider calls are imported (see `guest_sdk::host::Only`).
+guest_sdk::export_provider!(Gcp, uses: guest_sdk::host::caps::HTTP);
 
 #[cfg(test)]
 mod tests;

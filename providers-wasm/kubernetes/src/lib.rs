@@ -351,7 +351,8 @@ fn check_reason(e: &guest_sdk::KubeError) -> &'static str {
 }
 
 #[cfg(target_arch = "wasm32")]
-guest_sdk::export_provider!(Kubernetes);
+// Only the capabilities this provider calls are imported (see `guest_sdk::host::Only`).
+guest_sdk::export_provider!(Kubernetes, uses: guest_sdk::host::caps::KUBE);
 
 #[cfg(test)]
 mod tests;

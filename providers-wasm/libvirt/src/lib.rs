@@ -191,7 +191,8 @@ impl Provider for LibvirtProvider {
 }
 
 #[cfg(target_arch = "wasm32")]
-guest_sdk::export_provider!(LibvirtProvider);
+// Only the capabilities this provider calls are imported (see `guest_sdk::host::Only`).
+guest_sdk::export_provider!(LibvirtProvider, uses: guest_sdk::host::caps::LIBVIRT | guest_sdk::host::caps::LOCKS);
 
 #[cfg(test)]
 mod tests;
