@@ -1304,6 +1304,31 @@ pub struct SimEgress {
     clock: Arc<dyn ClockBackend>,
     /// Each rule's `ip` as a range (an address is a range of one).
     ranges: Vec<Option<ipnet::IpNet>>,
+    /// Each rule's `during`, and the echo outage's window, in Unix seconds: parsed once,
+    /// not at each of a day's hundred thousand probes.
+    windows: Vec<Window>,
+    echo_window: Window,
+}
+
+/// A window's bounds in Unix seconds; an absent bound, or one that does not parse, is open.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    from: Option<i64>,
+    until: Option<i64>,
+}
+
+impl Window {
+    fn of(from: &Option<String>, until: &Option<String>) -> Self {
+        let at = |t: &Option<String>| t.as_deref().and_then(egress_core::gc::parse_rfc3339);
+        Self {
+            from: at(from),
+            until: at(until),
+        }
+    }
+
+    fn holds(&self, now: i64) -> bool {
+        self.from.is_none_or(|f| now >= f) && self.until.is_none_or(|u| now < u)
+    }
 }
 
 /// A rule's `ip` as a range: a CIDR range, or an address as the range of one.
@@ -1329,10 +1354,25 @@ fn picked(index: usize, ip: &str, share: f64) -> bool {
 impl SimEgress {
     pub fn new(spec: SimEgressSpec, clock: Arc<dyn ClockBackend>) -> Self {
         let ranges = spec.proxies.iter().map(|p| range_of(&p.ip)).collect();
+        let windows = spec
+            .proxies
+            .iter()
+            .map(|p| {
+                p.during
+                    .as_ref()
+                    .map_or_else(Window::default, |w| Window::of(&w.from, &w.until))
+            })
+            .collect();
+        let echo_window = spec
+            .echo_down
+            .as_ref()
+            .map_or_else(Window::default, |d| Window::of(&d.from, &d.until));
         Self {
             spec,
             clock,
             ranges,
+            windows,
+            echo_window,
         }
     }
 
@@ -1362,34 +1402,28 @@ impl SimEgress {
     /// The first rule that holds for the proxy at `ip` now.
     fn rule(&self, ip: &str) -> Option<&SimProxy> {
         let addr = ip.parse::<std::net::IpAddr>().ok();
+        let now = self.now_secs();
         self.spec
             .proxies
             .iter()
-            .zip(&self.ranges)
+            .zip(self.ranges.iter().zip(&self.windows))
             .enumerate()
-            .find(|(i, (p, range))| {
+            .find(|(i, (p, (range, window)))| {
                 let matches = range.zip(addr).is_some_and(|(r, a)| r.contains(&a));
                 // The window first: the share's hash is the dearest test.
-                matches
-                    && self.during(&p.during)
-                    && p.share.is_none_or(|share| picked(*i, ip, share))
+                matches && window.holds(now) && p.share.is_none_or(|share| picked(*i, ip, share))
             })
             .map(|(_, (p, _))| p)
     }
 
-    fn within(&self, from: &Option<String>, until: &Option<String>) -> bool {
-        let now = (self.clock.now_millis() / 1000) as i64;
-        let at = |t: &Option<String>| t.as_deref().and_then(egress_core::gc::parse_rfc3339);
-        at(from).is_none_or(|f| now >= f) && at(until).is_none_or(|u| now < u)
-    }
-
-    fn during(&self, w: &Option<SimWindow>) -> bool {
-        w.as_ref().is_none_or(|w| self.within(&w.from, &w.until))
+    fn now_secs(&self) -> i64 {
+        (self.clock.now_millis() / 1000) as i64
     }
 
     fn echo_down(&self, url: &str) -> bool {
         self.spec.echo_down.as_ref().is_some_and(|d| {
-            self.within(&d.from, &d.until) && (d.urls.is_empty() || d.urls.iter().any(|u| u == url))
+            self.echo_window.holds(self.now_secs())
+                && (d.urls.is_empty() || d.urls.iter().any(|u| u == url))
         })
     }
 }
