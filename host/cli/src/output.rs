@@ -169,6 +169,16 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
             out.push_str(" — not steady yet");
         }
         out.push('\n');
+        // What a crawler team buys is distinct addresses: a shared one is said where the
+        // Proxy is.
+        if !s.egress_shared_with.is_empty() {
+            let _ = writeln!(
+                out,
+                "    egress {} shared with {}",
+                s.egress_ip.as_deref().unwrap_or("(unknown)"),
+                s.egress_shared_with.join(", ")
+            );
+        }
         for c in &s.conditions {
             let _ = writeln!(
                 out,
