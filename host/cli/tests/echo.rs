@@ -129,3 +129,85 @@ async fn serves_tls_with_a_self_signed_certificate_it_prints_the_fingerprint_of(
 
     interrupt(child);
 }
+
+/// With --tls-cert and --tls-key the echo serves the certificate it is given (a CA's, not one
+/// it makes), and a checker trusting that CA (`egressCheck.tls.caFile`) gets its answer over
+/// TLS; one pinning another certificate does not.
+#[tokio::test]
+async fn serves_tls_with_the_certificate_it_is_given_to_a_checker_trusting_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap())
+        .unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let (ca_file, cert_file, key_file) = (
+        dir.path().join("ca.pem"),
+        dir.path().join("echo.pem"),
+        dir.path().join("echo.key"),
+    );
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    std::fs::write(&cert_file, cert.pem()).unwrap();
+    std::fs::write(&key_file, key.serialize_pem()).unwrap();
+
+    let (child, lines) = start_echo(
+        &[
+            "--tls-listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert_file.to_str().unwrap(),
+            "--tls-key",
+            key_file.to_str().unwrap(),
+        ],
+        2,
+    );
+    let addr = lines[0]
+        .strip_prefix("echo listening on https://")
+        .and_then(|a| a.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("the address on stderr: {lines:?}"))
+        .to_string();
+    // The fingerprint it prints is the given certificate's.
+    let printed = lines[1]
+        .strip_prefix("certificate SHA-256 ")
+        .unwrap_or_else(|| panic!("the fingerprint on stderr: {lines:?}"));
+    assert_eq!(
+        printed,
+        egress_check::tls::fingerprint_text(&egress_check::tls::fingerprint(cert.der()))
+    );
+
+    let url: std::sync::Arc<egress_check::EchoUrl> =
+        std::sync::Arc::new(format!("https://{addr}/anything").parse().unwrap());
+    let probe = |trust: egress_check::Trust, nonce: &str| {
+        let url = url.clone();
+        let nonce = nonce.to_string();
+        async move {
+            let prober = egress_check::HttpProber::with_trust(Default::default(), &trust).unwrap();
+            egress_check::Prober::probe(&prober, &egress_check::ProbeRequest::new(None, url, nonce))
+                .await
+        }
+    };
+    let trusted = probe(egress_check::Trust::from_ca_file(&ca_file).unwrap(), "n3").await;
+    assert_eq!(
+        trusted.reason,
+        egress_check::Reason::Verified,
+        "{trusted:?}"
+    );
+    assert_eq!(trusted.egress_ip, Some("127.0.0.1".parse().unwrap()));
+    let other = egress_check::tls::fingerprint(ca.der());
+    let pinned_elsewhere = probe(egress_check::Trust::Pinned(other), "n4").await;
+    assert_ne!(
+        pinned_elsewhere.reason,
+        egress_check::Reason::Verified,
+        "{pinned_elsewhere:?}"
+    );
+
+    interrupt(child);
+}

@@ -23,18 +23,6 @@ fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
     CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap()
 }
 
-fn pem(label: &str, der: &[u8]) -> String {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).unwrap());
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
-}
-
 /// A serving certificate for 127.0.0.1 signed by `ca`, as PEM: (certificate, key, its DER).
 fn leaf(ca: &CertifiedIssuer<'static, KeyPair>) -> (String, String, Vec<u8>) {
     let key = KeyPair::generate().unwrap();
@@ -42,11 +30,7 @@ fn leaf(ca: &CertifiedIssuer<'static, KeyPair>) -> (String, String, Vec<u8>) {
         .unwrap()
         .signed_by(&key, ca)
         .unwrap();
-    (
-        pem("CERTIFICATE", cert.der()),
-        pem("PRIVATE KEY", &key.serialize_der()),
-        cert.der().to_vec(),
-    )
+    (cert.pem(), key.serialize_pem(), cert.der().to_vec())
 }
 
 /// The providers config as loaded: the deploy's three entries, a check starting within 5m.
