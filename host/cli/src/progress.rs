@@ -208,6 +208,9 @@ impl Progress {
         let on = out.is_some();
         self.lock().out = out;
         self.shared.active.store(on, Ordering::SeqCst);
+        if on {
+            tracing::callsite::rebuild_interest_cache();
+        }
     }
 
     fn live(&self, target: ProgressDrawTarget) -> Out {
@@ -239,7 +242,9 @@ impl Progress {
 
     /// Clears the live lines (the report comes next) and stops listening.
     pub fn stop(&self) {
-        self.shared.active.store(false, Ordering::SeqCst);
+        if self.shared.active.swap(false, Ordering::SeqCst) {
+            tracing::callsite::rebuild_interest_cache();
+        }
         let mut state = self.lock();
         let out = state.out.take();
         *state = State::default();
@@ -322,8 +327,12 @@ impl<S> Filter<S> for Gate {
         self.shared.active.load(Ordering::Relaxed) && wanted(meta)
     }
 
+    /// Never while stopped: a per-layer filter's `false` from `enabled` does not keep the
+    /// span from being built (the registry builds it for the other layers, although none
+    /// wants it), so a run without progress would build every provider call's span for
+    /// nothing. Starting and stopping rebuild the callsites' interest.
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if wanted(meta) {
+        if wanted(meta) && self.shared.active.load(Ordering::Relaxed) {
             Interest::sometimes()
         } else {
             Interest::never()

@@ -80,12 +80,16 @@ pub fn init() -> Telemetry {
             .with_tracked_inactivity(false)
             .with_filter(EnvFilter::new(EXPORTED))
     });
-    if let Err(e) = tracing_subscriber::registry()
+    let base = tracing_subscriber::registry()
         .with(logs(&progress))
-        .with(progress.layer())
-        .with(traces)
-        .try_init()
-    {
+        .with(progress.layer());
+    // Not `.with(traces)` with traces None: an absent layer counts as one that wants every
+    // span, so each span would be built and entered although no layer records it.
+    let installed = match traces {
+        Some(traces) => base.with(traces).try_init(),
+        None => base.try_init(),
+    };
+    if let Err(e) = installed {
         // Only a second init in one process gets here; the first subscriber stays.
         eprintln!("telemetry: a subscriber is already installed: {e}");
     }
