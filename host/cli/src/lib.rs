@@ -188,10 +188,11 @@ pub const DEFAULT_MAX_ROUNDS: u32 = 200;
 
 fn load_config(src: &Source) -> Result<(ProvidersConfig, String), CliError> {
     let (text, what) = src.read()?;
-    let cfg = ProvidersConfig::from_yaml(&text).map_err(|source| CliError::Config {
+    let mut cfg = ProvidersConfig::from_yaml(&text).map_err(|source| CliError::Config {
         what: what.clone(),
         source,
     })?;
+    cfg.resolve_files(&src.dir());
     Ok((cfg, what))
 }
 
@@ -1036,6 +1037,39 @@ mod tests {
             Err(CliError::Input { message, .. }) => message,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A relative `egressCheck.tls.caFile` is found beside the providers file, as its
+    /// modules are, whatever directory the process runs in; an absolute one stays.
+    #[test]
+    fn a_relative_ca_file_is_found_beside_the_providers_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("providers.yaml");
+        let block = |ca: &str| {
+            format!(
+                "egressCheck: {{urls: ['http://198.51.100.1/', 'https://198.51.100.1/'], tls: {{caFile: {ca}}}}}\nproviders: []\n"
+            )
+        };
+        let ca_of = |cfg: &ProvidersConfig| {
+            cfg.egress_check
+                .as_ref()
+                .unwrap()
+                .tls
+                .as_ref()
+                .unwrap()
+                .ca_file
+                .clone()
+                .unwrap()
+        };
+        std::fs::write(&path, block("certs/ca.pem")).unwrap();
+        let (cfg, _) = load_config(&Source::File(path.clone())).unwrap();
+        assert_eq!(
+            ca_of(&cfg),
+            dir.path().join("certs/ca.pem").display().to_string()
+        );
+        std::fs::write(&path, block("/etc/echo/ca.pem")).unwrap();
+        let (cfg, _) = load_config(&Source::File(path)).unwrap();
+        assert_eq!(ca_of(&cfg), "/etc/echo/ca.pem");
     }
 
     /// A document that is not a manifest at all is named without a path (not `.`), a field by

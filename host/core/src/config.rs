@@ -623,6 +623,21 @@ pub fn default_timeout(operation: &str) -> Duration {
 }
 
 impl ProvidersConfig {
+    /// The config's own file paths resolved against `dir`, the directory of the providers
+    /// file, as `module` and `credentialsFile` are: `egressCheck.tls.caFile` when relative.
+    /// A process started from elsewhere than beside the file reads the same CA.
+    pub fn resolve_files(&mut self, dir: &std::path::Path) {
+        if let Some(file) = self
+            .egress_check
+            .as_mut()
+            .and_then(|c| c.tls.as_mut())
+            .and_then(|t| t.ca_file.as_mut())
+            && std::path::Path::new(file.as_str()).is_relative()
+        {
+            *file = dir.join(file.as_str()).display().to_string();
+        }
+    }
+
     /// Parses YAML, rejecting unknown keys, and checks the structure that does not depend on
     /// the modules: names, types, blocks, grants and limits.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {

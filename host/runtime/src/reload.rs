@@ -84,7 +84,14 @@ impl Snapshot {
 fn read_config(path: &Path) -> Result<ProvidersConfig, ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("", format!("cannot read {}: {e}", path.display())))?;
-    ProvidersConfig::from_yaml(&text)
+    parse_config(path, &text)
+}
+
+/// The config `text` of the file at `path`, its relative file paths resolved beside it.
+fn parse_config(path: &Path, text: &str) -> Result<ProvidersConfig, ConfigError> {
+    let mut cfg = ProvidersConfig::from_yaml(text)?;
+    cfg.resolve_files(path.parent().unwrap_or(Path::new(".")));
+    Ok(cfg)
 }
 
 impl Reloader {
@@ -186,7 +193,7 @@ impl Reloader {
         let parsed = snap
             .text
             .map_err(|why| ConfigError::new("", why))
-            .and_then(|t| ProvidersConfig::from_yaml(&t));
+            .and_then(|t| parse_config(&self.path, &t));
         let cfg = match parsed {
             Ok(c) => c,
             Err(e) => {

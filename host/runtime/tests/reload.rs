@@ -255,3 +255,28 @@ async fn a_poll_loads_a_change_only_once_it_has_settled() {
     assert!(err.message.contains("empty"), "{err}");
     assert_eq!(reloader.current().by_name.len(), 2);
 }
+
+/// The operator's config, read by the reloader, finds a relative `egressCheck.tls.caFile`
+/// beside the providers file, as the CLI does.
+#[tokio::test]
+async fn a_relative_ca_file_is_found_beside_the_providers_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("providers.yaml");
+    std::fs::write(dir.path().join("m.wasm"), variant(0)).unwrap();
+    std::fs::write(
+        &path,
+        format!(
+            "egressCheck: {{urls: ['http://198.51.100.1/', 'https://198.51.100.1/'], tls: {{caFile: ca.pem}}}}\n{}",
+            config("v0")
+        ),
+    )
+    .unwrap();
+    let world = World::default().build().unwrap();
+    let r = reloader(&path, world.backends).await;
+    let config = r.config();
+    let tls = config.egress_check.as_ref().unwrap().tls.as_ref().unwrap();
+    assert_eq!(
+        tls.ca_file.as_deref(),
+        Some(dir.path().join("ca.pem").display().to_string().as_str())
+    );
+}
