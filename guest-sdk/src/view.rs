@@ -7,10 +7,12 @@
 //! `Value` (a map per object, a string per scalar) was the larger part of a Get's guest time
 //! (BENCHMARKS.md, "A pool's day of ordinary weather"). serde has the parts (`IgnoredAny`,
 //! `MapAccessDeserializer`) but no crate offers `Value`'s indexing semantics as field types,
-//! so these four are ours.
+//! so these three are ours.
 //!
 //! A view struct derives `Deserialize` with `#[serde(default)]` and without
-//! `deny_unknown_fields`; its fields are these types or other views wrapped in [`Obj`]. One
+//! `deny_unknown_fields`; its fields are these types or other views wrapped in [`Obj`]; a
+//! field read only for whether it holds anything but null (as `!value.is_null()`) is serde's
+//! own `Option<IgnoredAny>`. One
 //! difference from `Value`: an object that names a field twice is an error (`Value` keeps the
 //! last), which no API server sends.
 
@@ -32,10 +34,6 @@ impl Text {
         self.0.as_deref().unwrap_or("")
     }
 }
-
-/// Whether the field holds anything but null, as `!value.is_null()`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Present(pub bool);
 
 /// An object read as `T`; anything else reads as `T::default()`, as indexing into a
 /// non-object `Value` gives null for every field.
@@ -123,29 +121,6 @@ impl<'de> Deserialize<'de> for Text {
     }
 }
 
-impl<'de> Deserialize<'de> for Present {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Present;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            lenient_scalars!(Present(true));
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Present, E> {
-                Ok(Present(true))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Present, A::Error> {
-                drain_seq(seq).map(|()| Present(true))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Present, A::Error> {
-                drain_map(map).map(|()| Present(true))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
 impl<'de, T: Deserialize<'de> + Default> Deserialize<'de> for Obj<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V<T>(std::marker::PhantomData<T>);
@@ -213,7 +188,7 @@ mod tests {
     #[serde(default, rename_all = "camelCase")]
     struct Outer {
         name: Text,
-        deletion_timestamp: Present,
+        deletion_timestamp: Option<IgnoredAny>,
         inner: Obj<Inner>,
         items: Arr<Obj<Inner>>,
     }
@@ -239,7 +214,7 @@ mod tests {
     fn by_view(o: &Outer) -> (Option<String>, bool, Option<String>, Vec<Option<String>>) {
         (
             o.name.0.clone(),
-            o.deletion_timestamp.0,
+            o.deletion_timestamp.is_some(),
             o.inner.0.name.0.clone(),
             o.items.0.iter().map(|i| i.0.name.0.clone()).collect(),
         )

@@ -129,26 +129,17 @@ impl<'a> Api<'a> {
     /// A GET whose answer is read as `T`, a lenient view of the resource (see
     /// `guest_sdk::view`), without building the whole answer as a `Value`: a Get's one call.
     pub fn get_as<T: DeserializeOwned + Default>(&self, path: &str) -> Result<T, ApiError> {
-        let body = self.send("GET", path, None)?;
-        if body.is_empty() {
-            return Ok(T::default());
-        }
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::BadResponse(format!("GET {path}: not JSON: {e}")))
+        self.call("GET", path, None)
     }
 
-    /// `path` is relative to the project (`zones/z/instances/n`), with its query if any.
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, ApiError> {
-        let body = self.send(method, path, body)?;
-        if body.is_empty() {
-            return Ok(Value::Null);
-        }
-        serde_json::from_slice(&body)
-            .map_err(|e| ApiError::BadResponse(format!("{method} {path}: not JSON: {e}")))
-    }
-
-    /// The body of a 2xx answer; any other status is the API's error envelope.
-    fn send(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Vec<u8>, ApiError> {
+    /// `path` is relative to the project (`zones/z/instances/n`), with its query if any. An
+    /// empty answer reads as `T::default()` (`Value::Null` for a `Value`).
+    fn call<T: DeserializeOwned + Default>(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<T, ApiError> {
         let mut headers = vec![("accept".to_string(), "application/json".to_string())];
         if body.is_some() {
             headers.push(("content-type".into(), "application/json".into()));
@@ -167,7 +158,11 @@ impl<'a> Api<'a> {
                 &resp.body,
             )));
         }
-        Ok(resp.body)
+        if resp.body.is_empty() {
+            return Ok(T::default());
+        }
+        serde_json::from_slice(&resp.body)
+            .map_err(|e| ApiError::BadResponse(format!("{method} {path}: not JSON: {e}")))
     }
 }
 

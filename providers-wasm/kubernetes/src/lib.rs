@@ -168,7 +168,7 @@ impl Provider for Kubernetes {
                         ),
                     ));
                 }
-                if existing.metadata.0.deletion_timestamp.0 {
+                if existing.metadata.0.deletion_timestamp.is_some() {
                     return Err(transient(
                         "Terminating",
                         format!("Pod {}/{} is still terminating", req.namespace, req.name),

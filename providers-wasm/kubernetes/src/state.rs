@@ -2,9 +2,10 @@
 //! never reads as Running.
 
 use crate::id::format_id;
-use guest_sdk::view::{Obj, Present, Text};
+use guest_sdk::view::{Obj, Text};
 use guest_sdk::{Instance, InstanceState};
 use serde::Deserialize;
+use serde::de::IgnoredAny;
 
 /// The fields of a Pod a provider reads, parsed straight from the API's answer (see
 /// `guest_sdk::view`): a field of another type reads as absent, as indexing a `Value` does.
@@ -22,7 +23,8 @@ pub struct PodMeta {
     pub namespace: Text,
     pub uid: Text,
     pub creation_timestamp: Text,
-    pub deletion_timestamp: Present,
+    /// Anything but null: the Pod is being deleted.
+    pub deletion_timestamp: Option<IgnoredAny>,
     pub labels: Obj<Marks>,
 }
 
@@ -47,7 +49,7 @@ pub struct PodStatus {
 }
 
 pub fn state_from_pod(pod: &PodView) -> InstanceState {
-    if pod.metadata.0.deletion_timestamp.0 {
+    if pod.metadata.0.deletion_timestamp.is_some() {
         return InstanceState::Terminated;
     }
     let status = &pod.status.0;
