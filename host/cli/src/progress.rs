@@ -203,6 +203,9 @@ impl Progress {
         self.start_with(Some(Out::Plain(out)));
     }
 
+    /// Start before the work it follows: starting rebuilds the callsites' interest, and a
+    /// callsite first hit on another thread at that very moment may keep the interest it
+    /// computed while the layer was off.
     fn start_with(&self, out: Option<Out>) {
         self.stop();
         let on = out.is_some();
@@ -844,14 +847,30 @@ mod tests {
         }
     }
 
+    /// Held by each test that installs the layer. The callsites' interest is global:
+    /// tracing-core computes a callsite's interest from every live subscriber's answer when
+    /// the callsite is first hit and when interest is rebuilt, and two such computations on
+    /// two threads may land in either order. A test's first hit of `step`'s spans, made while
+    /// another test's gate is still closed, could land after that test's start had opened it
+    /// and leave the spans at "never" for it. In a process there is one subscriber, started
+    /// before the work it follows.
+    static LAYER_TESTS: Mutex<()> = Mutex::new(());
+
+    fn one_at_a_time() -> MutexGuard<'static, ()> {
+        LAYER_TESTS.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Runs `f` under a subscriber holding only the progress layer, in plain mode.
     fn plain(f: impl FnOnce()) -> String {
+        let _one = one_at_a_time();
         let progress = Progress::default();
         let out = Captured::default();
-        progress.start_plain(Box::new(out.clone()));
         let subscriber = tracing_subscriber::registry().with(progress.layer());
-        tracing::subscriber::with_default(subscriber, f);
-        progress.stop();
+        tracing::subscriber::with_default(subscriber, || {
+            progress.start_plain(Box::new(out.clone()));
+            f();
+            progress.stop();
+        });
         out.text()
     }
 
@@ -941,6 +960,7 @@ mod tests {
 
     #[test]
     fn nothing_is_seen_before_start_or_after_stop() {
+        let _one = one_at_a_time();
         let progress = Progress::default();
         let subscriber = tracing_subscriber::registry().with(progress.layer());
         tracing::subscriber::with_default(subscriber, || {
