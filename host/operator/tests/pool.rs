@@ -11,10 +11,16 @@
 
 mod support;
 
+use egress_core::egress::{CheckReason, CheckResult, Settings};
+use egress_core::pool::SHARED_EGRESS_LIMIT;
 use egress_operator::context::{Context, Loaded};
 use egress_operator::crd::{Proxy, ProxyPool};
 use egress_operator::metrics::Metrics;
 use egress_operator::pool::{Clock, PoolContext};
+use egress_runtime::capabilities::clock::ClockBackend;
+use egress_runtime::egress::{
+    CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
+};
 use futures::StreamExt;
 use http::Method;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -30,8 +36,34 @@ const NS: &str = "crawlers";
 const GROUP: &str = "crawl.example.com/v1alpha1";
 const PROVIDERS: &str = "installation: test\nproviders:\n- {name: east, type: kubernetes}\n- {name: west, type: kubernetes}\n";
 
+/// The egress check of [`start_with`]'s runs: every 30 s, Ready on one verified check.
+const EGRESS_CHECK: &str = "egressCheck: {urls: ['http://127.0.0.1/anything', 'https://127.0.0.1/anything'], interval: 30s, timeout: 1s, failureThreshold: 2, readinessFailureThreshold: 1, startupTimeout: 10m}\n";
+
+/// The checker's clock on tokio's (paused) time from the double's start, as the double's and
+/// the pool's clocks are: its schedule moves with theirs.
+struct PausedClock {
+    start_ms: u64,
+    t0: tokio::time::Instant,
+}
+
+#[async_trait::async_trait]
+impl ClockBackend for PausedClock {
+    fn now_millis(&self) -> u64 {
+        self.start_ms + self.t0.elapsed().as_millis() as u64
+    }
+    async fn sleep_millis(&self, ms: u64) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    fn random_u64(&self) -> u64 {
+        self.now_millis().wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+    fn process_id(&self) -> u64 {
+        1
+    }
+}
+
 struct Run {
-    d: Double,
+    d: Arc<Double>,
     ctx: Arc<Context>,
     clock: Clock,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -64,6 +96,10 @@ fn double_config() -> Config {
 
 async fn context(client: kube::Client, d: &Double, clock: Clock) -> Arc<Context> {
     let loaded = load(client.clone(), d, PROVIDERS).await;
+    context_of(client, loaded, clock)
+}
+
+fn context_of(client: kube::Client, loaded: Loaded, clock: Clock) -> Arc<Context> {
     Arc::new(
         Context::new(
             client,
@@ -91,15 +127,58 @@ async fn load(_client: kube::Client, d: &Double, yaml: &str) -> Loaded {
 
 /// The double, the Proxy controller and the pool controller, on one paused clock.
 async fn start() -> Run {
+    start_with(None).await
+}
+
+/// The network a run's egress checks meet, made once the double runs.
+type Network = fn(&Arc<Double>) -> Arc<dyn EgressProbe>;
+
+/// As [`start`]; with `network`, the providers config has an egress check whose probes meet
+/// that network, run in the background and wake their Proxies, and the Proxies' statuses
+/// reach the checker's fleet from a watch, as in `egress-proxies run`.
+async fn start_with(network: Option<Network>) -> Run {
     let config = double_config();
     let start_s = (config.start_ms / 1000) as i64;
     let t0 = tokio::time::Instant::now();
-    let d = Double::start_with(config).await.unwrap();
+    let d = Arc::new(Double::start_with(config).await.unwrap());
     // The double's clock: its start plus tokio's (paused) time.
     let clock: Clock = Arc::new(move || start_s + t0.elapsed().as_secs() as i64);
-    let ctx = context(d.client_in_memory(), &d, clock.clone()).await;
+    let mut tasks = Vec::new();
+    let mut proxy_controller = egress_operator::proxy_controller(d.client_in_memory(), 8);
+    let ctx = match network {
+        None => context(d.client_in_memory(), &d, clock.clone()).await,
+        Some(network) => {
+            let network = network(&d);
+            let yaml = format!("{PROVIDERS}{EGRESS_CHECK}");
+            let (config, providers) = support::providers_on(&d, &yaml).await;
+            let fleet = Arc::new(StatusFleet::default());
+            let wakes = Arc::new(CheckWakes::default());
+            let checker = EgressChecker::new(
+                Settings::from_config(config.egress_check.as_ref().unwrap()),
+                network,
+                Arc::new(PausedClock {
+                    start_ms: start_s as u64 * 1000,
+                    t0,
+                }),
+            )
+            .with_fleet(fleet.clone())
+            .in_background(wakes.clone());
+            let (_store, watch) =
+                egress_operator::discovery_watch(d.client_in_memory(), fleet.clone());
+            tasks.push(tokio::spawn(watch));
+            proxy_controller = proxy_controller
+                .reconcile_on(egress_operator::peers_changed(fleet))
+                .reconcile_on(egress_operator::checks_finished(wakes));
+            let loaded = Loaded {
+                config: Arc::new(config),
+                providers: Arc::new(providers),
+                egress: Some(Arc::new(checker)),
+            };
+            context_of(d.client_in_memory(), loaded, clock.clone())
+        }
+    };
     let proxies = tokio::spawn(
-        egress_operator::proxy_controller(d.client_in_memory(), 8)
+        proxy_controller
             .run(
                 egress_operator::controller::reconcile,
                 egress_operator::controller::error_policy,
@@ -126,11 +205,12 @@ async fn start() -> Run {
             )
             .for_each(|_| async {}),
     );
+    tasks.extend([proxies, pools, forget]);
     Run {
         d,
         ctx,
         clock,
-        tasks: vec![proxies, pools, forget],
+        tasks,
     }
 }
 
@@ -1488,4 +1568,210 @@ async fn a_lease_does_not_follow_its_proxy_to_a_new_address() {
     )
     .await;
     assert_eq!(code, 201, "the replaced instance is free: {v}");
+}
+
+/// The address east's Pods all egress from (one NAT in front of its nodes).
+const NAT: &str = "203.0.113.7";
+
+/// The network the checker meets: every Pod forwards; east's egress from [`NAT`], west's each
+/// from an address of its own. The probe finds the Pod by the address it dials, as the
+/// network would route to it, and its placement by the provider label its Pod carries.
+struct BehindNat {
+    d: std::sync::Weak<Double>,
+}
+
+fn behind_nat(d: &Arc<Double>) -> Arc<dyn EgressProbe> {
+    Arc::new(BehindNat {
+        d: Arc::downgrade(d),
+    })
+}
+
+#[async_trait::async_trait]
+impl EgressProbe for BehindNat {
+    async fn probe(&self, ip: &str, _port: u16, _s: &Settings, _e: &Chosen) -> CheckResult {
+        let provider = self.d.upgrade().and_then(|d| {
+            d.with(|c| {
+                c.snapshot(&Selection::of("v1", "Pod", Some(NS)))
+                    .0
+                    .into_iter()
+                    .find(|p| p["status"]["podIP"] == ip)
+                    .and_then(|p| {
+                        p["metadata"]["labels"]["egress-proxies.crawl.example.com/provider"]
+                            .as_str()
+                            .map(str::to_string)
+                    })
+            })
+        });
+        let egress = match provider.as_deref() {
+            Some("east") => NAT.to_string(),
+            Some(_) => format!("198.51.100.{}", ip.rsplit('.').next().unwrap_or("0")),
+            None => {
+                return CheckResult {
+                    reason: CheckReason::ProxyUnreachable,
+                    egress_ip: None,
+                    latency_ms: None,
+                    message: format!("no Pod at {ip}"),
+                };
+            }
+        };
+        CheckResult {
+            reason: CheckReason::Verified,
+            egress_ip: Some(egress),
+            latency_ms: Some(12),
+            message: String::new(),
+        }
+    }
+
+    async fn look(&self, s: &Settings) -> EchoLook {
+        EchoLook {
+            up: vec![true; s.urls.len()],
+            ..EchoLook::default()
+        }
+    }
+}
+
+/// Every version of the pool's Proxies the API held, in order.
+fn history(r: &Run, pool: &str) -> Vec<Value> {
+    history_since(r, pool, 0)
+}
+
+/// The versions of the pool's Proxies the API held after revision `from`, in order.
+fn history_since(r: &Run, pool: &str, from: u64) -> Vec<Value> {
+    let sel = pool_selection(pool);
+    r.d.with(|c| {
+        c.changes_since(&sel, from)
+            .unwrap()
+            .into_iter()
+            .map(|e| (*e.object).clone())
+            .collect()
+    })
+}
+
+/// distinctEgress in operator mode, the checker in the loop: a member on an address an older
+/// member has is named by it, not counted, and replaced; after SHARED_EGRESS_LIMIT in a row
+/// its placement is PlacementDegraded for SharedEgress and its share spills to the other
+/// placement, so every counted member has an address of its own. The degraded placement
+/// keeps one member trying beside them, replaced at the failed-member backoff, not at every
+/// check.
+#[tokio::test(start_paused = true)]
+async fn distinct_egress_replaces_members_behind_one_address_and_spills_their_share() {
+    let r = start_with(Some(behind_nat)).await;
+    let mut spec = spec_of(3);
+    spec["distinctEgress"] = json!(true);
+    r.create_pool("web", spec).await;
+    let placed = |r: &Run, provider: &str| {
+        r.pool("web")["status"]["placements"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["provider"] == provider).cloned())
+            .unwrap_or(Value::Null)
+    };
+    r.until(
+        "three members on three addresses",
+        Duration::from_secs(1800),
+        |r| {
+            let s = &r.pool("web")["status"];
+            s["distinctEgressIPs"] == 3
+                && condition(s, "PlacementDegraded")["status"] == "True"
+                && placed(r, "east")["availableReplicas"] == 1
+                && placed(r, "west")["availableReplicas"] == 2
+                && condition(s, "Available")["status"] == "True"
+        },
+    )
+    .await;
+
+    let status = r.pool("web")["status"].clone();
+    let degraded = condition(&status, "PlacementDegraded");
+    let message = degraded["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("placements[0] (east): SharedEgress: ")
+            && message.ends_with("1 of its 2 lent: 1 to placements[1] (west)"),
+        "{degraded:#}"
+    );
+    assert_eq!(placed(&r, "east")["targetReplicas"], 1, "{status:#}");
+    assert_eq!(placed(&r, "west")["targetReplicas"], 2, "{status:#}");
+    let members = r.members("web");
+    let west: BTreeSet<&str> = members
+        .values()
+        .filter(|p| p["spec"]["provider"] == "west" && available(p))
+        .map(|p| p["status"]["egressIP"].as_str().unwrap())
+        .collect();
+    assert_eq!(west.len(), 2, "west's members each on their own: {west:?}");
+    assert!(!west.contains(NAT), "{west:?}");
+    // East's first member holds the address; any other of east is its one member trying.
+    let mut east: Vec<&Value> = members
+        .values()
+        .filter(|p| p["spec"]["provider"] == "east")
+        .collect();
+    east.sort_by_key(|p| {
+        p["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    });
+    assert!(matches!(east.len(), 1 | 2), "{east:#?}");
+    let holder = name_of(east[0]);
+    let holder_key = format!("{NS}/{holder}");
+    assert_eq!(east[0]["status"]["egressIP"], NAT);
+
+    let history = history(&r, "web");
+    let east_ever: BTreeSet<String> = history
+        .iter()
+        .filter(|p| p["spec"]["provider"] == "east")
+        .map(name_of)
+        .collect();
+    assert!(
+        east_ever.len() > SHARED_EGRESS_LIMIT as usize,
+        "east's members were replaced until the limit: {east_ever:?}"
+    );
+    // While another member of east was on the address, the two named each other.
+    assert!(
+        history.iter().any(|p| name_of(p) != holder
+            && p["status"]["egressSharedWith"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|k| *k == holder_key.as_str()))),
+        "a sharing member named {holder_key}"
+    );
+    assert!(
+        history.iter().any(|p| name_of(p) == holder
+            && p["status"]["egressSharedWith"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())),
+        "{holder_key} named the member sharing its address"
+    );
+    assert!(
+        r.pool_event_reasons().iter().any(|e| e == "SharedEgress"),
+        "{:?}",
+        r.pool_event_reasons()
+    );
+
+    // Half an hour on: the three counted members stay, the floor holds, and east tries one
+    // member at a time, each kept for the backoff (8, then 16, then 30 minutes) before the
+    // next: three at most, where one per check would have made sixty.
+    let from = r.revision();
+    let counted: BTreeSet<String> = members
+        .iter()
+        .filter(|(n, p)| **n == holder || (p["spec"]["provider"] == "west" && available(p)))
+        .map(|(n, _)| n.clone())
+        .collect();
+    tokio::time::sleep(Duration::from_secs(1800)).await;
+    let now = r.members("web");
+    assert!(
+        counted.iter().all(|n| now.get(n).is_some_and(available)),
+        "{counted:?} stay: {:?}",
+        now.keys()
+    );
+    let tried: BTreeSet<String> = history_since(&r, "web", from)
+        .iter()
+        .filter(|p| p["spec"]["provider"] == "east")
+        .map(name_of)
+        .filter(|n| !east_ever.contains(n))
+        .collect();
+    assert!(
+        tried.len() <= 3,
+        "east made {} members in half an hour: {tried:?}",
+        tried.len()
+    );
+    let (min_available, _) = r.replay("web", from);
+    assert!(min_available >= 3, "{min_available}");
+    assert_eq!(r.pool("web")["status"]["distinctEgressIPs"], 3);
 }
