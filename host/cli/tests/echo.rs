@@ -41,6 +41,26 @@ fn start_echo(args: &[&str], lines: usize) -> (Running, Vec<String>) {
     )
 }
 
+/// The TLS address the echo printed first: `echo listening on https://ADDR/`.
+fn tls_address(lines: &[String]) -> String {
+    lines[0]
+        .strip_prefix("echo listening on https://")
+        .and_then(|a| a.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("the address on stderr: {lines:?}"))
+        .to_string()
+}
+
+/// A direct probe of the echo at `addr` over TLS, trusting `trust`, as the checker makes it.
+async fn probe_tls(addr: &str, trust: egress_check::Trust, nonce: &str) -> egress_check::Outcome {
+    let prober = egress_check::HttpProber::with_trust(Default::default(), &trust).unwrap();
+    let url: egress_check::EchoUrl = format!("https://{addr}/anything").parse().unwrap();
+    egress_check::Prober::probe(
+        &prober,
+        &egress_check::ProbeRequest::new(None, std::sync::Arc::new(url), nonce.into()),
+    )
+    .await
+}
+
 /// SIGINT, by the PID started, then the exit within 10 s, which must be a success.
 fn interrupt(running: Running) {
     let mut child = running.child;
@@ -100,26 +120,14 @@ fn serves_the_echo_format_until_ctrl_c() {
 #[tokio::test]
 async fn serves_tls_with_a_self_signed_certificate_it_prints_the_fingerprint_of() {
     let (child, lines) = start_echo(&["--tls-listen", "127.0.0.1:0"], 2);
-    let addr = lines[0]
-        .strip_prefix("echo listening on https://")
-        .and_then(|a| a.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("the address on stderr: {lines:?}"))
-        .to_string();
+    let addr = tls_address(&lines);
     let fingerprint = lines[1]
         .strip_prefix("self-signed certificate SHA-256 ")
         .and_then(|r| r.split_whitespace().next())
         .unwrap_or_else(|| panic!("the fingerprint on stderr: {lines:?}"))
         .to_string();
     let pin = egress_core::config::parse_sha256(&fingerprint).unwrap();
-    let prober =
-        egress_check::HttpProber::with_trust(Default::default(), &egress_check::Trust::Pinned(pin))
-            .unwrap();
-    let url: egress_check::EchoUrl = format!("https://{addr}/anything").parse().unwrap();
-    let outcome = egress_check::Prober::probe(
-        &prober,
-        &egress_check::ProbeRequest::new(None, std::sync::Arc::new(url), "n2".into()),
-    )
-    .await;
+    let outcome = probe_tls(&addr, egress_check::Trust::Pinned(pin), "n2").await;
     assert_eq!(
         outcome.reason,
         egress_check::Reason::Verified,
@@ -169,11 +177,7 @@ async fn serves_tls_with_the_certificate_it_is_given_to_a_checker_trusting_its_c
         ],
         2,
     );
-    let addr = lines[0]
-        .strip_prefix("echo listening on https://")
-        .and_then(|a| a.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("the address on stderr: {lines:?}"))
-        .to_string();
+    let addr = tls_address(&lines);
     // The fingerprint it prints is the given certificate's.
     let printed = lines[1]
         .strip_prefix("certificate SHA-256 ")
@@ -183,18 +187,12 @@ async fn serves_tls_with_the_certificate_it_is_given_to_a_checker_trusting_its_c
         egress_check::tls::fingerprint_text(&egress_check::tls::fingerprint(cert.der()))
     );
 
-    let url: std::sync::Arc<egress_check::EchoUrl> =
-        std::sync::Arc::new(format!("https://{addr}/anything").parse().unwrap());
-    let probe = |trust: egress_check::Trust, nonce: &str| {
-        let url = url.clone();
-        let nonce = nonce.to_string();
-        async move {
-            let prober = egress_check::HttpProber::with_trust(Default::default(), &trust).unwrap();
-            egress_check::Prober::probe(&prober, &egress_check::ProbeRequest::new(None, url, nonce))
-                .await
-        }
-    };
-    let trusted = probe(egress_check::Trust::from_ca_file(&ca_file).unwrap(), "n3").await;
+    let trusted = probe_tls(
+        &addr,
+        egress_check::Trust::from_ca_file(&ca_file).unwrap(),
+        "n3",
+    )
+    .await;
     assert_eq!(
         trusted.reason,
         egress_check::Reason::Verified,
@@ -202,7 +200,7 @@ async fn serves_tls_with_the_certificate_it_is_given_to_a_checker_trusting_its_c
     );
     assert_eq!(trusted.egress_ip, Some("127.0.0.1".parse().unwrap()));
     let other = egress_check::tls::fingerprint(ca.der());
-    let pinned_elsewhere = probe(egress_check::Trust::Pinned(other), "n4").await;
+    let pinned_elsewhere = probe_tls(&addr, egress_check::Trust::Pinned(other), "n4").await;
     assert_ne!(
         pinned_elsewhere.reason,
         egress_check::Reason::Verified,

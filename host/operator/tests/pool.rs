@@ -17,7 +17,7 @@ use egress_operator::context::{Context, Loaded};
 use egress_operator::crd::{Proxy, ProxyPool};
 use egress_operator::metrics::Metrics;
 use egress_operator::pool::{Clock, PoolContext};
-use egress_runtime::capabilities::clock::ClockBackend;
+use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
 use egress_runtime::egress::{
     CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
 };
@@ -40,10 +40,12 @@ const PROVIDERS: &str = "installation: test\nproviders:\n- {name: east, type: ku
 const EGRESS_CHECK: &str = "egressCheck: {urls: ['http://127.0.0.1/anything', 'https://127.0.0.1/anything'], interval: 30s, timeout: 1s, failureThreshold: 2, readinessFailureThreshold: 1, startupTimeout: 10m}\n";
 
 /// The checker's clock on tokio's (paused) time from the double's start, as the double's and
-/// the pool's clocks are: its schedule moves with theirs.
+/// the pool's clocks are: its schedule moves with theirs. Draws come from a seeded
+/// [`VirtualClock`], whose time is not read.
 struct PausedClock {
     start_ms: u64,
     t0: tokio::time::Instant,
+    draws: VirtualClock,
 }
 
 #[async_trait::async_trait]
@@ -55,10 +57,10 @@ impl ClockBackend for PausedClock {
         tokio::time::sleep(Duration::from_millis(ms)).await;
     }
     fn random_u64(&self) -> u64 {
-        self.now_millis().wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        self.draws.random_u64()
     }
     fn process_id(&self) -> u64 {
-        1
+        self.draws.process_id()
     }
 }
 
@@ -159,6 +161,7 @@ async fn start_with(network: Option<Network>) -> Run {
                 Arc::new(PausedClock {
                     start_ms: start_s as u64 * 1000,
                     t0,
+                    draws: VirtualClock::new(0, 7),
                 }),
             )
             .with_fleet(fleet.clone())
