@@ -1,7 +1,7 @@
 //! `reconcile --watch --listen` out of a cluster, with real parts: the CLI's real-mode loop
 //! over a ProxyPool whose members are real Squids on loopback (the test module reports each
 //! instance Running at 127.0.0.1, where the template's port has a Squid), checked through the
-//! real echoes, serving the operator's API over real HTTP on loopback with named tokens:
+//! real echoes, serving the operator's API over HTTPS on loopback with named tokens:
 //! discovery with credentials for its callers only, exclusive leases that survive a restart
 //! (kept in the lease file beside the state), a leased member retired by a rollout drained
 //! until its lease is released, and the pool never below its floor. Skips without squid or
@@ -18,6 +18,10 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The CA the API's certificate is from, which the test's clients trust alone.
+static CA: std::sync::LazyLock<egress_test_pki::TestCa> =
+    std::sync::LazyLock::new(|| egress_test_pki::TestCa::new("leases test CA"));
 
 const SPIDER: &str = "spider-token-0123456789";
 const RIVAL: &str = "rival-token-0123456789";
@@ -78,7 +82,8 @@ fn tokens(dir: &Path) -> PathBuf {
     p
 }
 
-/// One request over a fresh connection: status, headers, body.
+/// One request over a fresh TLS connection, trusting the test CA alone: status, headers,
+/// body.
 async fn call(
     addr: SocketAddr,
     method: &str,
@@ -86,7 +91,7 @@ async fn call(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (u16, String, serde_json::Value) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut s = CA.connect(addr, "127.0.0.1").await.unwrap();
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
@@ -183,6 +188,13 @@ async fn watch(dir: &Path, providers: &Path, proxies: &Path) -> Watch {
         Some(Serving {
             listener,
             api_tokens: tokens(dir),
+            tls: {
+                let leaf = CA.leaf(dir, "api", &["127.0.0.1"]);
+                egress_operator::tls::Mode::Tls {
+                    cert: leaf.cert,
+                    key: leaf.key,
+                }
+            },
         }),
         move |r| {
             let _ = tx.send(summary(r));

@@ -247,8 +247,10 @@ fn deploy_kustomization_builds() {
     assert!(ingress[0].get("from").is_none(), "{ingress:?}");
     assert_eq!(
         ingress[0]["ports"].as_sequence().unwrap().as_slice(),
-        [serde_yaml::from_str::<serde_yaml::Value>("{port: http, protocol: TCP}").unwrap()]
+        [serde_yaml::from_str::<serde_yaml::Value>("{port: https, protocol: TCP}").unwrap()]
     );
+    // The API carries tokens: it serves TLS, with a certificate for its Service's names.
+    serves_tls(&docs, "egress-proxies", "egress-proxies", "https");
     // What a crawler and a scraper bind.
     let crawler = find("ClusterRole", "egress-proxies-crawler");
     assert_eq!(
@@ -300,6 +302,9 @@ fn deploy_kustomization_builds() {
     assert_eq!(
         kinds,
         vec![
+            "Certificate egress-proxies-api",
+            "Certificate egress-proxies-ca",
+            "Certificate egress-proxies-gateway",
             "ClusterRole egress-proxies",
             "ClusterRole egress-proxies-crawler",
             "ClusterRole egress-proxies-gateway",
@@ -314,6 +319,8 @@ fn deploy_kustomization_builds() {
             "CustomResourceDefinition proxypools.crawl.example.com",
             "Deployment egress-proxies",
             "Deployment egress-proxies-gateway",
+            "Issuer egress-proxies-ca",
+            "Issuer egress-proxies-selfsigned",
             "Namespace egress-proxies",
             "NetworkPolicy egress-proxies",
             "NetworkPolicy egress-proxies-gateway",
@@ -324,6 +331,96 @@ fn deploy_kustomization_builds() {
             "ServiceAccount egress-proxies",
             "ServiceAccount egress-proxies-gateway",
         ]
+    );
+}
+
+/// Deployment `deployment` serves TLS on the Service `service`'s port `port`: its `--listen`
+/// is that port's container port, `--tls-cert` and `--tls-key` are the files of a mounted
+/// Secret that a cert-manager Certificate issued from a CA keeps, for the Service's names;
+/// nothing says `--plaintext`.
+fn serves_tls(docs: &[serde_yaml::Value], deployment: &str, service: &str, port: &str) {
+    let find = |kind: &str, name: &str| find_doc(docs, kind, name);
+    let d = find("Deployment", deployment);
+    let pod = &d["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let arg = |flag: &str| {
+        args.iter()
+            .find_map(|a| a.strip_prefix(&format!("{flag}=")))
+            .unwrap_or_else(|| panic!("{deployment}: no {flag} in {args:?}"))
+    };
+    assert!(!args.contains(&"--plaintext"), "{deployment}: {args:?}");
+    let svc = find("Service", service);
+    let service_port = svc["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == port)
+        .unwrap_or_else(|| panic!("{service} has no port {port}"));
+    let container_port = container["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == service_port["targetPort"])
+        .unwrap_or_else(|| panic!("{deployment} has no port {:?}", service_port["targetPort"]));
+    assert!(
+        arg("--listen").ends_with(&format!(
+            ":{}",
+            container_port["containerPort"].as_u64().unwrap()
+        )),
+        "{deployment}: {args:?}"
+    );
+    let (cert, key) = (arg("--tls-cert"), arg("--tls-key"));
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| cert.strip_suffix("/tls.crt") == m["mountPath"].as_str())
+        .unwrap_or_else(|| panic!("{deployment}: {cert} is on no mount"));
+    let dir = mount["mountPath"].as_str().unwrap();
+    assert_eq!(
+        (cert, key),
+        (&*format!("{dir}/tls.crt"), &*format!("{dir}/tls.key"))
+    );
+    let secret = pod["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap()["secret"]["secretName"]
+        .as_str()
+        .unwrap();
+    let certificate = docs
+        .iter()
+        .find(|c| c["kind"] == "Certificate" && c["spec"]["secretName"] == secret)
+        .unwrap_or_else(|| panic!("no Certificate keeps {secret}"));
+    let namespace = svc["metadata"]["namespace"].as_str().unwrap();
+    for name in [
+        format!("{service}.{namespace}"),
+        format!("{service}.{namespace}.svc"),
+    ] {
+        assert!(
+            certificate["spec"]["dnsNames"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|n| n == name.as_str()),
+            "{name} not among {:?}",
+            certificate["spec"]["dnsNames"]
+        );
+    }
+    let issuer = find(
+        "Issuer",
+        certificate["spec"]["issuerRef"]["name"].as_str().unwrap(),
+    );
+    assert!(
+        issuer["spec"]["ca"]["secretName"].is_string(),
+        "issued from a CA"
     );
 }
 
@@ -453,7 +550,8 @@ fn the_monitoring_component_builds_onto_the_deploy() {
     let find = |kind: &str, name: &str| find_doc(&docs, kind, name);
     let monitor = find("ServiceMonitor", "egress-proxies");
     assert_eq!(monitor["metadata"]["namespace"], "egress-proxies");
-    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "https");
+    assert_eq!(monitor["spec"]["endpoints"][0]["scheme"], "https");
     assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true);
     // It selects the Service the deploy has.
     let service = find("Service", "egress-proxies");

@@ -205,9 +205,14 @@ pub struct RunArgs {
     #[arg(long, default_value = "egress-proxies-leader")]
     pub lease: String,
     /// Address of the HTTP API: discovery (/v1/proxies), leases (/v1/leases), /metrics, and
-    /// the probes.
-    #[arg(long, default_value = "0.0.0.0:8080")]
+    /// the probes. Served over TLS with --tls-cert and --tls-key, or in plain text with
+    /// --plaintext.
+    #[arg(long, default_value = "0.0.0.0:8443")]
     pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
+    pub audiences: AudienceArgs,
     /// Address of /healthz and /readyz alone, for the kubelet: a listener of their own, which
     /// clients holding every connection of the API cannot delay.
     #[arg(long, default_value = "0.0.0.0:8081")]
@@ -241,6 +246,62 @@ pub struct RunArgs {
     /// How many Proxies are reconciled at once.
     #[arg(long, default_value_t = egress_operator::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+}
+
+/// What a token reviewed by the API server must have been issued for.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AudienceArgs {
+    /// The audience a crawler's token must have been issued for (TokenReview `audiences`):
+    /// crawlers present a projected ServiceAccount token made for it, good for nothing else.
+    /// Repeatable: any of them admits (a migration may add the API server's own for a while).
+    #[arg(long = "token-audience", value_name = "AUDIENCE", default_value = egress_operator::auth::AUDIENCE, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub token: Vec<String>,
+    /// The audience a scraper's token for /metrics must have been issued for; repeatable.
+    /// Default: the API server's own, which the ServiceAccount token Secret a ServiceMonitor
+    /// presents carries.
+    #[arg(long = "metrics-token-audience", value_name = "AUDIENCE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    pub metrics: Vec<String>,
+}
+
+impl AudienceArgs {
+    /// A reviewer asking the API server behind `client` for these audiences.
+    pub fn reviewer(&self, client: kube::Client) -> egress_operator::auth::kube::KubeReviewer {
+        egress_operator::auth::kube::KubeReviewer::new(client)
+            .with_audiences(self.token.clone())
+            .with_scraper_audiences(self.metrics.clone())
+    }
+}
+
+/// How a listener that carries callers' tokens serves: over TLS, or in clear by name.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// The listener's certificate chain (PEM, leaf first); read again when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM); read again when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP: the tokens callers present cross the network in clear. Only where
+    /// the network is the caller's own (loopback, a test).
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub plaintext: bool,
+}
+
+impl TlsArgs {
+    /// The mode these flags ask for, or why they ask for none: a listener carrying tokens
+    /// serves in clear only when told so by name. `listener` names it in the error.
+    pub fn mode(&self, listener: &str) -> Result<egress_operator::tls::Mode, String> {
+        match (&self.tls_cert, &self.tls_key, self.plaintext) {
+            (Some(cert), Some(key), false) => Ok(egress_operator::tls::Mode::Tls {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None, true) => Ok(egress_operator::tls::Mode::Plaintext),
+            _ => Err(format!(
+                "{listener} carries its callers' tokens: serve it over TLS with --tls-cert and --tls-key, or in clear with --plaintext"
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -323,6 +384,9 @@ pub struct ReconcileArgs {
     /// operator's --api-tokens.
     #[arg(long, requires = "listen")]
     pub api_tokens: Option<PathBuf>,
+    /// With --listen: TLS (--tls-cert, --tls-key) or --plaintext.
+    #[command(flatten)]
+    pub tls: TlsArgs,
     /// How a real run shows what it is doing on stderr: live lines on a terminal and plain
     /// lines elsewhere (auto), either of them always, or nothing beyond the logs. A dry-run
     /// shows none.

@@ -548,11 +548,23 @@ fn serve_api(
         guard: guard.clone(),
         leases: Some(board.clone()),
     });
+    let transport = serving
+        .tls
+        .start(TOKENS_RELOAD, "the API")
+        .map_err(|e| CliError::Input {
+            what: "--tls-cert".into(),
+            message: e.to_string(),
+        })?;
     // Served, and the tokens file read again every few seconds (a token added or revoked
     // takes effect without a restart), until the watch ends.
     let server = Server(tokio::spawn(async move {
         tokio::join!(
-            egress_operator::server::serve(serving.listener, api),
+            egress_operator::server::serve_over(
+                serving.listener,
+                api,
+                egress_operator::server::Limits::default(),
+                transport,
+            ),
             tokens.watch(guard, TOKENS_RELOAD)
         );
     }));
@@ -818,6 +830,8 @@ pub struct Serving {
     /// The named tokens of callers (`--api-tokens`), as the operator reads them out of a
     /// cluster.
     pub api_tokens: PathBuf,
+    /// TLS, or plain text where asked for by name.
+    pub tls: egress_operator::tls::Mode,
 }
 
 /// Stops the API server when the watch ends.

@@ -72,6 +72,7 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
         watch: false,
         listen: None,
         api_tokens: None,
+        tls: Default::default(),
         progress: ProgressMode::Auto,
     }));
     match command {
@@ -109,15 +110,23 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                 let format = a.output;
                 let serving = match (a.listen, a.api_tokens) {
                     (Some(addr), Some(api_tokens)) => {
+                        let tls = match a.tls.mode("--listen") {
+                            Ok(m) => m,
+                            Err(e) => {
+                                eprintln!("error: {e}");
+                                return ExitCode::FAILURE;
+                            }
+                        };
                         // The API's backlog (4,096), not bind's 128: a burst of crawlers
                         // would otherwise wait out SYN retransmissions.
                         match egress_operator::server::listen(addr) {
                             Ok(listener) => {
                                 let at = listener.local_addr().unwrap_or(addr);
-                                eprintln!("serving the API on http://{at}");
+                                eprintln!("serving the API on {}://{at}", tls.scheme());
                                 Some(egress_proxies::Serving {
                                     listener,
                                     api_tokens,
+                                    tls,
                                 })
                             }
                             Err(e) => {
@@ -179,7 +188,17 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
             }
         }
         Command::Run(a) => {
+            let api_tls = match a.tls.mode("--listen") {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let opts = egress_operator::Options {
+                api_tls,
+                token_audiences: a.audiences.token.clone(),
+                metrics_token_audiences: a.audiences.metrics.clone(),
                 providers: a.providers,
                 namespace: a.namespace,
                 lease_name: a.lease,

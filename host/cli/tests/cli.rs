@@ -619,6 +619,7 @@ fn listen_is_refused_without_what_it_serves_from() {
         "127.0.0.1:0",
         "--api-tokens",
         tokens,
+        "--plaintext",
     ]);
     assert!(!out.status.success());
     let err = text(&out.stderr);
@@ -627,6 +628,57 @@ fn listen_is_refused_without_what_it_serves_from() {
         "{err}"
     );
     assert!(!dir.path().join("state.yaml.leases").exists());
+}
+
+/// A listener that carries callers' tokens serves over TLS, or in clear only when told so by
+/// name: `reconcile --listen` and `run` without --tls-cert/--tls-key or --plaintext are refused
+/// before anything listens or a cluster is asked, naming the flags; half a pair, or a pair with
+/// --plaintext, is refused by the parser.
+#[test]
+fn a_listener_carrying_tokens_needs_tls_or_plaintext_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.yaml");
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(&tokens, "tokens: []\n").unwrap();
+    let (state, tokens) = (state.to_str().unwrap(), tokens.to_str().unwrap());
+    let serve = [
+        "reconcile",
+        "--watch",
+        "--state",
+        state,
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let out = run(&[&serve[..], &["--api-tokens", tokens]].concat());
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--tls-cert") && err.contains("--tls-key") && err.contains("--plaintext"),
+        "{err}"
+    );
+    assert!(!dir.path().join("state.yaml.leases").exists());
+
+    let out = run(&["run", "--providers", "/nonexistent/providers.yaml"]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--tls-cert") && err.contains("--plaintext") && !err.contains("kube"),
+        "{err}"
+    );
+
+    for extra in [
+        &["--tls-cert", "c.pem"][..],
+        &["--tls-key", "k.pem"][..],
+        &["--tls-cert", "c.pem", "--tls-key", "k.pem", "--plaintext"][..],
+    ] {
+        let out = run(&[&serve[..], &["--api-tokens", tokens], extra].concat());
+        assert!(!out.status.success(), "{extra:?}");
+        assert!(
+            text(&out.stderr).contains("--tls-"),
+            "{extra:?}: {}",
+            text(&out.stderr)
+        );
+    }
 }
 
 /// The binary refuses, at load and before any backend is reached, a ProxyPool that the

@@ -725,7 +725,7 @@ impl Gateway {
             "/metrics" => {
                 let allowed = async {
                     let token = Guard::bearer(headers)?;
-                    let caller = self.guard.authenticate(&token).await?;
+                    let caller = self.guard.authenticate_scraper(&token).await?;
                     self.guard
                         .authorize(&token, &caller, &Access::Metrics)
                         .await

@@ -299,8 +299,8 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
     }
     bind_deploy_role(&client, "egress-proxies-crawler", "ns", "spider").await;
     bind_deploy_role(&client, "egress-proxies-crawler", "other", "rival").await;
-    let spider = d.service_account_token("ns", "spider");
-    let rival = d.service_account_token("other", "rival");
+    let spider = d.projected_token("ns", "spider", &[egress_operator::auth::AUDIENCE]);
+    let rival = d.projected_token("other", "rival", &[egress_operator::auth::AUDIENCE]);
 
     let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
     let watch = tokio::spawn(egress_gateway::cluster::run(client.clone(), table.clone()));

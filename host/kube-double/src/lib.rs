@@ -17,7 +17,7 @@ pub mod rbac;
 mod review;
 mod route;
 
-pub use review::Identity;
+pub use review::{DEFAULT_AUDIENCE, Identity};
 
 use egress_sim::kube::{
     ApiError, Cluster, DeleteOptions, FieldSelector, Key, Kind, LabelSelector, Options, Patch,
@@ -416,14 +416,27 @@ impl Double {
             .remove(token);
     }
 
-    /// A new token of the ServiceAccount `namespace/name`, as its Pods mount one.
+    /// A new token of the ServiceAccount `namespace/name`, as its Pods mount one: issued for
+    /// the API server's own audience.
     pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        self.projected_token(namespace, name, &[review::DEFAULT_AUDIENCE])
+    }
+
+    /// A new token of the ServiceAccount `namespace/name` issued for `audiences`, as a
+    /// projected `serviceAccountToken` volume with that audience mounts one (a TokenRequest
+    /// may name several).
+    pub fn projected_token(&self, namespace: &str, name: &str, audiences: &[&str]) -> String {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write(namespace.as_bytes());
         h.write(name.as_bytes());
+        for a in audiences {
+            h.write(a.as_bytes());
+        }
         let token = format!("sa-token.{namespace}.{name}.{:016x}", h.finish());
-        self.add_token(&token, Identity::service_account(namespace, name));
+        let mut who = Identity::service_account(namespace, name);
+        who.audiences = audiences.iter().map(|a| a.to_string()).collect();
+        self.add_token(&token, who);
         token
     }
 

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod pool;
 pub mod server;
 pub mod sweeper;
+pub mod tls;
 pub mod webhook;
 
 use context::{Context, Loaded};
@@ -40,6 +41,14 @@ pub struct Options {
     /// This replica's identity in the Lease (the Pod name).
     pub identity: String,
     pub listen: std::net::SocketAddr,
+    /// Whether the API serves over TLS (and from which files) or in plain text.
+    pub api_tls: tls::Mode,
+    /// The audiences a caller's token must have been issued for (see [`auth::AUDIENCE`]);
+    /// empty: ours.
+    pub token_audiences: Vec<String>,
+    /// The audiences a scraper's token for /metrics must have been issued for; empty: the API
+    /// server's own.
+    pub metrics_token_audiences: Vec<String>,
     /// Where `/healthz` and `/readyz` are also served, on a listener of their own, for the
     /// kubelet: a full API never delays them.
     pub probe_listen: std::net::SocketAddr,
@@ -84,7 +93,7 @@ pub enum Error {
     #[error("{0}")]
     ApiTokens(#[from] auth::tokens::TokenFileError),
     #[error("{0}")]
-    WebhookCertificate(#[from] webhook::CertificateError),
+    Certificate(#[from] tls::CertificateError),
     #[error(
         "the Lease namespace {0:?} does not exist: create it, or name the operator's namespace with --namespace"
     )]
@@ -215,7 +224,11 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             );
             t.clone()
         }
-        None => Arc::new(auth::kube::KubeReviewer::new(client.clone())),
+        None => Arc::new(
+            auth::kube::KubeReviewer::new(client.clone())
+                .with_audiences(opts.token_audiences.clone())
+                .with_scraper_audiences(opts.metrics_token_audiences.clone()),
+        ),
     };
     let guard = Arc::new(auth::Guard::new(reviewer));
     // The tokens file is read again as often as the providers config.
@@ -235,7 +248,13 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         ))),
     });
     tokio::spawn(server::serve_probes(probe_listener, api.clone()));
-    tokio::spawn(server::serve(listener, api));
+    let transport = opts.api_tls.start(opts.reload_interval, "the HTTP API")?;
+    tokio::spawn(server::serve_over(
+        listener,
+        api,
+        server::Limits::default(),
+        transport,
+    ));
     // Every replica answers the webhook, as the Service sends a review to any of them, with
     // the providers config it has loaded now.
     if let Some((addr, certificates, tls)) = webhook_tls {

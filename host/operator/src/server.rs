@@ -8,6 +8,7 @@ use crate::context::Context;
 use crate::crd::Proxy;
 use crate::leases::{LeaseBook, LeaseRefusal};
 use crate::metrics::Metrics;
+use crate::tls::Transport;
 use egress_core::discovery::{self, CORDON_ANNOTATION, Candidate, Discovered, Filter, POOL_LABEL};
 use egress_core::lease::{LeaseRef, LeaseRequest, LeaseView, ReleaseRequest, RenewRequest};
 use http::{Method, Request, Response, StatusCode};
@@ -514,7 +515,7 @@ impl Api {
                 "not ready\n".into(),
             ),
             "/metrics" => self
-                .admit(headers, || Ok(Access::Metrics))
+                .admit_scraper(headers)
                 .await
                 .map_or_else(|n| n.response(), |_| self.metrics(headers)),
             "/v1/proxies" => self
@@ -714,6 +715,25 @@ impl Api {
         Ok((asked, caller))
     }
 
+    /// Lets a scraper of `/metrics` through, or answers why not: its token reviewed as a
+    /// scraper's (see [`crate::auth::Reviewer::authenticate_scraper`]).
+    async fn admit_scraper(&self, headers: &http::HeaderMap) -> Result<(), NotServed> {
+        let said = |r: Refusal| {
+            tracing::debug!(status = r.status().as_u16(), "refused: {r}");
+            NotServed::Refused(r)
+        };
+        let token = Guard::bearer(headers).map_err(said)?;
+        let caller = self
+            .guard
+            .authenticate_scraper(&token)
+            .await
+            .map_err(said)?;
+        self.guard
+            .authorize(&token, &caller, &Access::Metrics)
+            .await
+            .map_err(said)
+    }
+
     /// OpenMetrics to a client that asks for it (Prometheus does); the classic text format to
     /// any other (curl, promtool check metrics), as the Go client negotiates.
     fn metrics(&self, headers: &http::HeaderMap) -> Response<Full<Bytes>> {
@@ -830,10 +850,29 @@ where
     }
 }
 
+/// Serves the API in plain HTTP (where a deploy chose it, or a test).
 pub async fn serve_limited(listener: TcpListener, api: Arc<Api>, limits: Limits) {
+    serve_over(listener, api, limits, Transport::Plaintext).await
+}
+
+/// Serves the API on `listener` over `transport`: a TLS handshake, where there is one, must
+/// complete within the head timeout.
+pub async fn serve_over(
+    listener: TcpListener,
+    api: Arc<Api>,
+    limits: Limits,
+    transport: Transport,
+) {
     accept_bounded(listener, limits.max_connections, "HTTP", |stream| {
         let api = api.clone();
+        let transport = transport.clone();
         async move {
+            let Some(stream) = transport
+                .accept(stream, limits.header_read_timeout, "HTTP")
+                .await
+            else {
+                return;
+            };
             let svc = service_fn(move |req: Request<Incoming>| {
                 let api = api.clone();
                 async move {

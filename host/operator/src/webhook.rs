@@ -26,13 +26,7 @@ use hyper::{Request, Response, StatusCode};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::response::{StatusCause, StatusDetails};
 use kube::core::{DynamicObject, Status};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
@@ -209,134 +203,7 @@ fn denied(response: AdmissionResponse, problems: Vec<String>) -> AdmissionRespon
     r
 }
 
-/// Why the webhook's certificate cannot serve. Names the file, never its content.
-#[derive(Debug, thiserror::Error)]
-pub enum CertificateError {
-    #[error("webhook certificate {}: {message}", path.display())]
-    Certificate { path: PathBuf, message: String },
-    #[error("webhook key {}: {message}", path.display())]
-    Key { path: PathBuf, message: String },
-}
-
-/// The webhook's certificate and key, read again when their files change: cert-manager renews
-/// the certificate into its Secret and the kubelet swaps the mounted files, with no restart.
-/// A pair that does not load (a key that does not match the certificate, as between the
-/// two files' updates) is refused and the last good pair serves on.
-#[derive(Debug)]
-pub struct Certificates {
-    cert: PathBuf,
-    key: PathBuf,
-    provider: Arc<CryptoProvider>,
-    /// The files' bytes as last loaded, and what they made.
-    current: RwLock<(Vec<u8>, Vec<u8>, Arc<CertifiedKey>)>,
-}
-
-impl Certificates {
-    pub fn load(cert: &Path, key: &Path) -> Result<Self, CertificateError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let (c, k) = read_pair(cert, key)?;
-        let certified = certified(cert, key, &c, &k, &provider)?;
-        Ok(Self {
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-            provider,
-            current: RwLock::new((c, k, Arc::new(certified))),
-        })
-    }
-
-    /// Reads both files again: `Ok(true)` when they changed and the new pair serves,
-    /// `Ok(false)` when they are as they were, an error (the old pair serving on) when the
-    /// new one does not load. Compared by content, as a renewal may keep the modification time.
-    pub fn reload(&self) -> Result<bool, CertificateError> {
-        let (c, k) = read_pair(&self.cert, &self.key)?;
-        {
-            let now = self.current.read().unwrap_or_else(|p| p.into_inner());
-            if now.0 == c && now.1 == k {
-                return Ok(false);
-            }
-        }
-        let certified = certified(&self.cert, &self.key, &c, &k, &self.provider)?;
-        *self.current.write().unwrap_or_else(|p| p.into_inner()) = (c, k, Arc::new(certified));
-        Ok(true)
-    }
-
-    /// Reads the files again every `interval`, for as long as the task runs.
-    pub async fn watch(self: Arc<Self>, interval: Duration) {
-        crate::reload_every(
-            interval,
-            || self.reload(),
-            || tracing::info!("the webhook certificate changed: the new one serves"),
-            |e| tracing::warn!("{e}; the certificate loaded before serves on"),
-        )
-        .await
-    }
-
-    /// The TLS server config that presents the current pair at every handshake.
-    pub fn server_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, CertificateError> {
-        let mut config = rustls::ServerConfig::builder_with_provider(self.provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| CertificateError::Certificate {
-                path: self.cert.clone(),
-                message: e.to_string(),
-            })?
-            .with_no_client_auth()
-            .with_cert_resolver(self.clone());
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Arc::new(config))
-    }
-}
-
-impl ResolvesServerCert for Certificates {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(
-            self.current
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .2
-                .clone(),
-        )
-    }
-}
-
-fn read_pair(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), CertificateError> {
-    let c = std::fs::read(cert).map_err(|e| CertificateError::Certificate {
-        path: cert.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    let k = std::fs::read(key).map_err(|e| CertificateError::Key {
-        path: key.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    Ok((c, k))
-}
-
-fn certified(
-    cert: &Path,
-    key: &Path,
-    c: &[u8],
-    k: &[u8],
-    provider: &CryptoProvider,
-) -> Result<CertifiedKey, CertificateError> {
-    let cert_error = |message: String| CertificateError::Certificate {
-        path: cert.to_path_buf(),
-        message,
-    };
-    let chain = CertificateDer::pem_slice_iter(c)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| cert_error(e.to_string()))?;
-    if chain.is_empty() {
-        return Err(cert_error("holds no certificate".into()));
-    }
-    // The key's own parse error names no byte of it.
-    let private = PrivateKeyDer::from_pem_slice(k).map_err(|e| CertificateError::Key {
-        path: key.to_path_buf(),
-        message: e.to_string(),
-    })?;
-    CertifiedKey::from_der(chain, private, provider).map_err(|e| CertificateError::Key {
-        path: key.to_path_buf(),
-        message: format!("does not serve with the certificate: {e}"),
-    })
-}
+pub use crate::tls::{CertificateError, Certificates};
 
 /// What the webhook answers with: the environment of the providers config loaded now.
 pub type EnvironmentSource = Arc<dyn Fn() -> PoolEnvironment + Send + Sync>;
@@ -350,25 +217,17 @@ pub async fn serve(
     env: EnvironmentSource,
     limits: Limits,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let transport = crate::tls::Transport::tls(tls);
     accept_bounded(listener, limits.max_connections, "webhook", |stream| {
-        let acceptor = acceptor.clone();
+        let transport = transport.clone();
         let env = env.clone();
         async move {
-            let stream =
-                match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream))
-                    .await
-                {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!("webhook TLS handshake: {e}");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!("webhook TLS handshake timed out");
-                        return;
-                    }
-                };
+            let Some(stream) = transport
+                .accept(stream, limits.header_read_timeout, "webhook")
+                .await
+            else {
+                return;
+            };
             let svc = service_fn(move |req: Request<Incoming>| {
                 let env = env.clone();
                 async move {

@@ -161,11 +161,16 @@ async fn kube() -> Kube {
         None,
     )
     .await;
+    // Crawlers present projected tokens made for egress-proxies; the scraper its
+    // ServiceAccount's token Secret, made for the API server. Those that also call the other
+    // endpoint (to be refused by RBAC there) hold a token made for both.
+    let ours = egress_operator::auth::AUDIENCE;
+    let both = [ours, kube_double::DEFAULT_AUDIENCE];
     let callers = Callers {
-        spider: d.service_account_token("crawlers", "spider"),
-        other_spider: d.service_account_token("other", "spider"),
-        lister: d.service_account_token("ops", "lister"),
-        prometheus: d.service_account_token("monitoring", "prometheus"),
+        spider: d.projected_token("crawlers", "spider", &both),
+        other_spider: d.projected_token("other", "spider", &[ours]),
+        lister: d.projected_token("ops", "lister", &[ours]),
+        prometheus: d.projected_token("monitoring", "prometheus", &both),
     };
     let clock = Clock::new();
     let addr = serve(Arc::new(KubeReviewer::new(d.client())), &clock).await;
@@ -326,11 +331,17 @@ async fn the_access_review_is_of_the_user_the_token_review_found() {
         [
             "POST /apis/authentication.k8s.io/v1/tokenreviews",
             "POST /apis/authorization.k8s.io/v1/subjectaccessreviews",
+            "POST /apis/authentication.k8s.io/v1/tokenreviews",
             "POST /apis/authorization.k8s.io/v1/subjectaccessreviews",
         ]
     );
-    // No audience: the API server's own, which the token every Pod mounts carries.
-    assert!(reviews[0].body["spec"].get("audiences").is_none());
+    // A crawler's token is reviewed for egress-proxies; a scraper's for the API server's
+    // own audience (none asked), which its ServiceAccount's token Secret carries.
+    assert_eq!(
+        reviews[0].body["spec"]["audiences"],
+        serde_json::json!(["egress-proxies"])
+    );
+    assert!(reviews[2].body["spec"].get("audiences").is_none());
     let spec = &reviews[1].body["spec"];
     assert_eq!(spec["user"], "system:serviceaccount:crawlers:spider");
     assert_eq!(
@@ -352,9 +363,52 @@ async fn the_access_review_is_of_the_user_the_token_review_found() {
             "subresource": "proxies", "verb": "get", "namespace": "crawlers", "name": "web"})
     );
     assert_eq!(
-        reviews[2].body["spec"]["nonResourceAttributes"],
+        reviews[3].body["spec"]["nonResourceAttributes"],
         serde_json::json!({"path": "/metrics", "verb": "get"})
     );
+}
+
+/// A token is admitted only for the audience it was made for: the token every Pod mounts
+/// (made for the API server) is refused by discovery and leases, whatever RBAC grants its
+/// ServiceAccount; a projected token made for egress-proxies is admitted there and refused at
+/// /metrics, whose scrapers present their token Secret; a reviewer told other audiences
+/// (a migration) admits them.
+#[tokio::test]
+async fn a_token_serves_only_the_audience_it_was_made_for() {
+    let k = kube().await;
+    let mounted = k.d.service_account_token("crawlers", "spider");
+    let projected =
+        k.d.projected_token("crawlers", "spider", &[egress_operator::auth::AUDIENCE]);
+    let (code, why) = get_as(k.addr, "/v1/proxies?namespace=crawlers", &mounted).await;
+    assert_eq!(code, 401, "{why}");
+    let (code, body) = get_as(k.addr, "/v1/proxies?namespace=crawlers", &projected).await;
+    assert_eq!((code, names(&body)), (200, vec!["p1".into(), "p2".into()]));
+    let scraper = k.d.service_account_token("monitoring", "prometheus");
+    assert_eq!(get_as(k.addr, "/metrics", &scraper).await.0, 200);
+    let projected_scraper = k.d.projected_token(
+        "monitoring",
+        "prometheus",
+        &[egress_operator::auth::AUDIENCE],
+    );
+    assert_eq!(get_as(k.addr, "/metrics", &projected_scraper).await.0, 401);
+    assert_eq!(
+        get_as(k.addr, "/v1/proxies?namespace=crawlers", &projected_scraper)
+            .await
+            .0,
+        403
+    );
+
+    // Told to admit the API server's own audience too, the mounted token serves.
+    let migrating = serve(
+        Arc::new(KubeReviewer::new(k.d.client()).with_audiences(vec![
+            egress_operator::auth::AUDIENCE.into(),
+            kube_double::DEFAULT_AUDIENCE.into(),
+        ])),
+        &k.clock,
+    )
+    .await;
+    let (code, body) = get_as(migrating, "/v1/proxies?namespace=crawlers", &mounted).await;
+    assert_eq!((code, names(&body)), (200, vec!["p1".into(), "p2".into()]));
 }
 
 /// A review the API server could not make is a 503, never an allow, and is asked again on
@@ -438,7 +492,12 @@ async fn answers_are_kept_for_their_ttl() {
     assert_eq!(get_as(k.addr, target, &k.callers.spider).await.0, 200);
     assert_eq!((tokens(), accesses()), (1, 1), "asked again within the TTL");
     // Another access of the same token: its identity is kept, the new access reviewed.
-    assert_eq!(get_as(k.addr, "/metrics", &k.callers.spider).await.0, 403);
+    assert_eq!(
+        get_as(k.addr, "/v1/proxies?namespace=other", &k.callers.spider)
+            .await
+            .0,
+        403
+    );
     assert_eq!((tokens(), accesses()), (1, 2));
     k.clock.advance(Duration::from_millis(2));
     assert_eq!(get_as(k.addr, target, &k.callers.spider).await.0, 200);

@@ -310,7 +310,9 @@ impl Env {
             None,
         )
         .await;
-        let token = self.d.service_account_token("crawlers", "spider");
+        let token =
+            self.d
+                .projected_token("crawlers", "spider", &[egress_operator::auth::AUDIENCE]);
         tokio::spawn(server::serve(
             listener,
             Arc::new(server::Api {
@@ -949,7 +951,8 @@ async fn no_proxy_password_reaches_the_log() {
     let _ = source.context.set(e.ctx.clone());
     support::deploy_cluster_role(&e.d, "egress-proxies-crawler").await;
     support::bind(&e.d, "egress-proxies-crawler", "crawlers", "spider", None).await;
-    let token = e.d.service_account_token("crawlers", "spider");
+    let token =
+        e.d.projected_token("crawlers", "spider", &[egress_operator::auth::AUDIENCE]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server::serve(

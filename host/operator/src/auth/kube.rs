@@ -4,10 +4,13 @@
 //! `get` the `proxypools/proxies` of the namespace (named the pool when one is asked for,
 //! every namespace when none is), or the non-resource URL `/metrics`.
 //!
-//! The TokenReview names no audience: the API server then checks the token against its own,
-//! which is what the token every Pod mounts carries, so a crawler needs no projected token of
-//! ours. (An audience of our own would keep a token meant for us from being good at the API
-//! server, but it would not keep the operator, which sees the token, from using it there.)
+//! The TokenReview asks for an audience of the product's own ([`super::AUDIENCE`] unless the
+//! operator is told others), and a token is admitted only when the API server says it was
+//! issued for one of them: a crawler presents a projected ServiceAccount token made for
+//! egress-proxies, which is good for nothing else, not the token every Pod mounts, which is
+//! good for anything its ServiceAccount may do in the cluster. A token given to us is then no
+//! key to the API server should it leak from a crawler's request, a log or a proxy, and a
+//! token meant for the API server is refused here.
 
 use super::{
     Access, Caller, GROUP, LEASES_SUBRESOURCE, METRICS_PATH, NOT_AUTHENTICATED, RESOURCE, Refusal,
@@ -24,11 +27,71 @@ const UNAVAILABLE: &str = "the API server could not review the request; try agai
 /// Reviews through the API server.
 pub struct KubeReviewer {
     client: kube::Client,
+    /// The audiences a token must have been issued for, one of them at least.
+    audiences: Vec<String>,
+    /// The same for the tokens scrapers of `/metrics` present; empty: the API server's own
+    /// (what a ServiceAccount token Secret carries, which is all a ServiceMonitor can present).
+    scraper_audiences: Vec<String>,
 }
 
 impl KubeReviewer {
+    /// A reviewer admitting tokens issued for [`super::AUDIENCE`].
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        Self {
+            client,
+            audiences: vec![super::AUDIENCE.to_string()],
+            scraper_audiences: Vec::new(),
+        }
+    }
+
+    /// Admits scrapers' tokens issued for any of `audiences` (empty: the API server's own).
+    pub fn with_scraper_audiences(mut self, audiences: Vec<String>) -> Self {
+        self.scraper_audiences = audiences;
+        self
+    }
+
+    /// The TokenReview of `token` for `audiences` (none asked: the API server's own), and
+    /// whose the token is when the answer says it was issued for one of them.
+    async fn review(&self, token: &Token, audiences: &[String]) -> Result<Caller, Refusal> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.secret().to_string()),
+                audiences: (!audiences.is_empty()).then(|| audiences.to_vec()),
+            },
+            ..Default::default()
+        };
+        let api: Api<TokenReview> = Api::all(self.client.clone());
+        let answer = api
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| unavailable("TokenReview", "tokenreviews.authentication.k8s.io", &e))?;
+        let status = answer.status.unwrap_or_default();
+        // An authenticator that knows no audiences answers without them, having checked the
+        // token against its own: only an answer naming one of ours is an answer about ours.
+        let for_us = audiences.is_empty()
+            || status
+                .audiences
+                .as_ref()
+                .is_some_and(|got| got.iter().any(|a| audiences.contains(a)));
+        let user = status.user.unwrap_or_default();
+        match (status.authenticated, user.username) {
+            (Some(true), Some(username)) if !username.is_empty() && for_us => Ok(Caller {
+                username,
+                uid: user.uid.unwrap_or_default(),
+                groups: user.groups.unwrap_or_default(),
+                extra: user.extra.unwrap_or_default(),
+            }),
+            _ => Err(Refusal::Unauthenticated(NOT_AUTHENTICATED)),
+        }
+    }
+
+    /// Admits tokens issued for any of `audiences` instead (a migration may list the API
+    /// server's own beside ours for a while). Empty keeps the ones it had.
+    pub fn with_audiences(mut self, audiences: Vec<String>) -> Self {
+        if !audiences.is_empty() {
+            self.audiences = audiences;
+        }
+        self
     }
 }
 
@@ -109,29 +172,11 @@ pub fn access_review(caller: &Caller, access: &Access) -> SubjectAccessReview {
 #[async_trait::async_trait]
 impl Reviewer for KubeReviewer {
     async fn authenticate(&self, token: &Token) -> Result<Caller, Refusal> {
-        let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: Some(token.secret().to_string()),
-                audiences: None,
-            },
-            ..Default::default()
-        };
-        let api: Api<TokenReview> = Api::all(self.client.clone());
-        let answer = api
-            .create(&PostParams::default(), &review)
-            .await
-            .map_err(|e| unavailable("TokenReview", "tokenreviews.authentication.k8s.io", &e))?;
-        let status = answer.status.unwrap_or_default();
-        let user = status.user.unwrap_or_default();
-        match (status.authenticated, user.username) {
-            (Some(true), Some(username)) if !username.is_empty() => Ok(Caller {
-                username,
-                uid: user.uid.unwrap_or_default(),
-                groups: user.groups.unwrap_or_default(),
-                extra: user.extra.unwrap_or_default(),
-            }),
-            _ => Err(Refusal::Unauthenticated(NOT_AUTHENTICATED)),
-        }
+        self.review(token, &self.audiences).await
+    }
+
+    async fn authenticate_scraper(&self, token: &Token) -> Result<Caller, Refusal> {
+        self.review(token, &self.scraper_audiences).await
     }
 
     async fn authorize(&self, caller: &Caller, access: &Access) -> Result<(), Refusal> {

@@ -18,6 +18,11 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The audience of the tokens callers present, in a cluster: a projected ServiceAccount token
+/// made for it (`serviceAccountToken: {audience: egress-proxies}`) is good here and nowhere
+/// else.
+pub const AUDIENCE: &str = "egress-proxies";
+
 /// The API group of the custom resources, whose `proxypools/proxies` RBAC grants discovery.
 pub const GROUP: &str = "crawl.example.com";
 /// The resource and subresource discovery of a pool's proxies is authorised on.
@@ -169,6 +174,14 @@ pub trait Reviewer: Send + Sync {
     /// when that could not be found out.
     async fn authenticate(&self, token: &Token) -> Result<Caller, Refusal>;
 
+    /// Whose the token a scraper of `/metrics` presents is. A scraper is configured by the
+    /// cluster's monitoring (a ServiceMonitor presents a ServiceAccount's token Secret, as to
+    /// any kube-rbac-proxy endpoint), not by a crawler, so a reviewer may admit other
+    /// audiences here; by default the same as [`Self::authenticate`].
+    async fn authenticate_scraper(&self, token: &Token) -> Result<Caller, Refusal> {
+        self.authenticate(token).await
+    }
+
     /// Whether `caller` may have `access`: [`Refusal::Forbidden`] when not,
     /// [`Refusal::Unavailable`] when that could not be found out.
     async fn authorize(&self, caller: &Caller, access: &Access) -> Result<(), Refusal>;
@@ -253,6 +266,7 @@ impl<K: Eq + Hash + Clone, V: Clone> Expiring<K, V> {
 
 struct Cache {
     callers: Expiring<Digest, Result<Caller, Refusal>>,
+    scrapers: Expiring<Digest, Result<Caller, Refusal>>,
     decisions: Expiring<(Digest, Access), Result<(), Refusal>>,
 }
 
@@ -264,6 +278,7 @@ type Flight<T> = futures::future::Shared<futures::future::BoxFuture<'static, Res
 /// The reviews under way, by key.
 struct Flights {
     callers: HashMap<Digest, Flight<Caller>>,
+    scrapers: HashMap<Digest, Flight<Caller>>,
     decisions: HashMap<(Digest, Access), Flight<()>>,
 }
 
@@ -288,10 +303,12 @@ impl Guard {
             now,
             cache: Mutex::new(Cache {
                 callers: Expiring::new(policy.capacity),
+                scrapers: Expiring::new(policy.capacity),
                 decisions: Expiring::new(policy.capacity),
             }),
             flights: Mutex::new(Flights {
                 callers: HashMap::new(),
+                scrapers: HashMap::new(),
                 decisions: HashMap::new(),
             }),
         }
@@ -349,6 +366,22 @@ impl Guard {
                 let reviewer = self.reviewer.clone();
                 let token = Token::new(token.secret());
                 async move { reviewer.authenticate(&token).await }
+            },
+        )
+        .await
+    }
+
+    /// Whose the token a scraper of `/metrics` presents is (see
+    /// [`Reviewer::authenticate_scraper`]), from the cache when it was asked within the TTL.
+    pub async fn authenticate_scraper(&self, token: &Token) -> Result<Caller, Refusal> {
+        self.review(
+            token.digest(),
+            |c| &mut c.scrapers,
+            |f| &mut f.scrapers,
+            || {
+                let reviewer = self.reviewer.clone();
+                let token = Token::new(token.secret());
+                async move { reviewer.authenticate_scraper(&token).await }
             },
         )
         .await
