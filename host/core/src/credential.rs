@@ -108,20 +108,22 @@ impl ProxyCredential {
     }
 }
 
-/// Whether an htpasswd line accepts `password` for `username`: what Squid's
+/// Whether an htpasswd (one line or several) accepts `password` for `username`: what Squid's
 /// `basic_ncsa_auth` decides, for tests and for checking a stored line still matches.
-pub fn htpasswd_accepts(line: &str, username: &str, password: &str) -> bool {
+pub fn htpasswd_accepts(htpasswd: &str, username: &str, password: &str) -> bool {
     use sha_crypt::password_hash::PasswordVerifier;
-    let Some((user, hash)) = line.trim_end().split_once(':') else {
-        return false;
-    };
-    let Ok(hash) = sha_crypt::PasswordHashRef::new(hash) else {
-        return false;
-    };
-    user == username
-        && sha_crypt::ShaCrypt::SHA512
-            .verify_password(password.as_bytes(), hash)
-            .is_ok()
+    htpasswd.lines().any(|line| {
+        let Some((user, hash)) = line.trim_end().split_once(':') else {
+            return false;
+        };
+        let Ok(hash) = sha_crypt::PasswordHashRef::new(hash) else {
+            return false;
+        };
+        user == username
+            && sha_crypt::ShaCrypt::SHA512
+                .verify_password(password.as_bytes(), hash)
+                .is_ok()
+    })
 }
 
 #[cfg(test)]

@@ -58,6 +58,16 @@ impl Context {
         }
     }
 
+    /// The same context, its pool members admitting `gateway` (see
+    /// [`crate::credentials::GatewayCredential`]).
+    pub fn with_gateway_credential(
+        mut self,
+        gateway: crate::credentials::GatewayCredential,
+    ) -> Self {
+        self.credentials = self.credentials.with_gateway(gateway);
+        self
+    }
+
     /// The same context on another clock.
     pub fn with_clock(mut self, clock: crate::pool::Clock) -> Self {
         self.clock = clock;

@@ -4,6 +4,11 @@
 //! every replica, so a new leader presents the same credential the old one made. Two
 //! replicas racing to make it are settled by the API server: the loser's create gets 409 and
 //! it reads the winner's.
+//!
+//! Beside it, the gateway's own credential ([`GatewayCredential`]), which every pool member
+//! admits as well: the gateway then reads one Secret of its own namespace, not every Proxy's,
+//! so the process that parses every crawler's untrusted input may read no Secret of the
+//! crawlers' namespaces at all.
 
 use egress_core::credential::ProxyCredential;
 use egress_runtime::credential_store::CredentialSource;
@@ -38,11 +43,131 @@ pub fn from_secret(secret: &Secret, uid: &str) -> Option<ProxyCredential> {
     })
 }
 
+/// The Secret in the operator's (and the gateway's) namespace that holds the gateway's
+/// credential.
+pub const GATEWAY_SECRET: &str = "egress-proxies-gateway-credential";
+
+/// The annotation of a pool member naming the gateway credential its proxy admits (its id),
+/// set by the pool controller when it makes the member and read by the Proxy controller,
+/// which writes that credential's line beside the member's own, and by the gateway, which
+/// presents it.
+pub const GATEWAY_CREDENTIAL_ANNOTATION: &str =
+    "egress-proxies.crawl.example.com/gateway-credential";
+
+/// Random bytes in a gateway credential's id (its hex is the id).
+const GATEWAY_ID_BYTES: usize = 5;
+
+/// The credential the gateway presents to every pool member, and its id. Its user name
+/// starts with `_`, which no Kubernetes name (so no Proxy's user name) holds, so it never
+/// shadows a member's own line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct GatewayCredential {
+    pub id: String,
+    pub credential: ProxyCredential,
+}
+
+/// The password never reaches a log.
+impl std::fmt::Debug for GatewayCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayCredential")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GatewayCredential {
+    /// The user name of the gateway credential `id`.
+    pub fn username_for(id: &str) -> String {
+        format!("_gateway-{id}")
+    }
+
+    /// A fresh one, from the operating system's randomness.
+    pub fn fresh() -> Result<Self, String> {
+        // Hex: what an annotation value and a user name take as they are.
+        let id_bytes: [u8; GATEWAY_ID_BYTES] = egress_runtime::credential_store::entropy()?;
+        let id = hex::encode(id_bytes);
+        let entropy = egress_runtime::credential_store::entropy()?;
+        let mut credential = ProxyCredential::from_entropy("gateway", &entropy);
+        credential.username = Self::username_for(&id);
+        Ok(Self { id, credential })
+    }
+
+    /// The gateway credential a Secret holds (`id` and `password`), when it holds one.
+    pub fn from_secret(secret: &Secret) -> Option<Self> {
+        let data = secret.data.as_ref()?;
+        let text = |k: &str| {
+            data.get(k)
+                .and_then(|b| String::from_utf8(b.0.clone()).ok())
+                .filter(|s| !s.is_empty())
+        };
+        let id = text("id")?;
+        if !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return None;
+        }
+        Some(Self {
+            credential: ProxyCredential {
+                username: Self::username_for(&id),
+                password: text("password")?,
+            },
+            id,
+        })
+    }
+
+    /// The gateway credential of `namespace`: read from its Secret, or made and stored there
+    /// when there is none. Every replica calls this at start; two making it at once are
+    /// settled by the API server (the loser's create gets 409 and it reads the winner's).
+    pub async fn ensure(client: &kube::Client, namespace: &str) -> Result<Self, String> {
+        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+        let what = format!("Secret {namespace}/{GATEWAY_SECRET}");
+        let read = |s: &Secret| {
+            Self::from_secret(s)
+                .ok_or_else(|| format!("{what} holds no gateway credential (its id and password)"))
+        };
+        match api.get_opt(GATEWAY_SECRET).await {
+            Ok(Some(s)) => return read(&s),
+            Ok(None) => {}
+            Err(e) => return Err(brief(&what, &e)),
+        }
+        let made = Self::fresh()?;
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(GATEWAY_SECRET.to_string()),
+                namespace: Some(namespace.to_string()),
+                labels: Some(BTreeMap::from([(
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "egress-proxies".to_string(),
+                )])),
+                ..Default::default()
+            },
+            type_: Some("Opaque".into()),
+            string_data: Some(BTreeMap::from([
+                ("id".to_string(), made.id.clone()),
+                ("password".to_string(), made.credential.password.clone()),
+            ])),
+            ..Default::default()
+        };
+        match api.create(&Default::default(), &secret).await {
+            Ok(_) => Ok(made),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                let s = api
+                    .get(GATEWAY_SECRET)
+                    .await
+                    .map_err(|e| brief(&what, &e))?;
+                read(&s)
+            }
+            Err(e) => Err(brief(&what, &e)),
+        }
+    }
+}
+
 /// The store, with what this process has read or made cached by Proxy UID (a credential
 /// never changes for its Proxy's life).
 pub struct SecretCredentials {
     client: kube::Client,
     cache: Mutex<BTreeMap<String, ProxyCredential>>,
+    /// The gateway's credential, whose line goes beside a member's own when the member names
+    /// it.
+    gateway: Option<GatewayCredential>,
 }
 
 impl SecretCredentials {
@@ -50,7 +175,19 @@ impl SecretCredentials {
         Self {
             client,
             cache: Mutex::new(BTreeMap::new()),
+            gateway: None,
         }
+    }
+
+    /// The store writing `gateway`'s line into the proxies of the members that name it.
+    pub fn with_gateway(mut self, gateway: GatewayCredential) -> Self {
+        self.gateway = Some(gateway);
+        self
+    }
+
+    /// The id of the gateway credential new members admit.
+    pub fn gateway_id(&self) -> Option<&str> {
+        self.gateway.as_ref().map(|g| g.id.as_str())
     }
 
     fn cached(&self, uid: &str) -> Option<ProxyCredential> {
@@ -84,6 +221,24 @@ fn brief(what: &str, e: &kube::Error) -> String {
 
 #[async_trait::async_trait]
 impl CredentialSource for SecretCredentials {
+    /// The member's own line, and the gateway's when the Proxy names the gateway credential
+    /// this store holds (a Proxy naming another, or none, admits only its own).
+    fn htpasswd(&self, proxy: &egress_core::Proxy, credential: &ProxyCredential) -> Option<String> {
+        let own = egress_runtime::capabilities::credentials::htpasswd(credential)?;
+        let named = proxy
+            .metadata
+            .annotations
+            .get(GATEWAY_CREDENTIAL_ANNOTATION)
+            .map(String::as_str);
+        match &self.gateway {
+            Some(g) if named == Some(g.id.as_str()) => {
+                let gateway = egress_runtime::capabilities::credentials::htpasswd(&g.credential)?;
+                Some(own + &gateway)
+            }
+            _ => Some(own),
+        }
+    }
+
     async fn credential(&self, proxy: &egress_core::Proxy) -> Result<ProxyCredential, String> {
         let uid = proxy.uid();
         if let Some(c) = self.cached(&uid) {
@@ -149,6 +304,53 @@ impl CredentialSource for SecretCredentials {
                 Ok(c)
             }
             Err(e) => Err(brief(&what, &e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn secret(data: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// A gateway credential's user name is no Proxy's (a Kubernetes name holds no `_`), its
+    /// id is what a Secret says, a Secret without both fields or with an id that could break
+    /// a line holds none, and its Debug shows no password.
+    #[test]
+    fn a_gateway_credential_reads_from_its_secret_and_never_shows_its_password() {
+        let made = GatewayCredential::fresh().unwrap();
+        assert_eq!(made.id.len(), 2 * GATEWAY_ID_BYTES);
+        assert!(made.credential.username.starts_with("_gateway-"));
+        assert_ne!(GatewayCredential::fresh().unwrap(), made);
+        let read = GatewayCredential::from_secret(&secret(&[
+            ("id", &made.id),
+            ("password", &made.credential.password),
+        ]))
+        .unwrap();
+        assert_eq!(read, made);
+        assert!(!format!("{read:?}").contains(&made.credential.password));
+        for data in [
+            &[("id", "abc")][..],
+            &[("password", "pw")][..],
+            &[("id", "a:b\nc"), ("password", "pw")][..],
+            &[("id", ""), ("password", "pw")][..],
+        ] {
+            assert!(
+                GatewayCredential::from_secret(&secret(data)).is_none(),
+                "{data:?}"
+            );
         }
     }
 }

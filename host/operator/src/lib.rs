@@ -88,6 +88,8 @@ pub enum Error {
     Runtime(String),
     #[error("listening on {addr}: {message}")]
     Listen { addr: String, message: String },
+    #[error("the gateway credential: {0}")]
+    GatewayCredential(String),
     #[error("lost the lease {0}")]
     LostLease(String),
     #[error("{0}")]
@@ -189,17 +191,25 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     };
     let installation = installation(&client, &loaded.config).await?;
     tracing::info!(installation = %installation, providers = loaded.config.providers.len(), "providers loaded");
+    // The credential every pool member admits for the gateway, in the operator's namespace,
+    // where the gateway reads it (and no other Secret).
+    let gateway = credentials::GatewayCredential::ensure(&client, &namespace)
+        .await
+        .map_err(Error::GatewayCredential)?;
 
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        installation,
-        loaded,
-        metrics.clone(),
-        Reporter {
-            controller: "egress-proxies".into(),
-            instance: Some(opts.identity.clone()),
-        },
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            installation,
+            loaded,
+            metrics.clone(),
+            Reporter {
+                controller: "egress-proxies".into(),
+                instance: Some(opts.identity.clone()),
+            },
+        )
+        .with_gateway_credential(gateway),
+    );
 
     let (secrets, credential_watch) = credential_watch(client.clone());
     tokio::spawn(credential_watch);

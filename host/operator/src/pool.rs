@@ -255,6 +255,17 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
                 .to_string()
         })
         .collect();
+    // The gateway credential a member admits is part of what it was made from: a member
+    // made before it (or, after a rotation, with another) is out of date, and the pool rolls
+    // it within its budget.
+    let gateway = ctx.credentials.gateway_id();
+    let provider_revisions: Vec<String> = match gateway {
+        Some(id) => provider_revisions
+            .into_iter()
+            .map(|r| format!("{r}+gateway-{id}"))
+            .collect(),
+        None => provider_revisions,
+    };
     let revisions = pool::revisions(&core.spec, &provider_revisions);
     let d = pool::decide(&core.spec, &revisions, &members, &old, now);
 
@@ -346,7 +357,13 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
                 if taken.contains(&n) {
                     continue;
                 }
-                let proxy = owned_proxy(&pool, &pool::member_proxy(&core, c, &n));
+                let mut proxy = owned_proxy(&pool, &pool::member_proxy(&core, c, &n));
+                if let Some(id) = gateway {
+                    proxy.metadata.annotations.get_or_insert_default().insert(
+                        crate::credentials::GATEWAY_CREDENTIAL_ANNOTATION.to_string(),
+                        id.to_string(),
+                    );
+                }
                 match proxies.create(&PostParams::default(), &proxy).await {
                     Ok(_) => break n,
                     // A Proxy of that name that is not the pool's (no label): the next name.

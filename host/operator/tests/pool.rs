@@ -180,6 +180,22 @@ async fn start_with(network: Option<Network>) -> Run {
             context_of(d.client_in_memory(), loaded, clock.clone())
         }
     };
+    tasks.extend(controllers(&d, proxy_controller, &ctx, &clock));
+    Run {
+        d,
+        ctx,
+        clock,
+        tasks,
+    }
+}
+
+/// The Proxy and pool controllers on `d` with `ctx`, as `egress-proxies run` starts them.
+fn controllers(
+    d: &Double,
+    proxy_controller: kube::runtime::Controller<Proxy>,
+    ctx: &Arc<Context>,
+    clock: &Clock,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let proxies = tokio::spawn(
         proxy_controller
             .run(
@@ -208,13 +224,7 @@ async fn start_with(network: Option<Network>) -> Run {
             )
             .for_each(|_| async {}),
     );
-    tasks.extend([proxies, pools, forget]);
-    Run {
-        d,
-        ctx,
-        clock,
-        tasks,
-    }
+    vec![proxies, pools, forget]
 }
 
 fn pool_key(name: &str) -> Key {
@@ -258,6 +268,17 @@ fn pool_selection(pool: &str) -> Selection {
 impl Run {
     fn client(&self) -> kube::Client {
         self.d.client_in_memory()
+    }
+
+    /// The operator restarted with `ctx`, as a new version is: its controllers stopped and
+    /// started again from nothing (what they knew is what the API server holds).
+    fn restart(&mut self, ctx: Arc<Context>) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        let proxy_controller = egress_operator::proxy_controller(self.d.client_in_memory(), 8);
+        self.tasks = controllers(&self.d, proxy_controller, &ctx, &self.clock);
+        self.ctx = ctx;
     }
 
     fn pools(&self) -> Api<ProxyPool> {
@@ -545,6 +566,115 @@ async fn a_template_change_rolls_every_proxy_without_going_below_the_floor() {
         by_provider(&r.members("web")),
         BTreeMap::from([("east".to_string(), 2), ("west".to_string(), 1)])
     );
+}
+
+/// The gateway's credential: an operator that has one (every `run` makes or reads it) names
+/// it on each member it makes, whose proxy admits it beside the member's own; members made
+/// before it (an upgrade) are out of date and rolled within the budget, never below the
+/// floor.
+#[tokio::test(start_paused = true)]
+async fn members_admit_the_gateway_credential_and_older_ones_are_rolled_within_the_budget() {
+    use egress_operator::credentials::{GATEWAY_CREDENTIAL_ANNOTATION, GatewayCredential};
+    let mut r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let before: BTreeSet<String> = r.members("web").into_keys().collect();
+    let from = r.revision();
+
+    // Two replicas making it at once settle on one.
+    let client = r.client();
+    let (a, b) = tokio::join!(
+        GatewayCredential::ensure(&client, NS),
+        GatewayCredential::ensure(&client, NS)
+    );
+    let gateway = a.unwrap();
+    assert_eq!(b.unwrap(), gateway);
+    let loaded = load(r.client(), &r.d, PROVIDERS).await;
+    let ctx = Arc::new(
+        Arc::into_inner(context_of(r.client(), loaded, r.clock.clone()))
+            .unwrap()
+            .with_gateway_credential(gateway.clone()),
+    );
+    r.restart(ctx);
+    r.until(
+        "every member admits the gateway",
+        Duration::from_secs(900),
+        |r| {
+            let m = r.members("web");
+            m.len() == 3
+                && m.values().all(|p| {
+                    available(p)
+                        && p["metadata"]["annotations"][GATEWAY_CREDENTIAL_ANNOTATION]
+                            == gateway.id.as_str()
+                })
+        },
+    )
+    .await;
+    r.settled("web", 3).await;
+    let after: BTreeSet<String> = r.members("web").into_keys().collect();
+    assert!(before.is_disjoint(&after), "{before:?} {after:?}");
+    let (min_available, max_live) = r.replay("web", from);
+    assert!(min_available >= 3, "available went down to {min_available}");
+    assert_eq!(max_live, 4, "surge first, by maxSurge 1");
+
+    // Each member's Pod admits its own credential and the gateway's, and the gateway's
+    // password is in no object but its Secret.
+    let decoded = |o: &Value, key: &str| {
+        use base64::Engine;
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(o["data"][key].as_str().unwrap_or_default())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let objects = r.d.objects();
+    for name in &after {
+        let own = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "Secret"
+                    && o["metadata"]["name"]
+                        == egress_operator::credentials::secret_name(name).as_str()
+            })
+            .unwrap();
+        let htpasswd = objects
+            .iter()
+            .filter(|o| {
+                o["kind"] == "Secret"
+                    && o["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with("-htpasswd"))
+            })
+            .map(|o| decoded(o, "htpasswd"))
+            .find(|h| h.lines().any(|l| l.starts_with(&format!("{name}:"))))
+            .unwrap_or_else(|| panic!("no htpasswd of {name}"));
+        assert!(
+            egress_core::credential::htpasswd_accepts(
+                &htpasswd,
+                &decoded(own, "username"),
+                &decoded(own, "password")
+            ),
+            "{htpasswd}"
+        );
+        assert!(
+            egress_core::credential::htpasswd_accepts(
+                &htpasswd,
+                &gateway.credential.username,
+                &gateway.credential.password
+            ),
+            "{name} does not admit the gateway: {htpasswd}"
+        );
+    }
+    for o in objects {
+        if o["metadata"]["name"] != egress_operator::credentials::GATEWAY_SECRET {
+            assert!(
+                !o.to_string().contains(&gateway.credential.password),
+                "{}",
+                o["metadata"]["name"]
+            );
+        }
+    }
 }
 
 /// A placement's provider entry changes (a reload): its Proxies are rolled, the other
