@@ -342,8 +342,11 @@ pub fn private_ranges() -> Vec<SourceRange> {
 }
 
 /// Checks a config's `allowedSourceCIDRs` (its field path is `path`): each element parsed
-/// already, so what is left is that the list names someone. Squid would deny everyone with an
-/// empty list, but a config that can never serve is a mistake to report, not to deploy.
+/// already, so what is left is that the list names someone and not everyone. Squid would deny
+/// everyone with an empty list, but a config that can never serve is a mistake to report, not
+/// to deploy. A single /0 is refused at parse; ranges that together cover all of IPv4 (IPv4
+/// ranges and IPv4-mapped IPv6 ones, which Squid matches IPv4 clients against) or all of IPv6
+/// make the same open proxy and are refused here.
 pub fn check_allowed_ranges(path: &str, ranges: &[SourceRange]) -> Result<(), ProviderError> {
     if ranges.is_empty() {
         return Err(config_error(
@@ -351,7 +354,70 @@ pub fn check_allowed_ranges(path: &str, ranges: &[SourceRange]) -> Result<(), Pr
             "must list at least one range; an open proxy is not allowed",
         ));
     }
+    if let Some(family) = covered_family(ranges) {
+        return Err(config_error(
+            path,
+            &format!(
+                "together the ranges cover every {family} address, which makes an open proxy; list the networks the clients are in"
+            ),
+        ));
+    }
     Ok(())
+}
+
+/// A range as inclusive bounds in one family's address space.
+fn bounds(network: u128, prefix: u8, bits: u8) -> (u128, u128) {
+    let host_bits = u32::from(bits - prefix);
+    let span = if host_bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << host_bits) - 1
+    };
+    (network, network | span)
+}
+
+/// Whether the intervals cover `0..=max` between them.
+fn cover(mut intervals: Vec<(u128, u128)>, max: u128) -> bool {
+    intervals.sort_unstable();
+    let mut next = 0u128;
+    for (start, end) in intervals {
+        if start > next {
+            return false;
+        }
+        if end >= max {
+            return true;
+        }
+        next = next.max(end + 1);
+    }
+    false
+}
+
+/// The family ("IPv4" or "IPv6") whose every address the ranges hold between them, if any.
+fn covered_family(ranges: &[SourceRange]) -> Option<&'static str> {
+    const MAPPED: u128 = 0xffff_0000_0000;
+    let mut v4 = Vec::new();
+    let mut v6 = Vec::new();
+    for r in ranges {
+        match r.network {
+            IpAddr::V4(a) => v4.push(bounds(u128::from(u32::from(a)), r.prefix, 32)),
+            IpAddr::V6(a) => {
+                let (start, end) = bounds(u128::from(a), r.prefix, 128);
+                v6.push((start, end));
+                // The part of the range inside ::ffff:0:0/96, as IPv4.
+                let (lo, hi) = (start.max(MAPPED), end.min(MAPPED | 0xffff_ffff));
+                if lo <= hi {
+                    v4.push((lo - MAPPED, hi - MAPPED));
+                }
+            }
+        }
+    }
+    if cover(v4, u128::from(u32::MAX)) {
+        Some("IPv4")
+    } else if cover(v6, u128::MAX) {
+        Some("IPv6")
+    } else {
+        None
+    }
 }
 
 /// Checks a config's `allowedDestinationCIDRs` (its field path is `path`): a range that holds a
@@ -890,6 +956,47 @@ mod tests {
             &format!("visible_hostname {VISIBLE_HOSTNAME}"),
         ] {
             assert!(lines.contains(&wanted), "{wanted:?} missing from\n{conf}");
+        }
+    }
+
+    /// An open proxy is refused however its ranges are cut: two halves, four quarters, or
+    /// IPv4 as IPv4-mapped IPv6; a union that leaves any address out is not open.
+    #[test]
+    fn ranges_that_together_cover_a_family_are_an_open_proxy() {
+        for open in [
+            &["0.0.0.0/1", "128.0.0.0/1"][..],
+            &["10.0.0.0/8", "128.0.0.0/1", "0.0.0.0/1"],
+            &["0.0.0.0/2", "64.0.0.0/2", "128.0.0.0/2", "192.0.0.0/2"],
+            &["::/1", "8000::/1"],
+            &["::ffff:0.0.0.0/96"],
+            &["0.0.0.0/1", "::ffff:128.0.0.0/97"],
+            &["::/2", "4000::/2", "8000::/1", "10.0.0.0/8"],
+            // ::/1 holds ::ffff:0:0/96, so every IPv4 client.
+            &["::/1"],
+            &["::/80", "fd00::/8"],
+        ] {
+            let e = check_allowed_ranges("providers[0].kvm.allowedSourceCIDRs", &ranges(open))
+                .unwrap_err();
+            assert_eq!(e.reason, "InvalidConfig", "{open:?}");
+            assert!(
+                e.message
+                    .starts_with("providers[0].kvm.allowedSourceCIDRs: ")
+                    && e.message.contains("open proxy"),
+                "{open:?}: {}",
+                e.message
+            );
+        }
+        for closed in [
+            &["0.0.0.0/1", "128.0.0.0/2", "192.0.0.0/3", "224.0.0.0/4"][..],
+            &["0.0.0.0/1", "128.0.0.0/1"][..1],
+            &["8000::/1", "4000::/2"],
+            &["::ffff:0.0.0.0/97", "10.0.0.0/8"],
+            &["0.0.0.0/1", "::ffff:128.0.0.0/98"],
+        ] {
+            assert!(
+                check_allowed_ranges("p", &ranges(closed)).is_ok(),
+                "{closed:?}"
+            );
         }
     }
 
