@@ -77,6 +77,9 @@ pub enum Fault {
     Delay(Duration),
     /// Hold the request until [`Double::release`] (then serve it normally), or forever.
     Hold,
+    /// Serve it (a write is stored), then answer this error instead of the result: the reply
+    /// an API server gives when etcd committed the write but the answer was lost on the way.
+    ServeThenError(ApiError),
 }
 
 /// Which requests a fault applies to.
@@ -535,6 +538,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             if rx.changed().await.is_err() {
                 return error(&ApiError::new(503, "ServiceUnavailable", "shutting down"));
             }
+        }
+        Some(Fault::ServeThenError(e)) => {
+            let _ = serve(&shared, &parts.method, &recorded, &bytes).await;
+            return error(&e);
         }
         Some(Fault::With(_)) | None => {}
     }
