@@ -236,3 +236,82 @@ impl LeaseLock {
         }
     }
 }
+
+/// The lease, held on a thread of its own with a current-thread runtime of its own and a
+/// client of its own, so nothing the operator's runtime serves (a flood of admission reviews,
+/// API requests, reconciles) can delay a renewal: a client made on the operator's runtime
+/// would drive its requests there.
+pub struct Election {
+    acquired: Option<tokio::sync::oneshot::Receiver<Result<(), crate::Error>>>,
+    lost: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl Election {
+    /// Starts electing: on the new thread, `client` makes the client (it runs there, so the
+    /// client's connections and tasks live on that thread's runtime), then the lease is
+    /// acquired ([`LeaseLock::acquire`]) and held ([`LeaseLock::hold`]) as
+    /// `namespace/name` with `identity` and a lease of `duration`.
+    pub fn start(
+        client: impl FnOnce() -> Result<kube::Client, kube::Error> + Send + 'static,
+        namespace: &str,
+        name: &str,
+        identity: &str,
+        duration: Duration,
+    ) -> Result<Self, crate::Error> {
+        let (acquired_tx, acquired) = tokio::sync::oneshot::channel();
+        let (lost_tx, lost) = tokio::sync::oneshot::channel();
+        let (namespace, name, identity) = (
+            namespace.to_string(),
+            name.to_string(),
+            identity.to_string(),
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| crate::Error::Runtime(format!("the leader election's runtime: {e}")))?;
+        std::thread::Builder::new()
+            .name("leader-election".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let lock = match client() {
+                        Ok(c) => LeaseLock::new(c, &namespace, &name, &identity, duration),
+                        Err(e) => {
+                            let _ = acquired_tx.send(Err(crate::Error::Kube(e)));
+                            return;
+                        }
+                    };
+                    let acquiring = lock.acquire().await;
+                    let failed = acquiring.is_err();
+                    let _ = acquired_tx.send(acquiring);
+                    if failed {
+                        return;
+                    }
+                    lock.hold().await;
+                    let _ = lost_tx.send(());
+                })
+            })
+            .map_err(|e| crate::Error::Runtime(format!("the leader election's thread: {e}")))?;
+        Ok(Self {
+            acquired: Some(acquired),
+            lost,
+        })
+    }
+
+    /// Once this replica holds the lease; an error when it never can (the lease's namespace
+    /// does not exist, the client could not be made).
+    pub async fn leading(&mut self) -> Result<(), crate::Error> {
+        let Some(acquired) = self.acquired.take() else {
+            return Ok(());
+        };
+        acquired.await.unwrap_or_else(|_| {
+            Err(crate::Error::Runtime(
+                "the leader election's thread ended".into(),
+            ))
+        })
+    }
+
+    /// Once this replica has stepped down (or its election's thread ended).
+    pub async fn lost(&mut self) {
+        let _ = (&mut self.lost).await;
+    }
+}
