@@ -419,13 +419,26 @@ impl Double {
             .remove(token);
     }
 
-    /// A new token of the ServiceAccount `namespace/name`, as its Pods mount one.
+    /// A new token of the ServiceAccount `namespace/name`, shaped as its Pods mount one: a
+    /// JWT (a header, claims naming the account, a signature, each base64url), signed by no
+    /// key, which only this double's TokenReview accepts.
     pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write(namespace.as_bytes());
         h.write(name.as_bytes());
-        let token = format!("sa-token.{namespace}.{name}.{:016x}", h.finish());
+        let part = |text: &str| {
+            use base64::Engine;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+        };
+        let token = format!(
+            "{}.{}.{}",
+            part(r#"{"alg":"RS256","kid":"kube-double"}"#),
+            part(&format!(
+                r#"{{"iss":"https://kubernetes.default.svc","sub":"system:serviceaccount:{namespace}:{name}"}}"#
+            )),
+            part(&format!("{:016x}", h.finish()))
+        );
         self.add_token(&token, Identity::service_account(namespace, name));
         token
     }
