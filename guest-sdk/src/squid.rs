@@ -9,10 +9,12 @@
 //! its own, no version string. Sites see the crawler's request as the crawler sent it, from the
 //! proxy's address.
 //!
-//! Nor does it reach what sits beside it: loopback, the private and shared ranges, link-local
-//! and unique-local networks ([`REFUSED_DESTINATIONS`]) are refused as destinations unless a
-//! provider's `allowedDestinationCIDRs` opts a range back in, and the cloud metadata addresses
-//! ([`METADATA_DESTINATIONS`]) are refused always.
+//! Nor does it reach what sits beside it: loopback (`::` and the IPv4-compatible range with
+//! it), the private and shared ranges, NAT64's prefixes, link-local and unique-local networks
+//! ([`REFUSED_DESTINATIONS`]) are refused as destinations unless a provider's
+//! `allowedDestinationCIDRs` opts a range back in, and the cloud metadata addresses
+//! ([`METADATA_DESTINATIONS`]) are refused always. Nor does it name the host it runs on
+//! ([`VISIBLE_HOSTNAME`]).
 //!
 //! And it serves no one without the proxy's credential: Basic proxy authentication against
 //! the htpasswd the host hands each create ([`Htpasswd`]), checked by Squid's
@@ -33,10 +35,17 @@ pub const PRIVATE_RANGES: [&str; 3] = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0
 
 /// Destinations every generated Squid refuses unless the provider's `allowedDestinationCIDRs`
 /// lists them: "this network" (0/8), loopback, RFC 1918, CGNAT's shared space (RFC 6598),
-/// link-local, IPv6 loopback, unique-local (fc00::/7) and link-local. Behind them sit the
+/// link-local, the IPv4-compatible IPv6 range (::/96, which holds `::1` and the unspecified
+/// `::`, which Linux connects to the local host), NAT64's well-known and local-use prefixes
+/// (RFC 6052, RFC 8215: a translator beside the proxy carries them to IPv4, loopback and
+/// private ranges included), unique-local (fc00::/7) and link-local. Behind them sit the
 /// proxy's own host, the VPC's or cluster's other machines and the hypervisor's LAN; a crawler
 /// has no business there, and an open path to them turns a proxy into a way in.
-pub const REFUSED_DESTINATIONS: [&str; 10] = [
+///
+/// The IPv4-mapped range (`::ffff:0:0/96`) is not listed: Squid keeps every IPv4 address in
+/// that form, so it would refuse all of IPv4, and judges `[::ffff:127.0.0.1]` as the IPv4
+/// address it carries, which the IPv4 ranges here already refuse.
+pub const REFUSED_DESTINATIONS: [&str; 12] = [
     "0.0.0.0/8",
     "10.0.0.0/8",
     "100.64.0.0/10",
@@ -44,19 +53,27 @@ pub const REFUSED_DESTINATIONS: [&str; 10] = [
     "169.254.0.0/16",
     "172.16.0.0/12",
     "192.168.0.0/16",
-    "::1/128",
+    "::/96",
+    "64:ff9b::/96",
+    "64:ff9b:1::/48",
     "fc00::/7",
     "fe80::/10",
 ];
 
-/// The cloud metadata services (GCE and EC2's IPv4 169.254.169.254, EC2's IPv6 fd00:ec2::254,
-/// GCE's IPv6 fd20:ce::254), which hand the machine's credentials and user data to whoever
-/// asks from it: refused always; no opt-in re-allows them.
-pub const METADATA_DESTINATIONS: [&str; 3] = [
+/// The cloud metadata services (GCE and EC2's IPv4 169.254.169.254, also as the IPv4-mapped
+/// IPv6 address a URL may spell it as, EC2's IPv6 fd00:ec2::254, GCE's IPv6 fd20:ce::254),
+/// which hand the machine's credentials and user data to whoever asks from it: refused
+/// always; no opt-in re-allows them.
+pub const METADATA_DESTINATIONS: [&str; 4] = [
     "169.254.169.254/32",
+    "::ffff:169.254.169.254/128",
     "fd00:ec2::254/128",
     "fd20:ce::254/128",
 ];
+
+/// The host name Squid gives itself in error pages (and would in `Via` and `X-Cache`, which
+/// the config turns off): a fixed one, so no answer names the machine a proxy runs on.
+pub const VISIBLE_HOSTNAME: &str = "egress-proxy";
 
 /// Where a VM's Squid reads the proxy's htpasswd: beside its config, readable by root and the
 /// `proxy` group Squid's helpers run as, no one else.
@@ -325,8 +342,11 @@ pub fn private_ranges() -> Vec<SourceRange> {
 }
 
 /// Checks a config's `allowedSourceCIDRs` (its field path is `path`): each element parsed
-/// already, so what is left is that the list names someone. Squid would deny everyone with an
-/// empty list, but a config that can never serve is a mistake to report, not to deploy.
+/// already, so what is left is that the list names someone and not everyone. Squid would deny
+/// everyone with an empty list, but a config that can never serve is a mistake to report, not
+/// to deploy. A single /0 is refused at parse; ranges that together cover all of IPv4 (IPv4
+/// ranges and IPv4-mapped IPv6 ones, which Squid matches IPv4 clients against) or all of IPv6
+/// make the same open proxy and are refused here.
 pub fn check_allowed_ranges(path: &str, ranges: &[SourceRange]) -> Result<(), ProviderError> {
     if ranges.is_empty() {
         return Err(config_error(
@@ -334,7 +354,70 @@ pub fn check_allowed_ranges(path: &str, ranges: &[SourceRange]) -> Result<(), Pr
             "must list at least one range; an open proxy is not allowed",
         ));
     }
+    if let Some(family) = covered_family(ranges) {
+        return Err(config_error(
+            path,
+            &format!(
+                "together the ranges cover every {family} address, which makes an open proxy; list the networks the clients are in"
+            ),
+        ));
+    }
     Ok(())
+}
+
+/// A range as inclusive bounds in one family's address space.
+fn bounds(network: u128, prefix: u8, bits: u8) -> (u128, u128) {
+    let host_bits = u32::from(bits - prefix);
+    let span = if host_bits >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << host_bits) - 1
+    };
+    (network, network | span)
+}
+
+/// Whether the intervals cover `0..=max` between them.
+fn cover(mut intervals: Vec<(u128, u128)>, max: u128) -> bool {
+    intervals.sort_unstable();
+    let mut next = 0u128;
+    for (start, end) in intervals {
+        if start > next {
+            return false;
+        }
+        if end >= max {
+            return true;
+        }
+        next = next.max(end + 1);
+    }
+    false
+}
+
+/// The family ("IPv4" or "IPv6") whose every address the ranges hold between them, if any.
+fn covered_family(ranges: &[SourceRange]) -> Option<&'static str> {
+    const MAPPED: u128 = 0xffff_0000_0000;
+    let mut v4 = Vec::new();
+    let mut v6 = Vec::new();
+    for r in ranges {
+        match r.network {
+            IpAddr::V4(a) => v4.push(bounds(u128::from(u32::from(a)), r.prefix, 32)),
+            IpAddr::V6(a) => {
+                let (start, end) = bounds(u128::from(a), r.prefix, 128);
+                v6.push((start, end));
+                // The part of the range inside ::ffff:0:0/96, as IPv4.
+                let (lo, hi) = (start.max(MAPPED), end.min(MAPPED | 0xffff_ffff));
+                if lo <= hi {
+                    v4.push((lo - MAPPED, hi - MAPPED));
+                }
+            }
+        }
+    }
+    if cover(v4, u128::from(u32::MAX)) {
+        Some("IPv4")
+    } else if cover(v6, u128::MAX) {
+        Some("IPv6")
+    } else {
+        None
+    }
 }
 
 /// Checks a config's `allowedDestinationCIDRs` (its field path is `path`): a range that holds a
@@ -421,8 +504,8 @@ pub fn squid_conf(
         METADATA_DESTINATIONS.join(" ")
     ));
     s.push_str(
-        "# The proxy's own host and the networks beside it: loopback, private, shared,\n\
-         # link-local and unique-local.\n",
+        "# The proxy's own host and the networks beside it: loopback (:: too), private,\n\
+         # shared, NAT64, link-local and unique-local.\n",
     );
     s.push_str(&format!(
         "acl egress_internal dst {}\n",
@@ -460,7 +543,14 @@ pub fn squid_conf(
          request_header_access Cache-Control allow egress_client_cache_control\n\
          request_header_access Cache-Control deny all\n\
          cache deny all\n\
-         # The ICMP pinger only informs cache-peer selection, and there are no peers.\n\
+         # Nor name the host it runs on: no X-Cache (MISS from HOST), and error pages\n\
+         # signed with a fixed name.\n\
+         reply_header_access X-Cache deny all\n\
+         reply_header_access X-Cache-Lookup deny all\n",
+    );
+    s.push_str(&format!("visible_hostname {VISIBLE_HOSTNAME}\n"));
+    s.push_str(
+        "# The ICMP pinger only informs cache-peer selection, and there are no peers.\n\
          pinger_enable off\n",
     );
     match layout {
@@ -715,7 +805,8 @@ mod tests {
         };
         for wanted in [
             "127.0.0.0/8",
-            "::1/128",
+            "::/96",
+            "64:ff9b::/96",
             "10.0.0.0/8",
             "172.16.0.0/12",
             "192.168.0.0/16",
@@ -734,6 +825,7 @@ mod tests {
             acl("egress_metadata"),
             [
                 "169.254.169.254/32",
+                "::ffff:169.254.169.254/128",
                 "fd00:ec2::254/128",
                 "fd20:ce::254/128"
             ]
@@ -792,6 +884,136 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    /// Whether a generated config's `acl NAME dst` ranges hold `addr`.
+    fn acl_holds(conf: &str, name: &str, addr: &str) -> bool {
+        let addr: IpAddr = addr.parse().unwrap();
+        conf.lines()
+            .filter_map(|l| l.strip_prefix(&format!("acl {name} dst ")))
+            .flat_map(|r| r.split(' '))
+            .any(|r| r.parse::<SourceRange>().unwrap().contains(addr))
+    }
+
+    /// Linux connects the unspecified address `::` to the local host, and a URL can spell it
+    /// many ways (`[::]`, `[0::0]`, `[::0.0.0.0]`, `[::%251]`); the IPv4-compatible range holds
+    /// them and `::1`, and NAT64's prefixes put IPv4 (loopback included) behind IPv6 addresses.
+    /// Public addresses, and IPv4-mapped ones (which Squid judges as the IPv4 address they
+    /// carry), are not in the list.
+    #[test]
+    fn the_local_host_is_refused_in_every_ipv6_spelling() {
+        let conf = squid_conf(3128, &private_ranges(), &[], Layout::Container);
+        for refused in [
+            "::",
+            "::1",
+            "::7f00:1",
+            "::a9fe:a9fe",
+            "64:ff9b::7f00:1",
+            "64:ff9b::a00:1",
+            "64:ff9b:1::7f00:1",
+        ] {
+            assert!(
+                acl_holds(&conf, "egress_internal", refused),
+                "{refused}\n{conf}"
+            );
+        }
+        for public in [
+            "203.0.113.7",
+            "2001:db8::7",
+            "::ffff:203.0.113.7",
+            "::1:0:0:0",
+            "64:ff9b:2::1",
+        ] {
+            assert!(!acl_holds(&conf, "egress_internal", public), "{public}");
+            assert!(!acl_holds(&conf, "egress_metadata", public), "{public}");
+        }
+        assert!(acl_holds(
+            &conf,
+            "egress_metadata",
+            "::ffff:169.254.169.254"
+        ));
+        // NAT64 is a range a provider may opt back in (a v6-only network reaching v4 sites).
+        let opted = squid_conf(
+            3128,
+            &private_ranges(),
+            &ranges(&["64:ff9b::/96"]),
+            Layout::Container,
+        );
+        assert!(acl_holds(&opted, "egress_opted_in", "64:ff9b::cb00:7107"));
+        assert!(check_allowed_destinations("p", &ranges(&["64:ff9b::/96"])).is_ok());
+    }
+
+    /// `X-Cache: MISS from HOST` and `X-Cache-Lookup` tell the client the proxy's host name,
+    /// and an error page signs itself with it: neither header is sent, and the pages name a
+    /// fixed host.
+    #[test]
+    fn no_reply_names_the_host() {
+        let conf = squid_conf(3128, &private_ranges(), &[], Layout::Service);
+        let lines: Vec<&str> = conf.lines().collect();
+        for wanted in [
+            "reply_header_access X-Cache deny all",
+            "reply_header_access X-Cache-Lookup deny all",
+            &format!("visible_hostname {VISIBLE_HOSTNAME}"),
+        ] {
+            assert!(lines.contains(&wanted), "{wanted:?} missing from\n{conf}");
+        }
+    }
+
+    /// An open proxy is refused however its ranges are cut: two halves, four quarters, or
+    /// IPv4 as IPv4-mapped IPv6; a union that leaves any address out is not open.
+    #[test]
+    fn ranges_that_together_cover_a_family_are_an_open_proxy() {
+        for open in [
+            &["0.0.0.0/1", "128.0.0.0/1"][..],
+            &["10.0.0.0/8", "128.0.0.0/1", "0.0.0.0/1"],
+            &["0.0.0.0/2", "64.0.0.0/2", "128.0.0.0/2", "192.0.0.0/2"],
+            &["::/1", "8000::/1"],
+            &["::ffff:0.0.0.0/96"],
+            &["0.0.0.0/1", "::ffff:128.0.0.0/97"],
+            &["::/2", "4000::/2", "8000::/1", "10.0.0.0/8"],
+            // ::/1 holds ::ffff:0:0/96, so every IPv4 client.
+            &["::/1"],
+            &["::/80", "fd00::/8"],
+        ] {
+            let e = check_allowed_ranges("providers[0].kvm.allowedSourceCIDRs", &ranges(open))
+                .unwrap_err();
+            assert_eq!(e.reason, "InvalidConfig", "{open:?}");
+            assert!(
+                e.message
+                    .starts_with("providers[0].kvm.allowedSourceCIDRs: ")
+                    && e.message.contains("open proxy"),
+                "{open:?}: {}",
+                e.message
+            );
+        }
+        for closed in [
+            &["0.0.0.0/1", "128.0.0.0/2", "192.0.0.0/3", "224.0.0.0/4"][..],
+            &["0.0.0.0/1", "128.0.0.0/1"][..1],
+            &["8000::/1", "4000::/2"],
+            &["::ffff:0.0.0.0/97", "10.0.0.0/8"],
+            &["0.0.0.0/1", "::ffff:128.0.0.0/98"],
+        ] {
+            assert!(
+                check_allowed_ranges("p", &ranges(closed)).is_ok(),
+                "{closed:?}"
+            );
+        }
+    }
+
+    /// Squid judges an IPv4-mapped IPv6 range as the IPv4 range it carries: one that holds
+    /// `::ffff:169.254.169.254` opens the metadata service as 169.254.0.0/16 would.
+    #[test]
+    fn a_mapped_range_holding_the_metadata_address_is_refused() {
+        for holding in [
+            "::ffff:0.0.0.0/96",
+            "::ffff:169.254.0.0/112",
+            "::ffff:169.254.169.254/128",
+            "::/80",
+        ] {
+            let e = check_allowed_destinations("p", &ranges(&["10.0.0.0/8", holding])).unwrap_err();
+            assert!(e.message.starts_with("p[1]: "), "{holding}: {}", e.message);
+        }
+        assert!(check_allowed_destinations("p", &ranges(&["::ffff:10.0.0.0/104"])).is_ok());
     }
 
     #[test]

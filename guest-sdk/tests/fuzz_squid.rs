@@ -26,6 +26,8 @@ const DIRECTIVES: &[&str] = &[
     "forwarded_for",
     "httpd_suppress_version_string",
     "request_header_access",
+    "reply_header_access",
+    "visible_hostname",
     "cache",
     "pinger_enable",
     "pid_filename",

@@ -112,6 +112,13 @@ async fn a_thousand_proxies_converge_through_transient_faults() {
             p.status
         );
     }
+    // The sweep at the end of the faulted run listed every provider to the end: a page whose
+    // listing call drew a transient fault was asked again rather than ending the sweep.
+    assert!(
+        faulted.gc.incomplete.is_empty(),
+        "sweeps incomplete through transient faults: {:?}",
+        faulted.gc.incomplete
+    );
     // The faults were there, and were retried through: failed calls in the plan, and Proxies
     // of every provider that needed more than one create.
     let failed: Vec<_> = faulted

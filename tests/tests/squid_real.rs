@@ -11,13 +11,19 @@
 //! - internal destinations are refused before any connection: a loopback listener outside the
 //!   opted-in echo range sees nothing and the client gets 403, for GET and CONNECT, and so
 //!   do 10.0.0.0/8 and the metadata address (sent only once the config is seen to refuse them,
-//!   so no packet can leave for them); and the same provider block without
-//!   `allowedDestinationCIDRs` refuses the echo itself.
+//!   so no packet can leave for them); so is the proxy's own host in every spelling a URL or a
+//!   CONNECT can give it (`[::]`, `[0::0]`, `[::0.0.0.0]`, `[::%251]`, `[::ffff:127.0.0.50]`,
+//!   NAT64's `[64:ff9b::127.0.0.50]`, ...), against listeners on 127.0.0.50 and `::1` that
+//!   must see no connection; and the same provider block without `allowedDestinationCIDRs`
+//!   refuses the echo itself;
+//! - public IPv4 and IPv6 destinations pass those rules (sent to the echo as Squid's parent);
+//! - no answer names the proxy's host (`X-Cache: MISS from HOST`, an error page's "by HOST").
 //!
 //! Network: loopback only. Each Squid listens on its own 127.0.0.x and a free port; the echo
 //! listens on 127.0.0.9:80 and a stand-in TLS server on 127.0.0.9:443 (the config forwards to
-//! ports 80 and 443 only, and binding them needs root). Clients bind 127.0.0.5, the allowed
-//! address, or 127.0.0.6.
+//! ports 80 and 443 only, and binding them needs root); the internal stand-ins on ports 80
+//! and 443 of 127.0.0.50 and `::1`. Clients bind 127.0.0.5, the allowed address, or
+//! 127.0.0.6.
 //!
 //! Skips, saying why, when squid is not installed or the test cannot bind port 80; with
 //! EGRESS_REQUIRE_REAL_BACKENDS=1 (set by .ci/run) either is a failure.
@@ -34,7 +40,7 @@ use support::{
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -148,6 +154,18 @@ struct Response {
 /// Sends `request` to the proxy from `from` and reads one response: its head, and a body of
 /// the length it declares.
 async fn exchange(from: Ipv4Addr, proxy: SocketAddr, request: &str) -> Response {
+    exchange_within(from, proxy, request, Duration::from_secs(20))
+        .await
+        .expect("the proxy answered within 20 s")
+}
+
+/// [`exchange`], or None when no answer came within `limit`.
+async fn exchange_within(
+    from: Ipv4Addr,
+    proxy: SocketAddr,
+    request: &str,
+    limit: Duration,
+) -> Option<Response> {
     let go = async {
         let socket = TcpSocket::new_v4().unwrap();
         socket.bind(SocketAddr::from((from, 0))).unwrap();
@@ -185,9 +203,7 @@ async fn exchange(from: Ipv4Addr, proxy: SocketAddr, request: &str) -> Response 
             .unwrap_or(0);
         Response { status, text }
     };
-    tokio::time::timeout(Duration::from_secs(20), go)
-        .await
-        .expect("the proxy answered within 20 s")
+    tokio::time::timeout(limit, go).await.ok()
 }
 
 fn get(path: &str, extra: &str) -> String {
@@ -222,26 +238,50 @@ fn connect_to(host: &str, port: u16) -> String {
     )
 }
 
-/// Listeners on the internal address's ports 80 and 443 that only count what reaches them.
+/// Listeners on ports 80 and 443 of the internal address and of IPv6 loopback (where Linux
+/// connects `::`) that only count what reaches them.
 struct Internal {
-    web: TcpListener,
-    tls: TcpListener,
+    listeners: Vec<TcpListener>,
 }
 
 impl Internal {
     fn bind() -> Result<Internal, String> {
-        let web = bind_patiently(SocketAddr::from((INTERNAL_IP, 80)))?;
-        let tls = bind_patiently(SocketAddr::from((INTERNAL_IP, 443)))?;
-        web.set_nonblocking(true).unwrap();
-        tls.set_nonblocking(true).unwrap();
-        Ok(Internal { web, tls })
+        let mut listeners = Vec::new();
+        for ip in [IpAddr::V4(INTERNAL_IP), IpAddr::V6(Ipv6Addr::LOCALHOST)] {
+            for port in [80, 443] {
+                let l = bind_patiently(SocketAddr::from((ip, port)))?;
+                l.set_nonblocking(true).unwrap();
+                listeners.push(l);
+            }
+        }
+        Ok(Internal { listeners })
     }
 
     /// Whether anything connected since the last call: a pending connection is accepted now.
     fn reached(&self) -> bool {
-        [&self.web, &self.tls].iter().any(|l| l.accept().is_ok())
+        self.listeners.iter().any(|l| l.accept().is_ok())
     }
 }
+
+/// Every spelling of the proxy's own host a client may put in a URL or a CONNECT: the
+/// unspecified address (which Linux connects to the local host) with and without zeros, an
+/// embedded IPv4 zero or a zone, the IPv4-compatible and IPv4-mapped forms of loopback, and
+/// NAT64's well-known prefix in front of loopback.
+const LOCAL_HOST_SPELLINGS: &[&str] = &[
+    "[::]",
+    "[0::0]",
+    "[0:0:0:0:0:0:0:0]",
+    "[::0.0.0.0]",
+    "[::%251]",
+    "[::%1]",
+    "[::1]",
+    "[::127.0.0.50]",
+    "[::ffff:127.0.0.50]",
+    "[::ffff:7f00:32]",
+    "[64:ff9b::127.0.0.50]",
+    "0.0.0.0",
+    "127.0.0.50",
+];
 
 /// The names a config's `acl NAME dst` lines give, with their ranges.
 fn dst_acl(conf: &str, name: &str) -> Vec<String> {
@@ -257,6 +297,40 @@ fn assert_refused_by_acl(label: &str, what: &str, r: &Response) {
         r.text.contains("ERR_ACCESS_DENIED"),
         "{label}: {what} was not refused by the access rules:\n{}",
         r.text
+    );
+}
+
+/// This machine's host name, which Squid names itself by unless told otherwise.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// The answer names the proxy's host nowhere (no `X-Cache: MISS from HOST`, no error page
+/// "Generated ... by HOST"): the host name is no word of its head or body.
+fn assert_names_no_host(label: &str, what: &str, r: &Response) {
+    let host = host_name();
+    let (head, body) = r.text.split_once("\r\n\r\n").unwrap_or((&r.text, ""));
+    for line in head.lines().skip(1) {
+        let name = line.split(':').next().unwrap_or_default().trim();
+        assert!(
+            !name.to_ascii_lowercase().starts_with("x-cache"),
+            "{label}: {what}: the answer has {line:?}"
+        );
+    }
+    let words = |text: &str| -> bool {
+        text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+            .any(|w| w.trim_end_matches('.').eq_ignore_ascii_case(&host))
+    };
+    assert!(
+        !words(head),
+        "{label}: {what}: the head names the host {host:?}:\n{head}"
+    );
+    assert!(
+        !words(body),
+        "{label}: {what}: the body names the host {host:?}:\n{body}"
     );
 }
 
@@ -294,6 +368,7 @@ async fn proves_an_anonymous_closed_proxy(label: &str, generated: &str, ip: Ipv4
     let path = unique_path(label);
     let r = exchange(ALLOWED_CLIENT, proxy, &get(&path, "")).await;
     assert_eq!(r.status, 200, "{}\n{}", r.text, squid.logs());
+    assert_names_no_host(label, "a forwarded answer", &r);
     let seen = echo.seen(&path).expect("the echo saw the request");
     assert_eq!(seen.header("User-Agent"), ["egress-tests"], "{}", seen.head);
     for name in [
@@ -382,6 +457,7 @@ async fn proves_an_anonymous_closed_proxy(label: &str, generated: &str, ip: Ipv4
         "{label}: the refusal names Squid's version:\n{}",
         r.text
     );
+    assert_names_no_host(label, "a refusal", &r);
 
     // CONNECT only to 443: port 80 refused, 443 tunnelled.
     let r = exchange(ALLOWED_CLIENT, proxy, &connect(80)).await;
@@ -402,8 +478,29 @@ async fn proves_an_anonymous_closed_proxy(label: &str, generated: &str, ip: Ipv4
     assert_refused_by_acl(label, "GET to a loopback service", &r);
     let r = exchange(ALLOWED_CLIENT, proxy, &connect_to(&host, 443)).await;
     assert_refused_by_acl(label, "CONNECT to a loopback service", &r);
-    let r = exchange(ALLOWED_CLIENT, proxy, &get_from("[::1]", "/internal", "")).await;
-    assert_refused_by_acl(label, "GET to ::1", &r);
+    // The local host in every spelling, through GET and CONNECT: refused by the access rules
+    // (a connection Squid tried would have failed or succeeded, never answered
+    // ERR_ACCESS_DENIED), and no listener saw a connection.
+    // A request Squid sends on waits on a stand-in that never answers: past a few seconds
+    // it has reached the local host.
+    for host in LOCAL_HOST_SPELLINGS {
+        for (what, ask) in [
+            (
+                format!("GET http://{host}/"),
+                get_from(host, "/internal", ""),
+            ),
+            (format!("CONNECT {host}:443"), connect_to(host, 443)),
+        ] {
+            let answer = exchange_within(ALLOWED_CLIENT, proxy, &ask, Duration::from_secs(5)).await;
+            let Some(r) = answer else {
+                panic!(
+                    "{label}: {what} was not answered: Squid connected to the local host (reached: {})",
+                    internal.reached()
+                );
+            };
+            assert_refused_by_acl(label, &what, &r);
+        }
+    }
     std::thread::sleep(Duration::from_millis(100));
     assert!(
         !internal.reached(),
@@ -427,6 +524,36 @@ async fn proves_an_anonymous_closed_proxy(label: &str, generated: &str, ip: Ipv4
         assert_refused_by_acl(label, &format!("GET to {host}"), &r);
         let r = exchange(ALLOWED_CLIENT, proxy, &connect_to(host, 443)).await;
         assert_refused_by_acl(label, &format!("CONNECT to {host}"), &r);
+    }
+}
+
+/// Public destinations, IPv4 and IPv6, pass the access rules the refused ranges are part of:
+/// the refused list holds no range that swallows every IPv4 address (Squid keeps IPv4 as
+/// IPv4-mapped IPv6, so a range there would). Squid is told to send every request to the
+/// echo as its parent (lines this test adds), so nothing leaves loopback.
+async fn passes_public_destinations(label: &str, generated: &str, ip: Ipv4Addr) {
+    let Some((binary, echo)) = squid_and_echo() else {
+        return;
+    };
+    let through_echo = format!(
+        "{generated}cache_peer {ECHO_IP} parent 80 0 no-query originserver name=echo\nnever_direct allow all\n"
+    );
+    let squid = Squid::start(&binary, &through_echo, ip);
+    for host in ["203.0.113.7", "[2001:db8::7]", "[::ffff:203.0.113.7]"] {
+        let path = unique_path(label);
+        let r = exchange(ALLOWED_CLIENT, squid.listen, &get_from(host, &path, "")).await;
+        assert_eq!(
+            r.status,
+            200,
+            "{label}: GET http://{host}/ was refused:\n{}\n{}",
+            r.text,
+            squid.logs()
+        );
+        assert!(
+            echo.seen(&path).is_some(),
+            "{label}: {host} did not reach the parent"
+        );
+        assert_names_no_host(label, &format!("GET http://{host}/"), &r);
     }
 }
 
@@ -586,6 +713,12 @@ async fn the_gcp_default_cloud_inits_squid_is_anonymous_and_closed() {
         Ipv4Addr::new(127, 0, 0, 26),
     )
     .await;
+    passes_public_destinations(
+        "gcp",
+        &written_squid_conf(&gcp_user_data(false)),
+        Ipv4Addr::new(127, 0, 0, 26),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -602,6 +735,12 @@ async fn the_kvm_default_cloud_inits_squid_is_anonymous_and_closed() {
         Ipv4Addr::new(127, 0, 0, 25),
     )
     .await;
+    passes_public_destinations(
+        "kvm",
+        &written_squid_conf(&kvm_user_data(false)),
+        Ipv4Addr::new(127, 0, 0, 25),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -613,6 +752,12 @@ async fn the_kubernetes_pods_squid_is_anonymous_and_closed() {
     )
     .await;
     refuses_loopback_without_the_opt_in(
+        "kubernetes",
+        &kubernetes_squid_conf(false),
+        Ipv4Addr::new(127, 0, 0, 24),
+    )
+    .await;
+    passes_public_destinations(
         "kubernetes",
         &kubernetes_squid_conf(false),
         Ipv4Addr::new(127, 0, 0, 24),

@@ -67,7 +67,7 @@ pub struct GatewayArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub connect_timeout: std::time::Duration,
     /// The address connections to members leave from, where this host has several and the
-    /// proxies admit one (their clientAddresses). Default: the system's choice.
+    /// proxies admit one (their provider's allowedSourceCIDRs). Default: the system's choice.
     #[arg(long, value_name = "IP")]
     pub source_address: Option<std::net::IpAddr>,
     /// Crawler connections served at once.

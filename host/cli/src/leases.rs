@@ -80,7 +80,7 @@ impl LeaseFile {
 
     fn write(&self, path: &Path) -> Result<(), String> {
         let text = serde_yaml::to_string(self).map_err(|e| e.to_string())?;
-        crate::state::write_private(path, text.as_bytes())
+        egress_runtime::private_file::replace(path, text.as_bytes())
             .map_err(|e| format!("writing the lease file {}: {e}", path.display()))
     }
 
@@ -702,6 +702,21 @@ mod tests {
 
     /// Exclusive leases are all or none and leave discovery; the lease file keeps them for the
     /// next process, which refuses what this one granted; the end of the ttl frees the proxy.
+    /// The lease file is written as the state is: a world-readable `.tmp` an earlier run left
+    /// does not make it world-readable.
+    #[test]
+    fn a_stale_world_readable_temporary_file_leaves_the_lease_file_its_owners_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = LeaseFile::path_for(&dir.path().join("state.yaml"));
+        let tmp = dir.path().join("state.yaml.leases.tmp");
+        std::fs::write(&tmp, "stale\n").unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).unwrap();
+        LeaseFile::default().write(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
     #[tokio::test]
     async fn exclusive_leases_are_kept_in_the_file_and_refused_to_a_second_taker() {
         let f = Fixture::new();

@@ -176,19 +176,6 @@ struct Entry {
     pool: Option<StoredPool>,
 }
 
-/// Creates (or truncates) a file only its owner may read: a state file holds cloud-init.
-fn private_file(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut o = std::fs::OpenOptions::new();
-    o.create(true).mode(0o600);
-    if append {
-        o.append(true);
-    } else {
-        o.write(true).truncate(true);
-    }
-    o.open(path)
-}
-
 fn journal_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".journal");
@@ -319,23 +306,14 @@ impl StateFile {
         }
     }
 
-    /// Writes the whole file through a synced temporary file renamed into place, so a reader
-    /// never sees half of it.
+    /// Writes the whole file through a synced temporary file of a fresh name, its owner's only
+    /// from the start, renamed into place ([`egress_runtime::private_file`]): a reader never
+    /// sees half of it.
     pub fn write(&self, path: &Path) -> Result<(), crate::CliError> {
         let text = serde_yaml::to_string(self).map_err(|e| output_error(path, e))?;
-        write_private(path, text.as_bytes()).map_err(|e| output_error(path, e))
+        egress_runtime::private_file::replace(path, text.as_bytes())
+            .map_err(|e| output_error(path, e))
     }
-}
-
-/// Replaces `path` with `bytes` through a synced temporary file (readable by its owner only)
-/// renamed into place, so a reader never sees half of it.
-pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = path.with_file_name(tmp_name);
-    let mut f = private_file(&tmp, false)?;
-    f.write_all(bytes).and_then(|()| f.sync_all())?;
-    std::fs::rename(&tmp, path)
 }
 
 /// Held while a process runs on a state file, so a second process on the same state (its
@@ -352,7 +330,8 @@ impl StateLock {
         let mut name = state.file_name().unwrap_or_default().to_os_string();
         name.push(".lock");
         let path = state.with_file_name(name);
-        let file = private_file(&path, true).map_err(|e| output_error(&path, e))?;
+        let file =
+            egress_runtime::private_file::open_append(&path).map_err(|e| output_error(&path, e))?;
         match file.try_lock() {
             Ok(()) => Ok(Self { _file: file }),
             Err(std::fs::TryLockError::WouldBlock) => Err(input_error(
@@ -437,7 +416,7 @@ impl StateWriter {
         let journal = match &mut self.journal {
             Some(f) => f,
             None => {
-                let f = private_file(&journal_path(&self.path), true)
+                let f = egress_runtime::private_file::open_append(&journal_path(&self.path))
                     .map_err(|e| output_error(&self.path, e))?;
                 self.journal.insert(f)
             }
@@ -569,6 +548,57 @@ mod tests {
                 .as_deref(),
             Some("10.0.0.199")
         );
+    }
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    fn world_readable(p: &Path, text: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(p, text).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    /// The state holds cloud-init: a world-readable `.tmp` an earlier run left does not make
+    /// the rewritten file world-readable, and a world-readable journal is its owner's once
+    /// written to.
+    #[test]
+    fn stale_world_readable_files_leave_the_state_its_owners_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        world_readable(&dir.path().join("state.yaml.tmp"), "stale\n");
+        world_readable(&journal_path(&path), "");
+        let mut w = StateWriter::open(&path, StateFile::default()).unwrap();
+        assert_eq!(mode(&path), 0o600, "the state file is readable by others");
+        world_readable(&journal_path(&path), "");
+        w.record("ns/a", Some(stored("ns/a", "10.0.0.1"))).unwrap();
+        assert_eq!(
+            mode(&journal_path(&path)),
+            0o600,
+            "the journal is readable by others"
+        );
+        w.compact().unwrap();
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(StateFile::read(&path).unwrap().proxies.len(), 1);
+    }
+
+    /// A symlink planted where the temporary file or the journal goes is never written
+    /// through: its target stays as it was.
+    #[test]
+    fn a_planted_symlink_is_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.yaml");
+        let target = dir.path().join("elsewhere");
+        world_readable(&target, "untouched\n");
+        std::os::unix::fs::symlink(&target, dir.path().join("state.yaml.tmp")).unwrap();
+        let mut w = StateWriter::open(&path, StateFile::default()).unwrap();
+        assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        std::os::unix::fs::symlink(&target, journal_path(&path)).unwrap();
+        assert!(w.record("ns/a", Some(stored("ns/a", "10.0.0.1"))).is_err());
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
+        assert_eq!(mode(&target), 0o644);
     }
 
     /// One process at a time on a state file; the next one may once the first let go.

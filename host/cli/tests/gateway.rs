@@ -71,6 +71,53 @@ fn the_gateway_is_refused_without_what_it_needs_naming_it() {
     assert!(err.contains("sha256"), "the missing field is named: {err}");
 }
 
+/// Where the words tell an operator how the proxies admit the gateway, they name the field that
+/// does it, the providers' `allowedSourceCIDRs` (`clientAddresses` is the egress check's list
+/// of its own addresses, which admits no one): `gateway --help`, the deploy's gateway
+/// manifest and the README's gateway section.
+#[test]
+fn the_gateways_words_name_the_field_that_admits_it() {
+    let bin = env!("CARGO_BIN_EXE_egress-proxies");
+    let out = Command::new(bin)
+        .args(["gateway", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (_, source) = help
+        .split_once("--source-address")
+        .expect("the help has --source-address");
+    // Its text, up to the next option's line (`      --x` or `  -x,`).
+    let source = source
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('-'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = std::fs::read_to_string(root.join("examples/deploy/gateway.yaml")).unwrap();
+    let comment: String = manifest
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let (_, gateway) = readme
+        .split_once("`egress-proxies gateway` is a forward proxy")
+        .expect("the README has its gateway section");
+    let gateway = gateway.split("\n## ").next().unwrap_or_default();
+    for (what, text) in [
+        ("gateway --help, --source-address", source.as_str()),
+        ("examples/deploy/gateway.yaml", comment.as_str()),
+        ("the README's gateway section", gateway),
+    ] {
+        assert!(
+            text.contains("allowedSourceCIDRs") && !text.contains("clientAddresses"),
+            "{what} does not name allowedSourceCIDRs as what admits the gateway:\n{text}"
+        );
+    }
+}
+
 #[test]
 fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
     let dir = tempfile::tempdir().unwrap();

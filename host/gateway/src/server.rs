@@ -15,6 +15,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -214,6 +215,7 @@ impl Gateway {
     async fn admit(
         &self,
         headers: &http::HeaderMap,
+        source: IpAddr,
     ) -> Result<Admitted, (Option<PoolKey>, Failure)> {
         let snapshot = self.table.snapshot();
         let names: Vec<&str> = if self.table.served().is_empty() {
@@ -255,7 +257,7 @@ impl Gateway {
             .map_err(|r| (None, no_route(&r)))?;
         let caller = self
             .guard
-            .authenticate(&token)
+            .authenticate(source, &token)
             .await
             .map_err(|r| (Some(pool.clone()), refusal(&r)))?;
         let access = match &options.lease {
@@ -328,9 +330,13 @@ impl Gateway {
         failed(f)
     }
 
-    /// Answers one request of a crawler.
-    pub async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<Body> {
-        let admitted = match self.admit(req.headers()).await {
+    /// Answers one request of a crawler, which came from `source`.
+    pub async fn handle(
+        self: Arc<Self>,
+        mut req: Request<Incoming>,
+        source: IpAddr,
+    ) -> Response<Body> {
+        let admitted = match self.admit(req.headers(), source).await {
             Ok(a) => a,
             Err((pool, f)) => return self.error(pool.as_ref(), &f),
         };
@@ -658,12 +664,13 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
     let max = gateway.limits.max_connections;
     accept_bounded(listener, max, "gateway", |stream| {
         let gateway = gateway.clone();
+        let source = egress_operator::auth::source_of(&stream);
         async move {
             let _ = stream.set_nodelay(true);
             let header_read = gateway.limits.header_read_timeout;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let gateway = gateway.clone();
-                async move { Ok::<_, std::convert::Infallible>(gateway.handle(req).await) }
+                async move { Ok::<_, std::convert::Infallible>(gateway.handle(req, source).await) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -689,12 +696,13 @@ const ADMIN_CONNECTIONS: usize = 64;
 pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
     accept_bounded(listener, ADMIN_CONNECTIONS, "gateway admin", |stream| {
         let gateway = gateway.clone();
+        let source = egress_operator::auth::source_of(&stream);
         async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let gateway = gateway.clone();
                 async move {
                     Ok::<_, std::convert::Infallible>(
-                        gateway.admin(req.uri().path(), req.headers()).await,
+                        gateway.admin(req.uri().path(), req.headers(), source).await,
                     )
                 }
             });
@@ -709,7 +717,7 @@ pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
 }
 
 impl Gateway {
-    async fn admin(&self, path: &str, headers: &http::HeaderMap) -> Response<Body> {
+    async fn admin(&self, path: &str, headers: &http::HeaderMap, source: IpAddr) -> Response<Body> {
         let text = |status: StatusCode, body: String| {
             let mut r = Response::new(full(body));
             *r.status_mut() = status;
@@ -725,7 +733,7 @@ impl Gateway {
             "/metrics" => {
                 let allowed = async {
                     let token = Guard::bearer(headers)?;
-                    let caller = self.guard.authenticate_scraper(&token).await?;
+                    let caller = self.guard.authenticate_scraper(source, &token).await?;
                     self.guard
                         .authorize(&token, &caller, &Access::Metrics)
                         .await

@@ -77,6 +77,9 @@ pub enum Fault {
     Delay(Duration),
     /// Hold the request until [`Double::release`] (then serve it normally), or forever.
     Hold,
+    /// Serve it (a write is stored), then answer this error instead of the result: the reply
+    /// an API server gives when etcd committed the write but the answer was lost on the way.
+    ServeThenError(ApiError),
 }
 
 /// Which requests a fault applies to.
@@ -424,7 +427,9 @@ impl Double {
 
     /// A new token of the ServiceAccount `namespace/name` issued for `audiences`, as a
     /// projected `serviceAccountToken` volume with that audience mounts one (a TokenRequest
-    /// may name several).
+    /// may name several), shaped as a real one: a JWT (a header, claims naming the account, a
+    /// signature, each base64url), signed by no key, which only this double's TokenReview
+    /// accepts.
     pub fn projected_token(&self, namespace: &str, name: &str, audiences: &[&str]) -> String {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -433,7 +438,18 @@ impl Double {
         for a in audiences {
             h.write(a.as_bytes());
         }
-        let token = format!("sa-token.{namespace}.{name}.{:016x}", h.finish());
+        let part = |text: &str| {
+            use base64::Engine;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+        };
+        let token = format!(
+            "{}.{}.{}",
+            part(r#"{"alg":"RS256","kid":"kube-double"}"#),
+            part(&format!(
+                r#"{{"iss":"https://kubernetes.default.svc","sub":"system:serviceaccount:{namespace}:{name}"}}"#
+            )),
+            part(&format!("{:016x}", h.finish()))
+        );
         let mut who = Identity::service_account(namespace, name);
         who.audiences = audiences.iter().map(|a| a.to_string()).collect();
         self.add_token(&token, who);
@@ -548,6 +564,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             if rx.changed().await.is_err() {
                 return error(&ApiError::new(503, "ServiceUnavailable", "shutting down"));
             }
+        }
+        Some(Fault::ServeThenError(e)) => {
+            let _ = serve(&shared, &parts.method, &recorded, &bytes).await;
+            return error(&e);
         }
         Some(Fault::With(_)) | None => {}
     }

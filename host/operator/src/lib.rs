@@ -75,6 +75,10 @@ pub struct WebhookOptions {
     pub key: PathBuf,
 }
 
+/// The leader's Lease: controller-runtime's 15 s, renewed every 2 s, given up after 10 s
+/// without a renewal ([`leader::Timing::for_lease`]).
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+
 /// The reconciles running at once unless `--concurrency` says otherwise.
 pub const DEFAULT_CONCURRENCY: u16 = 16;
 
@@ -146,6 +150,8 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         .namespace
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
+    // The leader election makes its own client from this, on its own thread.
+    let lease_config = config.clone();
     let client = kube::Client::try_from(config)?;
     let backends = Backends {
         kube: Arc::new(RealKube::with_client(client.clone(), address)),
@@ -301,14 +307,14 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         leading.clone(),
     ));
 
-    let lease = leader::LeaseLock::new(
-        client.clone(),
+    let mut election = leader::Election::start(
+        move || kube::Client::try_from(lease_config),
         &namespace,
         &opts.lease_name,
         &opts.identity,
-        Duration::from_secs(15),
-    );
-    lease.acquire().await?;
+        LEASE_DURATION,
+    )?;
+    election.leading().await?;
     leading.store(true, std::sync::atomic::Ordering::Release);
 
     let peers = peers_changed(fleet);
@@ -344,7 +350,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         _ = sweeper::run(ctx.clone(), opts.gc_interval, opts.gc_grace) => Ok(()),
         _ = health::run(ctx.clone(), opts.health_interval) => Ok(()),
         _ = pool::forget_gone_pools(pool_store, metrics.clone(), Duration::from_secs(30)) => Ok(()),
-        _ = lease.hold() => Err(Error::LostLease(opts.lease_name.clone())),
+        _ = election.lost() => Err(Error::LostLease(opts.lease_name.clone())),
     }
 }
 

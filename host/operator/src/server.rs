@@ -18,6 +18,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use tokio::net::TcpListener;
@@ -470,7 +471,9 @@ pub struct Api {
 pub const MAX_BODY: usize = 16 * 1024;
 
 impl Api {
-    /// Answers one request whose body is already in hand.
+    /// Answers one request whose body is already in hand, from no address (an in-process
+    /// caller: the probes' listener, whose paths need no token; every such caller shares the
+    /// unspecified address's review bucket).
     pub async fn answer(
         &self,
         method: &Method,
@@ -480,14 +483,18 @@ impl Api {
         body: &[u8],
     ) -> Response<Full<Bytes>> {
         let body = RequestBody::Read(Bytes::copy_from_slice(body));
-        self.answer_body(method, path, query, headers, body).await
+        let nowhere = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+        self.answer_body(nowhere, method, path, query, headers, body)
+            .await
     }
 
-    /// Answers one request. Its body is read only for a caller already authenticated from the
-    /// request's head, so a client without a token never gets to hold a connection open by
-    /// sending a body slowly.
+    /// Answers one request that came from `source` (its token reviews draw on that address's
+    /// bucket). Its body is read only for a caller already authenticated from the request's
+    /// head, so a client without a token never gets to hold a connection open by sending a
+    /// body slowly.
     pub async fn answer_body(
         &self,
+        source: IpAddr,
         method: &Method,
         path: &str,
         query: Option<&str>,
@@ -495,7 +502,9 @@ impl Api {
         body: RequestBody,
     ) -> Response<Full<Bytes>> {
         if path == "/v1/leases" || path.starts_with("/v1/leases/") {
-            return self.leases(method, path, query, headers, body).await;
+            return self
+                .leases(source, method, path, query, headers, body)
+                .await;
         }
         if method != Method::GET && method != Method::HEAD {
             return respond(
@@ -515,11 +524,11 @@ impl Api {
                 "not ready\n".into(),
             ),
             "/metrics" => self
-                .admit_scraper(headers)
+                .admit_scraper(source, headers)
                 .await
                 .map_or_else(|n| n.response(), |_| self.metrics(headers)),
             "/v1/proxies" => self
-                .admit(headers, || proxies_query(query))
+                .admit(source, headers, || proxies_query(query))
                 .await
                 .map_or_else(|n| n.response(), |(q, _)| proxies(&q, self.source.as_ref())),
             _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
@@ -532,6 +541,7 @@ impl Api {
     /// release its lease.
     async fn leases(
         &self,
+        source: IpAddr,
         method: &Method,
         path: &str,
         query: Option<&str>,
@@ -557,7 +567,7 @@ impl Api {
         match (method.clone(), rest.as_slice()) {
             (Method::POST, []) => {
                 let asked = self
-                    .admit_with_body(headers, body, |body| {
+                    .admit_with_body(source, headers, body, |body| {
                         let req: LeaseRequest = json_body(body)?;
                         Ok(LeaseAsk {
                             at: LeaseRef {
@@ -579,7 +589,7 @@ impl Api {
             }
             (Method::GET, []) => {
                 let asked = self
-                    .admit(headers, || {
+                    .admit(source, headers, || {
                         let (mut namespace, mut pool) = (None, None);
                         for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
                             match k.as_ref() {
@@ -613,7 +623,7 @@ impl Api {
                 }
             }
             (Method::GET, [id]) => match self
-                .admit_on(headers, id, false, RequestBody::none(), |_| Ok(()))
+                .admit_on(source, headers, id, false, RequestBody::none(), |_| Ok(()))
                 .await
             {
                 Err(n) => n.response(),
@@ -624,7 +634,7 @@ impl Api {
             },
             (Method::POST, [id, "renew"]) => {
                 match self
-                    .admit_on(headers, id, true, body, json_body::<RenewRequest>)
+                    .admit_on(source, headers, id, true, body, json_body::<RenewRequest>)
                     .await
                 {
                     Err(n) => n.response(),
@@ -638,7 +648,7 @@ impl Api {
             }
             (Method::DELETE, [id]) => {
                 match self
-                    .admit_on(headers, id, true, body, json_body::<ReleaseRequest>)
+                    .admit_on(source, headers, id, true, body, json_body::<ReleaseRequest>)
                     .await
                 {
                     Err(n) => n.response(),
@@ -663,13 +673,14 @@ impl Api {
     /// names.
     async fn admit_on<T>(
         &self,
+        source: IpAddr,
         headers: &http::HeaderMap,
         id: &str,
         write: bool,
         body: RequestBody,
         read: impl FnOnce(&[u8]) -> Result<T, String>,
     ) -> Result<(LeaseAsk<T>, crate::auth::Caller), NotServed> {
-        self.admit_with_body(headers, body, |body| {
+        self.admit_with_body(source, headers, body, |body| {
             Ok(LeaseAsk {
                 at: lease_ref(id)?,
                 write,
@@ -682,10 +693,11 @@ impl Api {
     /// [`Self::admit_with_body`] for a request that carries nothing in its body.
     async fn admit<T: Asks>(
         &self,
+        source: IpAddr,
         headers: &http::HeaderMap,
         read: impl FnOnce() -> Result<T, String>,
     ) -> Result<(T, crate::auth::Caller), NotServed> {
-        self.admit_with_body(headers, RequestBody::none(), |_| read())
+        self.admit_with_body(source, headers, RequestBody::none(), |_| read())
             .await
     }
 
@@ -696,6 +708,7 @@ impl Api {
     /// malformed) and authorised.
     async fn admit_with_body<T: Asks>(
         &self,
+        source: IpAddr,
         headers: &http::HeaderMap,
         body: RequestBody,
         read: impl FnOnce(&[u8]) -> Result<T, String>,
@@ -705,7 +718,11 @@ impl Api {
             NotServed::Refused(r)
         };
         let token = Guard::bearer(headers).map_err(said)?;
-        let caller = self.guard.authenticate(&token).await.map_err(said)?;
+        let caller = self
+            .guard
+            .authenticate(source, &token)
+            .await
+            .map_err(said)?;
         let body = body.read().await.map_err(NotServed::Body)?;
         let asked = read(&body).map_err(NotServed::BadRequest)?;
         self.guard
@@ -717,7 +734,11 @@ impl Api {
 
     /// Lets a scraper of `/metrics` through, or answers why not: its token reviewed as a
     /// scraper's (see [`crate::auth::Reviewer::authenticate_scraper`]).
-    async fn admit_scraper(&self, headers: &http::HeaderMap) -> Result<(), NotServed> {
+    async fn admit_scraper(
+        &self,
+        source: std::net::IpAddr,
+        headers: &http::HeaderMap,
+    ) -> Result<(), NotServed> {
         let said = |r: Refusal| {
             tracing::debug!(status = r.status().as_u16(), "refused: {r}");
             NotServed::Refused(r)
@@ -725,7 +746,7 @@ impl Api {
         let token = Guard::bearer(headers).map_err(said)?;
         let caller = self
             .guard
-            .authenticate_scraper(&token)
+            .authenticate_scraper(source, &token)
             .await
             .map_err(said)?;
         self.guard
@@ -866,6 +887,7 @@ pub async fn serve_over(
     accept_bounded(listener, limits.max_connections, "HTTP", |stream| {
         let api = api.clone();
         let transport = transport.clone();
+        let source = crate::auth::source_of(&stream);
         async move {
             let Some(stream) = transport
                 .accept(stream, limits.header_read_timeout, "HTTP")
@@ -883,6 +905,7 @@ pub async fn serve_over(
                     };
                     let r = api
                         .answer_body(
+                            source,
                             &parts.method,
                             parts.uri.path(),
                             parts.uri.query(),

@@ -33,9 +33,21 @@ use tokio::net::TcpListener;
 /// The path the ValidatingWebhookConfiguration calls.
 pub const PATH: &str = "/validate-proxypool";
 
-/// The largest review read. A review carries the pool and, on update, its old version; a
-/// pool is a few KiB, and the API server bounds an object's annotations to 256 KiB.
-pub const MAX_BODY: usize = 1 << 20;
+/// The largest review read: 64 KiB. A review carries the pool and, on update, its old
+/// version; the sample pool's review is under 3 KiB, and 64 KiB leaves room for a template
+/// with a cloud-init of over 20 KiB in both versions. A larger review is refused with 413
+/// before more of it is read, and the API server applies the failurePolicy (the pool
+/// controller's InvalidSpec condition still judges the pool).
+pub const MAX_BODY: usize = 64 << 10;
+
+/// Reviews read and judged at once: each is parsed on the blocking pool, never on the
+/// runtime that serves the operator, and no more than this many compete for the CPU.
+pub const MAX_REVIEWS_IN_FLIGHT: usize = 4;
+
+/// How long a review waits for one of those places before it is answered 503 (with
+/// Retry-After): the API server gives up on a webhook after its timeoutSeconds (5 s in the
+/// deploy) anyway, and a queue longer than that only holds memory.
+pub const REVIEW_WAIT: Duration = Duration::from_secs(1);
 
 /// A request must be read and answered within this. The API server waits at most the
 /// configuration's timeoutSeconds (5 s in the deploy, 30 s at most) and then applies the
@@ -210,7 +222,8 @@ pub type EnvironmentSource = Arc<dyn Fn() -> PoolEnvironment + Send + Sync>;
 
 /// Serves the webhook on `listener` over TLS, at most `limits.max_connections` connections at
 /// once; a handshake and a request head must each arrive within `limits.header_read_timeout`,
-/// and a request must be read and answered within [`REQUEST_TIMEOUT`].
+/// and a request must be read and answered within [`REQUEST_TIMEOUT`]. At most
+/// [`MAX_REVIEWS_IN_FLIGHT`] reviews are judged at once, off the runtime.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -218,9 +231,11 @@ pub async fn serve(
     limits: Limits,
 ) {
     let transport = crate::tls::Transport::tls(tls);
+    let judges = Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS_IN_FLIGHT));
     accept_bounded(listener, limits.max_connections, "webhook", |stream| {
         let transport = transport.clone();
         let env = env.clone();
+        let judges = judges.clone();
         async move {
             let Some(stream) = transport
                 .accept(stream, limits.header_read_timeout, "webhook")
@@ -230,8 +245,9 @@ pub async fn serve(
             };
             let svc = service_fn(move |req: Request<Incoming>| {
                 let env = env.clone();
+                let judges = judges.clone();
                 async move {
-                    let r = tokio::time::timeout(REQUEST_TIMEOUT, respond(req, &env))
+                    let r = tokio::time::timeout(REQUEST_TIMEOUT, respond(req, &env, &judges))
                         .await
                         .unwrap_or_else(|_| {
                             plain(
@@ -251,7 +267,11 @@ pub async fn serve(
     .await
 }
 
-async fn respond(req: Request<Incoming>, env: &EnvironmentSource) -> Response<Full<Bytes>> {
+async fn respond(
+    req: Request<Incoming>,
+    env: &EnvironmentSource,
+    judges: &Arc<tokio::sync::Semaphore>,
+) -> Response<Full<Bytes>> {
     if req.uri().path() != PATH {
         return plain(
             StatusCode::NOT_FOUND,
@@ -274,7 +294,31 @@ async fn respond(req: Request<Incoming>, env: &EnvironmentSource) -> Response<Fu
             );
         }
     };
-    match review(&body, &env()) {
+    let Ok(Ok(place)) = tokio::time::timeout(REVIEW_WAIT, judges.clone().acquire_owned()).await
+    else {
+        let mut r = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many reviews at once; ask again\n".into(),
+        );
+        r.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
+        return r;
+    };
+    let env = env();
+    let judged = tokio::task::spawn_blocking(move || {
+        let _place = place;
+        review(&body, &env)
+    })
+    .await;
+    let Ok(judged) = judged else {
+        return plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the review could not be judged\n".into(),
+        );
+    };
+    match judged {
         Ok(answer) => {
             let mut r = Response::new(Full::new(Bytes::from(answer)));
             r.headers_mut().insert(

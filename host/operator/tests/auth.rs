@@ -508,11 +508,12 @@ async fn answers_are_kept_for_their_ttl() {
     );
 
     // An unknown token: kept for the shorter TTL of a denial.
-    assert_eq!(get_as(k.addr, target, "unknown").await.0, 401);
-    assert_eq!(get_as(k.addr, target, "unknown").await.0, 401);
+    let unknown = forged_jwt(0);
+    assert_eq!(get_as(k.addr, target, &unknown).await.0, 401);
+    assert_eq!(get_as(k.addr, target, &unknown).await.0, 401);
     assert_eq!(tokens(), 3);
     k.clock.advance(policy.denied);
-    assert_eq!(get_as(k.addr, target, "unknown").await.0, 401);
+    assert_eq!(get_as(k.addr, target, &unknown).await.0, 401);
     assert_eq!(tokens(), 4);
     assert!(policy.denied < policy.allowed);
 
@@ -523,6 +524,105 @@ async fn answers_are_kept_for_their_ttl() {
     assert_eq!(get_as(k.addr, target, &k.callers.spider).await.0, 200);
     k.clock.advance(policy.allowed);
     assert_eq!(get_as(k.addr, target, &k.callers.spider).await.0, 401);
+}
+
+/// A token of a JWT's shape (a header, claims and a signature, each base64url) that no one
+/// issued: what a guesser sends.
+fn forged_jwt(i: usize) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    format!(
+        "{}.{}.{}",
+        b64(r#"{"alg":"RS256","kid":"guess"}"#),
+        b64(&format!(
+            r#"{{"sub":"system:serviceaccount:crawlers:guess-{i}"}}"#
+        )),
+        b64(&format!("not a signature {i}"))
+    )
+}
+
+/// `GET target` with `token` from the loopback address `from`: the status.
+async fn get_from(from: std::net::Ipv4Addr, addr: SocketAddr, target: &str, token: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((from, 0))).unwrap();
+    let mut s = socket.connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {target} HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out[9..12].parse().unwrap()
+}
+
+/// Every review costs the API server a request, and a caller without a token can make one
+/// with any string: a token that cannot be a ServiceAccount's (not a JWT's shape) is refused
+/// without a review; 200 requests with new forged tokens from one address cost no more
+/// TokenReviews than that address's burst, the rest answered 503 (ask again) unreviewed, and
+/// an address regains reviews with time; another address is not held back by it.
+#[tokio::test]
+async fn token_reviews_are_limited_per_source_and_a_malformed_token_costs_none() {
+    let k = kube().await;
+    let target = "/v1/proxies?namespace=crawlers";
+    let tokens = || count(&k.d, "/tokenreviews");
+    let limit = CachePolicy::default().per_source;
+    k.d.clear_requests();
+
+    let guesser = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    for malformed in [
+        "not-a-token",
+        "a.b",
+        "eyJ.b.c.d",
+        "abc.def.ghi",
+        "eyJhbGciOiJSUzI1NiJ9..c2ln",
+        "eyJhbGciOiJSUzI1NiJ9.e30.c2ln+",
+    ] {
+        assert_eq!(
+            get_from(guesser, k.addr, target, malformed).await,
+            401,
+            "{malformed}"
+        );
+    }
+    assert_eq!(tokens(), 0, "a malformed token was reviewed");
+
+    let mut answers = std::collections::BTreeMap::new();
+    for i in 0..200 {
+        let code = get_from(guesser, k.addr, target, &forged_jwt(i)).await;
+        *answers.entry(code).or_insert(0) += 1;
+    }
+    let reviewed = tokens();
+    assert_eq!(
+        reviewed, limit.burst as usize,
+        "200 forged tokens from one address: {reviewed} reviews ({answers:?})"
+    );
+    assert_eq!(
+        answers.get(&401),
+        Some(&(limit.burst as usize)),
+        "{answers:?}"
+    );
+    assert_eq!(
+        answers.get(&503),
+        Some(&(200 - limit.burst as usize)),
+        "{answers:?}"
+    );
+
+    // Another address is served as before.
+    let crawler = std::net::Ipv4Addr::new(127, 0, 0, 3);
+    assert_eq!(
+        get_from(crawler, k.addr, target, &k.callers.spider).await,
+        200
+    );
+    assert_eq!(tokens(), reviewed + 1);
+
+    // With time the guesser's address regains reviews, one per refill.
+    k.clock.advance(limit.refill * 2);
+    for i in 200..210 {
+        get_from(guesser, k.addr, target, &forged_jwt(i)).await;
+    }
+    assert_eq!(tokens(), reviewed + 3);
 }
 
 /// The cache holds no more than its capacity, however many tokens are tried.
@@ -541,12 +641,13 @@ async fn the_cache_is_bounded_by_its_capacity() {
         },
         Clock::new().now(),
     );
+    let here = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
     for i in 0..100 {
         let token = egress_operator::auth::Token::new(format!("guess-{i}"));
-        assert!(guard.authenticate(&token).await.is_err());
+        assert!(guard.authenticate(here, &token).await.is_err());
     }
     let token = egress_operator::auth::Token::new(FILE_TOKENS[0]);
-    let caller = guard.authenticate(&token).await.unwrap();
+    let caller = guard.authenticate(here, &token).await.unwrap();
     for i in 0..100 {
         let access = egress_operator::auth::Access::Proxies {
             namespace: Some(format!("ns-{i}")),

@@ -99,6 +99,51 @@ async fn the_sweep_lists_in_pages_of_the_entrys_size_and_collects_every_orphan()
     assert_eq!(left, 0);
 }
 
+/// A page whose listing the API server fails once (a 500, as etcd's leader changing answers)
+/// is asked again: the sweep completes and collects every orphan, counting no failure.
+#[tokio::test]
+async fn a_page_that_fails_once_is_listed_again_and_the_sweep_completes() {
+    let d = double().await;
+    let ctx = context(
+        &d,
+        "installation: test\nproviders:\n- {name: cluster, type: kubernetes, limits: {listPageSize: 2}}\n",
+        Path::new("."),
+    )
+    .await;
+    d.with(|c| {
+        for i in 0..7 {
+            c.insert(orphan_pod(i)).unwrap();
+        }
+    });
+    d.fault(
+        kube_double::Route::new(http::Method::GET, "/api/v1/pods"),
+        kube_double::Fault::With(Arc::new(|n| {
+            (n == 2).then(|| {
+                kube_double::model::ApiError::new(
+                    500,
+                    "InternalError",
+                    "etcdserver: leader changed",
+                )
+            })
+        })),
+        None,
+    );
+    let swept = sweeper::sweep_once(&ctx, Duration::from_secs(300))
+        .await
+        .unwrap();
+    assert_eq!(swept.complete, ["cluster"], "{:?}", swept.incomplete);
+    assert!(swept.incomplete.is_empty());
+    assert_eq!(swept.judged.len(), 7, "{:?}", swept.judged);
+    assert!(swept.judged.iter().all(|j| j.deleted), "{:?}", swept.judged);
+    let lists = d
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/pods")
+        .count();
+    assert_eq!(lists, 5, "four pages and the one asked again");
+    assert_eq!(metric(&ctx, "cluster", "InternalError"), 0);
+}
+
 fn metric(ctx: &Context, provider: &str, reason: &str) -> u64 {
     let line = format!(
         "egress_proxies_gc_sweep_failures_total{{provider=\"{provider}\",reason=\"{reason}\"}} "

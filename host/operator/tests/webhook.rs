@@ -463,3 +463,177 @@ async fn a_silent_client_is_cut_off() {
         true
     );
 }
+
+/// The API double on a runtime of its own thread, as a cluster's API server is apart from the
+/// operator's process; it serves until the test process ends.
+fn api_server_apart() -> kube_double::Double {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let d = kube_double::Double::start_with(kube_double::Config {
+                namespaces: vec!["egress".into()],
+                ..kube_double::Config::default()
+            })
+            .await
+            .unwrap();
+            tx.send(d).unwrap();
+            std::future::pending::<()>().await
+        });
+    });
+    rx.recv().unwrap()
+}
+
+/// A review of the largest size the webhook reads, of what costs most to read per byte: the
+/// sample pool with as many short annotations as fill the body up to [`webhook::MAX_BODY`].
+fn largest_review() -> Vec<u8> {
+    let base = admission("CREATE", pool(), None).to_string().len();
+    let mut annotations = serde_json::Map::new();
+    // `"a12345":"",` is 12 bytes.
+    let mut room = webhook::MAX_BODY - base - 64;
+    while room > 16 {
+        let key = format!("a{}", annotations.len());
+        room -= key.len() + 6;
+        annotations.insert(key, json!(""));
+    }
+    let review = admission(
+        "CREATE",
+        edited(|p| p["metadata"]["annotations"] = Value::Object(annotations)),
+        None,
+    )
+    .to_string()
+    .into_bytes();
+    assert!(
+        review.len() <= webhook::MAX_BODY && review.len() > webhook::MAX_BODY * 9 / 10,
+        "{} bytes",
+        review.len()
+    );
+    review
+}
+
+/// `clients` clients posting `body` to the webhook at `addr` from a runtime of their own,
+/// each again as soon as it is answered, until `until`: how many answers of each status.
+fn flood(
+    addr: SocketAddr,
+    ca: Vec<u8>,
+    body: Vec<u8>,
+    clients: usize,
+    until: std::time::Instant,
+) -> std::thread::JoinHandle<std::collections::BTreeMap<u16, usize>> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(ca.into()).unwrap();
+            let config = Arc::new(
+                rustls::ClientConfig::builder_with_provider(Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+            );
+            let body = Arc::new(body);
+            let tasks: Vec<_> = (0..clients)
+                .map(|_| {
+                    let (config, body) = (config.clone(), body.clone());
+                    tokio::spawn(async move {
+                        let mut seen = std::collections::BTreeMap::new();
+                        while std::time::Instant::now() < until {
+                            let status = post_once(addr, &config, &body).await;
+                            *seen.entry(status).or_insert(0usize) += 1;
+                        }
+                        seen
+                    })
+                })
+                .collect();
+            let mut all = std::collections::BTreeMap::new();
+            for t in tasks {
+                for (status, n) in t.await.unwrap() {
+                    *all.entry(status).or_insert(0) += n;
+                }
+            }
+            all
+        })
+    })
+}
+
+/// One review posted over a connection of its own: the answer's status, 0 when there was none.
+async fn post_once(addr: SocketAddr, config: &Arc<rustls::ClientConfig>, body: &[u8]) -> u16 {
+    let go = async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let mut tls = tokio_rustls::TlsConnector::from(config.clone())
+            .connect(ServerName::try_from("127.0.0.1").ok()?, tcp)
+            .await
+            .ok()?;
+        let head = format!(
+            "POST {} HTTP/1.1\r\nHost: egress-proxies.egress-proxies.svc\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            webhook::PATH,
+            body.len()
+        );
+        tls.write_all(head.as_bytes()).await.ok()?;
+        tls.write_all(body).await.ok()?;
+        let mut raw = Vec::new();
+        let _ = tls.read_to_end(&mut raw).await;
+        std::str::from_utf8(raw.get(9..12)?).ok()?.parse().ok()
+    };
+    tokio::time::timeout(Duration::from_secs(30), go)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+}
+
+/// 128 clients post reviews of the largest size, again and again, while the leader holds its
+/// lease as the operator does (on a thread of its own) against an API server apart from this
+/// process: the leader never misses its renew deadline, and the reviews are answered (a
+/// judged review, or 503 when too many wait). A short lease (3 s: renewals every 0.4 s, a 2 s
+/// deadline) makes a delay show; the deploy's is 15 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_reviews_never_delays_the_leaders_renewal() {
+    let d = Arc::new(api_server_apart());
+    let s = Server::start(Limits::default()).await;
+    let api = d.clone();
+    let mut election = egress_operator::leader::Election::start(
+        move || Ok(api.client()),
+        "egress",
+        "leader",
+        "replica-a",
+        Duration::from_secs(3),
+    )
+    .unwrap();
+    election.leading().await.unwrap();
+
+    let until = std::time::Instant::now() + Duration::from_secs(8);
+    let flooding = flood(s.addr, s.ca.der().to_vec(), largest_review(), 128, until);
+    let stepped_down = tokio::time::timeout(Duration::from_secs(10), election.lost()).await;
+    let answered = tokio::task::spawn_blocking(move || flooding.join().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        stepped_down.is_err(),
+        "the leader stepped down during the flood (answers: {answered:?})"
+    );
+    let judged = answered.get(&200).copied().unwrap_or(0);
+    let busy = answered.get(&503).copied().unwrap_or(0);
+    assert!(
+        judged >= 128 && judged + busy == answered.values().sum::<usize>(),
+        "every review judged or refused as busy: {answered:?}"
+    );
+    let renewals = d
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.ends_with("/leases/leader"))
+        .count();
+    assert!(renewals >= 20, "{renewals} renewals in 10 s");
+    eprintln!("answers: {answered:?}; {renewals} renewals");
+}

@@ -172,23 +172,9 @@ impl FileCredentials {
     }
 
     fn write(&self, map: &BTreeMap<String, StoredCredential>) -> Result<(), String> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let fail = |e: std::io::Error| format!("{}: {e}", self.path.display());
         let text = serde_yaml::to_string(map).map_err(|e| format!("credentials: {e}"))?;
-        let mut tmp_name = self.path.file_name().unwrap_or_default().to_os_string();
-        tmp_name.push(".tmp");
-        let tmp = self.path.with_file_name(tmp_name);
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(fail)?;
-        f.write_all(text.as_bytes()).map_err(fail)?;
-        f.sync_all().map_err(fail)?;
-        std::fs::rename(&tmp, &self.path).map_err(fail)
+        crate::private_file::replace(&self.path, text.as_bytes())
+            .map_err(|e| format!("{}: {e}", self.path.display()))
     }
 }
 
@@ -268,6 +254,56 @@ mod tests {
         std::fs::write(&path, "not: [a credentials file").unwrap();
         let e = FileCredentials::open(path.clone()).err().unwrap();
         assert!(e.starts_with(&path.display().to_string()), "{e}");
+    }
+
+    /// A `.tmp` an earlier run left world-readable beside the file, or a symlink planted where
+    /// the temporary file used to be (next test), changes nothing: the file is its owner's only
+    /// from the start, and the link's target is neither written nor changed.
+    #[tokio::test]
+    async fn a_stale_world_readable_temporary_file_never_exposes_the_credentials() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = FileCredentials::path_for(&dir.path().join("state.yaml"));
+        let tmp = dir.path().join("state.yaml.credentials.tmp");
+        std::fs::write(&tmp, "stale\n").unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let file = FileCredentials::open(path.clone()).unwrap();
+        let a = file.credential(&proxy("a")).await.unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode(&path),
+            0o600,
+            "the credentials file is readable by others"
+        );
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .contains(&a.password)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_symlink_planted_at_the_temporary_path_is_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = FileCredentials::path_for(&dir.path().join("state.yaml"));
+        let tmp = dir.path().join("state.yaml.credentials.tmp");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let file = FileCredentials::open(path.clone()).unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "untouched\n").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::os::unix::fs::symlink(&target, &tmp).unwrap();
+        let b = file.credential(&proxy("b")).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched\n");
+        assert_eq!(mode(&target), 0o644);
+        assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert_eq!(mode(&path), 0o600);
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .contains(&b.password)
+        );
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ pub mod egress;
 pub mod engine;
 pub mod grants;
 pub mod plan;
+pub mod private_file;
 pub mod provider;
 pub mod reconciler;
 pub mod redact;

@@ -58,6 +58,33 @@ pub struct ListPage {
 /// sweep going forever (100,000 pages of the default 500 is 50 million instances).
 const MAX_LIST_PAGES: u32 = 100_000;
 
+/// A page whose call failed transiently is asked again this many times before the listing is
+/// given up: a listing of many pages over a backend that fails one call in ten would
+/// otherwise almost never reach its end, and a sweep that does not reach it collects nothing
+/// past the failing page.
+pub const PAGE_RETRIES: u32 = 3;
+
+/// The wait before a page is asked again the first time; doubled for each retry after it
+/// (0.5, 1 and 2 s): long enough for an API server's leader change or a reconnect, short
+/// beside a sweep's interval.
+pub const PAGE_RETRY_BASE: Duration = Duration::from_millis(500);
+
+/// The reasons the host gives a call that produced no answer. A page is not asked again after
+/// one: a trap or a memory limit would come again, and a timeout has waited its bound already.
+const CALL_FAILURES: [&str; 5] = [
+    "Timeout",
+    "MemoryLimit",
+    "Trap",
+    "Instantiate",
+    "ShuttingDown",
+];
+
+/// Whether a page's failure is one asking again may cure: a transient error the module
+/// reported from its backend.
+fn page_retryable(e: &ProviderError) -> bool {
+    e.class == ErrorClass::Transient && !CALL_FAILURES.contains(&e.reason.as_str())
+}
+
 /// How to resolve modules and which backends the providers run against.
 pub struct LoadOptions<'a> {
     /// Relative `module:` paths are resolved against this directory (the providers file's).
@@ -503,7 +530,7 @@ impl Provider {
                     self.fail(
                         name,
                         ErrorClass::Transient,
-                        "ShuttingDown",
+                        CALL_FAILURES[4],
                         "the runtime is shutting down".into(),
                     )
                 })?;
@@ -546,10 +573,10 @@ impl Provider {
             );
             out.map_err(|f| {
                 let reason = match f {
-                    CallFailure::Timeout(_) => "Timeout",
-                    CallFailure::MemoryLimit(_) => "MemoryLimit",
-                    CallFailure::Trap(_) => "Trap",
-                    CallFailure::Instantiate(_) => "Instantiate",
+                    CallFailure::Timeout(_) => CALL_FAILURES[0],
+                    CallFailure::MemoryLimit(_) => CALL_FAILURES[1],
+                    CallFailure::Trap(_) => CALL_FAILURES[2],
+                    CallFailure::Instantiate(_) => CALL_FAILURES[3],
                 };
                 let message = redactor.text(&format!("module {f}"));
                 tracing::warn!(reason, "provider call failed: {message}");
@@ -725,7 +752,10 @@ impl Provider {
     /// Drives the listing page by page, each page a call of its own on a fresh instance, and
     /// hands each page to `each` as it comes, so neither the guest nor the caller need hold
     /// more than a page. A module without `listing` answers in one page. Answers the number
-    /// of pages; the first failing page ends the listing with its error.
+    /// of pages. A page that fails transiently is asked again (the same cursor) up to
+    /// [`PAGE_RETRIES`] times, backing off from [`PAGE_RETRY_BASE`] on the provider's clock
+    /// (virtual in simulated runs); a page that still fails, or fails otherwise, ends the
+    /// listing with its error. The CLI's sweep and the operator's sweeper both list here.
     pub async fn list_pages(
         &self,
         subject: &str,
@@ -738,7 +768,7 @@ impl Provider {
         let mut pages = 0u32;
         loop {
             let page = self
-                .list_page(subject, installation, cursor.as_deref(), limit)
+                .list_page_again_on_failure(subject, installation, cursor.as_deref(), limit)
                 .await?;
             pages += 1;
             each(page.instances);
@@ -764,6 +794,36 @@ impl Provider {
                 Some(next) => cursor = Some(next),
             }
         }
+    }
+
+    /// [`Self::list_page`], asked again after a transient failure (see [`Self::list_pages`]).
+    async fn list_page_again_on_failure(
+        &self,
+        subject: &str,
+        installation: &str,
+        cursor: Option<&str>,
+        limit: u32,
+    ) -> Result<ListPage, ProviderError> {
+        let mut wait = PAGE_RETRY_BASE;
+        for retry in 1..=PAGE_RETRIES {
+            match self.list_page(subject, installation, cursor, limit).await {
+                Err(e) if page_retryable(&e) => {
+                    tracing::info!(
+                        provider = %self.name,
+                        retry,
+                        reason = %e.reason,
+                        "a listing page failed; asking again in {wait:?}"
+                    );
+                    self.backends
+                        .clock
+                        .sleep_millis(wait.as_millis() as u64)
+                        .await;
+                    wait *= 2;
+                }
+                answered => return answered,
+            }
+        }
+        self.list_page(subject, installation, cursor, limit).await
     }
 
     /// One page of the listing: at most `limit` instances after `cursor`. A module without

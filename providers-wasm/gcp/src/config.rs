@@ -43,8 +43,8 @@ pub struct GcpConfig {
     /// empty, never a /0 (an empty `sourceRanges` would make GCE open the rule to 0.0.0.0/0).
     #[serde(default = "private_ranges", rename = "allowedSourceCIDRs")]
     pub allowed_source_cidrs: Vec<SourceRange>,
-    /// Destinations the generated Squid reaches although they are internal (loopback, RFC
-    /// 1918, CGNAT, link-local, unique-local: `guest_sdk::squid::REFUSED_DESTINATIONS`), for
+    /// Destinations the generated Squid reaches although they are internal (loopback and `::`, RFC
+    /// 1918, CGNAT, NAT64, link-local, unique-local: `guest_sdk::squid::REFUSED_DESTINATIONS`), for
     /// crawls of private sites. Default: none. A range holding a cloud metadata address is
     /// refused: the metadata services stay closed whatever this lists.
     #[serde(

@@ -40,8 +40,8 @@ pub struct KvmConfig {
     /// onto a public network is then still no open proxy (a /0 does not parse).
     #[serde(default = "private_ranges", rename = "allowedSourceCIDRs")]
     pub allowed_source_cidrs: Vec<SourceRange>,
-    /// Destinations the generated Squid reaches although they are internal (loopback, RFC
-    /// 1918, CGNAT, link-local, unique-local: `guest_sdk::squid::REFUSED_DESTINATIONS`), for
+    /// Destinations the generated Squid reaches although they are internal (loopback and `::`, RFC
+    /// 1918, CGNAT, NAT64, link-local, unique-local: `guest_sdk::squid::REFUSED_DESTINATIONS`), for
     /// crawls of private sites. Default: none. A range holding a cloud metadata address is
     /// refused: the metadata services stay closed whatever this lists.
     #[serde(

@@ -171,6 +171,12 @@ pub fn access_review(caller: &Caller, access: &Access) -> SubjectAccessReview {
 
 #[async_trait::async_trait]
 impl Reviewer for KubeReviewer {
+    /// A ServiceAccount's token, as any an OIDC issuer signs, is a JWT: anything else is no
+    /// one's, and is not sent to the API server.
+    fn could_accept(&self, token: &Token) -> bool {
+        super::jwt_shaped(token.secret())
+    }
+
     async fn authenticate(&self, token: &Token) -> Result<Caller, Refusal> {
         self.review(token, &self.audiences).await
     }

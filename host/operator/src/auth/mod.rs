@@ -5,6 +5,13 @@
 //! and keeps each answer briefly, keyed by the token's SHA-256, so a crawler polling discovery
 //! costs the API server two reviews per TTL, not per request.
 //!
+//! A caller without a token can send any string, and each new one would cost a review: the
+//! guard refuses a token no reviewer could accept (not a JWT's shape, for the API server)
+//! without one, and allows each source address a bucket of token reviews that refills with
+//! time ([`ReviewLimit`]); past it, the request is answered as an unavailable review (503, ask
+//! again) and no review is made. The operator's API, the CLI's and the gateway all pass the
+//! address a request came from.
+//!
 //! Neither a token nor a review's body is ever logged, put in a span or in an error: a
 //! [`Token`]'s Debug hides it, and refusals carry only a short reason of their own.
 
@@ -15,6 +22,7 @@ use http::StatusCode;
 use sha2::{Digest as _, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -63,6 +71,14 @@ impl std::fmt::Debug for Token {
 
 /// A token's SHA-256.
 pub type Digest = [u8; 32];
+
+/// The address a connection came from, whose bucket its token reviews draw on; the
+/// unspecified address when the socket cannot say (every such connection shares its bucket).
+pub fn source_of(stream: &tokio::net::TcpStream) -> IpAddr {
+    stream
+        .peer_addr()
+        .map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), |a| a.ip())
+}
 
 /// Whom a token belongs to: the user a TokenReview found, or a named token of the file (its
 /// name as `username`, nothing else).
@@ -166,6 +182,25 @@ impl Refusal {
 pub const NO_TOKEN: &str = "a bearer token is required (Authorization: Bearer <token>)";
 pub const MALFORMED: &str = "the Authorization header is not one bearer token";
 pub const NOT_AUTHENTICATED: &str = "the bearer token is not valid";
+pub const TOO_MANY_REVIEWS: &str =
+    "too many tokens to review from this address at once; try again shortly";
+
+/// The longest token reviewed: a ServiceAccount's is about 1 KiB, an OIDC provider's a few.
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
+/// Whether `token` has a JWT's shape: three dot-separated parts of base64url, none empty, the
+/// first (the header, a JSON object) starting as every encoded `{"` does. What a
+/// ServiceAccount token, and any token an OIDC issuer signs, looks like.
+pub fn jwt_shaped(token: &str) -> bool {
+    let parts: Vec<&str> = token.split('.').collect();
+    parts.len() == 3
+        && parts[0].starts_with("eyJ")
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
 
 /// Says whose a token is and what its holder may see.
 #[async_trait::async_trait]
@@ -182,6 +217,12 @@ pub trait Reviewer: Send + Sync {
         self.authenticate(token).await
     }
 
+    /// Whether `token` could be one this reviewer accepts, told without reviewing it: the
+    /// guard refuses one that could not, at no cost. Any token by default.
+    fn could_accept(&self, _token: &Token) -> bool {
+        true
+    }
+
     /// Whether `caller` may have `access`: [`Refusal::Forbidden`] when not,
     /// [`Refusal::Unavailable`] when that could not be found out.
     async fn authorize(&self, caller: &Caller, access: &Access) -> Result<(), Refusal>;
@@ -190,7 +231,7 @@ pub trait Reviewer: Send + Sync {
 /// The clock the cache's expiry reads.
 pub type Now = Arc<dyn Fn() -> Instant + Send + Sync>;
 
-/// How long answers are kept, and how many.
+/// How long answers are kept, and how many; how many token reviews each source may cause.
 #[derive(Debug, Clone, Copy)]
 pub struct CachePolicy {
     /// An authenticated token, an allowed access.
@@ -200,6 +241,7 @@ pub struct CachePolicy {
     pub denied: Duration,
     /// Entries of each kind kept at most.
     pub capacity: usize,
+    pub per_source: ReviewLimit,
 }
 
 impl Default for CachePolicy {
@@ -208,6 +250,133 @@ impl Default for CachePolicy {
             allowed: Duration::from_secs(10),
             denied: Duration::from_secs(2),
             capacity: 4096,
+            per_source: ReviewLimit::default(),
+        }
+    }
+}
+
+/// The token reviews one source address may cause: a bucket of `burst` that regains one every
+/// `refill` (the default: 20 at once, 5 a second). An address is an IPv4 address, or an IPv6
+/// /64 (what one host is given). A crawler's token costs one review per TTL however often it
+/// asks, so only new tokens draw on the bucket: a fleet of crawlers behind one NAT address with
+/// fifty tokens fits, a guesser trying a new token per request does not.
+#[derive(Debug, Clone, Copy)]
+pub struct ReviewLimit {
+    pub burst: u32,
+    pub refill: Duration,
+    /// Addresses tracked at most: when full, a full bucket (an address that has waited long
+    /// enough to have them all back) is forgotten first, then the one untouched longest.
+    pub sources: usize,
+}
+
+impl Default for ReviewLimit {
+    fn default() -> Self {
+        Self {
+            burst: 20,
+            refill: Duration::from_millis(200),
+            sources: 4096,
+        }
+    }
+}
+
+/// An address's bucket: the reviews it had at `at`.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    reviews: u32,
+    at: Instant,
+}
+
+/// The buckets of the addresses seen, bounded.
+struct Buckets {
+    limit: ReviewLimit,
+    by_source: HashMap<IpAddr, Bucket>,
+}
+
+impl Buckets {
+    fn new(limit: ReviewLimit) -> Self {
+        Self {
+            limit,
+            by_source: HashMap::new(),
+        }
+    }
+
+    /// The key of an address: IPv4 as it is (an IPv4-mapped IPv6 address too), IPv6 by /64.
+    fn key(source: IpAddr) -> IpAddr {
+        match source {
+            IpAddr::V4(a) => IpAddr::V4(a),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(Ipv6Addr::from(u128::from(a) & !u128::from(u64::MAX))),
+            },
+        }
+    }
+
+    /// The bucket as it is at `now`: refilled by the time passed since `at`.
+    fn refilled(&self, b: Bucket, now: Instant) -> Bucket {
+        let refill = self.limit.refill.max(Duration::from_micros(1));
+        let gained = now.saturating_duration_since(b.at).as_nanos() / refill.as_nanos();
+        let reviews = u128::from(b.reviews).saturating_add(gained);
+        if reviews >= u128::from(self.limit.burst) {
+            return Bucket {
+                reviews: self.limit.burst,
+                at: now,
+            };
+        }
+        // Keep the part of a refill period already served.
+        let used = refill * (gained as u32);
+        Bucket {
+            reviews: reviews as u32,
+            at: b.at + used,
+        }
+    }
+
+    /// Takes one review from `source`'s bucket at `now`: false when it has none left.
+    fn take(&mut self, source: IpAddr, now: Instant) -> bool {
+        let key = Self::key(source);
+        let bucket = match self.by_source.get(&key) {
+            Some(b) => self.refilled(*b, now),
+            None => {
+                self.make_room(now);
+                Bucket {
+                    reviews: self.limit.burst,
+                    at: now,
+                }
+            }
+        };
+        let taken = bucket.reviews > 0;
+        let left = Bucket {
+            reviews: bucket.reviews.saturating_sub(u32::from(taken)),
+            at: bucket.at,
+        };
+        self.by_source.insert(key, left);
+        taken
+    }
+
+    /// Below `sources` addresses: the full buckets go first (an address that comes back
+    /// gets a full one anyway), then the one untouched longest.
+    fn make_room(&mut self, now: Instant) {
+        if self.by_source.len() < self.limit.sources.max(1) {
+            return;
+        }
+        let limit = self.limit;
+        let this = &*self;
+        let full: Vec<IpAddr> = this
+            .by_source
+            .iter()
+            .filter(|(_, b)| this.refilled(**b, now).reviews >= limit.burst)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in full {
+            self.by_source.remove(&k);
+        }
+        if self.by_source.len() >= self.limit.sources.max(1)
+            && let Some(oldest) = self
+                .by_source
+                .iter()
+                .min_by_key(|(_, b)| b.at)
+                .map(|(k, _)| *k)
+        {
+            self.by_source.remove(&oldest);
         }
     }
 }
@@ -282,13 +451,14 @@ struct Flights {
     decisions: HashMap<(Digest, Access), Flight<()>>,
 }
 
-/// The reviewer behind a cache: what the server asks.
+/// The reviewer behind a cache and a limit per source: what the server asks.
 pub struct Guard {
     reviewer: Arc<dyn Reviewer>,
     policy: CachePolicy,
     now: Now,
     cache: Mutex<Cache>,
     flights: Mutex<Flights>,
+    buckets: Mutex<Buckets>,
 }
 
 impl Guard {
@@ -311,6 +481,7 @@ impl Guard {
                 scrapers: HashMap::new(),
                 decisions: HashMap::new(),
             }),
+            buckets: Mutex::new(Buckets::new(policy.per_source)),
         }
     }
 
@@ -320,6 +491,10 @@ impl Guard {
 
     fn flights(&self) -> std::sync::MutexGuard<'_, Flights> {
         self.flights.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn buckets(&self) -> std::sync::MutexGuard<'_, Buckets> {
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn expiry<T>(&self, answer: &Result<T, Refusal>, now: Instant) -> Instant {
@@ -356,12 +531,18 @@ impl Guard {
         Ok(Token::new(token))
     }
 
-    /// Whose `token` is, from the cache when it was asked within the TTL.
-    pub async fn authenticate(&self, token: &Token) -> Result<Caller, Refusal> {
+    /// Whose `token`, presented from `source`, is: from the cache when it was asked within
+    /// the TTL; refused without a review when no reviewer could accept it, or when `source`
+    /// has no review left ([`ReviewLimit`]).
+    pub async fn authenticate(&self, source: IpAddr, token: &Token) -> Result<Caller, Refusal> {
+        if token.secret().len() > MAX_TOKEN_BYTES || !self.reviewer.could_accept(token) {
+            return Err(Refusal::Unauthenticated(NOT_AUTHENTICATED));
+        }
         self.review(
             token.digest(),
             |c| &mut c.callers,
             |f| &mut f.callers,
+            Some(source),
             || {
                 let reviewer = self.reviewer.clone();
                 let token = Token::new(token.secret());
@@ -373,11 +554,19 @@ impl Guard {
 
     /// Whose the token a scraper of `/metrics` presents is (see
     /// [`Reviewer::authenticate_scraper`]), from the cache when it was asked within the TTL.
-    pub async fn authenticate_scraper(&self, token: &Token) -> Result<Caller, Refusal> {
+    pub async fn authenticate_scraper(
+        &self,
+        source: IpAddr,
+        token: &Token,
+    ) -> Result<Caller, Refusal> {
+        if token.secret().len() > MAX_TOKEN_BYTES || !self.reviewer.could_accept(token) {
+            return Err(Refusal::Unauthenticated(NOT_AUTHENTICATED));
+        }
         self.review(
             token.digest(),
             |c| &mut c.scrapers,
             |f| &mut f.scrapers,
+            Some(source),
             || {
                 let reviewer = self.reviewer.clone();
                 let token = Token::new(token.secret());
@@ -399,6 +588,7 @@ impl Guard {
             (token.digest(), access.clone()),
             |c| &mut c.decisions,
             |f| &mut f.decisions,
+            None,
             || {
                 let reviewer = self.reviewer.clone();
                 let (caller, access) = (caller.clone(), access.clone());
@@ -410,12 +600,15 @@ impl Guard {
 
     /// The answer for `key`: from the cache while it is kept; else from the review of it
     /// under way, or from the review `ask` starts, which every other miss of `key` awaits
-    /// meanwhile. An answer is kept unless the review itself failed.
+    /// meanwhile. A review started for `source` (when one is named) draws on its bucket, and
+    /// none is started when the bucket is empty. An answer is kept unless the review itself
+    /// failed.
     async fn review<K, T, F>(
         &self,
         key: K,
         cached: impl Fn(&mut Cache) -> &mut Expiring<K, Result<T, Refusal>>,
         under_way: impl Fn(&mut Flights) -> &mut HashMap<K, Flight<T>>,
+        source: Option<IpAddr>,
         ask: impl FnOnce() -> F,
     ) -> Result<T, Refusal>
     where
@@ -427,10 +620,23 @@ impl Guard {
         if let Some(known) = cached(&mut self.cache()).get(&key, (self.now)()) {
             return known;
         }
-        let flight = under_way(&mut self.flights())
-            .entry(key.clone())
-            .or_insert_with(|| ask().boxed().shared())
-            .clone();
+        let flight = {
+            let mut flights = self.flights();
+            let map = under_way(&mut flights);
+            match map.get(&key) {
+                Some(f) => f.clone(),
+                None => {
+                    if let Some(source) = source
+                        && !self.buckets().take(source, (self.now)())
+                    {
+                        return Err(Refusal::Unavailable(TOO_MANY_REVIEWS));
+                    }
+                    let f = ask().boxed().shared();
+                    map.insert(key.clone(), f.clone());
+                    f
+                }
+            }
+        };
         let answer = flight.clone().await;
         {
             let mut flights = self.flights();
@@ -495,6 +701,8 @@ mod tests {
         }
     }
 
+    const LOOPBACK: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
     #[test]
     fn a_tokens_debug_hides_it() {
         assert_eq!(format!("{:?}", Token::new("s3cret")), "Token(..)");
@@ -540,7 +748,7 @@ mod tests {
                 let access = access.clone();
                 tokio::spawn(async move {
                     let token = Token::new("one-token");
-                    let caller = guard.authenticate(&token).await.unwrap();
+                    let caller = guard.authenticate(LOOPBACK, &token).await.unwrap();
                     guard.authorize(&token, &caller, &access).await
                 })
             })
@@ -557,11 +765,61 @@ mod tests {
         assert_eq!(count(&slow.authorizations), 1);
         // Not kept: asked again.
         let token = Token::new("one-token");
-        let caller = guard.authenticate(&token).await.unwrap();
+        let caller = guard.authenticate(LOOPBACK, &token).await.unwrap();
         let _ = guard.authorize(&token, &caller, &access).await;
         assert_eq!(count(&slow.authentications), 1, "the identity is cached");
         assert_eq!(count(&slow.authorizations), 2);
         assert!(guard.flights().callers.is_empty() && guard.flights().decisions.is_empty());
+    }
+
+    #[test]
+    fn a_jwt_is_three_base64url_parts_after_a_json_header() {
+        assert!(jwt_shaped("eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln-_"));
+        for not in [
+            "",
+            "spider-token",
+            "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0",
+            "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln.x",
+            "eyJhbGciOiJSUzI1NiJ9..c2ln",
+            "abc.eyJzdWIiOiJ4In0.c2ln",
+            "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2ln=",
+            "eyJhbGciOiJSUzI1NiJ9.eyJzdWIi+OiJ4In0.c2ln",
+        ] {
+            assert!(!jwt_shaped(not), "{not:?}");
+        }
+    }
+
+    /// An address has `burst` reviews, regains one per `refill`, never more than `burst`;
+    /// the addresses of one IPv6 /64 share a bucket, an IPv4-mapped address is its IPv4's.
+    #[test]
+    fn each_address_has_a_bucket_that_refills() {
+        let t0 = Instant::now();
+        let limit = ReviewLimit {
+            burst: 3,
+            refill: Duration::from_secs(1),
+            sources: 2,
+        };
+        let mut b = Buckets::new(limit);
+        let a: IpAddr = "192.0.2.1".parse().unwrap();
+        assert_eq!((0..5).filter(|_| b.take(a, t0)).count(), 3);
+        assert!(!b.take(a, t0 + Duration::from_millis(999)));
+        assert!(b.take(a, t0 + Duration::from_millis(1000)));
+        assert!(!b.take(a, t0 + Duration::from_millis(1500)));
+        // Half a period served is kept: the next review comes a second after the last one.
+        assert!(b.take(a, t0 + Duration::from_millis(2000)));
+        // Long idle: full again, no more than the burst.
+        let later = t0 + Duration::from_secs(60);
+        assert_eq!((0..5).filter(|_| b.take(a, later)).count(), 3);
+        // One /64 is one host: its addresses share the bucket.
+        let v6: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let same_host: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        assert_eq!((0..3).filter(|_| b.take(v6, later)).count(), 3);
+        assert!(!b.take(same_host, later));
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        assert!(!b.take(mapped, later), "the mapped address is 192.0.2.1's");
+        // Bounded: a third address makes room by forgetting one.
+        assert!(b.take("192.0.2.3".parse().unwrap(), later));
+        assert!(b.by_source.len() <= 2);
     }
 
     /// Past its capacity the cache drops what expired, then what expires first.

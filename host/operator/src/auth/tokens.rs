@@ -192,18 +192,30 @@ impl TokenFile {
     }
 }
 
-#[async_trait::async_trait]
-impl Reviewer for TokenFile {
-    async fn authenticate(&self, token: &Token) -> Result<Caller, Refusal> {
+impl TokenFile {
+    /// The name of the entry whose digest is `token`'s. Every entry compared, each in
+    /// constant time: neither how much of a digest matched nor which entry did shows in the
+    /// time taken.
+    fn find(&self, token: &Token) -> Option<&String> {
         let digest = token.digest();
-        // Every entry compared, each in constant time: neither how much of a digest matched
-        // nor which entry did shows in the time taken.
         let mut found = None;
         for (d, name) in &self.entries {
             let same: bool = d.ct_eq(&digest).into();
             found = if same { Some(name) } else { found };
         }
         found
+    }
+}
+
+#[async_trait::async_trait]
+impl Reviewer for TokenFile {
+    /// Looking a token up costs nothing: one the file does not hold is refused at once.
+    fn could_accept(&self, token: &Token) -> bool {
+        self.find(token).is_some()
+    }
+
+    async fn authenticate(&self, token: &Token) -> Result<Caller, Refusal> {
+        self.find(token)
             .map(|name| Caller {
                 username: name.clone(),
                 ..Default::default()
@@ -307,6 +319,10 @@ fn parse_file(path: &Path, text: &str) -> Result<TokenFile, TokenFileError> {
 
 #[async_trait::async_trait]
 impl Reviewer for TokensFile {
+    fn could_accept(&self, token: &Token) -> bool {
+        self.current().could_accept(token)
+    }
+
     async fn authenticate(&self, token: &Token) -> Result<Caller, Refusal> {
         self.current().authenticate(token).await
     }
@@ -320,6 +336,8 @@ impl Reviewer for TokensFile {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    const LOOPBACK: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
     fn file(tokens: &str) -> Result<TokenFile, (String, String)> {
         TokenFile::parse(tokens)
@@ -461,16 +479,16 @@ mod tests {
         let file = Arc::new(TokensFile::load(&path).unwrap());
         let guard = super::super::Guard::new(file.clone());
         let token = |name: &str| Token::new(format!("{name}-secret"));
-        assert!(guard.authenticate(&token("old")).await.is_ok());
-        assert!(guard.authenticate(&token("new")).await.is_err());
+        assert!(guard.authenticate(LOOPBACK, &token("old")).await.is_ok());
+        assert!(guard.authenticate(LOOPBACK, &token("new")).await.is_err());
         assert!(!file.reload().unwrap(), "unchanged");
 
         std::fs::write(&path, format!("tokens:\n{}", entry("new"))).unwrap();
         assert!(file.reload().unwrap());
         guard.forget();
-        assert!(guard.authenticate(&token("new")).await.is_ok());
+        assert!(guard.authenticate(LOOPBACK, &token("new")).await.is_ok());
         assert!(
-            guard.authenticate(&token("old")).await.is_err(),
+            guard.authenticate(LOOPBACK, &token("old")).await.is_err(),
             "a revoked token is refused, not served from the cache"
         );
 
@@ -478,6 +496,6 @@ mod tests {
         let e = file.reload().unwrap_err();
         assert_eq!(e.field, "tokens[0].sha256", "{e}");
         assert_eq!(file.names(), vec!["new"]);
-        assert!(guard.authenticate(&token("new")).await.is_ok());
+        assert!(guard.authenticate(LOOPBACK, &token("new")).await.is_ok());
     }
 }
