@@ -2,6 +2,7 @@
 //! listener with the probes and `/metrics`.
 
 use crate::ask::{self, AskError, Options};
+use crate::authority::{self, Destination};
 use crate::forward::{self, Carried, HopError, Timeouts};
 use crate::members::{Entry, MemberKey, PoolKey, Table};
 use crate::metrics::{self, Metrics};
@@ -330,6 +331,12 @@ impl Gateway {
 
     /// Answers one request of a crawler.
     pub async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<Body> {
+        // The destination first: one the member's parser could read apart from ours is
+        // refused before anything else is decided, let alone dialled.
+        let destination = match destination(&req) {
+            Ok(d) => d,
+            Err(f) => return self.error(None, &f),
+        };
         let admitted = match self.admit(req.headers()).await {
             Ok(a) => a,
             Err((pool, f)) => return self.error(pool.as_ref(), &f),
@@ -342,18 +349,9 @@ impl Gateway {
                 member = tracing::field::Empty,
             );
             let on_upgrade = hyper::upgrade::on(&mut req);
-            let authority = req.uri().authority().map(|a| a.to_string());
-            let Some(authority) = authority else {
-                let f = Failure::new(
-                    ErrorKind::BadRequest,
-                    StatusCode::BAD_REQUEST,
-                    "CONNECT needs HOST:PORT",
-                );
-                return self.error(Some(&admitted.pool), &f);
-            };
             return self
                 .clone()
-                .tunnel(admitted, authority, on_upgrade, started)
+                .tunnel(admitted, destination, on_upgrade, started)
                 .instrument(span)
                 .await;
         }
@@ -371,7 +369,7 @@ impl Gateway {
     async fn tunnel(
         self: Arc<Self>,
         a: Admitted,
-        authority: String,
+        destination: Destination,
         on_upgrade: hyper::upgrade::OnUpgrade,
         started: Instant,
     ) -> Response<Body> {
@@ -385,7 +383,13 @@ impl Gateway {
             };
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let active = Active::new(&entry);
-            match forward::connect(&entry.member, &authority, &self.limits.timeouts).await {
+            match forward::connect(
+                &entry.member,
+                &destination.to_string(),
+                &self.limits.timeouts,
+            )
+            .await
+            {
                 Ok((stream, early)) => {
                     self.metrics.setup.observe(started.elapsed().as_secs_f64());
                     let labels = metrics::member_labels(&entry);
@@ -479,15 +483,6 @@ impl Gateway {
 
     /// A plain-HTTP request in absolute form, sent on through a member.
     async fn plain(self: Arc<Self>, a: Admitted, req: Request<Incoming>) -> Response<Body> {
-        let uri = req.uri().clone();
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-            let f = Failure::new(
-                ErrorKind::BadRequest,
-                StatusCode::BAD_REQUEST,
-                "a request through the gateway names an absolute http:// URL; https goes through CONNECT",
-            );
-            return self.error(Some(&a.pool), &f);
-        }
         let (mut parts, body) = req.into_parts();
         strip(&mut parts.headers);
         let mut exclude: Vec<MemberKey> = Vec::new();
@@ -596,6 +591,28 @@ impl Gateway {
             };
         }
         self.error(Some(&a.pool), &exhausted(last))
+    }
+}
+
+/// Where a request goes: a CONNECT's authority, or the host and port of a plain request's
+/// absolute `http://` URL, in the one spelling the gateway and its members read alike.
+fn destination(req: &Request<Incoming>) -> Result<Destination, Failure> {
+    let bad = |m: String| Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m);
+    let uri = req.uri();
+    if req.method() == Method::CONNECT {
+        let authority = uri
+            .authority()
+            .ok_or_else(|| bad("CONNECT needs HOST:PORT".into()))?;
+        return authority::parse(authority.as_str(), None).map_err(|e| bad(e.to_string()));
+    }
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(authority)) => {
+            authority::parse(authority.as_str(), Some(80)).map_err(|e| bad(e.to_string()))
+        }
+        _ => Err(bad(
+            "a request through the gateway names an absolute http:// URL; https goes through CONNECT"
+                .into(),
+        )),
     }
 }
 
