@@ -9,7 +9,7 @@
 //!   (failed its check, drains, deleted) the session fails loudly, unless it asked to be moved.
 //! - Anything else goes to the less loaded of two members picked at random.
 
-use crate::ask::Options;
+use crate::ask::{Options, PoolName};
 use crate::members::{Entry, MemberKey, PoolKey, Snapshot};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -33,14 +33,16 @@ pub enum NoRoute {
         member: String,
         why: &'static str,
     },
-    /// The lease does not hold (expired, released, its proxy lost).
+    /// The lease holds nothing for this caller: expired, released, its proxy lost, another
+    /// caller's or never taken, answered alike so that no one learns which lease ids exist.
     #[error(
-        "lease {0:?} holds no proxy of this pool now (expired, released, or its proxy was lost)"
+        "lease {0:?} holds no proxy of this pool for this caller now (expired, released, its proxy lost, or not this caller's)"
     )]
     LeaseGone(String),
-    /// The lease is another caller's.
-    #[error("lease {0:?} is not yours")]
-    LeaseNotYours(String),
+    /// No pool of that name that this caller may use: one that does not exist and another
+    /// tenant's answer alike.
+    #[error("no pool {0:?} that this credential may use is served here")]
+    PoolNotYours(String),
 }
 
 /// Seconds a crawler is asked to wait when no member is free: members come back on the
@@ -293,39 +295,47 @@ pub struct Request<'a> {
     pub exclude: &'a [MemberKey],
 }
 
-/// The pool a request is on: the one named (among those served), or the only one served.
-pub fn pool_of(
-    named: Option<&str>,
+/// The pools served that `named` may mean (every pool served when none is named): those to
+/// authorise the caller for, before one is chosen among those it may use.
+pub fn pools_named(
+    named: Option<&PoolName>,
     served: &[PoolKey],
     snapshot: &Snapshot,
-) -> Result<PoolKey, NoRoute> {
+) -> Vec<PoolKey> {
     let known: Vec<&PoolKey> = if served.is_empty() {
         snapshot.pools.keys().collect()
     } else {
         served.iter().collect()
     };
-    match named {
-        Some(name) => {
-            let matching: Vec<&&PoolKey> = known
-                .iter()
-                .filter(|p| p.name == name || p.to_string() == name)
-                .collect();
-            match matching.as_slice() {
-                [one] => Ok((**one).clone()),
-                [] => Err(NoRoute::Pool(format!(
-                    "pool {name:?} is not served by this gateway"
-                ))),
-                _ => Err(NoRoute::Pool(format!(
-                    "pool {name:?} is the name of pools in several namespaces here: name it NAMESPACE.POOL with option pool"
-                ))),
-            }
-        }
-        None => match known.as_slice() {
-            [one] => Ok((*one).clone()),
-            _ => Err(NoRoute::Pool(
-                "this gateway serves several pools: name one (option pool)".into(),
-            )),
-        },
+    known
+        .into_iter()
+        .filter(|p| named.is_none_or(|n| n.matches(p)))
+        .cloned()
+        .collect()
+}
+
+/// The pool a request is on, among `allowed`, the pools named that its caller may use.
+pub fn pool_among(named: Option<&PoolName>, allowed: &[PoolKey]) -> Result<PoolKey, NoRoute> {
+    let list = || {
+        allowed
+            .iter()
+            .map(PoolKey::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (named, allowed) {
+        (_, [one]) => Ok(one.clone()),
+        (Some(name), []) => Err(NoRoute::PoolNotYours(name.to_string())),
+        (None, []) => Err(NoRoute::PoolNotYours(String::new())),
+        (Some(name), _) => Err(NoRoute::Pool(format!(
+            "pool {:?} is in several namespaces this credential may use ({}): name it NAMESPACE.POOL",
+            name.to_string(),
+            list()
+        ))),
+        (None, _) => Err(NoRoute::Pool(format!(
+            "this credential may use several pools here ({}): name one (option pool, as POOL or NAMESPACE.POOL)",
+            list()
+        ))),
     }
 }
 
@@ -378,19 +388,18 @@ pub fn choose(
     let not_excluded = |e: &Entry| !req.exclude.contains(&e.member.key());
     let candidates: Vec<&Entry> = match opts.lease.as_deref() {
         Some(id) => {
+            // Another caller's lease is no lease of this caller's: it answers as one that
+            // does not exist.
             let held: Vec<&Entry> = all
                 .iter()
-                .filter(|e| e.member.lease(id, now).is_some())
+                .filter(|e| {
+                    e.member
+                        .lease(id, now)
+                        .is_some_and(|b| b.holder == req.caller)
+                })
                 .collect();
             if held.is_empty() {
                 return Err(NoRoute::LeaseGone(id.to_string()));
-            }
-            if held.iter().any(|e| {
-                e.member
-                    .lease(id, now)
-                    .is_some_and(|b| b.holder != req.caller)
-            }) {
-                return Err(NoRoute::LeaseNotYours(id.to_string()));
             }
             held.into_iter()
                 .filter(|e| departed(Some(e), now, Some(id)).is_none())
@@ -666,7 +675,7 @@ mod tests {
         }
         assert_eq!(
             pick(&t, &s, &leased, "rival", 0),
-            Err(NoRoute::LeaseNotYours("ns_web_l-x".into()))
+            Err(NoRoute::LeaseGone("ns_web_l-x".into()))
         );
         let gone = Options {
             lease: Some("ns_web_l-y".into()),

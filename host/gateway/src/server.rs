@@ -1,14 +1,14 @@
 //! The gateway's listeners: the forward proxy crawlers point `HTTPS_PROXY` at, and the admin
 //! listener with the probes and `/metrics`.
 
-use crate::ask::{self, AskError, Options};
+use crate::ask::{self, AskError, Options, Sent};
 use crate::authority::{self, Destination};
 use crate::forward::{self, Carried, HopError, Timeouts};
 use crate::members::{Entry, MemberKey, PoolKey, Table};
 use crate::metrics::{self, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{EGRESS_IP_HEADER, ErrorKind, Failure, MEMBER_HEADER};
-use egress_operator::auth::{Access, Guard, Refusal, Token};
+use egress_operator::auth::{Access, Guard, Refusal};
 use egress_operator::server::accept_bounded;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
@@ -101,12 +101,14 @@ fn failed(f: &Failure) -> Response<Body> {
     f.response().map(full)
 }
 
-fn refusal(r: &Refusal) -> Failure {
+/// The answer to a refusal of the guard's; a token that is no one's is spoken of as it was
+/// `sent`.
+fn refusal(r: &Refusal, sent: Sent) -> Failure {
     match r {
-        Refusal::Unauthenticated(why) => Failure::new(
+        Refusal::Unauthenticated(_) => Failure::new(
             ErrorKind::Unauthenticated,
             StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-            *why,
+            sent.not_valid(),
         ),
         Refusal::Forbidden(why) => Failure::new(ErrorKind::Forbidden, StatusCode::FORBIDDEN, why),
         Refusal::Unavailable(why) => {
@@ -144,7 +146,12 @@ fn no_route(r: &NoRoute) -> Failure {
         NoRoute::LeaseGone(_) => {
             Failure::new(ErrorKind::LeaseGone, StatusCode::GONE, r.to_string())
         }
-        NoRoute::LeaseNotYours(_) => {
+        NoRoute::PoolNotYours(name) if name.is_empty() => Failure::new(
+            ErrorKind::Forbidden,
+            StatusCode::FORBIDDEN,
+            "this credential may use no pool served here",
+        ),
+        NoRoute::PoolNotYours(_) => {
             Failure::new(ErrorKind::Forbidden, StatusCode::FORBIDDEN, r.to_string())
         }
     }
@@ -211,38 +218,23 @@ impl Gateway {
     }
 
     /// Who asks, on which pool, with what options, and whether they may: or the answer that
-    /// refuses them.
+    /// refuses them. The token is authenticated before the options are read, and the pool is
+    /// chosen among those its caller may use: nothing about the pools answers a caller who is
+    /// no one, and another tenant's pool of the same name neither shadows a caller's nor shows
+    /// in an answer.
     async fn admit(
         &self,
         headers: &http::HeaderMap,
     ) -> Result<Admitted, (Option<PoolKey>, Failure)> {
+        let credential = ask::credential(headers).map_err(|e| (None, ask_failure(&e)))?;
+        let caller = self
+            .guard
+            .authenticate(&credential.token)
+            .await
+            .map_err(|r| (None, refusal(&r, credential.sent)))?;
+        let options = ask::options(headers, credential.username.as_deref())
+            .map_err(|e| (None, ask_failure(&e)))?;
         let snapshot = self.table.snapshot();
-        let names: Vec<&str> = if self.table.served().is_empty() {
-            snapshot.pools.keys().map(|p| p.name.as_str()).collect()
-        } else {
-            self.table
-                .served()
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect()
-        };
-        let (token, options): (Token, Options) = ask::parse(headers, &names).map_err(|e| {
-            let f = match &e {
-                AskError::NoCredential(_) | AskError::Username(_) => Failure::new(
-                    if matches!(e, AskError::Username(_)) {
-                        ErrorKind::BadRequest
-                    } else {
-                        ErrorKind::Unauthenticated
-                    },
-                    StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-                    e.to_string(),
-                ),
-                AskError::Header(m) => {
-                    Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m)
-                }
-            };
-            (None, f)
-        })?;
         if !snapshot.synced {
             let mut f = Failure::new(
                 ErrorKind::NoMember,
@@ -252,14 +244,8 @@ impl Gateway {
             f.retry_after = Some(2);
             return Err((None, f));
         }
-        let pool = route::pool_of(options.pool.as_deref(), self.table.served(), &snapshot)
-            .map_err(|r| (None, no_route(&r)))?;
-        let caller = self
-            .guard
-            .authenticate(&token)
-            .await
-            .map_err(|r| (Some(pool.clone()), refusal(&r)))?;
-        let access = match &options.lease {
+        let named = route::pools_named(options.pool.as_ref(), self.table.served(), &snapshot);
+        let access = |pool: &PoolKey| match &options.lease {
             Some(_) => Access::Leases {
                 namespace: pool.namespace.clone(),
                 pool: pool.name.clone(),
@@ -270,10 +256,23 @@ impl Gateway {
                 pool: Some(pool.name.clone()),
             },
         };
-        self.guard
-            .authorize(&token, &caller, &access)
-            .await
-            .map_err(|r| (Some(pool.clone()), refusal(&r)))?;
+        let decisions = futures::future::join_all(named.iter().map(|pool| {
+            let access = access(pool);
+            let (guard, token, caller) = (&self.guard, &credential.token, &caller);
+            async move { guard.authorize(token, caller, &access).await }
+        }))
+        .await;
+        let mut allowed = Vec::new();
+        for (pool, decision) in named.into_iter().zip(decisions) {
+            match decision {
+                Ok(()) => allowed.push(pool),
+                // Not this caller's: as if it were not there.
+                Err(Refusal::Forbidden(_)) => {}
+                Err(r) => return Err((None, refusal(&r, credential.sent))),
+            }
+        }
+        let pool =
+            route::pool_among(options.pool.as_ref(), &allowed).map_err(|r| (None, no_route(&r)))?;
         Ok(Admitted {
             pool,
             options,
@@ -591,6 +590,24 @@ impl Gateway {
             };
         }
         self.error(Some(&a.pool), &exhausted(last))
+    }
+}
+
+/// The answer to a credential or options that could not be read.
+fn ask_failure(e: &AskError) -> Failure {
+    match e {
+        AskError::NoCredential(_) => Failure::new(
+            ErrorKind::Unauthenticated,
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            e.to_string(),
+        ),
+        // The username's options are part of the credential.
+        AskError::Username(_) => Failure::new(
+            ErrorKind::BadRequest,
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            e.to_string(),
+        ),
+        AskError::Header(m) => Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m),
     }
 }
 

@@ -90,6 +90,15 @@ async fn serve(
     members: Vec<Member>,
     limits: Limits,
 ) -> (SocketAddr, SocketAddr, Arc<Table>, tempfile::TempDir) {
+    serve_pools(&["ns/web"], members, limits).await
+}
+
+/// As [`serve`], serving the pools `served` (`NAMESPACE/POOL`).
+async fn serve_pools(
+    served: &[&str],
+    members: Vec<Member>,
+    limits: Limits,
+) -> (SocketAddr, SocketAddr, Arc<Table>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.yaml");
     std::fs::write(
@@ -105,7 +114,9 @@ async fn serve(
     .unwrap();
     let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
     let guard = Arc::new(Guard::new(reviewer));
-    let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+    let table = Arc::new(Table::new(
+        served.iter().map(|p| PoolKey::parse(p).unwrap()).collect(),
+    ));
     table.replace(members, true);
     let gw = Arc::new(Gateway::new(
         table.clone(),
@@ -401,18 +412,20 @@ async fn credentials_and_options_are_refused_with_the_right_status_before_any_me
     );
     let (head, _) = connect(&w, Some(&basic("nobody-token-000000", "")), "").await;
     assert_eq!(head.status, 407, "{head:?}");
+    // A pool this caller may not use, or that does not exist: 403, naming what was asked.
     let (head, _) = connect(&w, Some(&basic("team-session-abc", SPIDER)), "").await;
-    assert_eq!(head.status, 407, "{head:?}");
+    assert_eq!(head.status, 403, "{head:?}");
     assert!(
         head.get("proxy-status").unwrap().contains("\\\"team\\\""),
         "{head:?}"
     );
-    let (head, _) = connect(&w, Some(&basic("web-sesion-abc", SPIDER)), "").await;
+    // Options that cannot be read are part of the credential: 407, naming the key.
+    let (head, _) = connect(&w, Some(&basic("web-session-a-session-b", SPIDER)), "").await;
     assert_eq!(head.status, 407);
     assert!(
         head.get("proxy-status")
             .unwrap()
-            .contains("unknown option \\\"sesion\\\""),
+            .contains("\\\"session\\\" is given twice"),
         "{head:?}"
     );
     // Another namespace's token: authenticated, not allowed this pool.
@@ -604,7 +617,8 @@ async fn each_member_takes_only_its_own_credential_and_its_failures_count_agains
 }
 
 /// An exclusive lease on the data path: another caller of the same namespace presenting its
-/// id is refused (403), by username or header, on CONNECT and plain HTTP; its holder is
+/// id is refused as for an unknown id (410), by username or header, on CONNECT and plain
+/// HTTP; its holder is
 /// served from the leased proxy; once the lease expired or was released, the id is 410.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_serves_its_holder_alone_and_an_ended_or_released_one_is_gone() {
@@ -616,15 +630,15 @@ async fn a_lease_serves_its_holder_alone_and_an_ended_or_released_one_is_gone() 
     let by_name = format!("web-lease-{LEASE}");
     let by_header = format!("Egress-Lease: {LEASE}\r\n");
     let (head, _) = https(&w, &basic(&by_name, NEIGHBOUR), "").await;
-    assert_eq!(head.status, 403, "{head:?}");
+    assert_eq!(head.status, 410, "{head:?}");
     assert!(
         head.get("proxy-status").unwrap().contains(LEASE),
         "{head:?}"
     );
     let (head, _) = https(&w, &basic(NEIGHBOUR, ""), &by_header).await;
-    assert_eq!(head.status, 403, "{head:?}");
+    assert_eq!(head.status, 410, "{head:?}");
     let (head, _) = http_get(&w, &basic(&by_name, NEIGHBOUR), "").await;
-    assert_eq!(head.status, 403, "{head:?}");
+    assert_eq!(head.status, 410, "{head:?}");
     // The neighbour's own unpinned traffic never lands on the leased proxy.
     for _ in 0..6 {
         let (head, _) = https(&w, &basic(NEIGHBOUR, ""), "").await;
@@ -856,4 +870,150 @@ async fn an_ambiguous_destination_is_refused_before_any_member_is_dialled() {
     .await;
     assert_eq!(head.status, 504, "{head:?}");
     assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// The Proxy-Status `details` of `head`.
+fn details(head: &Head) -> String {
+    let status = head.get("proxy-status").unwrap_or_default();
+    status
+        .split_once("details=")
+        .map(|(_, d)| d.to_string())
+        .unwrap_or_default()
+}
+
+/// Before a token authenticates, nothing is said about the pools: no list of them, no
+/// "several namespaces", whatever the username holds; and a token that is no one's is spoken
+/// of as it was sent (the proxy password, the proxy username).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_about_the_pools_answers_before_the_token_authenticates() {
+    let (a, _) = silent_member("ns", "web", 1).await;
+    let (b, _) = silent_member("other", "web", 2).await;
+    let (c, _) = silent_member("ns", "crawl", 3).await;
+    let (gateway, _admin, _table, _dir) = serve_pools(
+        &["ns/web", "other/web", "ns/crawl"],
+        vec![a, b, c],
+        limits(),
+    )
+    .await;
+    let connect = "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n";
+    for (auth, sent) in [
+        (
+            basic("team-session-abc", "nobody-token-000000"),
+            "proxy password",
+        ),
+        (
+            basic("web-session-abc", "nobody-token-000000"),
+            "proxy password",
+        ),
+        (basic("nobody-token-000000", ""), "proxy username"),
+    ] {
+        let head = ask(gateway, connect, &auth).await;
+        assert_eq!(head.status, 407, "{head:?}");
+        let text = format!("{head:?}");
+        for pool in ["crawl", "namespace", "ns/", "other"] {
+            assert!(
+                !text.contains(pool),
+                "{pool} said before authentication: {text}"
+            );
+        }
+        assert!(details(&head).contains(sent), "{text}");
+        assert!(!text.contains("bearer"), "{text}");
+    }
+}
+
+/// A pool is resolved among the namespaces its caller may use: another tenant's pool of the
+/// same name takes nothing from yours and is never named to you; `NAMESPACE.POOL` names one;
+/// a pool whose name spells a username (`web-session-cart42`) captures none, and is named by
+/// the Egress-Pool header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_is_resolved_among_the_namespaces_its_caller_may_use() {
+    let (a, _) = silent_member("ns", "web", 1).await;
+    let (b, _) = silent_member("other", "web", 2).await;
+    let (c, _) = silent_member("ns", "web-session-cart42", 3).await;
+    let mut l = limits();
+    l.timeouts.answer = Duration::from_millis(200);
+    let (gateway, _admin, _table, _dir) = serve_pools(
+        &["ns/web", "other/web", "ns/web-session-cart42"],
+        vec![a, b, c],
+        l,
+    )
+    .await;
+    let connect = "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n";
+    // The member each ask reaches (a silent member: a 504 naming it).
+    let reached = |head: &Head| head.get("proxy-status").unwrap_or_default().to_string();
+    for (user, token, extra, member) in [
+        ("web", SPIDER, "", "ns/web-1"),
+        ("web", RIVAL, "", "other/web-2"),
+        ("ns.web", SPIDER, "", "ns/web-1"),
+        ("ns.web-session-s1", SPIDER, "", "ns/web-1"),
+        ("web-session-cart42", SPIDER, "", "ns/web-1"),
+        (
+            "session-s2",
+            SPIDER,
+            "Egress-Pool: web-session-cart42\r\n",
+            "ns/web-session-cart42-3",
+        ),
+        ("session-s3", SPIDER, "Egress-Pool: ns.web\r\n", "ns/web-1"),
+    ] {
+        let head = ask(gateway, &format!("{connect}{extra}"), &basic(user, token)).await;
+        assert_eq!(head.status, 504, "{user} {extra}: {head:?}");
+        assert!(
+            reached(&head).contains(&format!("next-hop=\"{member}\"")),
+            "{user} {extra}: {head:?}"
+        );
+    }
+    // Another tenant's pool, named with its namespace, answers as a pool that does not exist.
+    let theirs = ask(gateway, connect, &basic("other.web", SPIDER)).await;
+    let nowhere = ask(gateway, connect, &basic("other.webx", SPIDER)).await;
+    assert_eq!(theirs.status, 403, "{theirs:?}");
+    assert_eq!(nowhere.status, theirs.status, "{nowhere:?}");
+    assert_eq!(
+        details(&theirs).replace("other.web", "NAME"),
+        details(&nowhere).replace("other.webx", "NAME"),
+    );
+    // No pool named where the caller may use several: the answer lists the caller's alone.
+    let head = ask(gateway, connect, &basic(SPIDER, "")).await;
+    assert_eq!(head.status, 400, "{head:?}");
+    let d = details(&head);
+    assert!(
+        d.contains("ns/web") && d.contains("ns/web-session-cart42"),
+        "{d}"
+    );
+    assert!(!d.contains("other"), "another tenant's pool named: {d}");
+    // The rival may use one pool: it needs to name none.
+    let head = ask(gateway, connect, &basic(RIVAL, "")).await;
+    assert!(
+        reached(&head).contains("next-hop=\"other/web-2\""),
+        "{head:?}"
+    );
+}
+
+/// Another caller's lease and a lease that does not exist answer alike (status and text),
+/// naming no holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_callers_lease_answers_as_an_unknown_one() {
+    let (mut a, _) = silent_member("ns", "web", 1).await;
+    a.leases = vec![binding("spider", 600)];
+    let (b, _) = silent_member("ns", "web", 2).await;
+    let (gateway, _admin, _table, _dir) = serve(vec![a, b], limits()).await;
+    let connect = "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n";
+    let unknown = format!("{LEASE}x");
+    let theirs = ask(
+        gateway,
+        connect,
+        &basic(&format!("web-lease-{LEASE}"), NEIGHBOUR),
+    )
+    .await;
+    let nowhere = ask(
+        gateway,
+        connect,
+        &basic(&format!("web-lease-{unknown}"), NEIGHBOUR),
+    )
+    .await;
+    assert_eq!(theirs.status, nowhere.status, "{theirs:?} {nowhere:?}");
+    assert_eq!(
+        details(&theirs).replace(LEASE, "ID"),
+        details(&nowhere).replace(&unknown, "ID"),
+    );
+    assert!(!format!("{theirs:?}").contains("spider"), "{theirs:?}");
 }
