@@ -9,7 +9,7 @@ use crate::metrics::{self, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{EGRESS_IP_HEADER, ErrorKind, Failure, MEMBER_HEADER};
 use egress_operator::auth::{Access, Guard, Refusal};
-use egress_operator::server::accept_bounded;
+use egress_operator::server::{Counted, accept_bounded};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -409,9 +409,10 @@ impl Gateway {
                         // CONNECT head): the relay then moves bytes socket to socket, with no
                         // layer of hyper's between. `serve` hands hyper that very type, so the
                         // downcast holds; a transport that is not (a caller serving `handle`
-                        // some other way) ends its tunnels loudly rather than in silence.
-                        let Ok(parts) = upgraded.downcast::<TokioIo<tokio::net::TcpStream>>()
-                        else {
+                        // some other way) ends its tunnels loudly rather than in silence. The
+                        // socket's listener slot is kept until the tunnel ends: a tunnel counts
+                        // against `max_connections` for as long as it is open.
+                        let Ok(parts) = upgraded.downcast::<TokioIo<Counted>>() else {
                             tracing::warn!(
                                 "a tunnel's connection is not a TCP socket; the gateway relays \
                                  only the sockets its own listener accepted"
@@ -441,8 +442,9 @@ impl Gateway {
                             up: meter("up"),
                             down: meter("down"),
                         };
+                        let (crawler, _slot) = parts.io.into_inner().into_parts();
                         let ended = forward::relay(
-                            parts.io.into_inner(),
+                            crawler,
                             stream,
                             early,
                             parts.read_buf,

@@ -1017,3 +1017,66 @@ async fn another_callers_lease_answers_as_an_unknown_one() {
     );
     assert!(!format!("{theirs:?}").contains("spider"), "{theirs:?}");
 }
+
+/// A member that answers every CONNECT 200 and holds the tunnel open, in pool ns/web.
+async fn open_member(i: usize) -> Member {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (mut m, _) = silent_member("ns", "web", i).await;
+    m.addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if s.read(&mut b).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let _ = s
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await;
+                let mut sink = [0u8; 1024];
+                while s.read(&mut sink).await.unwrap_or(0) > 0 {}
+            });
+        }
+    });
+    m
+}
+
+/// A tunnel counts against --max-connections until it closes: with 8, the ninth CONNECT waits
+/// until one of the eight tunnels ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_holds_its_connection_slot_until_it_closes() {
+    let m = open_member(1).await;
+    let mut l = limits();
+    l.max_connections = 8;
+    let (gateway, _admin, _table, _dir) = serve(vec![m], l).await;
+    let auth = basic(SPIDER, "");
+    let request = format!(
+        "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\nProxy-Authorization: {auth}\r\n\r\n"
+    );
+    let mut tunnels = Vec::new();
+    for _ in 0..8 {
+        let mut s = TcpStream::connect(gateway).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let head = tokio::time::timeout(Duration::from_secs(5), read_head(&mut s))
+            .await
+            .expect("one of the first eight");
+        assert_eq!(head.status, 200, "{head:?}");
+        tunnels.push(s);
+    }
+    let mut ninth = TcpStream::connect(gateway).await.unwrap();
+    ninth.write_all(request.as_bytes()).await.unwrap();
+    let early = tokio::time::timeout(Duration::from_millis(500), read_head(&mut ninth)).await;
+    assert!(
+        early.is_err(),
+        "a ninth tunnel opened with eight open: {early:?}"
+    );
+    drop(tunnels.pop());
+    let head = tokio::time::timeout(Duration::from_secs(5), read_head(&mut ninth))
+        .await
+        .expect("the ninth opens once a tunnel closed");
+    assert_eq!(head.status, 200, "{head:?}");
+}
