@@ -48,6 +48,16 @@ pub struct HopError {
     /// Before a byte was relayed, and the member's fault rather than the destination's
     /// refusal by policy: another member could serve it.
     pub retryable: bool,
+    /// The member itself refused, broke off or did not take the connection (rather than
+    /// answering with an error): what passive health counts.
+    pub down: bool,
+}
+
+impl HopError {
+    fn down(mut self) -> Self {
+        self.down = true;
+        self
+    }
 }
 
 /// Member `m` failed the hop (RFC 9209 `error`, and what the crawler reads): a 502 another
@@ -59,6 +69,7 @@ pub fn member_failed(m: &Member, error: &'static str, details: String) -> HopErr
     HopError {
         failure,
         retryable: true,
+        down: false,
     }
 }
 
@@ -85,27 +96,28 @@ pub async fn dial(m: &Member, t: &Timeouts) -> Result<TcpStream, HopError> {
         socket.bind(std::net::SocketAddr::new(source, 0))?;
         socket.connect(m.addr).await
     };
-    match tokio::time::timeout(t.connect, connect).await {
+    let failed = match tokio::time::timeout(t.connect, connect).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
-            Ok(s)
+            return Ok(s);
         }
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(member_failed(
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => member_failed(
             m,
             "connection_refused",
             format!("member {} refused the connection", m.id()),
-        )),
-        Ok(Err(e)) => Err(member_failed(
+        ),
+        Ok(Err(e)) => member_failed(
             m,
             "connection_terminated",
             format!("member {} could not be reached: {e}", m.id()),
-        )),
-        Err(_) => Err(member_timed_out(
+        ),
+        Err(_) => member_timed_out(
             m,
             "connection_timeout",
             format!("member {} did not accept within {:?}", m.id(), t.connect),
-        )),
-    }
+        ),
+    };
+    Err(failed.down())
 }
 
 /// A tunnel to `authority` through member `m`: the member's own `200` read, and any bytes it
@@ -132,7 +144,8 @@ pub async fn connect(
                 m,
                 "http_response_incomplete",
                 format!("member {} broke off its answer to CONNECT: {e}", m.id()),
-            ));
+            )
+            .down());
         }
         Err(_) => {
             return Err(member_timed_out(
@@ -182,6 +195,7 @@ pub fn answered(m: &Member, status: u16, what: &str) -> HopError {
         return HopError {
             failure,
             retryable: false,
+            down: false,
         };
     }
     let mut e = member_failed(

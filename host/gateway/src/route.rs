@@ -406,9 +406,11 @@ pub fn choose(
                 .filter(|e| in_zone(e) && not_excluded(e))
                 .collect()
         }
+        // A member ejected by passive health takes no new routing until its time is up.
         None => all
             .iter()
             .filter(|e| e.member.usable() && e.member.exclusive_lease(now).is_none())
+            .filter(|e| !e.slot.ejected(clock))
             .filter(|e| in_zone(e) && not_excluded(e))
             .collect(),
     };
@@ -433,12 +435,7 @@ pub fn choose(
             .cloned()
             .ok_or_else(none_free);
     };
-    let key = SessionKey {
-        caller: req.caller.to_string(),
-        pool: req.pool.clone(),
-        lease: opts.lease.clone(),
-        session: session.to_string(),
-    };
+    let key = session_key(req, session);
     if let Some(remembered) = sessions.get(&key, clock) {
         let entry = snapshot.find(req.pool, &remembered);
         match departed(entry, now, opts.lease.as_deref()) {
@@ -457,10 +454,27 @@ pub fn choose(
             Some(_) => {}
         }
     }
+    // Not remembered yet: [`bind`] remembers it once the member served it, so a first
+    // request that met a dead member pins nothing.
     let h = stable_hash(&[req.caller, &req.pool.to_string(), session]);
-    let chosen = rendezvous(&candidates, h).cloned().ok_or_else(none_free)?;
-    sessions.put(key, chosen.member.key(), clock);
-    Ok(chosen)
+    rendezvous(&candidates, h).cloned().ok_or_else(none_free)
+}
+
+fn session_key(req: &Request<'_>, session: &str) -> SessionKey {
+    SessionKey {
+        caller: req.caller.to_string(),
+        pool: req.pool.clone(),
+        lease: req.options.lease.clone(),
+        session: session.to_string(),
+    }
+}
+
+/// `entry` served `req` (its CONNECT answered 200, its request got an answer): the request's
+/// session, if it has one, sticks to it from now on.
+pub fn bind(sessions: &Sessions, req: &Request<'_>, entry: &Entry, clock: Instant) {
+    if let Some(session) = req.options.session.as_deref() {
+        sessions.put(session_key(req, session), entry.member.key(), clock);
+    }
 }
 
 #[cfg(test)]
@@ -518,20 +532,17 @@ mod tests {
         caller: &str,
         random: u64,
     ) -> Result<String, NoRoute> {
-        choose(
-            &t.snapshot(),
-            &Request {
-                pool: &pool(),
-                options: o,
-                caller,
-                exclude: &[],
-            },
-            s,
-            1_000,
-            Instant::now(),
-            random,
-        )
-        .map(|e| e.member.name.clone())
+        let p = pool();
+        let req = Request {
+            pool: &p,
+            options: o,
+            caller,
+            exclude: &[],
+        };
+        // Each pick is served: its session binds to it.
+        let e = choose(&t.snapshot(), &req, s, 1_000, Instant::now(), random)?;
+        bind(s, &req, &e, Instant::now());
+        Ok(e.member.name.clone())
     }
 
     fn session(id: &str) -> Options {

@@ -4,7 +4,7 @@
 use crate::ask::{self, AskError, Options, Sent};
 use crate::authority::{self, Destination};
 use crate::forward::{self, Carried, HopError, Timeouts};
-use crate::members::{Entry, MemberKey, PoolKey, Table};
+use crate::members::{Entry, MemberKey, Outliers, PoolKey, Table};
 use crate::metrics::{self, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{EGRESS_IP_HEADER, ErrorKind, Failure, MEMBER_HEADER};
@@ -36,6 +36,8 @@ pub struct Limits {
     /// Other members tried after a member failed, before a byte was relayed, for traffic
     /// pinned to no session or lease.
     pub retries: usize,
+    /// Passive health: when a member that refuses connections leaves new routing.
+    pub outliers: Outliers,
 }
 
 impl Default for Limits {
@@ -45,6 +47,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(30),
             max_connections: 16_384,
             retries: 1,
+            outliers: Outliers::default(),
         }
     }
 }
@@ -289,6 +292,42 @@ impl Gateway {
         }
     }
 
+    /// `entry` served `a`: its passive health is good, and `a`'s session sticks to it.
+    fn served(&self, a: &Admitted, entry: &Entry) {
+        entry.slot.served();
+        route::bind(
+            &self.sessions,
+            &route::Request {
+                pool: &a.pool,
+                options: &a.options,
+                caller: &a.caller,
+                exclude: &[],
+            },
+            entry,
+            Instant::now(),
+        );
+    }
+
+    /// `entry` failed `a`'s hop with `h`: counted against its passive health when the member
+    /// itself refused or broke off.
+    fn hop_failed(&self, a: &Admitted, entry: &Entry, h: &HopError) {
+        if !h.down {
+            return;
+        }
+        let snapshot = self.table.snapshot();
+        let pool = snapshot
+            .pools
+            .get(&a.pool)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if entry
+            .slot
+            .failed(Instant::now(), pool, &self.limits.outliers)
+        {
+            tracing::info!(member = %entry.member.key(), "member ejected from new routing after it refused or broke off connections");
+        }
+    }
+
     fn choose(&self, a: &Admitted, exclude: &[MemberKey]) -> Result<Entry, NoRoute> {
         let snapshot = self.table.snapshot();
         route::choose(
@@ -390,6 +429,7 @@ impl Gateway {
             .await
             {
                 Ok((stream, early)) => {
+                    self.served(&a, &entry);
                     self.metrics.setup.observe(started.elapsed().as_secs_f64());
                     let labels = metrics::member_labels(&entry);
                     self.metrics
@@ -471,12 +511,18 @@ impl Gateway {
                     return r;
                 }
                 Err(h) if h.retryable => {
+                    self.hop_failed(&a, &entry, &h);
                     self.metrics
                         .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
                     exclude.push(entry.member.key());
                     last = Some(h);
                 }
-                Err(h) => return self.error(Some(&a.pool), &h.failure),
+                Err(h) => {
+                    // The member answered (its policy refused the destination): it is up, and
+                    // a session that asked this stays with it.
+                    self.served(&a, &entry);
+                    return self.error(Some(&a.pool), &h.failure);
+                }
             }
         }
         self.error(Some(&a.pool), &exhausted(last))
@@ -501,6 +547,7 @@ impl Gateway {
             let stream = match forward::dial(&entry.member, &self.limits.timeouts).await {
                 Ok(s) => s,
                 Err(h) => {
+                    self.hop_failed(&a, &entry, &h);
                     self.metrics
                         .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
                     exclude.push(entry.member.key());
@@ -553,6 +600,7 @@ impl Gateway {
             };
             return match tokio::time::timeout(self.limits.timeouts.answer, exchange).await {
                 Ok(Ok(resp)) => {
+                    self.served(&a, &entry);
                     let status = resp.status();
                     if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
                         let h = forward::answered(&member, 407, "request");
@@ -570,11 +618,13 @@ impl Gateway {
                     Response::from_parts(rparts, rbody.boxed())
                 }
                 Ok(Err(e)) => {
-                    let h = forward::member_failed(
+                    let mut h = forward::member_failed(
                         &member,
                         "http_protocol_error",
                         format!("member {} failed the request: {e}", member.id()),
                     );
+                    h.down = true;
+                    self.hop_failed(&a, &entry, &h);
                     self.error(Some(&a.pool), &h.failure)
                 }
                 Err(_) => {

@@ -1080,3 +1080,60 @@ async fn a_tunnel_holds_its_connection_slot_until_it_closes() {
         .expect("the ninth opens once a tunnel closed");
     assert_eq!(head.status, 200, "{head:?}");
 }
+
+/// A member whose address refuses connections (nothing listens there), in pool ns/web.
+async fn refusing_member(i: usize) -> Member {
+    let (mut m, _) = silent_member("ns", "web", i).await;
+    let gone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    m.addr = gone.local_addr().unwrap();
+    drop(gone);
+    m
+}
+
+/// Passive health: a member that refuses connections leaves new routing at once, while the
+/// table still lists it Ready; a new session whose first request met it is not pinned to it
+/// (its retry is served by another), and sessions that never met it never land on it. A
+/// failure ejects at most half a pool: with every member refusing, requests still reach them
+/// (502), never "no member" (503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_member_leaves_new_routing_and_pins_no_session() {
+    let members = vec![
+        open_member(1).await,
+        open_member(2).await,
+        refusing_member(3).await,
+    ];
+    let (gateway, _admin, _table, _dir) = serve(members, limits()).await;
+    let connect = "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n";
+    let mut met_the_dead = None;
+    for i in 0..40 {
+        let head = ask(
+            gateway,
+            connect,
+            &basic(&format!("web-session-s{i}"), SPIDER),
+        )
+        .await;
+        match head.status {
+            200 => {}
+            502 if met_the_dead.is_none() => met_the_dead = Some(i),
+            _ => panic!("session s{i} after the dead member was met: {head:?}"),
+        }
+    }
+    let i = met_the_dead.expect("one of 40 sessions hashes to the dead member");
+    let head = ask(
+        gateway,
+        connect,
+        &basic(&format!("web-session-s{i}"), SPIDER),
+    )
+    .await;
+    assert_eq!(
+        head.status, 200,
+        "the session that met the dead member on its first request is served on its retry: {head:?}"
+    );
+    // Every member refusing: no more than half are ejected.
+    let members = vec![refusing_member(1).await, refusing_member(2).await];
+    let (gateway, _admin, _table, _dir) = serve(members, limits()).await;
+    for _ in 0..6 {
+        let head = ask(gateway, connect, &basic(SPIDER, "")).await;
+        assert_eq!(head.status, 502, "{head:?}");
+    }
+}
