@@ -696,8 +696,31 @@ fn exhausted(last: Option<HopError>) -> Failure {
     })
 }
 
-/// Removes the hop's own headers, those `Connection` names, and the gateway's options.
+/// The message's `Transfer-Encoding` when it holds codings before `chunked`: those are end to
+/// end (a gzip-coded body stays gzip-coded through every hop), and only the framing
+/// (`chunked`) is the hop's. hyper keeps a `Transfer-Encoding` given to it that ends in
+/// `chunked`, and frames the body with it.
+fn end_to_end_codings(headers: &http::HeaderMap) -> Option<HeaderValue> {
+    let codings: Vec<String> = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|c| c.trim().to_ascii_lowercase())
+        .filter(|c| !c.is_empty())
+        .collect();
+    match codings.split_last() {
+        Some((last, before)) if last == "chunked" && !before.is_empty() => {
+            HeaderValue::from_str(&codings.join(", ")).ok()
+        }
+        _ => None,
+    }
+}
+
+/// Removes the hop's own headers, those `Connection` names, and the gateway's options; codings
+/// applied before `chunked` are kept.
 fn strip(headers: &mut http::HeaderMap) {
+    let codings = end_to_end_codings(headers);
     let named: Vec<String> = headers
         .get_all(http::header::CONNECTION)
         .iter()
@@ -719,6 +742,9 @@ fn strip(headers: &mut http::HeaderMap) {
         .collect();
     for k in ours {
         headers.remove(k);
+    }
+    if let Some(codings) = codings {
+        headers.insert(http::header::TRANSFER_ENCODING, codings);
     }
 }
 
