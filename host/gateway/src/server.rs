@@ -22,16 +22,35 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
-pub type Body = BoxBody<Bytes, hyper::Error>;
+/// A body's error: hyper's, or the gateway's own idle timeout.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub type Body = BoxBody<Bytes, BodyError>;
 
 /// What one crawler connection may hold of the gateway.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub timeouts: Timeouts,
-    /// A request head must arrive whole within this (also the bound on an idle keep-alive
-    /// connection between requests).
+    /// Once its caller authenticated, a connection's next request head must arrive whole
+    /// within this (the bound on an idle keep-alive connection between requests).
     pub header_read_timeout: Duration,
-    /// Crawler connections served at once; the next ones wait in the listen backlog.
+    /// A connection whose caller has not authenticated (no whole head yet, or only refused
+    /// ones) is closed this long after it was accepted or last answered: an idle or trickling
+    /// socket that is no one's holds its slot and its head buffer no longer.
+    pub unauthenticated_timeout: Duration,
+    /// Connections not yet authenticated at once from one source address (an IPv6 /64): past
+    /// it, the next is answered 503 and closed, so a few addresses cannot hold every slot.
+    pub unauthenticated_per_source: usize,
+    /// Longest request head, with its headers (a proxy head: a token of a few KiB, cookies):
+    /// what each connection's read buffer may grow to.
+    pub max_head: usize,
+    /// An answer write that makes no progress for this long ends the connection (a crawler
+    /// that never reads).
+    pub write_timeout: Duration,
+    /// A plain request's or answer's body with no byte for this long ends the exchange (a
+    /// member trickling its answer, a crawler its upload).
+    pub body_idle_timeout: Duration,
+    /// Crawler connections served at once, tunnels included until they close; the next ones
+    /// wait in the listen backlog.
     pub max_connections: usize,
     /// Other members tried after a member failed, before a byte was relayed, for traffic
     /// pinned to no session or lease.
@@ -45,6 +64,11 @@ impl Default for Limits {
         Self {
             timeouts: Timeouts::default(),
             header_read_timeout: Duration::from_secs(30),
+            unauthenticated_timeout: Duration::from_secs(5),
+            unauthenticated_per_source: 512,
+            max_head: 16 * 1024,
+            write_timeout: Duration::from_secs(30),
+            body_idle_timeout: Duration::from_secs(60),
             max_connections: 16_384,
             retries: 1,
             outliers: Outliers::default(),
@@ -98,6 +122,64 @@ fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into())
         .map_err(|never| match never {})
         .boxed()
+}
+
+/// A body that fails once no frame came for `idle`: a member trickling its answer, or a
+/// crawler its upload, holds the exchange no longer than that between two frames.
+struct IdleBody<B> {
+    inner: B,
+    idle: Duration,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> IdleBody<B> {
+    fn new(inner: B, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+}
+
+impl<B> hyper::body::Body for IdleBody<B>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BodyError>,
+{
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + self.idle;
+                self.deadline.as_mut().reset(next);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(format!(
+                    "no byte of the body came for {:?}",
+                    self.idle
+                )
+                .into()))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 fn failed(f: &Failure) -> Response<Body> {
@@ -367,8 +449,18 @@ impl Gateway {
         failed(f)
     }
 
-    /// Answers one request of a crawler.
-    pub async fn handle(self: Arc<Self>, mut req: Request<Incoming>) -> Response<Body> {
+    /// Answers one request of a crawler, on a connection of its own.
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        self.handle_on(&Connection::default(), req).await
+    }
+
+    /// Answers one request of a crawler on `connection`, which learns when its caller
+    /// authenticated.
+    async fn handle_on(
+        self: Arc<Self>,
+        connection: &Connection,
+        mut req: Request<Incoming>,
+    ) -> Response<Body> {
         // The destination first: one the member's parser could read apart from ours is
         // refused before anything else is decided, let alone dialled.
         let destination = match destination(&req) {
@@ -379,6 +471,7 @@ impl Gateway {
             Ok(a) => a,
             Err((pool, f)) => return self.error(pool.as_ref(), &f),
         };
+        connection.authenticated();
         if req.method() == Method::CONNECT {
             let started = Instant::now();
             let span = tracing::info_span!(
@@ -452,7 +545,7 @@ impl Gateway {
                         // some other way) ends its tunnels loudly rather than in silence. The
                         // socket's listener slot is kept until the tunnel ends: a tunnel counts
                         // against `max_connections` for as long as it is open.
-                        let Ok(parts) = upgraded.downcast::<TokioIo<Counted>>() else {
+                        let Ok(parts) = upgraded.downcast::<TokioIo<CrawlerIo>>() else {
                             tracing::warn!(
                                 "a tunnel's connection is not a TCP socket; the gateway relays \
                                  only the sockets its own listener accepted"
@@ -482,7 +575,7 @@ impl Gateway {
                             up: meter("up"),
                             down: meter("down"),
                         };
-                        let (crawler, _slot) = parts.io.into_inner().into_parts();
+                        let (crawler, _slot) = parts.io.into_inner().into_inner().into_parts();
                         let ended = forward::relay(
                             crawler,
                             stream,
@@ -567,7 +660,8 @@ impl Gateway {
                     .clone()
             };
             let (up, down) = (counter("up"), counter("down"));
-            let body = body.map_frame(move |frame| {
+            let idle = self.limits.body_idle_timeout;
+            let body = IdleBody::new(body, idle).map_frame(move |frame| {
                 if let Some(d) = frame.data_ref() {
                     up.inc_by(d.len() as u64);
                 }
@@ -609,7 +703,7 @@ impl Gateway {
                     let (mut rparts, rbody) = resp.into_parts();
                     strip(&mut rparts.headers);
                     served_by(&mut rparts.headers, &entry);
-                    let rbody = rbody.map_frame(move |frame| {
+                    let rbody = IdleBody::new(rbody, idle).map_frame(move |frame| {
                         if let Some(d) = frame.data_ref() {
                             down.inc_by(d.len() as u64);
                         }
@@ -765,27 +859,231 @@ fn served_by(headers: &mut http::HeaderMap, e: &Entry) {
 /// out a SYN retransmission).
 pub use egress_operator::server::listen;
 
+/// Connections not yet authenticated, counted by source: an IPv4 address, or an IPv6 /64 (the
+/// least a host is given).
+pub struct Unauthenticated {
+    shards: Vec<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    per_source: usize,
+}
+
+/// One connection's place in its source's count, given back when it authenticates or closes.
+pub struct Pending {
+    sources: Arc<Unauthenticated>,
+    source: std::net::IpAddr,
+}
+
+impl Unauthenticated {
+    pub fn new(per_source: usize) -> Self {
+        Self {
+            shards: (0..16).map(|_| std::sync::Mutex::default()).collect(),
+            per_source: per_source.max(1),
+        }
+    }
+
+    fn source(ip: std::net::IpAddr) -> std::net::IpAddr {
+        match ip {
+            std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => std::net::IpAddr::V4(v4),
+                None => std::net::IpAddr::V6(std::net::Ipv6Addr::from_bits(
+                    v6.to_bits() & !((1u128 << 64) - 1),
+                )),
+            },
+            v4 => v4,
+        }
+    }
+
+    fn shard(
+        &self,
+        source: &std::net::IpAddr,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<std::net::IpAddr, usize>> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        source.hash(&mut h);
+        let i = (h.finish() as usize) % self.shards.len();
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for a connection from `peer`, or None when its source holds its share already.
+    pub fn admit(self: &Arc<Self>, peer: std::net::IpAddr) -> Option<Pending> {
+        let source = Self::source(peer);
+        let mut shard = self.shard(&source);
+        let n = shard.entry(source).or_insert(0);
+        if *n >= self.per_source {
+            return None;
+        }
+        *n += 1;
+        Some(Pending {
+            sources: self.clone(),
+            source,
+        })
+    }
+
+    /// Connections from `peer`'s source not yet authenticated.
+    pub fn of(&self, peer: std::net::IpAddr) -> usize {
+        let source = Self::source(peer);
+        self.shard(&source).get(&source).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut shard = self.sources.shard(&self.source);
+        if let Some(n) = shard.get_mut(&self.source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                shard.remove(&self.source);
+            }
+        }
+    }
+}
+
+/// Where a connection is, for the deadline of one whose caller has not authenticated.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Waiting for a head since then (accepted, or its last request answered).
+    AwaitingHead(tokio::time::Instant),
+    /// A request is being answered.
+    InRequest,
+    /// Its caller authenticated: hyper's own keep-alive bound applies from now on.
+    Authenticated,
+}
+
+/// A crawler connection's standing.
+pub struct Connection {
+    pending: std::sync::Mutex<Option<Pending>>,
+    phase: tokio::sync::watch::Sender<Phase>,
+}
+
+impl Default for Connection {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl Connection {
+    fn new(pending: Option<Pending>) -> Self {
+        Self {
+            pending: std::sync::Mutex::new(pending),
+            phase: tokio::sync::watch::Sender::new(
+                Phase::AwaitingHead(tokio::time::Instant::now()),
+            ),
+        }
+    }
+
+    fn authenticated(&self) {
+        drop(
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+        self.phase.send_replace(Phase::Authenticated);
+    }
+
+    fn request_started(&self) {
+        self.phase.send_if_modified(|p| match p {
+            Phase::Authenticated => false,
+            _ => {
+                *p = Phase::InRequest;
+                true
+            }
+        });
+    }
+
+    fn request_ended(&self) {
+        self.phase.send_if_modified(|p| match p {
+            Phase::Authenticated => false,
+            _ => {
+                *p = Phase::AwaitingHead(tokio::time::Instant::now());
+                true
+            }
+        });
+    }
+
+    /// Once the connection has waited `timeout` for a head with its caller unauthenticated.
+    async fn unauthenticated_for(&self, timeout: Duration) {
+        let mut phase = self.phase.subscribe();
+        loop {
+            let now = *phase.borrow_and_update();
+            match now {
+                Phase::Authenticated => std::future::pending::<()>().await,
+                Phase::InRequest => {
+                    if phase.changed().await.is_err() {
+                        return;
+                    }
+                }
+                Phase::AwaitingHead(since) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(since + timeout) => return,
+                        changed = phase.changed() => if changed.is_err() { return },
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What a source past its share of unauthenticated connections is told before the close:
+/// written once, without waiting for the crawler to read it.
+const TOO_MANY_FROM_SOURCE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nproxy-status: egress-gateway; error=connection_limit_reached; details=\"too many connections from this address have not authenticated yet\"\r\nretry-after: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+/// The crawler's socket as hyper serves it: its listener slot, and a write deadline.
+type CrawlerIo = egress_operator::server::WriteDeadline<Counted>;
+
 /// Serves crawlers on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
     let max = gateway.limits.max_connections;
+    let sources = Arc::new(Unauthenticated::new(
+        gateway.limits.unauthenticated_per_source,
+    ));
     accept_bounded(listener, max, "gateway", |stream| {
         let gateway = gateway.clone();
+        let sources = sources.clone();
         async move {
+            let limits = gateway.limits;
+            let pending = match stream.peer_addr() {
+                Ok(peer) => match sources.admit(peer.ip()) {
+                    Some(p) => Some(p),
+                    None => {
+                        gateway.metrics.error(None, None, ErrorKind::Overloaded);
+                        let _ = stream.try_write(TOO_MANY_FROM_SOURCE);
+                        return;
+                    }
+                },
+                // Already gone.
+                Err(_) => return,
+            };
             let _ = stream.set_nodelay(true);
-            let header_read = gateway.limits.header_read_timeout;
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let gateway = gateway.clone();
-                async move { Ok::<_, std::convert::Infallible>(gateway.handle(req).await) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
+            let connection = Arc::new(Connection::new(pending));
+            let svc = {
+                let connection = connection.clone();
+                service_fn(move |req: Request<Incoming>| {
+                    let gateway = gateway.clone();
+                    let connection = connection.clone();
+                    async move {
+                        connection.request_started();
+                        let r = gateway.handle_on(&connection, req).await;
+                        connection.request_ended();
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                })
+            };
+            let io: CrawlerIo =
+                egress_operator::server::WriteDeadline::new(stream, limits.write_timeout);
+            let served = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(header_read)
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades()
-                .await
-            {
-                tracing::debug!("gateway connection: {e}");
+                .header_read_timeout(limits.header_read_timeout)
+                .max_buf_size(limits.max_head)
+                .serve_connection(TokioIo::new(io), svc)
+                .with_upgrades();
+            tokio::select! {
+                r = served => if let Err(e) = r {
+                    tracing::debug!("gateway connection: {e}");
+                },
+                // Dropping hyper's connection closes the socket.
+                () = connection.unauthenticated_for(limits.unauthenticated_timeout) => {
+                    tracing::debug!("gateway connection closed: no authenticated request in time");
+                }
             }
         }
     })

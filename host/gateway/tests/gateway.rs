@@ -1222,3 +1222,212 @@ async fn a_gzip_chunked_body_through_a_real_squid_is_refused_not_corrupted() {
     assert_eq!(head.status, 501, "{head:?}");
     assert_eq!(head.get("egress-member"), Some("ns/web-1"), "{head:?}");
 }
+
+/// Whether `s` is closed by the other end within `within` (polled, reading what comes).
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// A connection whose caller has not authenticated is closed after the short unauthenticated
+/// timeout (5 s by default), whether it sent nothing or only a head that was refused 407; an
+/// authenticated keep-alive connection is held to the longer keep-alive bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_authenticates_is_closed_after_the_short_timeout() {
+    let (m, _) = silent_member("ns", "web", 1).await;
+    let (gateway, _admin, _table, _dir) = serve(vec![m], Limits::default()).await;
+    let started = std::time::Instant::now();
+    let mut idle = TcpStream::connect(gateway).await.unwrap();
+    let mut refused = TcpStream::connect(gateway).await.unwrap();
+    refused
+        .write_all(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(read_head(&mut refused).await.status, 407);
+    let mut authenticated = TcpStream::connect(gateway).await.unwrap();
+    authenticated
+        .write_all(
+            format!(
+                "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nProxy-Authorization: {}\r\nEgress-Zone: nowhere\r\n\r\n",
+                basic(SPIDER, "")
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read_head(&mut authenticated).await.status, 503);
+    assert!(
+        closed_within(&mut idle, Duration::from_secs(10)).await,
+        "an idle socket held"
+    );
+    assert!(
+        closed_within(&mut refused, Duration::from_secs(2)).await,
+        "a refused socket held"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "closed before its time: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        !closed_within(&mut authenticated, Duration::from_secs(3)).await,
+        "an authenticated keep-alive connection closed at the unauthenticated timeout"
+    );
+}
+
+/// A connection from 127.0.0.`last` to `gateway`.
+async fn connect_from(last: u8, gateway: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, last), 0)))
+        .unwrap();
+    socket.connect(gateway).await.unwrap()
+}
+
+/// A source holds at most its share of connections not yet authenticated: the next is
+/// answered 503 and closed, while other sources are served; a connection that authenticates
+/// gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_holds_at_most_its_share_of_unauthenticated_connections() {
+    let m = open_member(1).await;
+    let mut l = limits();
+    l.unauthenticated_per_source = 4;
+    let (gateway, _admin, _table, _dir) = serve(vec![m], l).await;
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = connect_from(61, gateway).await;
+        s.write_all(b"CONNECT example.com:443 HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        held.push(s);
+    }
+    let mut fifth = connect_from(61, gateway).await;
+    let head = tokio::time::timeout(Duration::from_secs(5), read_head(&mut fifth))
+        .await
+        .unwrap();
+    assert_eq!(head.status, 503, "{head:?}");
+    assert!(
+        head.get("proxy-status")
+            .unwrap()
+            .contains("connection_limit_reached"),
+        "{head:?}"
+    );
+    let mut other = connect_from(62, gateway).await;
+    other
+        .write_all(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        read_head(&mut other).await.status,
+        407,
+        "another source is served"
+    );
+    // One of the four authenticates (its tunnel opens): its place is given back.
+    held[0]
+        .write_all(
+            format!(
+                "Host: example.com:443\r\nProxy-Authorization: {}\r\n\r\n",
+                basic(SPIDER, "")
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(read_head(&mut held[0]).await.status, 200);
+    let mut next = connect_from(61, gateway).await;
+    next.write_all(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(
+        read_head(&mut next).await.status,
+        407,
+        "the freed place is taken"
+    );
+}
+
+/// A member that answers a plain request's head and then trickles nothing more: the answer is
+/// ended at the body idle timeout. A crawler that never reads a large answer: its connection
+/// is closed at the write timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_answer_and_a_crawler_that_never_reads_are_cut_off() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (mut m, _) = silent_member("ns", "web", 1).await;
+    m.addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if s.read(&mut b).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                if String::from_utf8_lossy(&head).contains("/stall") {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+                        .await;
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                } else {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n")
+                        .await;
+                    let chunk = vec![b'x'; 1 << 16];
+                    while s.write_all(&chunk).await.is_ok() {}
+                }
+            });
+        }
+    });
+    let mut l = limits();
+    l.body_idle_timeout = Duration::from_millis(500);
+    l.write_timeout = Duration::from_millis(500);
+    let (gateway, _admin, _table, _dir) = serve(vec![m], l).await;
+    let auth = basic(SPIDER, "");
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    s.write_all(
+        format!("GET http://example.com/stall HTTP/1.1\r\nHost: example.com\r\nProxy-Authorization: {auth}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(read_head(&mut s).await.status, 200);
+    assert!(
+        closed_within(&mut s, Duration::from_secs(5)).await,
+        "a stalled answer held the crawler"
+    );
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    s.write_all(
+        format!("GET http://example.com/large HTTP/1.1\r\nHost: example.com\r\nProxy-Authorization: {auth}\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(read_head(&mut s).await.status, 200);
+    // Never read; the gateway gives up writing once nothing moves.
+    let started = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut total = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(n)) => total += n,
+            Err(_) => break false,
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            break false;
+        }
+    };
+    assert!(
+        closed,
+        "a crawler that never reads held its answer ({total} bytes read after)"
+    );
+}

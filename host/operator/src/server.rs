@@ -991,7 +991,7 @@ pub async fn serve_probes(listener: TcpListener, api: Arc<Api>) {
 
 /// A socket whose writes fail with `TimedOut` once none has made progress for `timeout`.
 /// hyper's server has no write timeout of its own.
-struct WriteDeadline<S> {
+pub struct WriteDeadline<S> {
     inner: S,
     timeout: std::time::Duration,
     /// Armed when a write found the socket full, disarmed by the next write that moves.
@@ -999,12 +999,17 @@ struct WriteDeadline<S> {
 }
 
 impl<S> WriteDeadline<S> {
-    fn new(inner: S, timeout: std::time::Duration) -> Self {
+    pub fn new(inner: S, timeout: std::time::Duration) -> Self {
         Self {
             inner,
             timeout,
             stalled: None,
         }
+    }
+
+    /// The socket, for a caller that takes it over (a tunnel's relay).
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 
     /// What a write that is `pending` comes to: still pending, or timed out.
