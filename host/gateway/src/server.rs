@@ -33,15 +33,16 @@ pub struct Limits {
     /// Once its caller authenticated, a connection's next request head must arrive whole
     /// within this (the bound on an idle keep-alive connection between requests).
     pub header_read_timeout: Duration,
-    /// A connection whose caller has not authenticated (no whole head yet, or only refused
-    /// ones) is closed this long after it was accepted or last answered: an idle or trickling
-    /// socket that is no one's holds its slot and its head buffer no longer.
+    /// A connection's first head must arrive whole within this: an idle or trickling socket
+    /// that is no one's holds its slot and its head buffer no longer. (An answer to a request
+    /// that did not authenticate closes its connection.)
     pub unauthenticated_timeout: Duration,
     /// Connections not yet authenticated at once from one source address (an IPv6 /64): past
     /// it, the next is answered 503 and closed, so a few addresses cannot hold every slot.
     pub unauthenticated_per_source: usize,
     /// Longest request head, with its headers (a proxy head: a token of a few KiB, cookies):
-    /// what each connection's read buffer may grow to.
+    /// what each connection's read buffer may grow to, and so what a connection that is no
+    /// one's can be made to hold. hyper takes no less than 8 KiB.
     pub max_head: usize,
     /// An answer write that makes no progress for this long ends the connection (a crawler
     /// that never reads).
@@ -66,7 +67,7 @@ impl Default for Limits {
             header_read_timeout: Duration::from_secs(30),
             unauthenticated_timeout: Duration::from_secs(5),
             unauthenticated_per_source: 512,
-            max_head: 16 * 1024,
+            max_head: 8 * 1024,
             write_timeout: Duration::from_secs(30),
             body_idle_timeout: Duration::from_secs(60),
             max_connections: 16_384,
@@ -575,12 +576,23 @@ impl Gateway {
                             up: meter("up"),
                             down: meter("down"),
                         };
-                        let (crawler, _slot) = parts.io.into_inner().into_inner().into_parts();
+                        let (unread, io) = parts.io.into_inner().into_parts();
+                        let (crawler, _slot) = io.into_inner().into_parts();
+                        // The crawler's bytes past its CONNECT head: any left of those the
+                        // gateway read ahead, then those hyper read.
+                        let client_early = if unread.is_empty() {
+                            parts.read_buf
+                        } else {
+                            let mut b = Vec::with_capacity(unread.len() + parts.read_buf.len());
+                            b.extend_from_slice(&unread);
+                            b.extend_from_slice(&parts.read_buf);
+                            Bytes::from(b)
+                        };
                         let ended = forward::relay(
                             crawler,
                             stream,
                             early,
-                            parts.read_buf,
+                            client_early,
                             gateway.limits.timeouts.idle,
                             fate,
                             &carried,
@@ -937,21 +949,11 @@ impl Drop for Pending {
     }
 }
 
-/// Where a connection is, for the deadline of one whose caller has not authenticated.
-#[derive(Debug, Clone, Copy)]
-enum Phase {
-    /// Waiting for a head since then (accepted, or its last request answered).
-    AwaitingHead(tokio::time::Instant),
-    /// A request is being answered.
-    InRequest,
-    /// Its caller authenticated: hyper's own keep-alive bound applies from now on.
-    Authenticated,
-}
-
-/// A crawler connection's standing.
+/// A crawler connection's standing: its place among its source's unauthenticated connections
+/// until its caller authenticates.
 pub struct Connection {
     pending: std::sync::Mutex<Option<Pending>>,
-    phase: tokio::sync::watch::Sender<Phase>,
+    authenticated: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Connection {
@@ -964,9 +966,7 @@ impl Connection {
     fn new(pending: Option<Pending>) -> Self {
         Self {
             pending: std::sync::Mutex::new(pending),
-            phase: tokio::sync::watch::Sender::new(
-                Phase::AwaitingHead(tokio::time::Instant::now()),
-            ),
+            authenticated: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -977,73 +977,134 @@ impl Connection {
                 .unwrap_or_else(|p| p.into_inner())
                 .take(),
         );
-        self.phase.send_replace(Phase::Authenticated);
+        self.authenticated.store(true, Ordering::SeqCst);
     }
 
-    fn request_started(&self) {
-        self.phase.send_if_modified(|p| match p {
-            Phase::Authenticated => false,
-            _ => {
-                *p = Phase::InRequest;
-                true
-            }
-        });
-    }
-
-    fn request_ended(&self) {
-        self.phase.send_if_modified(|p| match p {
-            Phase::Authenticated => false,
-            _ => {
-                *p = Phase::AwaitingHead(tokio::time::Instant::now());
-                true
-            }
-        });
-    }
-
-    /// Once the connection has waited `timeout` for a head with its caller unauthenticated.
-    async fn unauthenticated_for(&self, timeout: Duration) {
-        let mut phase = self.phase.subscribe();
-        loop {
-            let now = *phase.borrow_and_update();
-            match now {
-                Phase::Authenticated => std::future::pending::<()>().await,
-                Phase::InRequest => {
-                    if phase.changed().await.is_err() {
-                        return;
-                    }
-                }
-                Phase::AwaitingHead(since) => {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(since + timeout) => return,
-                        changed = phase.changed() => if changed.is_err() { return },
-                    }
-                }
-            }
-        }
+    fn is_authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::SeqCst)
     }
 }
 
 /// What a source past its share of unauthenticated connections is told before the close:
 /// written once, without waiting for the crawler to read it.
 const TOO_MANY_FROM_SOURCE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nproxy-status: egress-gateway; error=connection_limit_reached; details=\"too many connections from this address have not authenticated yet\"\r\nretry-after: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+/// What a head longer than the gateway takes is told before the close.
+const HEAD_TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nproxy-status: egress-gateway; error=http_request_error; details=\"the request head is longer than the gateway takes\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
 
-/// The crawler's socket as hyper serves it: its listener slot, and a write deadline.
-type CrawlerIo = egress_operator::server::WriteDeadline<Counted>;
+/// Bytes read at a time for a connection's first head: its buffer grows by this much, so a
+/// head trickling in holds little more than its own length.
+const HEAD_STEP: usize = 1024;
+
+/// The first head of a connection, read by the gateway itself into a buffer that grows with
+/// the bytes (hyper's reserves 8 KiB to read and 8 KiB to write as soon as it serves a
+/// connection, whatever arrived): Ok(None) when the crawler closed first, Err when the head
+/// is longer than `max`.
+async fn first_head(stream: &mut Counted, max: usize) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    let mut head: Vec<u8> = Vec::new();
+    loop {
+        if head.len() >= max {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "head too long",
+            ));
+        }
+        head.reserve_exact(HEAD_STEP.min(max - head.len()));
+        let from = head.len().saturating_sub(3);
+        if stream.read_buf(&mut head).await? == 0 {
+            return Ok(None);
+        }
+        let tail = &head[from..];
+        if tail.windows(4).any(|w| w == b"\r\n\r\n") || tail.windows(2).any(|w| w == b"\n\n") {
+            return Ok(Some(head));
+        }
+    }
+}
+
+/// A socket whose first bytes were read ahead: they are read again first.
+pub struct Prefixed<S> {
+    prefix: Bytes,
+    inner: S,
+}
+
+impl<S> Prefixed<S> {
+    /// What is left of the bytes read ahead, and the socket.
+    fn into_parts(self) -> (Bytes, S) {
+        (self.prefix, self.inner)
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            let taken = self.prefix.split_to(n);
+            buf.put_slice(&taken);
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The crawler's socket as hyper serves it: its first head read ahead, a write deadline, and
+/// its listener slot.
+type CrawlerIo = Prefixed<egress_operator::server::WriteDeadline<Counted>>;
 
 /// Serves crawlers on `listener` until the task is dropped.
+///
+/// Until its caller authenticates, a connection costs the gateway little: the gateway reads
+/// its first head itself, within `unauthenticated_timeout` and `max_head`, before hyper serves
+/// it, and an answer to a request that did not authenticate closes it. A source holds at most
+/// `unauthenticated_per_source` such connections at once.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
     let max = gateway.limits.max_connections;
     let sources = Arc::new(Unauthenticated::new(
         gateway.limits.unauthenticated_per_source,
     ));
-    accept_bounded(listener, max, "gateway", |stream| {
+    accept_bounded(listener, max, "gateway", |mut stream| {
         let gateway = gateway.clone();
         let sources = sources.clone();
         async move {
             let limits = gateway.limits;
             let pending = match stream.peer_addr() {
                 Ok(peer) => match sources.admit(peer.ip()) {
-                    Some(p) => Some(p),
+                    Some(p) => p,
                     None => {
                         gateway.metrics.error(None, None, ErrorKind::Overloaded);
                         let _ = stream.try_write(TOO_MANY_FROM_SOURCE);
@@ -1054,36 +1115,59 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
                 Err(_) => return,
             };
             let _ = stream.set_nodelay(true);
-            let connection = Arc::new(Connection::new(pending));
+            let head = match tokio::time::timeout(
+                limits.unauthenticated_timeout,
+                first_head(&mut stream, limits.max_head),
+            )
+            .await
+            {
+                Ok(Ok(Some(head))) => head,
+                Ok(Ok(None)) => return,
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    gateway.metrics.error(None, None, ErrorKind::BadRequest);
+                    let _ = stream.try_write(HEAD_TOO_LARGE);
+                    return;
+                }
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    tracing::debug!("gateway connection closed: no whole head in time");
+                    return;
+                }
+            };
+            let connection = Arc::new(Connection::new(Some(pending)));
             let svc = {
                 let connection = connection.clone();
                 service_fn(move |req: Request<Incoming>| {
                     let gateway = gateway.clone();
                     let connection = connection.clone();
                     async move {
-                        connection.request_started();
-                        let r = gateway.handle_on(&connection, req).await;
-                        connection.request_ended();
+                        let mut r = gateway.handle_on(&connection, req).await;
+                        // A connection serves further requests only once its caller
+                        // authenticated: one that did not is answered and closed, so it never
+                        // idles in hyper's keep-alive with its buffers.
+                        if !connection.is_authenticated() {
+                            r.headers_mut().insert(
+                                http::header::CONNECTION,
+                                HeaderValue::from_static("close"),
+                            );
+                        }
                         Ok::<_, std::convert::Infallible>(r)
                     }
                 })
             };
-            let io: CrawlerIo =
-                egress_operator::server::WriteDeadline::new(stream, limits.write_timeout);
-            let served = hyper::server::conn::http1::Builder::new()
+            let io: CrawlerIo = Prefixed {
+                prefix: Bytes::from(head),
+                inner: egress_operator::server::WriteDeadline::new(stream, limits.write_timeout),
+            };
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout)
                 .max_buf_size(limits.max_head)
                 .serve_connection(TokioIo::new(io), svc)
-                .with_upgrades();
-            tokio::select! {
-                r = served => if let Err(e) = r {
-                    tracing::debug!("gateway connection: {e}");
-                },
-                // Dropping hyper's connection closes the socket.
-                () = connection.unauthenticated_for(limits.unauthenticated_timeout) => {
-                    tracing::debug!("gateway connection closed: no authenticated request in time");
-                }
+                .with_upgrades()
+                .await
+            {
+                tracing::debug!("gateway connection: {e}");
             }
         }
     })
