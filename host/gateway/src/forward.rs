@@ -82,19 +82,37 @@ pub fn member_timed_out(m: &Member, error: &'static str, details: String) -> Hop
     e
 }
 
+/// A socket bound to `source` for a connection to `to`, its port left for connect to choose.
+/// Without IP_BIND_ADDRESS_NO_PORT, bind reserves an ephemeral port of `source` for the
+/// connection across every destination, and a gateway that closes first (its side keeps
+/// TIME_WAIT for a minute) can run out of them at a few hundred new tunnels a second; with
+/// it, connect picks the port for the 4-tuple, as it does for an unbound socket.
+fn from_source(
+    source: std::net::IpAddr,
+    to: std::net::SocketAddr,
+) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = if to.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    nix::sys::socket::setsockopt(
+        &socket,
+        nix::sys::socket::sockopt::IpBindAddressNoPort,
+        &true,
+    )
+    .map_err(std::io::Error::from)?;
+    socket.bind(std::net::SocketAddr::new(source, 0))?;
+    Ok(socket)
+}
+
 /// A TCP connection to member `m`, within the connect timeout.
 pub async fn dial(m: &Member, t: &Timeouts) -> Result<TcpStream, HopError> {
     let connect = async {
         let Some(source) = t.source else {
             return TcpStream::connect(m.addr).await;
         };
-        let socket = if m.addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.bind(std::net::SocketAddr::new(source, 0))?;
-        socket.connect(m.addr).await
+        from_source(source, m.addr)?.connect(m.addr).await
     };
     let failed = match tokio::time::timeout(t.connect, connect).await {
         Ok(Ok(s)) => {
@@ -585,6 +603,21 @@ mod tests {
             carried,
         )
         .await
+    }
+
+    /// A member connection from a source address takes no port at bind, only at connect.
+    #[tokio::test]
+    async fn a_socket_bound_to_the_source_address_reserves_no_port_until_it_connects() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let source: std::net::IpAddr = "127.0.0.72".parse().unwrap();
+        let socket = from_source(source, l.local_addr().unwrap()).unwrap();
+        let bound = socket.local_addr().unwrap();
+        assert_eq!(bound.ip(), source);
+        assert_eq!(bound.port(), 0, "a port was reserved at bind");
+        let s = socket.connect(l.local_addr().unwrap()).await.unwrap();
+        let connected = s.local_addr().unwrap();
+        assert_eq!(connected.ip(), source);
+        assert_ne!(connected.port(), 0);
     }
 
     /// A connected pair of loopback sockets.
