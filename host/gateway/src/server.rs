@@ -929,12 +929,6 @@ impl Unauthenticated {
             source,
         })
     }
-
-    /// Connections from `peer`'s source not yet authenticated.
-    pub fn of(&self, peer: std::net::IpAddr) -> usize {
-        let source = Self::source(peer);
-        self.shard(&source).get(&source).copied().unwrap_or(0)
-    }
 }
 
 impl Drop for Pending {
