@@ -1299,6 +1299,9 @@ async fn a_source_holds_at_most_its_share_of_unauthenticated_connections() {
     let m = open_member(1).await;
     let mut l = limits();
     l.unauthenticated_per_source = 4;
+    // The four wait for the rest of their heads for as long as the test takes, however slow
+    // the machine.
+    l.unauthenticated_timeout = Duration::from_secs(120);
     let (gateway, _admin, _table, _dir) = serve(vec![m], l).await;
     let mut held = Vec::new();
     for _ in 0..4 {
