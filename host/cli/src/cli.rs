@@ -73,6 +73,14 @@ pub struct GatewayArgs {
     /// Crawler connections served at once.
     #[arg(long, default_value_t = 16_384)]
     pub max_connections: usize,
+    /// A connection whose caller has not authenticated (no whole head yet, or only refused
+    /// ones) is closed this long after it was accepted or last answered.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub unauthenticated_timeout: std::time::Duration,
+    /// Connections not yet authenticated at once from one source address (an IPv6 /64); the
+    /// next is answered 503.
+    #[arg(long, default_value_t = 512)]
+    pub max_unauthenticated_per_source: usize,
     /// How often the --state and --api-tokens files are read again.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub reload_interval: std::time::Duration,

@@ -162,6 +162,8 @@ pub async fn run(
             ..Default::default()
         },
         max_connections: a.max_connections,
+        unauthenticated_timeout: a.unauthenticated_timeout,
+        unauthenticated_per_source: a.max_unauthenticated_per_source,
         ..Limits::default()
     };
     let gateway = Arc::new(Gateway::new(

@@ -7,12 +7,19 @@
 //! - `Basic` with no password (`curl -x http://TOKEN@gateway`): the username is the token.
 //! - `Bearer TOKEN`.
 //!
-//! Options are `key-value` pairs joined by `-`, after an optional leading pool name:
-//! `web-session-cart42-zone-europe-west1-b`. A value runs until the next key, so values may
-//! hold dashes (zones, lease ids) but not a segment that is a key's name. The same options may
-//! be given as `Egress-Pool`, `Egress-Session`, `Egress-Zone`, `Egress-Lease` and
-//! `Egress-Move` request headers. Parsing is strict: an unknown key, a repeated one, or one
-//! given both ways is refused, named, before anything is chosen or dialled.
+//! Options are `key-value` pairs joined by `-`, after an optional leading pool:
+//! `web-session-cart42-zone-europe-west1-b`. A segment spelling a key (`pool`, `session`,
+//! `zone`, `lease`, `move`) is that key wherever it stands: the leading pool is what comes
+//! before the first key, and a value runs until the next key, so values may hold dashes
+//! (zones, lease ids) but not a segment that is a key's name. The reading never depends on
+//! which pools exist, so no pool name can capture a username. A pool is `POOL` or
+//! `NAMESPACE.POOL` (a namespace holds no dot, so the first dot splits them; a pool whose
+//! name holds a dot is named with its namespace). A pool whose name holds a key's segment
+//! (`web-session-2`) is named by the `Egress-Pool` header. The same options may be given as
+//! `Egress-Pool`, `Egress-Session`, `Egress-Zone`, `Egress-Lease` and `Egress-Move` request
+//! headers. Parsing is strict: an unknown key, a repeated one, or one given both ways is
+//! refused, named, before anything is chosen or dialled. The options are read only once the
+//! token authenticated, so nothing about them, or the pools, answers a caller who is no one.
 
 use base64::Engine;
 use egress_operator::auth::Token;
@@ -25,10 +32,81 @@ pub const HEADER_PREFIX: &str = "egress-";
 /// Longest value of an option: a session id, a zone, a lease id all fit.
 pub const MAX_VALUE: usize = 128;
 
+/// A pool as a request names it: `POOL`, or `NAMESPACE.POOL`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolName {
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl PoolName {
+    /// `NAMESPACE.POOL` split at its first dot (a namespace holds none), or a bare `POOL`.
+    pub fn parse(value: &str) -> Self {
+        match value.split_once('.') {
+            Some((ns, name)) => Self {
+                namespace: Some(ns.to_string()),
+                name: name.to_string(),
+            },
+            None => Self {
+                namespace: None,
+                name: value.to_string(),
+            },
+        }
+    }
+
+    /// Whether `pool` is the one this names.
+    pub fn matches(&self, pool: &crate::members::PoolKey) -> bool {
+        pool.name == self.name
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| *ns == pool.namespace)
+    }
+}
+
+impl std::fmt::Display for PoolName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{ns}.{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// How the token was sent, so a refusal speaks of it as the crawler wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// The proxy password (`http://OPTIONS:TOKEN@gateway`).
+    Password,
+    /// The proxy username alone (`http://TOKEN@gateway`).
+    Username,
+    /// `Proxy-Authorization: Bearer TOKEN`.
+    Bearer,
+}
+
+impl Sent {
+    /// Why a token sent this way that authenticates as no one is refused.
+    pub fn not_valid(self) -> &'static str {
+        match self {
+            Sent::Password => "the proxy password is not a valid token",
+            Sent::Username => "the proxy username (sent without a password) is not a valid token",
+            Sent::Bearer => "the Bearer token of Proxy-Authorization is not valid",
+        }
+    }
+}
+
+/// A request's credential: its token, how it was sent, and the username carrying options.
+#[derive(Debug)]
+pub struct Credential {
+    pub token: Token,
+    pub sent: Sent,
+    pub username: Option<String>,
+}
+
 /// What a request asks for, its token apart.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Options {
-    pub pool: Option<String>,
+    pub pool: Option<PoolName>,
     pub session: Option<String>,
     pub zone: Option<String>,
     pub lease: Option<String>,
@@ -55,20 +133,19 @@ pub enum AskError {
 pub const NO_CREDENTIAL: &str = "a credential is required: Proxy-Authorization with the token as the password (options in the username), as the username alone, or as Bearer";
 pub const MALFORMED: &str = "the Proxy-Authorization header is not one Basic or Bearer credential";
 
-/// The token and options of a request with `headers`. `pools` are the pool names the gateway
-/// serves: a username's leading segments that spell one of them name the pool.
-pub fn parse(headers: &http::HeaderMap, pools: &[&str]) -> Result<(Token, Options), AskError> {
-    let (token, username) = credential(headers)?;
+/// The options of a request with `headers`, whose credential's username is `username`.
+pub fn options(headers: &http::HeaderMap, username: Option<&str>) -> Result<Options, AskError> {
     let mut options = match username {
-        Some(u) => from_username(&u, pools)?,
+        Some(u) => from_username(u)?,
         None => Options::default(),
     };
     from_headers(headers, &mut options)?;
-    Ok((token, options))
+    Ok(options)
 }
 
-/// The token, and the username when it carries options.
-fn credential(headers: &http::HeaderMap) -> Result<(Token, Option<String>), AskError> {
+/// The token of a request with `headers`, how it was sent, and the username when it carries
+/// options.
+pub fn credential(headers: &http::HeaderMap) -> Result<Credential, AskError> {
     let mut values = headers.get_all(http::header::PROXY_AUTHORIZATION).iter();
     let (Some(value), None) = (values.next(), values.next()) else {
         return Err(if headers.contains_key(http::header::PROXY_AUTHORIZATION) {
@@ -88,7 +165,11 @@ fn credential(headers: &http::HeaderMap) -> Result<(Token, Option<String>), AskE
     let graphic = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_graphic());
     if scheme.eq_ignore_ascii_case("bearer") {
         return if graphic(rest) {
-            Ok((Token::new(rest), None))
+            Ok(Credential {
+                token: Token::new(rest),
+                sent: Sent::Bearer,
+                username: None,
+            })
         } else {
             Err(AskError::NoCredential(MALFORMED))
         };
@@ -103,12 +184,20 @@ fn credential(headers: &http::HeaderMap) -> Result<(Token, Option<String>), AskE
     let (user, password) = pair.split_once(':').unwrap_or((&pair, ""));
     if password.is_empty() {
         if graphic(user) {
-            Ok((Token::new(user), None))
+            Ok(Credential {
+                token: Token::new(user),
+                sent: Sent::Username,
+                username: None,
+            })
         } else {
             Err(AskError::NoCredential(NO_CREDENTIAL))
         }
     } else if graphic(password) {
-        Ok((Token::new(password), Some(user.to_string())))
+        Ok(Credential {
+            token: Token::new(password),
+            sent: Sent::Password,
+            username: Some(user.to_string()),
+        })
     } else {
         Err(AskError::NoCredential(MALFORMED))
     }
@@ -118,44 +207,25 @@ fn is_key(s: &str) -> bool {
     KEYS.contains(&s)
 }
 
-/// The options of `username`: `[POOL-]KEY-VALUE[-KEY-VALUE]…`.
-pub fn from_username(username: &str, pools: &[&str]) -> Result<Options, AskError> {
+/// The options of `username`: `[POOL-]KEY-VALUE[-KEY-VALUE]…`, read by its keys alone.
+pub fn from_username(username: &str) -> Result<Options, AskError> {
     let bad = |m: String| AskError::Username(m);
     let mut options = Options::default();
     if username.is_empty() {
         return Ok(options);
     }
     let segments: Vec<&str> = username.split('-').collect();
-    // The longest run of leading segments that spells a served pool: pool names hold dashes.
-    let mut at = 0;
-    if !is_key(segments[0]) {
-        let pool_len = (1..=segments.len())
-            .rev()
-            .find(|&n| pools.contains(&segments[..n].join("-").as_str()));
-        match pool_len {
-            Some(n) => {
-                options.pool = Some(segments[..n].join("-"));
-                at = n;
-            }
-            None => {
-                return Err(bad(format!(
-                    "{:?} is neither a pool this gateway serves ({}) nor an option ({})",
-                    segments[0],
-                    pools.join(", "),
-                    KEYS.join(", ")
-                )));
-            }
-        }
+    // The leading pool: every segment before the first key.
+    let mut at = segments
+        .iter()
+        .position(|s| is_key(s))
+        .unwrap_or(segments.len());
+    if at > 0 {
+        set(&mut options, "pool", &segments[..at].join("-")).map_err(bad)?;
     }
     let mut seen: Vec<&str> = Vec::new();
     while at < segments.len() {
         let key = segments[at];
-        if !is_key(key) {
-            return Err(bad(format!(
-                "unknown option {key:?}: the options are {}",
-                KEYS.join(", ")
-            )));
-        }
         if seen.contains(&key) || (key == "pool" && options.pool.is_some()) {
             return Err(bad(format!("option {key:?} is given twice")));
         }
@@ -192,7 +262,15 @@ fn set(options: &mut Options, key: &str, value: &str) -> Result<(), String> {
     }
     let v = Some(value.to_string());
     match key {
-        "pool" => options.pool = v,
+        "pool" => {
+            let pool = PoolName::parse(value);
+            if pool.name.is_empty() || pool.namespace.as_ref().is_some_and(String::is_empty) {
+                return Err(format!(
+                    "option \"pool\" is POOL or NAMESPACE.POOL, not {value:?}"
+                ));
+            }
+            options.pool = Some(pool);
+        }
         "session" => options.session = v,
         "zone" => options.zone = v,
         "lease" => options.lease = v,
@@ -277,25 +355,39 @@ mod tests {
         h
     }
 
-    const POOLS: &[&str] = &["web", "web-eu", "crawl"];
+    /// The token and options of `headers`.
+    fn parse(headers: &http::HeaderMap) -> Result<(Token, Options), AskError> {
+        let c = credential(headers)?;
+        let o = options(headers, c.username.as_deref())?;
+        Ok((c.token, o))
+    }
+
+    fn pool(ns: Option<&str>, name: &str) -> Option<PoolName> {
+        Some(PoolName {
+            namespace: ns.map(str::to_string),
+            name: name.into(),
+        })
+    }
 
     #[test]
     fn the_token_is_the_password_or_the_lone_username_or_a_bearer() {
-        let (t, o) = parse(&basic("web-session-a1", "tok"), POOLS).unwrap();
-        assert_eq!(t.secret(), "tok");
-        assert_eq!(o.pool.as_deref(), Some("web"));
+        let c = credential(&basic("web-session-a1", "tok")).unwrap();
+        assert_eq!((c.token.secret(), c.sent), ("tok", Sent::Password));
+        let (_, o) = parse(&basic("web-session-a1", "tok")).unwrap();
+        assert_eq!(o.pool, pool(None, "web"));
         assert_eq!(o.session.as_deref(), Some("a1"));
-        let (t, o) = parse(&basic("tok2", ""), POOLS).unwrap();
-        assert_eq!(t.secret(), "tok2");
-        assert_eq!(o, Options::default());
+        let c = credential(&basic("tok2", "")).unwrap();
+        assert_eq!((c.token.secret(), c.sent), ("tok2", Sent::Username));
+        assert_eq!(parse(&basic("tok2", "")).unwrap().1, Options::default());
         let mut h = http::HeaderMap::new();
         h.insert(
             http::header::PROXY_AUTHORIZATION,
             "Bearer tok3".parse().unwrap(),
         );
-        assert_eq!(parse(&h, POOLS).unwrap().0.secret(), "tok3");
+        let c = credential(&h).unwrap();
+        assert_eq!((c.token.secret(), c.sent), ("tok3", Sent::Bearer));
         assert_eq!(
-            parse(&http::HeaderMap::new(), POOLS).unwrap_err(),
+            credential(&http::HeaderMap::new()).unwrap_err(),
             AskError::NoCredential(NO_CREDENTIAL)
         );
         let mut h = http::HeaderMap::new();
@@ -304,40 +396,62 @@ mod tests {
             "Digest x".parse().unwrap(),
         );
         assert_eq!(
-            parse(&h, POOLS).unwrap_err(),
+            credential(&h).unwrap_err(),
             AskError::NoCredential(MALFORMED)
         );
     }
 
     #[test]
-    fn values_hold_dashes_and_pools_are_matched_longest_first() {
-        let o = from_username("web-eu-session-cart-42-zone-europe-west1-b", POOLS).unwrap();
-        assert_eq!(o.pool.as_deref(), Some("web-eu"));
+    fn values_hold_dashes_and_keys_are_keys_wherever_they_stand() {
+        let o = from_username("web-eu-session-cart-42-zone-europe-west1-b").unwrap();
+        assert_eq!(o.pool, pool(None, "web-eu"));
         assert_eq!(o.session.as_deref(), Some("cart-42"));
         assert_eq!(o.zone.as_deref(), Some("europe-west1-b"));
-        let o = from_username("lease-ns_web_l-abcd-move-yes", POOLS).unwrap();
+        let o = from_username("lease-ns_web_l-abcd-move-yes").unwrap();
         assert_eq!(o.pool, None);
         assert_eq!(o.lease.as_deref(), Some("ns_web_l-abcd"));
         assert!(o.move_session);
-        let o = from_username("pool-crawl", POOLS).unwrap();
-        assert_eq!(o.pool.as_deref(), Some("crawl"));
+        let o = from_username("pool-crawl").unwrap();
+        assert_eq!(o.pool, pool(None, "crawl"));
+        // A pool named like a username reads the same whatever pools exist: the keys decide.
+        let o = from_username("web-session-cart42").unwrap();
+        assert_eq!(o.pool, pool(None, "web"));
+        assert_eq!(o.session.as_deref(), Some("cart42"));
     }
 
     #[test]
-    fn an_unknown_or_repeated_key_is_refused_naming_it() {
-        let e = from_username("team-session-abc", POOLS).unwrap_err();
-        assert!(e.to_string().contains("\"team\""), "{e}");
-        let e = from_username("web-sesion-abc", POOLS).unwrap_err();
-        assert!(e.to_string().contains("unknown option \"sesion\""), "{e}");
-        let e = from_username("web-session-a-session-b", POOLS).unwrap_err();
+    fn a_pool_may_be_named_with_its_namespace() {
+        let o = from_username("crawlers.web-session-s1").unwrap();
+        assert_eq!(o.pool, pool(Some("crawlers"), "web"));
+        assert_eq!(o.session.as_deref(), Some("s1"));
+        let o = from_username("pool-crawlers.web.eu").unwrap();
+        assert_eq!(o.pool, pool(Some("crawlers"), "web.eu"));
+        let mut h = basic("tok", "");
+        h.insert("egress-pool", "team-b.web-session-2".parse().unwrap());
+        let (_, o) = parse(&h).unwrap();
+        assert_eq!(o.pool, pool(Some("team-b"), "web-session-2"));
+        let e = from_username("pool-.web").unwrap_err();
+        assert!(e.to_string().contains("NAMESPACE.POOL"), "{e}");
+        let key = crate::members::PoolKey {
+            namespace: "crawlers".into(),
+            name: "web".into(),
+        };
+        assert!(PoolName::parse("crawlers.web").matches(&key));
+        assert!(PoolName::parse("web").matches(&key));
+        assert!(!PoolName::parse("other.web").matches(&key));
+    }
+
+    #[test]
+    fn a_repeated_key_or_a_bad_value_is_refused_naming_it() {
+        let e = from_username("web-session-a-session-b").unwrap_err();
         assert!(e.to_string().contains("\"session\" is given twice"), "{e}");
-        let e = from_username("web-pool-crawl", POOLS).unwrap_err();
+        let e = from_username("web-pool-crawl").unwrap_err();
         assert!(e.to_string().contains("\"pool\" is given twice"), "{e}");
-        let e = from_username("web-session", POOLS).unwrap_err();
+        let e = from_username("web-session").unwrap_err();
         assert!(e.to_string().contains("has no value"), "{e}");
-        let e = from_username("web-move-maybe", POOLS).unwrap_err();
+        let e = from_username("web-move-maybe").unwrap_err();
         assert!(e.to_string().contains("yes or no"), "{e}");
-        let e = from_username("web-session-a%2F", POOLS).unwrap_err();
+        let e = from_username("web-session-a%2F").unwrap_err();
         assert!(e.to_string().contains("only letters"), "{e}");
     }
 
@@ -346,13 +460,13 @@ mod tests {
         let mut h = basic("web", "tok");
         h.insert("egress-session", "s1".parse().unwrap());
         h.insert("egress-move", "yes".parse().unwrap());
-        let (_, o) = parse(&h, POOLS).unwrap();
+        let (_, o) = parse(&h).unwrap();
         assert_eq!(o.session.as_deref(), Some("s1"));
         assert!(o.move_session);
 
         let mut h = basic("web-session-a", "tok");
         h.insert("egress-session", "b".parse().unwrap());
-        let e = parse(&h, POOLS).unwrap_err();
+        let e = parse(&h).unwrap_err();
         assert!(
             matches!(e, AskError::Header(ref m) if m.contains("Egress-Session")),
             "{e}"
@@ -360,7 +474,7 @@ mod tests {
 
         let mut h = basic("tok", "");
         h.insert("egress-colour", "red".parse().unwrap());
-        let e = parse(&h, POOLS).unwrap_err();
+        let e = parse(&h).unwrap_err();
         assert!(
             e.to_string()
                 .contains("unknown option header Egress-Colour"),
@@ -370,13 +484,13 @@ mod tests {
         let mut h = basic("tok", "");
         h.append("egress-zone", "a".parse().unwrap());
         h.append("egress-zone", "b".parse().unwrap());
-        let e = parse(&h, POOLS).unwrap_err();
+        let e = parse(&h).unwrap_err();
         assert!(e.to_string().contains("given twice"), "{e}");
     }
 
     #[test]
     fn a_token_never_shows_in_an_error() {
-        let e = parse(&basic("team-x", "secret-token-value"), POOLS).unwrap_err();
+        let e = parse(&basic("web-session", "secret-token-value")).unwrap_err();
         assert!(!format!("{e} {e:?}").contains("secret-token-value"));
     }
 }

@@ -48,6 +48,16 @@ pub struct HopError {
     /// Before a byte was relayed, and the member's fault rather than the destination's
     /// refusal by policy: another member could serve it.
     pub retryable: bool,
+    /// The member itself refused, broke off or did not take the connection (rather than
+    /// answering with an error): what passive health counts.
+    pub down: bool,
+}
+
+impl HopError {
+    fn down(mut self) -> Self {
+        self.down = true;
+        self
+    }
 }
 
 /// Member `m` failed the hop (RFC 9209 `error`, and what the crawler reads): a 502 another
@@ -59,6 +69,7 @@ pub fn member_failed(m: &Member, error: &'static str, details: String) -> HopErr
     HopError {
         failure,
         retryable: true,
+        down: false,
     }
 }
 
@@ -71,41 +82,60 @@ pub fn member_timed_out(m: &Member, error: &'static str, details: String) -> Hop
     e
 }
 
+/// A socket bound to `source` for a connection to `to`, its port left for connect to choose.
+/// Without IP_BIND_ADDRESS_NO_PORT, bind reserves an ephemeral port of `source` for the
+/// connection across every destination, and a gateway that closes first (its side keeps
+/// TIME_WAIT for a minute) can run out of them at a few hundred new tunnels a second; with
+/// it, connect picks the port for the 4-tuple, as it does for an unbound socket.
+fn from_source(
+    source: std::net::IpAddr,
+    to: std::net::SocketAddr,
+) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = if to.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    nix::sys::socket::setsockopt(
+        &socket,
+        nix::sys::socket::sockopt::IpBindAddressNoPort,
+        &true,
+    )
+    .map_err(std::io::Error::from)?;
+    socket.bind(std::net::SocketAddr::new(source, 0))?;
+    Ok(socket)
+}
+
 /// A TCP connection to member `m`, within the connect timeout.
 pub async fn dial(m: &Member, t: &Timeouts) -> Result<TcpStream, HopError> {
     let connect = async {
         let Some(source) = t.source else {
             return TcpStream::connect(m.addr).await;
         };
-        let socket = if m.addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.bind(std::net::SocketAddr::new(source, 0))?;
-        socket.connect(m.addr).await
+        from_source(source, m.addr)?.connect(m.addr).await
     };
-    match tokio::time::timeout(t.connect, connect).await {
+    let failed = match tokio::time::timeout(t.connect, connect).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
-            Ok(s)
+            return Ok(s);
         }
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(member_failed(
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => member_failed(
             m,
             "connection_refused",
             format!("member {} refused the connection", m.id()),
-        )),
-        Ok(Err(e)) => Err(member_failed(
+        ),
+        Ok(Err(e)) => member_failed(
             m,
             "connection_terminated",
             format!("member {} could not be reached: {e}", m.id()),
-        )),
-        Err(_) => Err(member_timed_out(
+        ),
+        Err(_) => member_timed_out(
             m,
             "connection_timeout",
             format!("member {} did not accept within {:?}", m.id(), t.connect),
-        )),
-    }
+        ),
+    };
+    Err(failed.down())
 }
 
 /// A tunnel to `authority` through member `m`: the member's own `200` read, and any bytes it
@@ -132,7 +162,8 @@ pub async fn connect(
                 m,
                 "http_response_incomplete",
                 format!("member {} broke off its answer to CONNECT: {e}", m.id()),
-            ));
+            )
+            .down());
         }
         Err(_) => {
             return Err(member_timed_out(
@@ -182,6 +213,7 @@ pub fn answered(m: &Member, status: u16, what: &str) -> HopError {
         return HopError {
             failure,
             retryable: false,
+            down: false,
         };
     }
     let mut e = member_failed(
@@ -571,6 +603,21 @@ mod tests {
             carried,
         )
         .await
+    }
+
+    /// A member connection from a source address takes no port at bind, only at connect.
+    #[tokio::test]
+    async fn a_socket_bound_to_the_source_address_reserves_no_port_until_it_connects() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let source: std::net::IpAddr = "127.0.0.72".parse().unwrap();
+        let socket = from_source(source, l.local_addr().unwrap()).unwrap();
+        let bound = socket.local_addr().unwrap();
+        assert_eq!(bound.ip(), source);
+        assert_eq!(bound.port(), 0, "a port was reserved at bind");
+        let s = socket.connect(l.local_addr().unwrap()).await.unwrap();
+        let connected = s.local_addr().unwrap();
+        assert_eq!(connected.ip(), source);
+        assert_ne!(connected.port(), 0);
     }
 
     /// A connected pair of loopback sockets.

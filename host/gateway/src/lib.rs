@@ -10,6 +10,7 @@
 //! them.
 
 pub mod ask;
+pub mod authority;
 pub mod cluster;
 pub mod forward;
 pub mod members;

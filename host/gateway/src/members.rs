@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// A pool, by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -167,11 +168,51 @@ pub enum Fate {
     Gone,
 }
 
+/// Passive health, as Envoy's outlier detection has it: a member that refuses or breaks off
+/// connections leaves new routing at once, without waiting for its check to fail (up to a
+/// minute and a half with the default check settings), for a time that doubles with each
+/// ejection in a row; and no more than a share of a pool is ejected at once, so a network
+/// blip that fails every member leaves the pool routing rather than empty.
+#[derive(Debug, Clone, Copy)]
+pub struct Outliers {
+    /// Failures in a row that eject a member.
+    pub consecutive: u32,
+    /// The first ejection's length; each one after, with no success between, doubles it.
+    pub base: Duration,
+    pub max: Duration,
+    /// The share of a pool's members that may be ejected at once, in percent (at least one
+    /// member may always be).
+    pub max_percent: usize,
+}
+
+impl Default for Outliers {
+    fn default() -> Self {
+        Self {
+            consecutive: 1,
+            base: Duration::from_secs(10),
+            max: Duration::from_secs(300),
+            max_percent: 50,
+        }
+    }
+}
+
+/// A member's passive health.
+#[derive(Debug, Default)]
+struct Health {
+    /// Failures since its last success.
+    failures: u32,
+    /// Ejected from new routing until then.
+    ejected_until: Option<Instant>,
+    /// Ejections since its last success: the next one lasts `base * 2^ejections`.
+    ejections: u32,
+}
+
 /// A member's state that outlives snapshots.
 pub struct Slot {
     /// Tunnels and requests under way on it: what least-loaded choice compares.
     pub active: AtomicUsize,
     fate: tokio::sync::watch::Sender<Fate>,
+    health: Mutex<Health>,
 }
 
 impl Slot {
@@ -179,7 +220,51 @@ impl Slot {
         Self {
             active: AtomicUsize::new(0),
             fate: tokio::sync::watch::Sender::new(Fate::Serving),
+            health: Mutex::default(),
         }
+    }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether it is out of new routing at `now`.
+    pub fn ejected(&self, now: Instant) -> bool {
+        self.health().ejected_until.is_some_and(|until| now < until)
+    }
+
+    /// It served: its failures and ejections are forgotten.
+    pub fn served(&self) {
+        let mut h = self.health();
+        if h.failures != 0 || h.ejections != 0 {
+            *h = Health::default();
+        }
+    }
+
+    /// It refused or broke off a connection at `now`: ejected when that makes `policy`'s
+    /// failures in a row and `pool` (the entries of its pool, itself among them) has room for
+    /// one more ejected member. True when this ejected it.
+    pub fn failed(&self, now: Instant, pool: &[Entry], policy: &Outliers) -> bool {
+        {
+            let mut h = self.health();
+            h.failures += 1;
+            if h.failures < policy.consecutive || h.ejected_until.is_some_and(|u| now < u) {
+                return false;
+            }
+        }
+        // Counted outside this slot's lock: every slot's lock is taken in turn.
+        let ejected = pool.iter().filter(|e| e.slot.ejected(now)).count();
+        let room = (pool.len() * policy.max_percent / 100).max(1);
+        if ejected >= room {
+            return false;
+        }
+        let mut h = self.health();
+        let factor = 1u32.checked_shl(h.ejections.min(16)).unwrap_or(u32::MAX);
+        let length = policy.base.saturating_mul(factor).min(policy.max);
+        h.ejected_until = Some(now + length);
+        h.ejections = h.ejections.saturating_add(1);
+        h.failures = 0;
+        true
     }
 
     /// What its tunnels watch.
@@ -302,5 +387,75 @@ impl Table {
         drop(slots);
         *self.now.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Snapshot { pools, synced });
         self.changed.send_modify(|n| *n += 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn members(n: u8) -> Vec<Member> {
+        (1..=n)
+            .map(|i| Member {
+                namespace: "ns".into(),
+                name: format!("web-{i}"),
+                pool: "web".into(),
+                addr: format!("127.0.1.{i}:3128").parse().unwrap(),
+                credential: None,
+                egress_ip: None,
+                zone: None,
+                ready: true,
+                cordoned: false,
+                retire_at: None,
+                leases: Vec::new(),
+            })
+            .collect()
+    }
+
+    /// An ejection lasts the base time, doubles on each repeat with no success between, is
+    /// capped, and a success forgets them; no more than half a pool is ejected at once.
+    #[test]
+    fn ejections_grow_on_repeats_and_never_take_more_than_half_a_pool() {
+        let t = Table::new(Vec::new());
+        t.replace(members(4), true);
+        let snap = t.snapshot();
+        let pool = &snap.pools.values().next().unwrap()[..];
+        let policy = Outliers {
+            consecutive: 2,
+            base: Duration::from_secs(10),
+            max: Duration::from_secs(35),
+            max_percent: 50,
+        };
+        let t0 = Instant::now();
+        let s = &pool[0].slot;
+        assert!(!s.failed(t0, pool, &policy), "one failure of two");
+        assert!(s.failed(t0, pool, &policy));
+        assert!(s.ejected(t0 + Duration::from_secs(9)));
+        assert!(!s.ejected(t0 + Duration::from_secs(10)));
+        // Back, and failing again: twice as long, then capped at 35 s.
+        let t1 = t0 + Duration::from_secs(10);
+        s.failed(t1, pool, &policy);
+        assert!(s.failed(t1, pool, &policy));
+        assert!(s.ejected(t1 + Duration::from_secs(19)));
+        assert!(!s.ejected(t1 + Duration::from_secs(20)));
+        let t2 = t1 + Duration::from_secs(20);
+        s.failed(t2, pool, &policy);
+        assert!(s.failed(t2, pool, &policy));
+        assert!(s.ejected(t2 + Duration::from_secs(34)));
+        assert!(!s.ejected(t2 + Duration::from_secs(35)));
+        // A success forgets: the next ejection is the base time again.
+        s.served();
+        let t3 = t2 + Duration::from_secs(35);
+        s.failed(t3, pool, &policy);
+        assert!(s.failed(t3, pool, &policy));
+        assert!(!s.ejected(t3 + Duration::from_secs(10)));
+        // Half of four at once: a third member failing stays in routing.
+        for e in &pool[1..] {
+            e.slot.failed(t3, pool, &policy);
+            e.slot.failed(t3, pool, &policy);
+        }
+        let ejected = pool.iter().filter(|e| e.slot.ejected(t3)).count();
+        assert_eq!(ejected, 2);
     }
 }

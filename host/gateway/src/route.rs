@@ -9,7 +9,7 @@
 //!   (failed its check, drains, deleted) the session fails loudly, unless it asked to be moved.
 //! - Anything else goes to the less loaded of two members picked at random.
 
-use crate::ask::Options;
+use crate::ask::{Options, PoolName};
 use crate::members::{Entry, MemberKey, PoolKey, Snapshot};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -33,14 +33,16 @@ pub enum NoRoute {
         member: String,
         why: &'static str,
     },
-    /// The lease does not hold (expired, released, its proxy lost).
+    /// The lease holds nothing for this caller: expired, released, its proxy lost, another
+    /// caller's or never taken, answered alike so that no one learns which lease ids exist.
     #[error(
-        "lease {0:?} holds no proxy of this pool now (expired, released, or its proxy was lost)"
+        "lease {0:?} holds no proxy of this pool for this caller now (expired, released, its proxy lost, or not this caller's)"
     )]
     LeaseGone(String),
-    /// The lease is another caller's.
-    #[error("lease {0:?} is not yours")]
-    LeaseNotYours(String),
+    /// No pool of that name that this caller may use: one that does not exist and another
+    /// tenant's answer alike.
+    #[error("no pool {0:?} that this credential may use is served here")]
+    PoolNotYours(String),
 }
 
 /// Seconds a crawler is asked to wait when no member is free: members come back on the
@@ -49,65 +51,185 @@ pub const RETRY_AFTER: u64 = 5;
 
 /// A session as each replica remembers it: whose, on which pool and lease, and its id.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct SessionKey {
+pub struct SessionKey {
     caller: String,
     pool: PoolKey,
     lease: Option<String>,
     session: String,
 }
 
-/// The sessions this replica has routed, each with its member and when last used.
+impl SessionKey {
+    /// Whose sessions this is one of: a caller on a pool, bounded on its own.
+    fn tenant(&self) -> Tenant {
+        Tenant {
+            caller: self.caller.clone(),
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+/// A caller on a pool: the unit whose sessions are bounded together, so that one caller's
+/// flood of new sessions evicts only its own.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Tenant {
+    caller: String,
+    pool: PoolKey,
+}
+
+/// One tenant's sessions, least recently used first out. `order` lists each use as (stamp,
+/// key); an entry whose stamp is not its session's latest is stale and skipped when evicting,
+/// and the list is compacted when stale entries outnumber live ones, so every operation is
+/// O(1) amortised (the scan of a whole table at each insertion past the bound took ~10 ms at
+/// 100,000 sessions, under a lock every request took).
+#[derive(Default)]
+struct Lru {
+    map: HashMap<SessionKey, (MemberKey, Instant, u64)>,
+    order: std::collections::VecDeque<(u64, SessionKey)>,
+    stamp: u64,
+}
+
+impl Lru {
+    fn touch(&mut self, key: &SessionKey) -> u64 {
+        self.stamp += 1;
+        self.order.push_back((self.stamp, key.clone()));
+        if self.order.len() > 2 * self.map.len() + 16 {
+            let map = &self.map;
+            self.order
+                .retain(|(stamp, k)| map.get(k).is_some_and(|(_, _, s)| s == stamp));
+        }
+        self.stamp
+    }
+
+    /// Removes the least recently used session.
+    fn evict_one(&mut self) {
+        while let Some((stamp, key)) = self.order.pop_front() {
+            if self.map.get(&key).is_some_and(|(_, _, s)| *s == stamp) {
+                self.map.remove(&key);
+                return;
+            }
+        }
+    }
+}
+
+/// Shards of the session table: requests of different tenants take different locks.
+const SHARDS: usize = 64;
+/// Insertions into a shard between two sweeps of its idle sessions: a tenant that went quiet
+/// holds its memory at most until its shard's next sweep.
+const SWEEP_EVERY: u64 = 1024;
+
+/// The tenants of one shard.
+#[derive(Default)]
+struct Shard {
+    tenants: HashMap<Tenant, Lru>,
+    puts: u64,
+}
+
+impl Lru {
+    /// Forgets the sessions unused for `idle`, oldest first.
+    fn expire(&mut self, now: Instant, idle: Duration) {
+        while let Some((stamp, oldest)) = self.order.front() {
+            match self.map.get(oldest) {
+                Some((_, used, s)) if s == stamp => {
+                    if now.duration_since(*used) < idle {
+                        return;
+                    }
+                    let oldest = oldest.clone();
+                    self.map.remove(&oldest);
+                    self.order.pop_front();
+                }
+                _ => {
+                    self.order.pop_front();
+                }
+            }
+        }
+    }
+}
+
+/// The sessions this replica has routed, each with its member and when last used: at most
+/// `capacity` per tenant (caller and pool), each tenant's least recently used going first.
 pub struct Sessions {
-    map: Mutex<HashMap<SessionKey, (MemberKey, Instant)>>,
+    shards: Vec<Mutex<Shard>>,
     /// A session unused this long is forgotten (its next request picks anew).
     pub idle: Duration,
+    /// Sessions remembered per caller and pool.
     pub capacity: usize,
 }
 
 impl Sessions {
     pub fn new(idle: Duration, capacity: usize) -> Self {
         Self {
-            map: Mutex::new(HashMap::new()),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             idle,
-            capacity,
+            capacity: capacity.max(1),
         }
     }
 
-    fn get(&self, key: &SessionKey, now: Instant) -> Option<MemberKey> {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        match map.get_mut(key) {
-            Some((m, used)) if now.duration_since(*used) < self.idle => {
-                *used = now;
-                Some(m.clone())
-            }
+    fn shard(&self, tenant: &Tenant) -> std::sync::MutexGuard<'_, Shard> {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: a tenant's shard is the same at every call.
+        let mut h = std::hash::DefaultHasher::new();
+        tenant.hash(&mut h);
+        let i = (h.finish() as usize) % self.shards.len();
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn get(&self, key: &SessionKey, now: Instant) -> Option<MemberKey> {
+        let tenant = key.tenant();
+        let mut shard = self.shard(&tenant);
+        let lru = shard.tenants.get_mut(&tenant)?;
+        match lru.map.get(key) {
+            Some((_, used, _)) if now.duration_since(*used) < self.idle => {}
             Some(_) => {
-                map.remove(key);
-                None
+                lru.map.remove(key);
+                if lru.map.is_empty() {
+                    shard.tenants.remove(&tenant);
+                }
+                return None;
             }
-            None => None,
+            None => return None,
         }
+        let stamp = lru.touch(key);
+        let (member, used, s) = lru.map.get_mut(key)?;
+        *used = now;
+        *s = stamp;
+        Some(member.clone())
     }
 
-    fn put(&self, key: SessionKey, member: MemberKey, now: Instant) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if map.len() >= self.capacity && !map.contains_key(&key) {
+    pub fn put(&self, key: SessionKey, member: MemberKey, now: Instant) {
+        let tenant = key.tenant();
+        let mut shard = self.shard(&tenant);
+        shard.puts += 1;
+        if shard.puts.is_multiple_of(SWEEP_EVERY) {
             let idle = self.idle;
-            map.retain(|_, (_, used)| now.duration_since(*used) < idle);
-            // Still full of live sessions: the least recently used goes.
-            if map.len() >= self.capacity
-                && let Some(oldest) = map
-                    .iter()
-                    .min_by_key(|(_, (_, used))| *used)
-                    .map(|(k, _)| k.clone())
-            {
-                map.remove(&oldest);
+            shard.tenants.retain(|_, lru| {
+                lru.expire(now, idle);
+                !lru.map.is_empty()
+            });
+        }
+        let lru = shard.tenants.entry(tenant).or_default();
+        if !lru.map.contains_key(&key) {
+            // The idle go first, then the least recently used of this tenant alone.
+            lru.expire(now, self.idle);
+            while lru.map.len() >= self.capacity {
+                lru.evict_one();
             }
         }
-        map.insert(key, (member, now));
+        let stamp = lru.touch(&key);
+        lru.map.insert(key, (member, now, stamp));
     }
 
     pub fn len(&self) -> usize {
-        self.map.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .tenants
+                    .values()
+                    .map(|l| l.map.len())
+                    .sum::<usize>()
+            })
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -173,39 +295,47 @@ pub struct Request<'a> {
     pub exclude: &'a [MemberKey],
 }
 
-/// The pool a request is on: the one named (among those served), or the only one served.
-pub fn pool_of(
-    named: Option<&str>,
+/// The pools served that `named` may mean (every pool served when none is named): those to
+/// authorise the caller for, before one is chosen among those it may use.
+pub fn pools_named(
+    named: Option<&PoolName>,
     served: &[PoolKey],
     snapshot: &Snapshot,
-) -> Result<PoolKey, NoRoute> {
+) -> Vec<PoolKey> {
     let known: Vec<&PoolKey> = if served.is_empty() {
         snapshot.pools.keys().collect()
     } else {
         served.iter().collect()
     };
-    match named {
-        Some(name) => {
-            let matching: Vec<&&PoolKey> = known
-                .iter()
-                .filter(|p| p.name == name || p.to_string() == name)
-                .collect();
-            match matching.as_slice() {
-                [one] => Ok((**one).clone()),
-                [] => Err(NoRoute::Pool(format!(
-                    "pool {name:?} is not served by this gateway"
-                ))),
-                _ => Err(NoRoute::Pool(format!(
-                    "pool {name:?} is the name of pools in several namespaces here: name it NAMESPACE.POOL with option pool"
-                ))),
-            }
-        }
-        None => match known.as_slice() {
-            [one] => Ok((*one).clone()),
-            _ => Err(NoRoute::Pool(
-                "this gateway serves several pools: name one (option pool)".into(),
-            )),
-        },
+    known
+        .into_iter()
+        .filter(|p| named.is_none_or(|n| n.matches(p)))
+        .cloned()
+        .collect()
+}
+
+/// The pool a request is on, among `allowed`, the pools named that its caller may use.
+pub fn pool_among(named: Option<&PoolName>, allowed: &[PoolKey]) -> Result<PoolKey, NoRoute> {
+    let list = || {
+        allowed
+            .iter()
+            .map(PoolKey::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (named, allowed) {
+        (_, [one]) => Ok(one.clone()),
+        (Some(name), []) => Err(NoRoute::PoolNotYours(name.to_string())),
+        (None, []) => Err(NoRoute::PoolNotYours(String::new())),
+        (Some(name), _) => Err(NoRoute::Pool(format!(
+            "pool {:?} is in several namespaces this credential may use ({}): name it NAMESPACE.POOL",
+            name.to_string(),
+            list()
+        ))),
+        (None, _) => Err(NoRoute::Pool(format!(
+            "this credential may use several pools here ({}): name one (option pool, as POOL or NAMESPACE.POOL)",
+            list()
+        ))),
     }
 }
 
@@ -258,28 +388,29 @@ pub fn choose(
     let not_excluded = |e: &Entry| !req.exclude.contains(&e.member.key());
     let candidates: Vec<&Entry> = match opts.lease.as_deref() {
         Some(id) => {
+            // Another caller's lease is no lease of this caller's: it answers as one that
+            // does not exist.
             let held: Vec<&Entry> = all
                 .iter()
-                .filter(|e| e.member.lease(id, now).is_some())
+                .filter(|e| {
+                    e.member
+                        .lease(id, now)
+                        .is_some_and(|b| b.holder == req.caller)
+                })
                 .collect();
             if held.is_empty() {
                 return Err(NoRoute::LeaseGone(id.to_string()));
-            }
-            if held.iter().any(|e| {
-                e.member
-                    .lease(id, now)
-                    .is_some_and(|b| b.holder != req.caller)
-            }) {
-                return Err(NoRoute::LeaseNotYours(id.to_string()));
             }
             held.into_iter()
                 .filter(|e| departed(Some(e), now, Some(id)).is_none())
                 .filter(|e| in_zone(e) && not_excluded(e))
                 .collect()
         }
+        // A member ejected by passive health takes no new routing until its time is up.
         None => all
             .iter()
             .filter(|e| e.member.usable() && e.member.exclusive_lease(now).is_none())
+            .filter(|e| !e.slot.ejected(clock))
             .filter(|e| in_zone(e) && not_excluded(e))
             .collect(),
     };
@@ -304,12 +435,7 @@ pub fn choose(
             .cloned()
             .ok_or_else(none_free);
     };
-    let key = SessionKey {
-        caller: req.caller.to_string(),
-        pool: req.pool.clone(),
-        lease: opts.lease.clone(),
-        session: session.to_string(),
-    };
+    let key = session_key(req, session);
     if let Some(remembered) = sessions.get(&key, clock) {
         let entry = snapshot.find(req.pool, &remembered);
         match departed(entry, now, opts.lease.as_deref()) {
@@ -328,10 +454,27 @@ pub fn choose(
             Some(_) => {}
         }
     }
+    // Not remembered yet: [`bind`] remembers it once the member served it, so a first
+    // request that met a dead member pins nothing.
     let h = stable_hash(&[req.caller, &req.pool.to_string(), session]);
-    let chosen = rendezvous(&candidates, h).cloned().ok_or_else(none_free)?;
-    sessions.put(key, chosen.member.key(), clock);
-    Ok(chosen)
+    rendezvous(&candidates, h).cloned().ok_or_else(none_free)
+}
+
+fn session_key(req: &Request<'_>, session: &str) -> SessionKey {
+    SessionKey {
+        caller: req.caller.to_string(),
+        pool: req.pool.clone(),
+        lease: req.options.lease.clone(),
+        session: session.to_string(),
+    }
+}
+
+/// `entry` served `req` (its CONNECT answered 200, its request got an answer): the request's
+/// session, if it has one, sticks to it from now on.
+pub fn bind(sessions: &Sessions, req: &Request<'_>, entry: &Entry, clock: Instant) {
+    if let Some(session) = req.options.session.as_deref() {
+        sessions.put(session_key(req, session), entry.member.key(), clock);
+    }
 }
 
 #[cfg(test)]
@@ -389,20 +532,17 @@ mod tests {
         caller: &str,
         random: u64,
     ) -> Result<String, NoRoute> {
-        choose(
-            &t.snapshot(),
-            &Request {
-                pool: &pool(),
-                options: o,
-                caller,
-                exclude: &[],
-            },
-            s,
-            1_000,
-            Instant::now(),
-            random,
-        )
-        .map(|e| e.member.name.clone())
+        let p = pool();
+        let req = Request {
+            pool: &p,
+            options: o,
+            caller,
+            exclude: &[],
+        };
+        // Each pick is served: its session binds to it.
+        let e = choose(&t.snapshot(), &req, s, 1_000, Instant::now(), random)?;
+        bind(s, &req, &e, Instant::now());
+        Ok(e.member.name.clone())
     }
 
     fn session(id: &str) -> Options {
@@ -546,7 +686,7 @@ mod tests {
         }
         assert_eq!(
             pick(&t, &s, &leased, "rival", 0),
-            Err(NoRoute::LeaseNotYours("ns_web_l-x".into()))
+            Err(NoRoute::LeaseGone("ns_web_l-x".into()))
         );
         let gone = Options {
             lease: Some("ns_web_l-y".into()),
@@ -643,5 +783,69 @@ mod tests {
             s.get(&k(4), t0 + Duration::from_secs(30)).is_none(),
             "idle past 10 s"
         );
+    }
+
+    fn key(caller: &str, session: String) -> SessionKey {
+        SessionKey {
+            caller: caller.into(),
+            pool: pool(),
+            lease: None,
+            session,
+        }
+    }
+
+    /// One caller's flood of new sessions evicts its own least recently used, never another
+    /// caller's: the victim's session keeps its member.
+    #[test]
+    fn a_flood_of_sessions_from_one_caller_evicts_only_its_own() {
+        let s = Sessions::new(Duration::from_secs(600), 100);
+        let t0 = Instant::now();
+        let at = |i: u64| t0 + Duration::from_millis(i);
+        s.put(key("victim", "cart".into()), member(1).key(), at(0));
+        for i in 0..1_000u64 {
+            s.put(key("flood", format!("f{i}")), member(2).key(), at(1 + i));
+        }
+        assert_eq!(
+            s.get(&key("victim", "cart".into()), at(2_000)),
+            Some(member(1).key()),
+            "the victim's session was evicted by another caller's"
+        );
+        // The flood kept its newest sessions, up to the bound.
+        assert!(s.get(&key("flood", "f999".into()), at(2_001)).is_some());
+        assert!(s.get(&key("flood", "f0".into()), at(2_002)).is_none());
+        assert_eq!(s.len(), 101);
+        // Within one caller the least recently used goes: a session used again stays.
+        let s = Sessions::new(Duration::from_secs(600), 3);
+        for i in 0..3u64 {
+            s.put(key("c", format!("s{i}")), member(1).key(), at(i));
+        }
+        assert!(s.get(&key("c", "s0".into()), at(10)).is_some());
+        s.put(key("c", "s3".into()), member(1).key(), at(11));
+        assert!(s.get(&key("c", "s0".into()), at(12)).is_some());
+        assert!(
+            s.get(&key("c", "s1".into()), at(13)).is_none(),
+            "s1 was least recently used"
+        );
+    }
+
+    /// Insertions past the bound cost no scan of the table: 20,000 of them into a full table
+    /// of 100,000 take well under a second (a scan each took ~10 ms).
+    #[test]
+    fn insertions_past_the_bound_are_constant_time() {
+        let s = Sessions::new(Duration::from_secs(600), 100_000);
+        let t0 = Instant::now();
+        for i in 0..100_000u64 {
+            s.put(key("c", format!("s{i}")), member(1).key(), t0);
+        }
+        let started = Instant::now();
+        for i in 0..20_000u64 {
+            s.put(key("c", format!("n{i}")), member(1).key(), t0);
+            let took = started.elapsed();
+            assert!(
+                took < Duration::from_secs(2),
+                "{i} insertions past the bound took {took:?}"
+            );
+        }
+        assert_eq!(s.len(), 100_000);
     }
 }

@@ -1,14 +1,15 @@
 //! The gateway's listeners: the forward proxy crawlers point `HTTPS_PROXY` at, and the admin
 //! listener with the probes and `/metrics`.
 
-use crate::ask::{self, AskError, Options};
+use crate::ask::{self, AskError, Options, Sent};
+use crate::authority::{self, Destination};
 use crate::forward::{self, Carried, HopError, Timeouts};
-use crate::members::{Entry, MemberKey, PoolKey, Table};
+use crate::members::{Entry, MemberKey, Outliers, PoolKey, Table};
 use crate::metrics::{self, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{EGRESS_IP_HEADER, ErrorKind, Failure, MEMBER_HEADER};
-use egress_operator::auth::{Access, Guard, Refusal, Token};
-use egress_operator::server::accept_bounded;
+use egress_operator::auth::{Access, Guard, Refusal};
+use egress_operator::server::{Counted, accept_bounded};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -22,20 +23,42 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
-pub type Body = BoxBody<Bytes, hyper::Error>;
+/// A body's error: hyper's, or the gateway's own idle timeout.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub type Body = BoxBody<Bytes, BodyError>;
 
 /// What one crawler connection may hold of the gateway.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub timeouts: Timeouts,
-    /// A request head must arrive whole within this (also the bound on an idle keep-alive
-    /// connection between requests).
+    /// Once its caller authenticated, a connection's next request head must arrive whole
+    /// within this (the bound on an idle keep-alive connection between requests).
     pub header_read_timeout: Duration,
-    /// Crawler connections served at once; the next ones wait in the listen backlog.
+    /// A connection's first head must arrive whole within this: an idle or trickling socket
+    /// that is no one's holds its slot and its head buffer no longer. (An answer to a request
+    /// that did not authenticate closes its connection.)
+    pub unauthenticated_timeout: Duration,
+    /// Connections not yet authenticated at once from one source address (an IPv6 /64): past
+    /// it, the next is answered 503 and closed, so a few addresses cannot hold every slot.
+    pub unauthenticated_per_source: usize,
+    /// Longest request head, with its headers (a proxy head: a token of a few KiB, cookies):
+    /// what each connection's read buffer may grow to, and so what a connection that is no
+    /// one's can be made to hold. hyper takes no less than 8 KiB.
+    pub max_head: usize,
+    /// An answer write that makes no progress for this long ends the connection (a crawler
+    /// that never reads).
+    pub write_timeout: Duration,
+    /// A plain request's or answer's body with no byte for this long ends the exchange (a
+    /// member trickling its answer, a crawler its upload).
+    pub body_idle_timeout: Duration,
+    /// Crawler connections served at once, tunnels included until they close; the next ones
+    /// wait in the listen backlog.
     pub max_connections: usize,
     /// Other members tried after a member failed, before a byte was relayed, for traffic
     /// pinned to no session or lease.
     pub retries: usize,
+    /// Passive health: when a member that refuses connections leaves new routing.
+    pub outliers: Outliers,
 }
 
 impl Default for Limits {
@@ -43,8 +66,14 @@ impl Default for Limits {
         Self {
             timeouts: Timeouts::default(),
             header_read_timeout: Duration::from_secs(30),
+            unauthenticated_timeout: Duration::from_secs(5),
+            unauthenticated_per_source: 512,
+            max_head: 8 * 1024,
+            write_timeout: Duration::from_secs(30),
+            body_idle_timeout: Duration::from_secs(60),
             max_connections: 16_384,
             retries: 1,
+            outliers: Outliers::default(),
         }
     }
 }
@@ -97,16 +126,76 @@ fn full(body: impl Into<Bytes>) -> Body {
         .boxed()
 }
 
+/// A body that fails once no frame came for `idle`: a member trickling its answer, or a
+/// crawler its upload, holds the exchange no longer than that between two frames.
+struct IdleBody<B> {
+    inner: B,
+    idle: Duration,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> IdleBody<B> {
+    fn new(inner: B, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+}
+
+impl<B> hyper::body::Body for IdleBody<B>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: Into<BodyError>,
+{
+    type Data = Bytes;
+    type Error = BodyError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
+        use std::future::Future;
+        use std::task::Poll;
+        match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(frame) => {
+                let next = tokio::time::Instant::now() + self.idle;
+                self.deadline.as_mut().reset(next);
+                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
+            }
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(format!(
+                    "no byte of the body came for {:?}",
+                    self.idle
+                )
+                .into()))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 fn failed(f: &Failure) -> Response<Body> {
     f.response().map(full)
 }
 
-fn refusal(r: &Refusal) -> Failure {
+/// The answer to a refusal of the guard's; a token that is no one's is spoken of as it was
+/// `sent`.
+fn refusal(r: &Refusal, sent: Sent) -> Failure {
     match r {
-        Refusal::Unauthenticated(why) => Failure::new(
+        Refusal::Unauthenticated(_) => Failure::new(
             ErrorKind::Unauthenticated,
             StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-            *why,
+            sent.not_valid(),
         ),
         Refusal::Forbidden(why) => Failure::new(ErrorKind::Forbidden, StatusCode::FORBIDDEN, why),
         Refusal::Unavailable(why) => {
@@ -144,7 +233,12 @@ fn no_route(r: &NoRoute) -> Failure {
         NoRoute::LeaseGone(_) => {
             Failure::new(ErrorKind::LeaseGone, StatusCode::GONE, r.to_string())
         }
-        NoRoute::LeaseNotYours(_) => {
+        NoRoute::PoolNotYours(name) if name.is_empty() => Failure::new(
+            ErrorKind::Forbidden,
+            StatusCode::FORBIDDEN,
+            "this credential may use no pool served here",
+        ),
+        NoRoute::PoolNotYours(_) => {
             Failure::new(ErrorKind::Forbidden, StatusCode::FORBIDDEN, r.to_string())
         }
     }
@@ -211,39 +305,24 @@ impl Gateway {
     }
 
     /// Who asks, on which pool, with what options, and whether they may: or the answer that
-    /// refuses them.
+    /// refuses them. The token is authenticated before the options are read, and the pool is
+    /// chosen among those its caller may use: nothing about the pools answers a caller who is
+    /// no one, and another tenant's pool of the same name neither shadows a caller's nor shows
+    /// in an answer.
     async fn admit(
         &self,
         headers: &http::HeaderMap,
         source: IpAddr,
     ) -> Result<Admitted, (Option<PoolKey>, Failure)> {
+        let credential = ask::credential(headers).map_err(|e| (None, ask_failure(&e)))?;
+        let caller = self
+            .guard
+            .authenticate(source, &credential.token)
+            .await
+            .map_err(|r| (None, refusal(&r, credential.sent)))?;
+        let options = ask::options(headers, credential.username.as_deref())
+            .map_err(|e| (None, ask_failure(&e)))?;
         let snapshot = self.table.snapshot();
-        let names: Vec<&str> = if self.table.served().is_empty() {
-            snapshot.pools.keys().map(|p| p.name.as_str()).collect()
-        } else {
-            self.table
-                .served()
-                .iter()
-                .map(|p| p.name.as_str())
-                .collect()
-        };
-        let (token, options): (Token, Options) = ask::parse(headers, &names).map_err(|e| {
-            let f = match &e {
-                AskError::NoCredential(_) | AskError::Username(_) => Failure::new(
-                    if matches!(e, AskError::Username(_)) {
-                        ErrorKind::BadRequest
-                    } else {
-                        ErrorKind::Unauthenticated
-                    },
-                    StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-                    e.to_string(),
-                ),
-                AskError::Header(m) => {
-                    Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m)
-                }
-            };
-            (None, f)
-        })?;
         if !snapshot.synced {
             let mut f = Failure::new(
                 ErrorKind::NoMember,
@@ -253,14 +332,8 @@ impl Gateway {
             f.retry_after = Some(2);
             return Err((None, f));
         }
-        let pool = route::pool_of(options.pool.as_deref(), self.table.served(), &snapshot)
-            .map_err(|r| (None, no_route(&r)))?;
-        let caller = self
-            .guard
-            .authenticate(source, &token)
-            .await
-            .map_err(|r| (Some(pool.clone()), refusal(&r)))?;
-        let access = match &options.lease {
+        let named = route::pools_named(options.pool.as_ref(), self.table.served(), &snapshot);
+        let access = |pool: &PoolKey| match &options.lease {
             Some(_) => Access::Leases {
                 namespace: pool.namespace.clone(),
                 pool: pool.name.clone(),
@@ -271,10 +344,23 @@ impl Gateway {
                 pool: Some(pool.name.clone()),
             },
         };
-        self.guard
-            .authorize(&token, &caller, &access)
-            .await
-            .map_err(|r| (Some(pool.clone()), refusal(&r)))?;
+        let decisions = futures::future::join_all(named.iter().map(|pool| {
+            let access = access(pool);
+            let (guard, token, caller) = (&self.guard, &credential.token, &caller);
+            async move { guard.authorize(token, caller, &access).await }
+        }))
+        .await;
+        let mut allowed = Vec::new();
+        for (pool, decision) in named.into_iter().zip(decisions) {
+            match decision {
+                Ok(()) => allowed.push(pool),
+                // Not this caller's: as if it were not there.
+                Err(Refusal::Forbidden(_)) => {}
+                Err(r) => return Err((None, refusal(&r, credential.sent))),
+            }
+        }
+        let pool =
+            route::pool_among(options.pool.as_ref(), &allowed).map_err(|r| (None, no_route(&r)))?;
         Ok(Admitted {
             pool,
             options,
@@ -288,6 +374,42 @@ impl Gateway {
             1
         } else {
             1 + self.limits.retries
+        }
+    }
+
+    /// `entry` served `a`: its passive health is good, and `a`'s session sticks to it.
+    fn served(&self, a: &Admitted, entry: &Entry) {
+        entry.slot.served();
+        route::bind(
+            &self.sessions,
+            &route::Request {
+                pool: &a.pool,
+                options: &a.options,
+                caller: &a.caller,
+                exclude: &[],
+            },
+            entry,
+            Instant::now(),
+        );
+    }
+
+    /// `entry` failed `a`'s hop with `h`: counted against its passive health when the member
+    /// itself refused or broke off.
+    fn hop_failed(&self, a: &Admitted, entry: &Entry, h: &HopError) {
+        if !h.down {
+            return;
+        }
+        let snapshot = self.table.snapshot();
+        let pool = snapshot
+            .pools
+            .get(&a.pool)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if entry
+            .slot
+            .failed(Instant::now(), pool, &self.limits.outliers)
+        {
+            tracing::info!(member = %entry.member.key(), "member ejected from new routing after it refused or broke off connections");
         }
     }
 
@@ -330,16 +452,30 @@ impl Gateway {
         failed(f)
     }
 
-    /// Answers one request of a crawler, which came from `source`.
-    pub async fn handle(
+    /// Answers one request of a crawler from `source`, on a connection of its own.
+    pub async fn handle(self: Arc<Self>, req: Request<Incoming>, source: IpAddr) -> Response<Body> {
+        self.handle_on(&Connection::default(), req, source).await
+    }
+
+    /// Answers one request of a crawler on `connection`, which learns when its caller
+    /// authenticated.
+    async fn handle_on(
         self: Arc<Self>,
+        connection: &Connection,
         mut req: Request<Incoming>,
         source: IpAddr,
     ) -> Response<Body> {
+        // The destination first: one the member's parser could read apart from ours is
+        // refused before anything else is decided, let alone dialled.
+        let destination = match destination(&req) {
+            Ok(d) => d,
+            Err(f) => return self.error(None, &f),
+        };
         let admitted = match self.admit(req.headers(), source).await {
             Ok(a) => a,
             Err((pool, f)) => return self.error(pool.as_ref(), &f),
         };
+        connection.authenticated();
         if req.method() == Method::CONNECT {
             let started = Instant::now();
             let span = tracing::info_span!(
@@ -348,18 +484,9 @@ impl Gateway {
                 member = tracing::field::Empty,
             );
             let on_upgrade = hyper::upgrade::on(&mut req);
-            let authority = req.uri().authority().map(|a| a.to_string());
-            let Some(authority) = authority else {
-                let f = Failure::new(
-                    ErrorKind::BadRequest,
-                    StatusCode::BAD_REQUEST,
-                    "CONNECT needs HOST:PORT",
-                );
-                return self.error(Some(&admitted.pool), &f);
-            };
             return self
                 .clone()
-                .tunnel(admitted, authority, on_upgrade, started)
+                .tunnel(admitted, destination, on_upgrade, started)
                 .instrument(span)
                 .await;
         }
@@ -377,7 +504,7 @@ impl Gateway {
     async fn tunnel(
         self: Arc<Self>,
         a: Admitted,
-        authority: String,
+        destination: Destination,
         on_upgrade: hyper::upgrade::OnUpgrade,
         started: Instant,
     ) -> Response<Body> {
@@ -391,8 +518,15 @@ impl Gateway {
             };
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let active = Active::new(&entry);
-            match forward::connect(&entry.member, &authority, &self.limits.timeouts).await {
+            match forward::connect(
+                &entry.member,
+                &destination.to_string(),
+                &self.limits.timeouts,
+            )
+            .await
+            {
                 Ok((stream, early)) => {
+                    self.served(&a, &entry);
                     self.metrics.setup.observe(started.elapsed().as_secs_f64());
                     let labels = metrics::member_labels(&entry);
                     self.metrics
@@ -412,9 +546,10 @@ impl Gateway {
                         // CONNECT head): the relay then moves bytes socket to socket, with no
                         // layer of hyper's between. `serve` hands hyper that very type, so the
                         // downcast holds; a transport that is not (a caller serving `handle`
-                        // some other way) ends its tunnels loudly rather than in silence.
-                        let Ok(parts) = upgraded.downcast::<TokioIo<tokio::net::TcpStream>>()
-                        else {
+                        // some other way) ends its tunnels loudly rather than in silence. The
+                        // socket's listener slot is kept until the tunnel ends: a tunnel counts
+                        // against `max_connections` for as long as it is open.
+                        let Ok(parts) = upgraded.downcast::<TokioIo<CrawlerIo>>() else {
                             tracing::warn!(
                                 "a tunnel's connection is not a TCP socket; the gateway relays \
                                  only the sockets its own listener accepted"
@@ -444,11 +579,23 @@ impl Gateway {
                             up: meter("up"),
                             down: meter("down"),
                         };
+                        let (unread, io) = parts.io.into_inner().into_parts();
+                        let (crawler, _slot) = io.into_inner().into_parts();
+                        // The crawler's bytes past its CONNECT head: any left of those the
+                        // gateway read ahead, then those hyper read.
+                        let client_early = if unread.is_empty() {
+                            parts.read_buf
+                        } else {
+                            let mut b = Vec::with_capacity(unread.len() + parts.read_buf.len());
+                            b.extend_from_slice(&unread);
+                            b.extend_from_slice(&parts.read_buf);
+                            Bytes::from(b)
+                        };
                         let ended = forward::relay(
-                            parts.io.into_inner(),
+                            crawler,
                             stream,
                             early,
-                            parts.read_buf,
+                            client_early,
                             gateway.limits.timeouts.idle,
                             fate,
                             &carried,
@@ -472,12 +619,18 @@ impl Gateway {
                     return r;
                 }
                 Err(h) if h.retryable => {
+                    self.hop_failed(&a, &entry, &h);
                     self.metrics
                         .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
                     exclude.push(entry.member.key());
                     last = Some(h);
                 }
-                Err(h) => return self.error(Some(&a.pool), &h.failure),
+                Err(h) => {
+                    // The member answered (its policy refused the destination): it is up, and
+                    // a session that asked this stays with it.
+                    self.served(&a, &entry);
+                    return self.error(Some(&a.pool), &h.failure);
+                }
             }
         }
         self.error(Some(&a.pool), &exhausted(last))
@@ -485,15 +638,6 @@ impl Gateway {
 
     /// A plain-HTTP request in absolute form, sent on through a member.
     async fn plain(self: Arc<Self>, a: Admitted, req: Request<Incoming>) -> Response<Body> {
-        let uri = req.uri().clone();
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
-            let f = Failure::new(
-                ErrorKind::BadRequest,
-                StatusCode::BAD_REQUEST,
-                "a request through the gateway names an absolute http:// URL; https goes through CONNECT",
-            );
-            return self.error(Some(&a.pool), &f);
-        }
         let (mut parts, body) = req.into_parts();
         strip(&mut parts.headers);
         let mut exclude: Vec<MemberKey> = Vec::new();
@@ -511,6 +655,7 @@ impl Gateway {
             let stream = match forward::dial(&entry.member, &self.limits.timeouts).await {
                 Ok(s) => s,
                 Err(h) => {
+                    self.hop_failed(&a, &entry, &h);
                     self.metrics
                         .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
                     exclude.push(entry.member.key());
@@ -530,7 +675,8 @@ impl Gateway {
                     .clone()
             };
             let (up, down) = (counter("up"), counter("down"));
-            let body = body.map_frame(move |frame| {
+            let idle = self.limits.body_idle_timeout;
+            let body = IdleBody::new(body, idle).map_frame(move |frame| {
                 if let Some(d) = frame.data_ref() {
                     up.inc_by(d.len() as u64);
                 }
@@ -563,6 +709,7 @@ impl Gateway {
             };
             return match tokio::time::timeout(self.limits.timeouts.answer, exchange).await {
                 Ok(Ok(resp)) => {
+                    self.served(&a, &entry);
                     let status = resp.status();
                     if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
                         let h = forward::answered(&member, 407, "request");
@@ -571,7 +718,7 @@ impl Gateway {
                     let (mut rparts, rbody) = resp.into_parts();
                     strip(&mut rparts.headers);
                     served_by(&mut rparts.headers, &entry);
-                    let rbody = rbody.map_frame(move |frame| {
+                    let rbody = IdleBody::new(rbody, idle).map_frame(move |frame| {
                         if let Some(d) = frame.data_ref() {
                             down.inc_by(d.len() as u64);
                         }
@@ -580,11 +727,13 @@ impl Gateway {
                     Response::from_parts(rparts, rbody.boxed())
                 }
                 Ok(Err(e)) => {
-                    let h = forward::member_failed(
+                    let mut h = forward::member_failed(
                         &member,
                         "http_protocol_error",
                         format!("member {} failed the request: {e}", member.id()),
                     );
+                    h.down = true;
+                    self.hop_failed(&a, &entry, &h);
                     self.error(Some(&a.pool), &h.failure)
                 }
                 Err(_) => {
@@ -605,6 +754,46 @@ impl Gateway {
     }
 }
 
+/// The answer to a credential or options that could not be read.
+fn ask_failure(e: &AskError) -> Failure {
+    match e {
+        AskError::NoCredential(_) => Failure::new(
+            ErrorKind::Unauthenticated,
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            e.to_string(),
+        ),
+        // The username's options are part of the credential.
+        AskError::Username(_) => Failure::new(
+            ErrorKind::BadRequest,
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+            e.to_string(),
+        ),
+        AskError::Header(m) => Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m),
+    }
+}
+
+/// Where a request goes: a CONNECT's authority, or the host and port of a plain request's
+/// absolute `http://` URL, in the one spelling the gateway and its members read alike.
+fn destination(req: &Request<Incoming>) -> Result<Destination, Failure> {
+    let bad = |m: String| Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m);
+    let uri = req.uri();
+    if req.method() == Method::CONNECT {
+        let authority = uri
+            .authority()
+            .ok_or_else(|| bad("CONNECT needs HOST:PORT".into()))?;
+        return authority::parse(authority.as_str(), None).map_err(|e| bad(e.to_string()));
+    }
+    match (uri.scheme_str(), uri.authority()) {
+        (Some("http"), Some(authority)) => {
+            authority::parse(authority.as_str(), Some(80)).map_err(|e| bad(e.to_string()))
+        }
+        _ => Err(bad(
+            "a request through the gateway names an absolute http:// URL; https goes through CONNECT"
+                .into(),
+        )),
+    }
+}
+
 /// The answer once every attempt failed: the last member's failure.
 fn exhausted(last: Option<HopError>) -> Failure {
     last.map(|h| h.failure).unwrap_or_else(|| {
@@ -616,8 +805,31 @@ fn exhausted(last: Option<HopError>) -> Failure {
     })
 }
 
-/// Removes the hop's own headers, those `Connection` names, and the gateway's options.
+/// The message's `Transfer-Encoding` when it holds codings before `chunked`: those are end to
+/// end (a gzip-coded body stays gzip-coded through every hop), and only the framing
+/// (`chunked`) is the hop's. hyper keeps a `Transfer-Encoding` given to it that ends in
+/// `chunked`, and frames the body with it.
+fn end_to_end_codings(headers: &http::HeaderMap) -> Option<HeaderValue> {
+    let codings: Vec<String> = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|c| c.trim().to_ascii_lowercase())
+        .filter(|c| !c.is_empty())
+        .collect();
+    match codings.split_last() {
+        Some((last, before)) if last == "chunked" && !before.is_empty() => {
+            HeaderValue::from_str(&codings.join(", ")).ok()
+        }
+        _ => None,
+    }
+}
+
+/// Removes the hop's own headers, those `Connection` names, and the gateway's options; codings
+/// applied before `chunked` are kept.
 fn strip(headers: &mut http::HeaderMap) {
+    let codings = end_to_end_codings(headers);
     let named: Vec<String> = headers
         .get_all(http::header::CONNECTION)
         .iter()
@@ -640,6 +852,9 @@ fn strip(headers: &mut http::HeaderMap) {
     for k in ours {
         headers.remove(k);
     }
+    if let Some(codings) = codings {
+        headers.insert(http::header::TRANSFER_ENCODING, codings);
+    }
 }
 
 /// Which member served, and from which egress address.
@@ -659,24 +874,294 @@ fn served_by(headers: &mut http::HeaderMap, e: &Entry) {
 /// out a SYN retransmission).
 pub use egress_operator::server::listen;
 
+/// Connections not yet authenticated, counted by source: an IPv4 address, or an IPv6 /64 (the
+/// least a host is given).
+pub struct Unauthenticated {
+    shards: Vec<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    per_source: usize,
+}
+
+/// One connection's place in its source's count, given back when it authenticates or closes.
+pub struct Pending {
+    sources: Arc<Unauthenticated>,
+    source: std::net::IpAddr,
+}
+
+impl Unauthenticated {
+    pub fn new(per_source: usize) -> Self {
+        Self {
+            shards: (0..16).map(|_| std::sync::Mutex::default()).collect(),
+            per_source: per_source.max(1),
+        }
+    }
+
+    fn source(ip: std::net::IpAddr) -> std::net::IpAddr {
+        match ip {
+            std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => std::net::IpAddr::V4(v4),
+                None => std::net::IpAddr::V6(std::net::Ipv6Addr::from_bits(
+                    v6.to_bits() & !((1u128 << 64) - 1),
+                )),
+            },
+            v4 => v4,
+        }
+    }
+
+    fn shard(
+        &self,
+        source: &std::net::IpAddr,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<std::net::IpAddr, usize>> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        source.hash(&mut h);
+        let i = (h.finish() as usize) % self.shards.len();
+        self.shards[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place for a connection from `peer`, or None when its source holds its share already.
+    pub fn admit(self: &Arc<Self>, peer: std::net::IpAddr) -> Option<Pending> {
+        let source = Self::source(peer);
+        let mut shard = self.shard(&source);
+        let n = shard.entry(source).or_insert(0);
+        if *n >= self.per_source {
+            return None;
+        }
+        *n += 1;
+        Some(Pending {
+            sources: self.clone(),
+            source,
+        })
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut shard = self.sources.shard(&self.source);
+        if let Some(n) = shard.get_mut(&self.source) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                shard.remove(&self.source);
+            }
+        }
+    }
+}
+
+/// A crawler connection's standing: its place among its source's unauthenticated connections
+/// until its caller authenticates.
+pub struct Connection {
+    pending: std::sync::Mutex<Option<Pending>>,
+    authenticated: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Connection {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl Connection {
+    fn new(pending: Option<Pending>) -> Self {
+        Self {
+            pending: std::sync::Mutex::new(pending),
+            authenticated: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn authenticated(&self) {
+        drop(
+            self.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
+        self.authenticated.store(true, Ordering::SeqCst);
+    }
+
+    fn is_authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::SeqCst)
+    }
+}
+
+/// What a source past its share of unauthenticated connections is told before the close:
+/// written once, without waiting for the crawler to read it.
+const TOO_MANY_FROM_SOURCE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nproxy-status: egress-gateway; error=connection_limit_reached; details=\"too many connections from this address have not authenticated yet\"\r\nretry-after: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+/// What a head longer than the gateway takes is told before the close.
+const HEAD_TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nproxy-status: egress-gateway; error=http_request_error; details=\"the request head is longer than the gateway takes\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+/// Bytes read at a time for a connection's first head: its buffer grows by this much, so a
+/// head trickling in holds little more than its own length.
+const HEAD_STEP: usize = 1024;
+
+/// The first head of a connection, read by the gateway itself into a buffer that grows with
+/// the bytes (hyper's reserves 8 KiB to read and 8 KiB to write as soon as it serves a
+/// connection, whatever arrived): Ok(None) when the crawler closed first, Err when the head
+/// is longer than `max`.
+async fn first_head(stream: &mut Counted, max: usize) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    let mut head: Vec<u8> = Vec::new();
+    loop {
+        if head.len() >= max {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "head too long",
+            ));
+        }
+        head.reserve_exact(HEAD_STEP.min(max - head.len()));
+        let from = head.len().saturating_sub(3);
+        if stream.read_buf(&mut head).await? == 0 {
+            return Ok(None);
+        }
+        let tail = &head[from..];
+        if tail.windows(4).any(|w| w == b"\r\n\r\n") || tail.windows(2).any(|w| w == b"\n\n") {
+            return Ok(Some(head));
+        }
+    }
+}
+
+/// A socket whose first bytes were read ahead: they are read again first.
+pub struct Prefixed<S> {
+    prefix: Bytes,
+    inner: S,
+}
+
+impl<S> Prefixed<S> {
+    /// What is left of the bytes read ahead, and the socket.
+    fn into_parts(self) -> (Bytes, S) {
+        (self.prefix, self.inner)
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Prefixed<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        if !self.prefix.is_empty() {
+            let n = self.prefix.len().min(buf.remaining());
+            let taken = self.prefix.split_to(n);
+            buf.put_slice(&taken);
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The crawler's socket as hyper serves it: its first head read ahead, a write deadline, and
+/// its listener slot.
+type CrawlerIo = Prefixed<egress_operator::server::WriteDeadline<Counted>>;
+
 /// Serves crawlers on `listener` until the task is dropped.
+///
+/// Until its caller authenticates, a connection costs the gateway little: the gateway reads
+/// its first head itself, within `unauthenticated_timeout` and `max_head`, before hyper serves
+/// it, and an answer to a request that did not authenticate closes it. A source holds at most
+/// `unauthenticated_per_source` such connections at once.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
     let max = gateway.limits.max_connections;
-    accept_bounded(listener, max, "gateway", |stream| {
+    let sources = Arc::new(Unauthenticated::new(
+        gateway.limits.unauthenticated_per_source,
+    ));
+    accept_bounded(listener, max, "gateway", |mut stream| {
         let gateway = gateway.clone();
         let source = egress_operator::auth::source_of(&stream);
+        let sources = sources.clone();
         async move {
+            let limits = gateway.limits;
+            let pending = match stream.peer_addr() {
+                Ok(peer) => match sources.admit(peer.ip()) {
+                    Some(p) => p,
+                    None => {
+                        gateway.metrics.error(None, None, ErrorKind::Overloaded);
+                        let _ = stream.try_write(TOO_MANY_FROM_SOURCE);
+                        return;
+                    }
+                },
+                // Already gone.
+                Err(_) => return,
+            };
             let _ = stream.set_nodelay(true);
-            let header_read = gateway.limits.header_read_timeout;
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let gateway = gateway.clone();
-                async move { Ok::<_, std::convert::Infallible>(gateway.handle(req, source).await) }
-            });
+            let head = match tokio::time::timeout(
+                limits.unauthenticated_timeout,
+                first_head(&mut stream, limits.max_head),
+            )
+            .await
+            {
+                Ok(Ok(Some(head))) => head,
+                Ok(Ok(None)) => return,
+                Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                    gateway.metrics.error(None, None, ErrorKind::BadRequest);
+                    let _ = stream.try_write(HEAD_TOO_LARGE);
+                    return;
+                }
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    tracing::debug!("gateway connection closed: no whole head in time");
+                    return;
+                }
+            };
+            let connection = Arc::new(Connection::new(Some(pending)));
+            let svc = {
+                let connection = connection.clone();
+                service_fn(move |req: Request<Incoming>| {
+                    let gateway = gateway.clone();
+                    let connection = connection.clone();
+                    async move {
+                        let mut r = gateway.handle_on(&connection, req, source).await;
+                        // A connection serves further requests only once its caller
+                        // authenticated: one that did not is answered and closed, so it never
+                        // idles in hyper's keep-alive with its buffers.
+                        if !connection.is_authenticated() {
+                            r.headers_mut().insert(
+                                http::header::CONNECTION,
+                                HeaderValue::from_static("close"),
+                            );
+                        }
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                })
+            };
+            let io: CrawlerIo = Prefixed {
+                prefix: Bytes::from(head),
+                inner: egress_operator::server::WriteDeadline::new(stream, limits.write_timeout),
+            };
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(header_read)
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), svc)
+                .header_read_timeout(limits.header_read_timeout)
+                .max_buf_size(limits.max_head)
+                .serve_connection(TokioIo::new(io), svc)
                 .with_upgrades()
                 .await
             {

@@ -841,13 +841,86 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>) {
     serve_limited(listener, api, Limits::default()).await
 }
 
+/// A connection [`accept_bounded`] accepted: its socket, holding the listener's slot until
+/// it is dropped, wherever it goes. A connection whose socket is handed on past its serving
+/// future (hyper gives a CONNECT's or an upgrade's socket back, and a tunnel relays on it)
+/// still counts until it closes.
+#[derive(Debug)]
+pub struct Counted {
+    stream: tokio::net::TcpStream,
+    slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// A listener's slot, held apart from the socket it came with.
+#[derive(Debug)]
+pub struct Slot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Counted {
+    /// The socket and its slot, for a caller that keeps both as long as it keeps the socket.
+    pub fn into_parts(self) -> (tokio::net::TcpStream, Slot) {
+        (self.stream, Slot { _permit: self.slot })
+    }
+}
+
+impl std::ops::Deref for Counted {
+    type Target = tokio::net::TcpStream;
+    fn deref(&self) -> &Self::Target {
+        &self.stream
+    }
+}
+
+impl tokio::io::AsyncRead for Counted {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Counted {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
 /// Accepts on `listener` and runs `serve` on each connection in a task of its own, at most
 /// `max` at once: a slot is taken before accepting, so a full server leaves the next ones in
-/// the listen backlog rather than accepting and dropping them. An accept error (out of
-/// descriptors, most likely) waits a moment for connections to end.
+/// the listen backlog rather than accepting and dropping them. The slot goes with the socket
+/// ([`Counted`]) and is given back when the socket closes, not when `serve`'s future ends. An
+/// accept error (out of descriptors, most likely) waits a moment for connections to end.
 pub async fn accept_bounded<F, Fut>(listener: TcpListener, max: usize, what: &str, serve: F)
 where
-    F: Fn(tokio::net::TcpStream) -> Fut,
+    F: Fn(Counted) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let slots = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
@@ -863,11 +936,7 @@ where
                 continue;
             }
         };
-        let connection = serve(stream);
-        tokio::spawn(async move {
-            let _slot = slot;
-            connection.await;
-        });
+        tokio::spawn(serve(Counted { stream, slot }));
     }
 }
 
@@ -984,7 +1053,7 @@ pub async fn serve_probes(listener: TcpListener, api: Arc<Api>) {
 
 /// A socket whose writes fail with `TimedOut` once none has made progress for `timeout`.
 /// hyper's server has no write timeout of its own.
-struct WriteDeadline<S> {
+pub struct WriteDeadline<S> {
     inner: S,
     timeout: std::time::Duration,
     /// Armed when a write found the socket full, disarmed by the next write that moves.
@@ -992,12 +1061,17 @@ struct WriteDeadline<S> {
 }
 
 impl<S> WriteDeadline<S> {
-    fn new(inner: S, timeout: std::time::Duration) -> Self {
+    pub fn new(inner: S, timeout: std::time::Duration) -> Self {
         Self {
             inner,
             timeout,
             stalled: None,
         }
+    }
+
+    /// The socket, for a caller that takes it over (a tunnel's relay).
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 
     /// What a write that is `pending` comes to: still pending, or timed out.
@@ -1633,5 +1707,43 @@ mod tests {
             started.elapsed()
         );
         drop(reader);
+    }
+
+    /// A connection counts against the bound until its socket closes, wherever the socket
+    /// went: one handed on past the serving future (as an upgrade hands a tunnel on) keeps
+    /// its slot, and the next connection waits in the backlog until it is dropped.
+    #[tokio::test]
+    async fn a_connection_handed_on_keeps_its_slot_until_it_closes() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (handed, mut held) = tokio::sync::mpsc::unbounded_channel();
+        let server = tokio::spawn(accept_bounded(listener, 1, "test", move |stream| {
+            // The serving future ends at once; the socket lives on elsewhere.
+            let _ = handed.send(stream);
+            async {}
+        }));
+        let _clients: Vec<tokio::net::TcpStream> =
+            futures::future::join_all((0..3).map(|_| tokio::net::TcpStream::connect(addr)))
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+        let first = tokio::time::timeout(std::time::Duration::from_secs(5), held.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        // A second is not accepted while the first is open.
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(300), held.recv()).await;
+        assert!(
+            waited.is_err(),
+            "a second connection was accepted with the first open"
+        );
+        drop(first);
+        let second = tokio::time::timeout(std::time::Duration::from_secs(5), held.recv()).await;
+        assert!(
+            second.is_ok_and(|s| s.is_some()),
+            "the next connection is accepted once the first closed"
+        );
+        server.abort();
     }
 }

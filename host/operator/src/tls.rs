@@ -172,7 +172,10 @@ impl Transport {
     /// The stream to serve over `tcp`: TLS once its handshake completes within `timeout`
     /// (a client that never finishes it holds its slot no longer than one that never sends a
     /// head), or the socket itself. None when the handshake failed or timed out.
-    pub async fn accept(&self, tcp: TcpStream, timeout: Duration, what: &str) -> Option<Stream> {
+    pub async fn accept<S>(&self, tcp: S, timeout: Duration, what: &str) -> Option<Stream<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
         match self {
             Self::Plaintext => Some(Stream::Plain(tcp)),
             Self::Tls(acceptor) => {
@@ -192,13 +195,13 @@ impl Transport {
     }
 }
 
-/// A served connection: a TCP socket, or TLS over one.
-pub enum Stream {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+/// A served connection: a socket, or TLS over one.
+pub enum Stream<S = TcpStream> {
+    Plain(S),
+    Tls(Box<tokio_rustls::server::TlsStream<S>>),
 }
 
-impl AsyncRead for Stream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -211,7 +214,7 @@ impl AsyncRead for Stream {
     }
 }
 
-impl AsyncWrite for Stream {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
