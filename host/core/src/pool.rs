@@ -221,7 +221,8 @@ pub struct PoolStatus {
     #[serde(default)]
     pub ready_replicas: u32,
     /// Ones that count toward the floor: verified and not failed past the egress check's
-    /// failureThreshold (Ready where no check is configured), none cordoned.
+    /// failureThreshold (Ready where no check is configured); a cordoned one among them until
+    /// it is replaced (it still serves its holders).
     #[serde(default)]
     pub available_replicas: u32,
     /// Ones of the current template and provider revision, younger than maxAge.
@@ -569,6 +570,9 @@ pub struct Member {
     pub available: bool,
     /// In discovery now (Ready True).
     pub ready: bool,
+    /// Out of discovery and new leases, to be replaced: a voluntary disruption, so it counts
+    /// toward the floor while it serves, and goes (or drains, when leased) only once the
+    /// floor allows.
     pub cordoned: bool,
     /// Being deleted already: neither counted nor chosen again.
     pub deleting: bool,
@@ -832,7 +836,14 @@ pub fn decide(
         .filter(|m| !m.deleting && m.retiring.is_some())
         .collect();
     let shared = shared_egress(spec, &live);
-    let available_of = |m: &Member| m.available && !m.cordoned && !shared.contains_key(&*m.name);
+    // A cordoned member that serves still counts: a cordon is a voluntary disruption (it is
+    // out of discovery and new leases, replaced first, drained while leased, and goes only
+    // while the floor holds), not a failure. With distinctEgress, one on an address another
+    // member has does not count twice.
+    let duplicates = cordoned_duplicates(spec, &live);
+    let available_of = |m: &Member| {
+        m.available && !shared.contains_key(&*m.name) && !duplicates.contains(&*m.name)
+    };
     // Available, on an address no other live member has and none of its placement's run of
     // shared ones.
     let unique = |m: &Member, known_shared: &[String]| {
@@ -1353,19 +1364,61 @@ pub fn decide(
     }
 }
 
-/// The names of the members that count toward the floor as [`decide`] counts them: available,
-/// not cordoned, not being deleted, and with `distinctEgress` not on an address an older
-/// member has. What a harness that checks the floor must count.
+/// The names of the members that count toward the floor as [`decide`] counts them: available
+/// (cordoned or not: a cordoned member serves until it is replaced), not being deleted, and
+/// with `distinctEgress` not on an address another member counts already. What a harness
+/// that checks the floor must count.
 pub fn counted_available<'a>(
     spec: &PoolSpec,
     members: &'a [Member],
 ) -> std::collections::BTreeSet<&'a str> {
     let live: Vec<&Member> = members.iter().filter(|m| !m.deleting).collect();
     let shared = shared_egress(spec, &live);
+    let duplicates = cordoned_duplicates(spec, &live);
     live.iter()
-        .filter(|m| m.available && !m.cordoned && !shared.contains_key(m.name.as_str()))
+        .filter(|m| m.available)
+        .filter(|m| !shared.contains_key(m.name.as_str()) && !duplicates.contains(m.name.as_str()))
         .map(|m| m.name.as_str())
         .collect()
+}
+
+/// With `distinctEgress`, the cordoned available members whose egress address a member that
+/// is not cordoned has, or an older cordoned one: they serve, but their address counts once,
+/// with the member that stays. (They are not replaced for sharing: their cordon replaces
+/// them already.)
+fn cordoned_duplicates<'a>(
+    spec: &PoolSpec,
+    live: &[&'a Member],
+) -> std::collections::BTreeSet<&'a str> {
+    let mut out = std::collections::BTreeSet::new();
+    if !spec.distinct_egress {
+        return out;
+    }
+    let mut seen: std::collections::BTreeSet<&str> = live
+        .iter()
+        .filter(|m| m.available && !m.cordoned)
+        .filter_map(|m| m.egress_ip.as_deref())
+        .collect();
+    let mut cordoned: Vec<&Member> = live
+        .iter()
+        .copied()
+        .filter(|m| m.available && m.cordoned && m.egress_ip.is_some())
+        .collect();
+    cordoned.sort_by_key(|m| {
+        (
+            m.created_at.unwrap_or(i64::MIN),
+            m.serial.unwrap_or(0),
+            m.name.clone(),
+        )
+    });
+    for m in cordoned {
+        if let Some(ip) = m.egress_ip.as_deref()
+            && !seen.insert(ip)
+        {
+            out.insert(m.name.as_str());
+        }
+    }
+    out
 }
 
 /// With `distinctEgress`, the members whose egress address an older available member (by

@@ -332,6 +332,9 @@ fn a_short_max_age_rotates_every_proxy_with_the_floor_held() {
     );
 }
 
+/// A cordon is a voluntary disruption: the cordoned member, while it serves, counts toward
+/// the floor (out of discovery, in the available count) until its replacement serves; then it
+/// goes.
 #[test]
 fn a_cordoned_proxy_is_replaced_within_the_budget() {
     let mut s = Sim::new(spec(3, &[1]));
@@ -339,8 +342,45 @@ fn a_cordoned_proxy_is_replaced_within_the_budget() {
     s.members[1].cordoned = true;
     let victim = s.members[1].name.clone();
     let d = s.step();
-    assert_eq!(d.deletes, vec![(victim, DeleteReason::Cordoned)]);
+    assert!(
+        d.deletes.is_empty(),
+        "deleted before its replacement serves: {d:?}"
+    );
     assert_eq!(d.creates.len(), 1, "a replacement at once, within maxSurge");
+    assert_eq!(s.status.available_replicas, 3, "it counts until replaced");
+    assert_eq!(s.status.ready_replicas, 2, "it is out of discovery");
+    // The replacement starting: still nothing goes.
+    let d = s.step();
+    assert!(d.deletes.is_empty() && d.creates.is_empty(), "{d:?}");
+    s.ready_all();
+    let d = s.step();
+    assert_eq!(d.deletes, vec![(victim, DeleteReason::Cordoned)]);
+    let d = s.step();
+    assert!(d.deletes.is_empty() && d.creates.is_empty(), "{d:?}");
+    assert_eq!(
+        (s.status.available_replicas, s.status.ready_replicas),
+        (3, 3)
+    );
+}
+
+/// A leased member cordoned (by hand, or by its holders' ban reports) serves its holder until
+/// its replacement serves, then drains like any other retired member: not deleted while the
+/// lease holds, and its holder loses nothing in silence.
+#[test]
+fn a_leased_cordoned_member_drains_after_its_replacement() {
+    let mut s = Sim::new(spec(2, &[1]));
+    s.settle();
+    let leased = s.members[0].name.clone();
+    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.members[0].cordoned = true;
+    let d = s.step();
+    assert!(d.deletes.is_empty() && d.drains.is_empty(), "{d:?}");
+    assert_eq!(d.creates.len(), 1);
+    s.ready_all();
+    let d = s.step();
+    assert_eq!(d.drains, vec![(leased.clone(), DeleteReason::Cordoned)]);
+    assert!(d.deletes.is_empty(), "{d:?}");
+    assert!(s.status.lost_leases.is_empty());
 }
 
 #[test]
@@ -502,11 +542,10 @@ fn deletions_never_take_the_available_below_the_floor() {
             if next() % 40 == 0 {
                 s.spec.template.port = 1000 + (next() % 1000) as u16;
             }
-            let counted: Vec<String> = counted_available(&s.spec, &s.members)
-                .into_iter()
-                .map(str::to_string)
-                .collect();
-            let before = counted.len();
+            // Serving as the pool must count it, cordoned or not (a cordon is a voluntary
+            // disruption the budget pays for).
+            let serving = |ms: &[Member]| ms.iter().filter(|m| m.available).count();
+            let before = serving(&s.members);
             let unready: Vec<String> = s
                 .members
                 .iter()
@@ -514,7 +553,7 @@ fn deletions_never_take_the_available_below_the_floor() {
                 .map(|m| m.name.clone())
                 .collect();
             let d = s.step();
-            let after = counted_available(&s.spec, &s.members).len();
+            let after = serving(&s.members);
             assert!(
                 after >= before.min(floor),
                 "case {case} tick {tick}: deletions took the available from {before} to {after} (floor {floor}): {:?}",
@@ -751,7 +790,8 @@ fn over_every_state_the_pools_deletions_keep_the_floor() {
                     .enumerate()
                     .map(|(k, sh)| shaped(k, *sh, &r))
                     .collect();
-                let counted = |m: &Member| m.available && !m.cordoned;
+                // A cordoned member that serves counts toward the floor until it is replaced.
+                let counted = |m: &Member| m.available;
                 let before = members.iter().filter(|m| counted(m)).count();
                 for prior in [PoolStatus::default(), degraded_prior(&sp, 1)] {
                     let d = decide(&sp, &r, &members, &prior, NOW);
@@ -1343,7 +1383,24 @@ fn over_every_state_distinct_egress_keeps_the_floor_of_distinct_members() {
                         m
                     })
                     .collect();
-                // The truth: available, not cordoned, and first (oldest) on its address.
+                // The truth: how many distinct addresses the available members have (a
+                // member without one counts alone), cordoned ones included: a cordoned member
+                // serves, and counts until it is replaced.
+                let distinct_count = |ms: &mut dyn Iterator<Item = &Member>| {
+                    let mut ips = std::collections::BTreeSet::new();
+                    let mut alone = 0;
+                    for m in ms.filter(|m| m.available) {
+                        match &m.egress_ip {
+                            Some(ip) => {
+                                ips.insert(ip.clone());
+                            }
+                            None => alone += 1,
+                        }
+                    }
+                    ips.len() + alone
+                };
+                // Whether a member holds its address first among the non-cordoned (the one a
+                // member deleted for sharing never is).
                 let mut holders = std::collections::BTreeSet::new();
                 let distinct: Vec<bool> = members
                     .iter()
@@ -1355,16 +1412,12 @@ fn over_every_state_distinct_egress_keeps_the_floor_of_distinct_members() {
                                 .is_none_or(|ip| holders.insert(ip.clone()))
                     })
                     .collect();
-                let before = distinct.iter().filter(|d| **d).count();
+                let before = distinct_count(&mut members.iter());
                 for prior in [PoolStatus::default(), degraded_prior(&sp, 0)] {
                     let d = decide(&sp, &r, &members, &prior, NOW);
                     decisions += 1;
                     let deleted = |m: &Member| d.deletes.iter().any(|(n, _)| *n == m.name);
-                    let after = members
-                        .iter()
-                        .zip(&distinct)
-                        .filter(|(m, d)| **d && !deleted(m))
-                        .count();
+                    let after = distinct_count(&mut members.iter().filter(|m| !deleted(m)));
                     assert!(
                         after >= before.min(floor),
                         "{set:?} replicas {replicas}: distinct available {before} -> {after}: {:?}",
@@ -1609,7 +1662,7 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
                         m
                     })
                     .collect();
-                let counted = |m: &Member| m.available && !m.cordoned && m.retiring.is_none();
+                let counted = |m: &Member| m.available && m.retiring.is_none();
                 let before = members.iter().filter(|m| counted(m)).count();
                 let d = decide(&sp, &r, &members, &PoolStatus::default(), NOW);
                 decisions += 1;
