@@ -49,12 +49,14 @@ pub struct ProxyPool {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PoolSpec {
-    /// How many proxies the pool keeps.
+    /// How many proxies the pool keeps (at most `--max-replicas`, default 1000).
+    #[schemars(range(max = MAX_REPLICAS_CEILING))]
     pub replicas: u32,
     /// What each of its Proxies is, but for the provider (from the placement).
     #[serde(default)]
     pub template: PoolTemplate,
     /// Where the proxies go, spread by weight.
+    #[schemars(length(max = MAX_PLACEMENTS))]
     pub placements: Vec<PoolPlacement>,
     /// Replace each proxy once it is this old (± jitter, fixed per proxy, so a wave of
     /// rotations spreads).
@@ -113,6 +115,20 @@ pub const LOST_KEPT_MAX: usize = 64;
 /// replaced with the failed-member backoff).
 pub const SHARED_EGRESS_LIMIT: u32 = 3;
 
+/// The most replicas a pool may ask for unless the operator's or the CLI's `--max-replicas`
+/// says otherwise: a typo of a few zeros is refused, not planned.
+pub const DEFAULT_MAX_REPLICAS: u32 = 1000;
+/// The most `--max-replicas` may allow, and the CRD's maximum of `spec.replicas`.
+pub const MAX_REPLICAS_CEILING: u32 = 100_000;
+/// The most placements a pool has.
+pub const MAX_PLACEMENTS: usize = 32;
+/// The most zones a placement spreads over.
+pub const MAX_ZONES: usize = 64;
+/// The most Proxies one decision creates, whatever the spec asks: the next decision, woken by
+/// their creation, makes more. A decision's work is bounded by this and by the members that
+/// exist, never by `replicas`.
+pub const CREATES_PER_PASS: usize = 100;
+
 /// The default of `spec.spillAfter`.
 pub const DEFAULT_SPILL_AFTER: Duration = Duration::from_secs(600);
 /// The first wait before the pool replaces a member held in a permanent failure; it doubles
@@ -152,6 +168,7 @@ pub struct PoolPlacement {
     pub weight: u32,
     /// Zones its proxies are spread over, round robin; empty: the template's zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_ZONES))]
     pub zones: Vec<String>,
     /// The machine type of its Proxies; empty: the template's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -357,8 +374,20 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
         ));
     }
     let s = &pool.spec;
+    if s.replicas > MAX_REPLICAS_CEILING {
+        problems.push(format!(
+            "spec.replicas: {} is more than {MAX_REPLICAS_CEILING}",
+            s.replicas
+        ));
+    }
     if s.placements.is_empty() {
         problems.push("spec.placements: at least one placement is needed".into());
+    }
+    if s.placements.len() > MAX_PLACEMENTS {
+        problems.push(format!(
+            "spec.placements: {} placements, at most {MAX_PLACEMENTS}",
+            s.placements.len()
+        ));
     }
     for (i, p) in s.placements.iter().enumerate() {
         if p.provider.is_empty() {
@@ -366,6 +395,12 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
         }
         if p.weight == 0 {
             problems.push(format!("spec.placements[{i}].weight: must be at least 1"));
+        }
+        if p.zones.len() > MAX_ZONES {
+            problems.push(format!(
+                "spec.placements[{i}].zones: {} zones, at most {MAX_ZONES}",
+                p.zones.len()
+            ));
         }
     }
     if s.template.port == 0 {
@@ -465,18 +500,27 @@ pub struct Environment<'a> {
     /// The egress check's startupTimeout, when the check is configured: how long a member
     /// may take to verify.
     pub startup_timeout: Option<Duration>,
+    /// The most replicas a pool may ask for (`--max-replicas`; [`DEFAULT_MAX_REPLICAS`]).
+    pub max_replicas: u32,
 }
 
 /// The shortest age limit a rotation may have when no egress check bounds a member's start.
 pub const MIN_AGE_LIMIT: Duration = Duration::from_secs(600);
 
-/// [`validate`], and what the providers config decides: every placement names a provider it
-/// has, and a member lives long enough to serve before it is rotated (maxAge - jitter at least
-/// twice the egress check's startupTimeout, and at least [`MIN_AGE_LIMIT`]); otherwise the
-/// surge slot churns forever on members that never serve, and the others are never rotated.
+/// [`validate`], and what the installation decides: no more replicas than it allows, every
+/// placement names a provider the providers config has, and a member lives long enough to
+/// serve before it is rotated (maxAge - jitter at least twice the egress check's
+/// startupTimeout, and at least [`MIN_AGE_LIMIT`]); otherwise the surge slot churns forever on
+/// members that never serve, and the others are never rotated.
 pub fn validate_in(pool: &ProxyPool, env: Environment<'_>) -> Vec<String> {
     let mut problems = validate(pool);
     let s = &pool.spec;
+    if s.replicas > env.max_replicas && s.replicas <= MAX_REPLICAS_CEILING {
+        problems.push(format!(
+            "spec.replicas: {} is more than the {} this installation allows (--max-replicas raises it)",
+            s.replicas, env.max_replicas
+        ));
+    }
     for (i, p) in s.placements.iter().enumerate() {
         if !p.provider.is_empty() && !env.providers.contains(&p.provider) {
             problems.push(format!(
@@ -1232,8 +1276,8 @@ pub fn decide(
         let remaining = live
             .len()
             .saturating_sub(live_deleted + drains.len() + kept_probes);
-        let room = (replicas + surge).saturating_sub(remaining);
-        let wanted = replicas.saturating_sub(current.len());
+        let room = replicas.saturating_add(surge).saturating_sub(remaining);
+        let wanted = replicas.saturating_sub(current.len()).min(CREATES_PER_PASS);
         let mut per_placement = vec![0usize; n];
         let mut per_zone: Vec<BTreeMap<String, usize>> = vec![Default::default(); n];
         for m in &current {

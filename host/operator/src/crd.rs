@@ -120,12 +120,15 @@ fn default_port() -> u16 {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyPoolSpec {
-    /// How many proxies the pool keeps.
+    /// How many proxies the pool keeps (at most the operator's `--max-replicas`, default
+    /// 1000).
+    #[schemars(range(max = egress_core::pool::MAX_REPLICAS_CEILING))]
     pub replicas: u32,
     /// What each of its Proxies is, but for the provider (from the placement).
     #[serde(default)]
     pub template: PoolTemplate,
     /// Where the proxies go, spread by weight (round robin over a placement's zones).
+    #[schemars(length(max = egress_core::pool::MAX_PLACEMENTS))]
     pub placements: Vec<PoolPlacement>,
     /// Replace each proxy once it is this old (± jitter, fixed per proxy).
     #[serde(default, skip_serializing_if = "Option::is_none")]

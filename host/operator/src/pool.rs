@@ -39,10 +39,12 @@ pub fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-/// What the pool controller needs beyond the shared context: a clock.
+/// What the pool controller needs beyond the shared context: a clock, and the most replicas
+/// a pool may ask for (`run --max-replicas`).
 pub struct PoolContext {
     pub ctx: Arc<Context>,
     pub now: Clock,
+    pub max_replicas: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -209,7 +211,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     // What the admission webhook judges by as well, so a pool it admits is not refused here.
     let problems = pool::validate_in(
         &core,
-        crate::webhook::PoolEnvironment::of(&loaded).as_core(),
+        crate::webhook::PoolEnvironment::of(&loaded, pctx.max_replicas).as_core(),
     );
     if !problems.is_empty() {
         let mut status = invalid_status(&old, &problems);

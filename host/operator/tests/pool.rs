@@ -192,6 +192,7 @@ async fn start_with(network: Option<Network>) -> Run {
     let pctx = Arc::new(PoolContext {
         ctx: ctx.clone(),
         now: clock.clone(),
+        max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
     });
     let pool_controller = egress_operator::pool::pool_controller(d.client_in_memory(), 4);
     let forget = tokio::spawn(egress_operator::pool::forget_gone_pools(
@@ -1852,4 +1853,30 @@ async fn a_cordoned_leased_member_is_replaced_first_and_drains() {
         r.pool("web")["status"]["lostLeases"].is_null(),
         "a drained lease lost nothing"
     );
+}
+
+/// A pool asking for more replicas than the operator allows (1,000 unless `run
+/// --max-replicas` raises it) is refused naming the field, and nothing is created.
+#[tokio::test(start_paused = true)]
+async fn a_pool_beyond_the_replica_bound_is_refused_naming_the_field() {
+    let r = start().await;
+    // Paused, so that an operator without the bound fails this test by its assertion rather
+    // than by creating a thousand Proxies.
+    let mut spec = spec_of(1001);
+    spec["paused"] = json!(true);
+    r.create_pool("huge", spec).await;
+    r.until("the bound reported", Duration::from_secs(60), |r| {
+        condition(&r.pool("huge")["status"], "Available")["reason"] == "InvalidSpec"
+    })
+    .await;
+    let status = r.pool("huge")["status"].clone();
+    let message = condition(&status, "Progressing")["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains("spec.replicas") && message.contains("1000"),
+        "{message}"
+    );
+    assert!(r.members("huge").is_empty());
 }

@@ -999,6 +999,7 @@ fn the_providers_config_and_the_check_bound_a_pools_spec() {
     let env = Environment {
         providers: &providers,
         startup_timeout: Some(Duration::from_secs(600)),
+        max_replicas: DEFAULT_MAX_REPLICAS,
     };
     let problems = validate_in(&pool, env);
     assert!(
@@ -1557,6 +1558,66 @@ fn a_leased_member_that_fails_goes_at_once() {
     assert!(d.drains.is_empty());
     assert_eq!(s.status.lost_leases[0].proxy, failed);
     assert!(s.status.lost_leases[0].reason.contains("does not serve"));
+}
+
+/// A pool asking for a billion proxies: the decision does bounded work (at most
+/// CREATES_PER_PASS creates, nothing allocated per replica), and validation refuses it,
+/// naming the field, beyond what the installation allows.
+#[test]
+fn a_huge_replica_count_is_bounded_work_and_refused() {
+    for replicas in [1_000_000, u32::MAX] {
+        let sp = spec(replicas, &[1, 2]);
+        let started = std::time::Instant::now();
+        let d = decide(&sp, &revs(&sp), &[], &PoolStatus::default(), NOW);
+        assert_eq!(d.creates.len(), CREATES_PER_PASS, "{replicas}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{replicas}");
+    }
+    let env = |max| Environment {
+        providers: &[],
+        startup_timeout: None,
+        max_replicas: max,
+    };
+    let mut sp = spec(1001, &[1]);
+    sp.placements[0].provider = String::new();
+    let problems = validate_in(
+        &pool_named("web", None, sp.clone()),
+        env(DEFAULT_MAX_REPLICAS),
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("spec.replicas: 1001 is more than the 1000")),
+        "{problems:?}"
+    );
+    let problems = validate_in(&pool_named("web", None, sp.clone()), env(2000));
+    assert!(
+        !problems.iter().any(|p| p.starts_with("spec.replicas")),
+        "{problems:?}"
+    );
+    sp.replicas = 1_000_000_000;
+    let problems = validate_in(
+        &pool_named("web", None, sp.clone()),
+        env(MAX_REPLICAS_CEILING),
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("spec.replicas: 1000000000 is more than 100000")),
+        "{problems:?}"
+    );
+    // Other counts of the spec are bounded too.
+    let mut sp = spec(3, &[1; MAX_PLACEMENTS + 1]);
+    sp.placements[0].zones = (0..=MAX_ZONES).map(|z| format!("z{z}")).collect();
+    let problems = validate(&pool_named("web", None, sp));
+    for field in [
+        "spec.placements: 33 placements",
+        "spec.placements[0].zones: 65 zones",
+    ] {
+        assert!(
+            problems.iter().any(|p| p.starts_with(field)),
+            "{field}: {problems:?}"
+        );
+    }
 }
 
 /// Scaling down takes the unleased first, and a leased one drains.
