@@ -43,7 +43,7 @@ fn providers(dir: &Path) -> PathBuf {
 
 fn pool_yaml(port: u16) -> String {
     format!(
-        "apiVersion: crawl.example.com/v1alpha1\nkind: ProxyPool\nmetadata: {{name: web, namespace: ns}}\nspec:\n  replicas: 2\n  template: {{port: {port}}}\n  placements: [{{provider: h}}]\n  strategy: {{maxSurge: 1, maxUnavailable: 0}}\n  drainTimeout: 30m\n"
+        "apiVersion: crawl.example.com/v1alpha1\nkind: ProxyPool\nmetadata: {{name: web, namespace: ns}}\nspec:\n  replicas: 2\n  template: {{port: {port}}}\n  placements: [{{provider: h}}]\n  strategy: {{maxSurge: 1, maxUnavailable: 0}}\n  drainTimeout: 30m\n  leases: {{maxPerHolder: 3}}\n"
     )
 }
 

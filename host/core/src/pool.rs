@@ -276,9 +276,10 @@ pub struct PoolStatus {
     /// (they count toward neither replicas nor the floor).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub draining_replicas: u32,
-    /// Proxies leases lost without a drain in the last hour (a member that failed its check
-    /// goes at once; a drain that reached drainTimeout), so their holders learn why; newest
-    /// last, at most LOST_KEPT_MAX.
+    /// Proxies leases lost in the last hour, so their holders learn why: a member that failed
+    /// its check (it goes at once), a drain that reached drainTimeout, an instance replaced
+    /// under a lease, a Proxy deleted under one. Written before the pool deletes the member;
+    /// newest last, at most LOST_KEPT_MAX.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_leases: Vec<crate::lease::LostProxy>,
 }
@@ -474,6 +475,15 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
         if l.max_shared == 0 {
             problems.push("spec.leases.maxShared: must be at least 1".into());
         }
+        if l.cordon_after_bans as usize > crate::lease::BAN_REPORTS_KEPT {
+            problems.push(format!(
+                "spec.leases.cordonAfterBans: at most {} (the reports a proxy keeps)",
+                crate::lease::BAN_REPORTS_KEPT
+            ));
+        }
+        if let Err(m) = l.max_per_holder.check(100) {
+            problems.push(format!("spec.leases.maxPerHolder: {m}"));
+        }
         let max = crate::config::parse_duration(&l.max_ttl)
             .map_err(|m| problems.push(format!("spec.leases.maxTTL: {m}")))
             .ok();
@@ -626,26 +636,47 @@ pub struct Member {
     pub egress_ip: Option<String>,
     /// Why it cannot be created now, if so.
     pub failure: Option<MemberFailure>,
-    /// The leases recorded on it: (id, Unix seconds of its end), expired ones included (the
-    /// decision judges them against its `now`).
-    pub leases: Vec<(String, i64)>,
+    /// The lease bindings recorded on it, expired ones and ones of a replaced instance
+    /// included (the decision judges them against its `now`).
+    pub leases: Vec<MemberLease>,
     /// Draining since the pool retired it: Unix seconds of its retirement at the latest, and
     /// why. Neither counted nor chosen again; deleted once its leases end or by then.
     pub retiring: Option<(i64, DeleteReason)>,
 }
 
+/// A lease binding recorded on a member, as the decisions read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberLease {
+    pub id: String,
+    /// Unix seconds: when it ends unless renewed.
+    pub until: i64,
+    /// Its holder, as [`crate::lease::holder_digest`]: whom a loss is told to.
+    pub holder: String,
+    /// It holds the instance serving now; false once the instance was replaced under it
+    /// (it then holds nothing, and its holder has lost the proxy).
+    pub holds: bool,
+}
+
+impl MemberLease {
+    /// A binding that holds its member until `until`, of holder `holder` (its name).
+    pub fn held(id: &str, until: i64, holder: &str) -> Self {
+        Self {
+            id: id.to_string(),
+            until,
+            holder: crate::lease::holder_digest(holder),
+            holds: true,
+        }
+    }
+
+    fn live(&self, now: i64) -> bool {
+        self.until > now
+    }
+}
+
 impl Member {
     /// Whether a lease holds it at `now`.
     pub fn leased(&self, now: i64) -> bool {
-        self.live_leases(now).next().is_some()
-    }
-
-    /// The ids of the leases that hold it at `now`.
-    fn live_leases(&self, now: i64) -> impl Iterator<Item = &str> {
-        self.leases
-            .iter()
-            .filter(move |(_, end)| *end > now)
-            .map(|(id, _)| id.as_str())
+        self.leases.iter().any(|l| l.holds && l.live(now))
     }
 }
 
@@ -1174,13 +1205,20 @@ pub fn decide(
     let mut lost: Vec<crate::lease::LostProxy> = Vec::new();
     let mut creates = Vec::new();
     let retire_at = now.saturating_add(drain_timeout(spec).as_secs() as i64);
+    // What a member's leases lose when it goes: each live binding, for the reason it goes (one
+    // of a replaced instance, for that).
     let lose = |lost: &mut Vec<crate::lease::LostProxy>, m: &Member, why: String| {
-        for id in m.live_leases(now) {
+        for l in m.leases.iter().filter(|l| l.live(now)) {
             lost.push(crate::lease::LostProxy {
-                lease: id.to_string(),
+                lease: l.id.clone(),
                 proxy: m.name.clone(),
-                reason: why.clone(),
+                reason: if l.holds {
+                    why.clone()
+                } else {
+                    crate::lease::INSTANCE_REPLACED.to_string()
+                },
                 at: crate::gc::format_rfc3339(now),
+                holder: Some(l.holder.clone()),
             });
         }
     };
@@ -1355,18 +1393,29 @@ pub fn decide(
     );
     let mut status = status;
     status.leased_replicas = live.iter().filter(|m| m.leased(now)).count() as u32;
-    status.lost_leases = prior
-        .lost_leases
-        .iter()
-        .filter(|l| {
-            crate::gc::parse_rfc3339(&l.at)
-                .is_some_and(|t| now.saturating_sub(t) < LOST_KEPT.as_secs() as i64)
-        })
-        .cloned()
-        .chain(lost)
-        .collect();
-    let over = status.lost_leases.len().saturating_sub(LOST_KEPT_MAX);
-    status.lost_leases.drain(..over);
+    // Losses the pool did not decide, recorded as soon as it sees them, so they outlive the
+    // bindings that show them: an instance replaced under a lease (the binding holds nothing
+    // from then on), and a member being deleted (by someone else, or by a decision whose
+    // record was not written) with a lease on it.
+    for m in members {
+        for l in m.leases.iter().filter(|l| l.live(now)) {
+            let why = if !l.holds {
+                crate::lease::INSTANCE_REPLACED.to_string()
+            } else if m.deleting {
+                "its Proxy is being deleted".to_string()
+            } else {
+                continue;
+            };
+            lost.push(crate::lease::LostProxy {
+                lease: l.id.clone(),
+                proxy: m.name.clone(),
+                reason: why,
+                at: crate::gc::format_rfc3339(now),
+                holder: Some(l.holder.clone()),
+            });
+        }
+    }
+    status.lost_leases = lost_record(prior, members, &deletes, lost, now);
     let next_rotation = spec.rotation.as_ref().and_then(|r| {
         live.iter()
             .filter(|m| !stale.contains_key(m.name.as_str()))
@@ -1388,7 +1437,13 @@ pub fn decide(
         .filter(|m| !deletes.iter().any(|(d, _)| *d == m.name))
         .filter_map(|m| {
             let (at, _) = m.retiring?;
-            let lease_end = m.leases.iter().map(|(_, e)| *e).max().unwrap_or(now);
+            let lease_end = m
+                .leases
+                .iter()
+                .filter(|l| l.holds)
+                .map(|l| l.until)
+                .max()
+                .unwrap_or(now);
             Some(at.min(lease_end) - now)
         })
         .chain((!drains.is_empty()).then_some(retire_at - now))
@@ -1406,6 +1461,48 @@ pub fn decide(
         status,
         requeue_after,
     }
+}
+
+/// The pool's record of lost leases: the prior one's entries younger than [`LOST_KEPT`] (but
+/// those the world contradicts: a member not going now whose lease still holds it, where a
+/// record written before a deletion that then did not happen would otherwise stand), then
+/// the new ones, each (lease, proxy) once, the newest [`LOST_KEPT_MAX`].
+fn lost_record(
+    prior: &PoolStatus,
+    members: &[Member],
+    deletes: &[(String, DeleteReason)],
+    new: Vec<crate::lease::LostProxy>,
+    now: i64,
+) -> Vec<crate::lease::LostProxy> {
+    let still_held = |l: &crate::lease::LostProxy| {
+        !deletes.iter().any(|(d, _)| *d == l.proxy)
+            && members.iter().any(|m| {
+                m.name == l.proxy
+                    && !m.deleting
+                    && m.leases
+                        .iter()
+                        .any(|b| b.id == l.lease && b.holds && b.live(now))
+            })
+    };
+    let mut out: Vec<crate::lease::LostProxy> = Vec::new();
+    for l in prior
+        .lost_leases
+        .iter()
+        .filter(|l| {
+            crate::gc::parse_rfc3339(&l.at)
+                .is_some_and(|t| now.saturating_sub(t) < LOST_KEPT.as_secs() as i64)
+        })
+        .filter(|l| !still_held(l))
+        .cloned()
+        .chain(new)
+    {
+        if !out.iter().any(|o| o.lease == l.lease && o.proxy == l.proxy) {
+            out.push(l);
+        }
+    }
+    let over = out.len().saturating_sub(LOST_KEPT_MAX);
+    out.drain(..over);
+    out
 }
 
 /// The names of the members that count toward the floor as [`decide`] counts them: available
@@ -1575,8 +1672,12 @@ pub fn member(
         leases: status
             .leases
             .iter()
-            .filter(|b| b.holds(status.ip.as_deref()))
-            .map(|b| (b.id.clone(), b.expires()))
+            .map(|b| MemberLease {
+                id: b.id.clone(),
+                until: b.expires(),
+                holder: crate::lease::holder_digest(&b.holder),
+                holds: b.holds(status.ip.as_deref()),
+            })
             .collect(),
         retiring: retiring(&meta.annotations),
     }

@@ -266,6 +266,25 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
             .find(|p| p.metadata.name.as_deref() == Some(proxy_name))
             .copied()
     };
+    // What leases lose is recorded before anything goes: a deletion followed by a failed
+    // status write (or a restart) would otherwise leave a holder with a bare 404. A record of
+    // a deletion that then does not happen (a lease written in between) is dropped by the
+    // next decision, which sees the lease still holding.
+    let recorded = |l: &egress_core::lease::LostProxy| {
+        old.lost_leases
+            .iter()
+            .any(|o| o.lease == l.lease && o.proxy == l.proxy)
+    };
+    if d.status.lost_leases.iter().any(|l| !recorded(l)) {
+        pools
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"lostLeases": d.status.lost_leases}})),
+            )
+            .await
+            .map_err(Error::Kube)?;
+    }
     for (proxy_name, why) in &d.deletes {
         let seen = listed_as(proxy_name);
         // Preconditions: never a Proxy of the same name made since the list (the uid), and

@@ -1129,12 +1129,13 @@ async fn kubectl_scale_and_an_autoscaler_drive_a_pool_through_its_scale_subresou
 
 /// The lease API of `r`'s operator, answering as over HTTP (the request goes through routing,
 /// the guard and the book; no socket, so paused time stays paused): `spider` may lease the
-/// pools of NS, `intruder` those of another namespace.
+/// pools of NS (and so may `rival` and `third`), `intruder` those of another namespace.
 fn lease_api(r: &Run) -> egress_operator::server::Api {
     let tokens = egress_operator::auth::tokens::TokenFile::parse(&format!(
-        "tokens: [{{name: spider, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: rival, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: intruder, sha256: {}, namespaces: [{{name: other}}]}}]",
+        "tokens: [{{name: spider, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: rival, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: third, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: intruder, sha256: {}, namespaces: [{{name: other}}]}}]",
         egress_operator::auth::tokens::sha256_hex("spider-token"),
         egress_operator::auth::tokens::sha256_hex("rival-token"),
+        egress_operator::auth::tokens::sha256_hex("third-token"),
         egress_operator::auth::tokens::sha256_hex("intruder-token"),
     ))
     .unwrap();
@@ -1200,7 +1201,8 @@ fn lease_body(count: u32, mode: &str) -> String {
 async fn exclusive_leases_never_share_a_proxy_and_only_the_holder_holds_one() {
     let r = start().await;
     let mut spec = spec_of(1);
-    spec["leases"] = json!({"maxShared": 2});
+    // Each holder may hold two: the shared bound is what refuses the third shared lease.
+    spec["leases"] = json!({"maxShared": 2, "maxPerHolder": 2});
     r.create_pool("web", spec).await;
     r.settled("web", 1).await;
     let one = lease_api(&r);
@@ -1261,10 +1263,49 @@ async fn exclusive_leases_never_share_a_proxy_and_only_the_holder_holds_one() {
     .await;
     assert_eq!(code, 503, "{v}");
 
-    // Only the holder renews, reads and releases it.
+    // Only the holder renews, reads and releases it. Anyone else is answered as for a lease
+    // that does not exist, word for word but the id, naming no one: the answer tells
+    // neither who holds it nor that it exists.
     let renew = format!("/v1/leases/{id}/renew");
-    let (code, _, v) = call(&one, Method::POST, &renew, other, "").await;
-    assert_eq!(code, 403, "{v}");
+    let unknown = format!("{NS}_web_l-{}", "a".repeat(24));
+    let alike = |v: &Value, asked: &str| {
+        v["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .replace(asked, "ID")
+    };
+    for (method, path, body) in [
+        (Method::POST, "/renew", ""),
+        (Method::GET, "", ""),
+        (Method::DELETE, "", r#"{"outcome": "banned"}"#),
+    ] {
+        let (code, _, v) = call(
+            &one,
+            method.clone(),
+            &format!("/v1/leases/{id}{path}"),
+            other,
+            body,
+        )
+        .await;
+        let (none_code, _, none) = call(
+            &one,
+            method.clone(),
+            &format!("/v1/leases/{unknown}{path}"),
+            other,
+            body,
+        )
+        .await;
+        assert_eq!((code, none_code), (404, 404), "{method} {path}: {v} {none}");
+        assert_eq!(alike(&v, &id), alike(&none, &unknown), "{method} {path}");
+        for name in ["spider", "rival"] {
+            assert!(!v.to_string().contains(name), "{method} {path}: {v}");
+        }
+    }
+    assert_eq!(
+        r.members("web")[&proxy]["status"]["banReports"],
+        Value::Null,
+        "another's release reported nothing"
+    );
     let (code, _, v) = call(&two, Method::POST, &renew, holder, r#"{"ttl": "45m"}"#).await;
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["proxies"][0]["name"], proxy.as_str());
@@ -1334,7 +1375,7 @@ async fn exclusive_leases_never_share_a_proxy_and_only_the_holder_holds_one() {
     let (code, _, _) = call(&one, Method::DELETE, "/v1/leases/not-a-lease", holder, "").await;
     assert_eq!(code, 400);
     let (code, _, v) = call(&one, Method::DELETE, &format!("/v1/leases/{id}"), other, "").await;
-    assert_eq!(code, 403, "{v}");
+    assert_eq!(code, 404, "{v}");
 
     // Released: free for two shared leases, not for a third.
     let (code, _, v) = call(
@@ -1385,6 +1426,8 @@ async fn a_leased_proxy_due_for_rotation_drains_until_its_lease_is_released() {
     let mut spec = spec_of(2);
     spec["rotation"] = json!({"maxAge": "10m"});
     spec["drainTimeout"] = json!("2h");
+    // A holder may ask for the whole pool: what refuses it below is the draining member.
+    spec["leases"] = json!({"maxPerHolder": 3});
     r.create_pool("web", spec).await;
     r.settled("web", 2).await;
     let first: BTreeSet<String> = r.members("web").into_keys().collect();
@@ -1467,8 +1510,8 @@ async fn a_leased_proxy_due_for_rotation_drains_until_its_lease_is_released() {
     );
 }
 
-/// Releases that report the proxy banned cordon it at the pool's cordonAfterBans, and the
-/// pool replaces it; one report alone does not.
+/// Releases that report the proxy banned cordon it once cordonAfterBans holders have, and the
+/// pool replaces it; one holder's report alone does not.
 #[tokio::test(start_paused = true)]
 async fn ban_reports_cordon_a_proxy_at_the_threshold() {
     let r = start().await;
@@ -1478,12 +1521,12 @@ async fn ban_reports_cordon_a_proxy_at_the_threshold() {
     r.settled("web", 1).await;
     let api = lease_api(&r);
     let mut proxy = String::new();
-    for round in 0..2 {
+    for (round, token) in ["spider-token", "rival-token"].into_iter().enumerate() {
         let (code, _, lease) = call(
             &api,
             Method::POST,
             "/v1/leases",
-            "spider-token",
+            token,
             &lease_body(1, "Exclusive"),
         )
         .await;
@@ -1494,7 +1537,7 @@ async fn ban_reports_cordon_a_proxy_at_the_threshold() {
             &api,
             Method::DELETE,
             &format!("/v1/leases/{id}"),
-            "spider-token",
+            token,
             r#"{"outcome": "banned"}"#,
         )
         .await;
@@ -1781,6 +1824,80 @@ async fn distinct_egress_replaces_members_behind_one_address_and_spills_their_sh
     assert_eq!(r.pool("web")["status"]["distinctEgressIPs"], 3);
 }
 
+/// The issue's flood: one crawler leasing and releasing with `banned` again and again (six
+/// calls) cordons nothing, since a holder's reports count once per proxy; three holders
+/// reporting one proxy cordon it, and the pool replaces it first: the floor holds, and the
+/// other members stay.
+#[tokio::test(start_paused = true)]
+async fn one_holder_reporting_bans_again_and_again_cordons_nothing() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let first: BTreeSet<String> = r.members("web").into_keys().collect();
+    let api = lease_api(&r);
+    let from = r.revision();
+    let lease_and_ban = |token: &'static str| {
+        let api = &api;
+        async move {
+            let (code, _, lease) = call(
+                api,
+                Method::POST,
+                "/v1/leases",
+                token,
+                &lease_body(1, "Exclusive"),
+            )
+            .await;
+            assert_eq!(code, 201, "{lease}");
+            let id = lease["id"].as_str().unwrap();
+            let (code, _, v) = call(
+                api,
+                Method::DELETE,
+                &format!("/v1/leases/{id}"),
+                token,
+                r#"{"outcome": "banned"}"#,
+            )
+            .await;
+            assert_eq!(code, 200, "{v}");
+            lease["proxies"][0]["name"].as_str().unwrap().to_string()
+        }
+    };
+    let mut reported = BTreeSet::new();
+    for _ in 0..3 {
+        reported.insert(lease_and_ban("spider-token").await);
+    }
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let members = r.members("web");
+    assert_eq!(
+        members.keys().cloned().collect::<BTreeSet<_>>(),
+        first,
+        "nothing replaced"
+    );
+    for p in members.values() {
+        assert!(!cordoned(p), "{p:#}");
+        assert!(
+            p["status"]["banReports"].as_u64().unwrap_or(0) <= 1,
+            "{p:#}"
+        );
+    }
+    // Three holders of one proxy: cordoned, replaced first, the floor held.
+    let victim = lease_and_ban("rival-token").await;
+    let again = lease_and_ban("third-token").await;
+    assert_eq!(victim, again, "the same proxy, the youngest free one");
+    if !reported.contains(&victim) {
+        lease_and_ban("spider-token").await;
+    }
+    assert_eq!(r.members("web")[&victim]["status"]["banReports"], 3);
+    r.until("the banned proxy replaced", Duration::from_secs(600), |r| {
+        let m = r.members("web");
+        !m.contains_key(&victim) && m.len() == 3 && m.values().all(available)
+    })
+    .await;
+    let left: BTreeSet<String> = r.members("web").into_keys().collect();
+    assert_eq!(left.intersection(&first).count(), 2, "{left:?}");
+    let (min_available, _) = r.replay("web", from);
+    assert!(min_available >= 3, "{min_available}");
+}
+
 /// A cordon on an exclusively leased member (`kubectl annotate proxy ... cordon=true`): the
 /// member keeps serving its holder and counting toward the floor until its replacement
 /// serves, then drains (its holder told it retires, and why); released, it goes. The floor
@@ -1852,6 +1969,212 @@ async fn a_cordoned_leased_member_is_replaced_first_and_drains() {
     assert!(
         r.pool("web")["status"]["lostLeases"].is_null(),
         "a drained lease lost nothing"
+    );
+}
+
+/// A holder holds at most `leases.maxPerHolder` of a pool's proxies at once (default 50% of
+/// replicas, rounded up): beyond it, 429 naming the setting, while another holder is served;
+/// raised, the holder gets more.
+#[tokio::test(start_paused = true)]
+async fn a_holder_holds_at_most_max_per_holder_of_a_pool() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let api = lease_api(&r);
+    let (code, _, v) = call(
+        &api,
+        Method::POST,
+        "/v1/leases",
+        "spider-token",
+        &lease_body(2, "Exclusive"),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    for mode in ["Exclusive", "Shared"] {
+        let (code, retry, v) = call(
+            &api,
+            Method::POST,
+            "/v1/leases",
+            "spider-token",
+            &lease_body(1, mode),
+        )
+        .await;
+        assert_eq!(code, 429, "{mode}: {v}");
+        assert!(retry.is_none(), "nothing to wait for but a release");
+        let reason = v["reason"].as_str().unwrap();
+        assert!(reason.contains("leases.maxPerHolder"), "{reason}");
+        assert!(reason.contains("holds 2"), "{reason}");
+    }
+    let (code, _, rival) = call(
+        &api,
+        Method::POST,
+        "/v1/leases",
+        "rival-token",
+        &lease_body(1, "Exclusive"),
+    )
+    .await;
+    assert_eq!(code, 201, "{rival}");
+
+    r.patch_pool("web", json!({"spec": {"leases": {"maxPerHolder": 3}}}))
+        .await;
+    let rival_id = rival["id"].as_str().unwrap();
+    let (code, _, v) = call(
+        &api,
+        Method::DELETE,
+        &format!("/v1/leases/{rival_id}"),
+        "rival-token",
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+    let (code, _, v) = call(
+        &api,
+        Method::POST,
+        "/v1/leases",
+        "spider-token",
+        &lease_body(1, "Exclusive"),
+    )
+    .await;
+    assert_eq!(code, 201, "raised to 3: {v}");
+}
+
+/// The issue's lease lost in silence, with no fault at all: a lease on a member, a rollout,
+/// and the member's instance replaced (its Pod gone) while it is out of date. The pool deletes
+/// the member; its holder's read and renewal answer 404 saying which proxy went and why, and
+/// the pool's lostLeases has it.
+#[tokio::test(start_paused = true)]
+async fn a_member_replaced_during_a_rollout_is_a_loss_its_holder_is_told() {
+    let r = start().await;
+    r.create_pool("web", spec_of(1)).await;
+    r.settled("web", 1).await;
+    let api = lease_api(&r);
+    let (code, _, lease) = call(
+        &api,
+        Method::POST,
+        "/v1/leases",
+        "spider-token",
+        &lease_body(1, "Exclusive"),
+    )
+    .await;
+    assert_eq!(code, 201, "{lease}");
+    let id = lease["id"].as_str().unwrap().to_string();
+    let leased = lease["proxies"][0]["name"].as_str().unwrap().to_string();
+    r.patch_pool("web", json!({"spec": {"template": {"port": 3129}}}))
+        .await;
+    r.until(
+        "the leased member draining",
+        Duration::from_secs(600),
+        |r| r.members("web").get(&leased).is_some_and(draining),
+    )
+    .await;
+    let pod = r.members("web")[&leased]["status"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(r.client(), NS);
+    pods.delete(&pod, &DeleteParams::default()).await.unwrap();
+    r.until("the member gone", Duration::from_secs(600), |r| {
+        !r.members("web").contains_key(&leased)
+    })
+    .await;
+    for (method, path) in [(Method::GET, ""), (Method::POST, "/renew")] {
+        let (code, _, v) = call(
+            &api,
+            method.clone(),
+            &format!("/v1/leases/{id}{path}"),
+            "spider-token",
+            "",
+        )
+        .await;
+        assert_eq!(code, 404, "{v}");
+        let reason = v["reason"].as_str().unwrap();
+        assert!(
+            reason.contains(&leased) && reason.contains("instance was replaced"),
+            "{method}: {reason}"
+        );
+    }
+    let lost = r.pool("web")["status"]["lostLeases"].clone();
+    assert!(
+        lost.as_array().is_some_and(|l| l
+            .iter()
+            .any(|e| e["lease"] == id.as_str() && e["proxy"] == leased.as_str())),
+        "{lost:#}"
+    );
+}
+
+/// The record of a lost lease is written before the proxy goes: a drain that reaches its
+/// drainTimeout while the pool's status write fails once (a 500) still leaves the holder a
+/// lostLeases entry, where the record written after the deletion was lost with the write.
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_is_recorded_before_its_proxy_goes() {
+    let r = start().await;
+    let mut spec = spec_of(1);
+    spec["drainTimeout"] = json!("5m");
+    r.create_pool("web", spec).await;
+    r.settled("web", 1).await;
+    let api = lease_api(&r);
+    let (code, _, lease) = call(
+        &api,
+        Method::POST,
+        "/v1/leases",
+        "spider-token",
+        &json!({"namespace": NS, "pool": "web", "ttl": "1h"}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{lease}");
+    let id = lease["id"].as_str().unwrap().to_string();
+    let leased = lease["proxies"][0]["name"].as_str().unwrap().to_string();
+    r.patch_pool("web", json!({"spec": {"template": {"port": 3129}}}))
+        .await;
+    r.until(
+        "the leased member draining beside its replacement",
+        Duration::from_secs(600),
+        |r| {
+            let m = r.members("web");
+            m.get(&leased).is_some_and(draining)
+                && m.values().filter(|p| available(p)).count() == 1
+                && r.pool("web")["status"]["drainingReplicas"] == 1
+        },
+    )
+    .await;
+    // Quiet: nothing changes until the drain ends. The pool's next status write fails.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    r.d.fault(
+        Route::new(
+            Method::PATCH,
+            &format!("/apis/crawl.example.com/v1alpha1/namespaces/{NS}/proxypools/web/status"),
+        ),
+        Fault::Error(ApiError::new(500, "InternalError", "etcd timed out")),
+        Some(1),
+    );
+    r.until("the drained member gone", Duration::from_secs(900), |r| {
+        !r.members("web").contains_key(&leased)
+    })
+    .await;
+    r.until("the loss recorded", Duration::from_secs(120), |r| {
+        r.pool("web")["status"]["lostLeases"]
+            .as_array()
+            .is_some_and(|l| {
+                l.iter()
+                    .any(|e| e["lease"] == id.as_str() && e["proxy"] == leased.as_str())
+            })
+    })
+    .await;
+    let (code, _, v) = call(
+        &api,
+        Method::GET,
+        &format!("/v1/leases/{id}"),
+        "spider-token",
+        "",
+    )
+    .await;
+    assert_eq!(code, 404, "{v}");
+    assert!(
+        v["reason"].as_str().unwrap().contains("drainTimeout"),
+        "{v}"
     );
 }
 

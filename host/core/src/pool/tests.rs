@@ -371,7 +371,7 @@ fn a_leased_cordoned_member_drains_after_its_replacement() {
     let mut s = Sim::new(spec(2, &[1]));
     s.settle();
     let leased = s.members[0].name.clone();
-    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
     s.members[0].cordoned = true;
     let d = s.step();
     assert!(d.deletes.is_empty() && d.drains.is_empty(), "{d:?}");
@@ -1463,7 +1463,7 @@ fn a_leased_member_due_for_rotation_drains_after_its_replacement() {
     let mut s = Sim::new(rotating(2));
     s.settle();
     let leased = s.members[0].name.clone();
-    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
     s.now += 3700;
     let mut drained = Vec::new();
     let mut retire_at = None;
@@ -1517,7 +1517,7 @@ fn a_drain_ends_at_drain_timeout_and_the_holder_reads_why() {
     let mut s = Sim::new(sp);
     s.settle();
     let leased = s.members[0].name.clone();
-    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
     s.now += 3700;
     s.step();
     s.ready_all();
@@ -1549,7 +1549,7 @@ fn a_leased_member_that_fails_goes_at_once() {
     let mut s = Sim::new(rotating(2));
     s.settle();
     let failed = s.members[0].name.clone();
-    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
     s.members[0].available = false;
     s.members[0].ready = false;
     s.members[0].cordoned = true;
@@ -1558,6 +1558,76 @@ fn a_leased_member_that_fails_goes_at_once() {
     assert!(d.drains.is_empty());
     assert_eq!(s.status.lost_leases[0].proxy, failed);
     assert!(s.status.lost_leases[0].reason.contains("does not serve"));
+}
+
+/// A lease whose instance was replaced under it while its member was out of date (draining):
+/// the member goes, since nothing holds it, and the record says which lease lost which proxy
+/// and why. The record is made the moment the pool sees the replacement, before any
+/// deletion; one the world contradicts (the lease still holds a member that is not going) is
+/// dropped; a member being deleted with a lease on it is a loss too.
+#[test]
+fn a_lease_on_a_replaced_instance_is_recorded_lost() {
+    let mut s = Sim::new(rotating(1));
+    s.settle();
+    let leased = s.members[0].name.clone();
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
+    s.now += 3700;
+    s.step();
+    s.ready_all();
+    let d = s.step();
+    assert_eq!(d.drains, vec![(leased.clone(), DeleteReason::Rotated)]);
+    // Its instance replaced: the binding holds nothing. Recorded at once, and the member goes.
+    s.members
+        .iter_mut()
+        .find(|m| m.name == leased)
+        .unwrap()
+        .leases[0]
+        .holds = false;
+    let d = s.step();
+    assert_eq!(d.deletes, vec![(leased.clone(), DeleteReason::Rotated)]);
+    assert_eq!(s.status.lost_leases.len(), 1, "{:?}", s.status.lost_leases);
+    let lost = &s.status.lost_leases[0];
+    assert_eq!(
+        (lost.lease.as_str(), lost.proxy.as_str()),
+        ("l-a", leased.as_str())
+    );
+    assert_eq!(lost.reason, crate::lease::INSTANCE_REPLACED);
+    assert_eq!(
+        lost.holder.as_deref(),
+        Some(crate::lease::holder_digest("spider").as_str())
+    );
+    // Recorded once.
+    s.step();
+    assert_eq!(s.status.lost_leases.len(), 1);
+
+    // A record the world contradicts is dropped: a prior entry for a lease that still holds a
+    // member not going (a deletion recorded first that then did not happen).
+    let held = s.members[0].name.clone();
+    s.members[0].leases = vec![MemberLease::held("l-b", NOW + 86_400, "rival")];
+    s.status.lost_leases.push(crate::lease::LostProxy {
+        lease: "l-b".into(),
+        proxy: held.clone(),
+        reason: "Rotated: drained until drainTimeout".into(),
+        at: crate::gc::format_rfc3339(s.now),
+        holder: Some(crate::lease::holder_digest("rival")),
+    });
+    s.step();
+    assert!(
+        !s.status.lost_leases.iter().any(|l| l.lease == "l-b"),
+        "{:?}",
+        s.status.lost_leases
+    );
+    // A member being deleted (by someone else) with a lease on it: a loss.
+    s.members[0].deleting = true;
+    s.step();
+    assert!(
+        s.status
+            .lost_leases
+            .iter()
+            .any(|l| l.lease == "l-b" && l.proxy == held && l.reason.contains("deleted")),
+        "{:?}",
+        s.status.lost_leases
+    );
 }
 
 /// A pool asking for a billion proxies: the decision does bounded work (at most
@@ -1608,10 +1678,17 @@ fn a_huge_replica_count_is_bounded_work_and_refused() {
     // Other counts of the spec are bounded too.
     let mut sp = spec(3, &[1; MAX_PLACEMENTS + 1]);
     sp.placements[0].zones = (0..=MAX_ZONES).map(|z| format!("z{z}")).collect();
+    sp.leases = Some(crate::lease::LeasePolicy {
+        cordon_after_bans: 1000,
+        max_per_holder: IntOrPercent::Percent("150%".into()),
+        ..Default::default()
+    });
     let problems = validate(&pool_named("web", None, sp));
     for field in [
         "spec.placements: 33 placements",
         "spec.placements[0].zones: 65 zones",
+        "spec.leases.cordonAfterBans",
+        "spec.leases.maxPerHolder: 150%",
     ] {
         assert!(
             problems.iter().any(|p| p.starts_with(field)),
@@ -1628,7 +1705,7 @@ fn scaling_down_takes_the_unleased_first_and_drains_the_leased() {
     let mut s = Sim::new(sp);
     s.settle();
     for m in &mut s.members[..2] {
-        m.leases = vec![("l-a".into(), NOW + 600)];
+        m.leases = vec![MemberLease::held("l-a", NOW + 600, "spider")];
     }
     let leased: Vec<String> = s.members[..2].iter().map(|m| m.name.clone()).collect();
     let free = s.members[2].name.clone();
@@ -1654,6 +1731,8 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
         None,
         Held,
         Ended,
+        /// Live, but its instance was replaced under it: it holds nothing.
+        Replaced,
     }
     #[derive(Debug, Clone, Copy)]
     struct S {
@@ -1664,7 +1743,7 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
     }
     let mut shapes = Vec::new();
     for serving in [false, true] {
-        for lease in [Lease::None, Lease::Held, Lease::Ended] {
+        for lease in [Lease::None, Lease::Held, Lease::Ended, Lease::Replaced] {
             // 0 current, 1 rotation due, 2 old revision, 3 cordoned.
             for stale in 0..4u8 {
                 // 0 not draining, 1 draining, 2 draining past its retirement.
@@ -1712,8 +1791,14 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
                         m.cordoned = sh.stale == 3;
                         m.leases = match sh.lease {
                             Lease::None => vec![],
-                            Lease::Held => vec![(format!("l-{k}"), NOW + 300)],
-                            Lease::Ended => vec![(format!("l-{k}"), NOW)],
+                            Lease::Held => {
+                                vec![MemberLease::held(&format!("l-{k}"), NOW + 300, "h")]
+                            }
+                            Lease::Ended => vec![MemberLease::held(&format!("l-{k}"), NOW, "h")],
+                            Lease::Replaced => vec![MemberLease {
+                                holds: false,
+                                ..MemberLease::held(&format!("l-{k}"), NOW + 300, "h")
+                            }],
                         };
                         m.retiring = match sh.drain {
                             0 => None,
@@ -1753,6 +1838,20 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
                         !(m.retiring.is_some() && d.drains.iter().any(|(n, _)| *n == m.name)),
                         "drained twice"
                     );
+                    // No lease is lost in silence: a live binding on a member that goes, or
+                    // one of a replaced instance, is in the record, for its holder.
+                    for l in m.leases.iter().filter(|l| l.until > NOW) {
+                        if deleted || !l.holds {
+                            assert!(
+                                d.status.lost_leases.iter().any(|x| x.lease == l.id
+                                    && x.proxy == m.name
+                                    && x.holder.as_deref() == Some(l.holder.as_str())),
+                                "{set:?}: {} lost {} in silence: {d:?}",
+                                l.id,
+                                m.name
+                            );
+                        }
+                    }
                 }
                 let live_after = members
                     .iter()
@@ -1778,6 +1877,7 @@ fn lease_and_drain_settings_are_checked_naming_the_field() {
         max_ttl: "5m".into(),
         default_ttl: "10m".into(),
         cordon_after_bans: 3,
+        ..Default::default()
     });
     let problems = validate(&pool_named("web", None, sp.clone()));
     assert_eq!(
