@@ -223,7 +223,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
             .pool_observed(&namespace, &name, core.spec.replicas, 0, &status);
         if status != old {
             write_status(&pools, &name, &status).await?;
-            publish(ctx, &pool, true, "InvalidSpec", problems.join("; ")).await;
+            publish(ctx, &pool, None, true, "InvalidSpec", problems.join("; ")).await;
         }
         // Nothing to do until the spec changes, which is a new generation.
         return Ok(Action::await_change());
@@ -306,6 +306,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         publish(
             ctx,
             &pool,
+            Some(member_ref(&namespace, proxy_name, seen)),
             false,
             why.as_str(),
             format!("deleting {proxy_name} ({})", why.as_str()),
@@ -337,6 +338,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         publish(
             ctx,
             &pool,
+            Some(member_ref(&namespace, proxy_name, Some(seen))),
             false,
             "Draining",
             format!(
@@ -358,7 +360,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         serial = first;
         let taken: BTreeSet<String> = listed.items.iter().map(ResourceExt::name_any).collect();
         for c in &d.creates {
-            let proxy_name = loop {
+            let (proxy_name, made) = loop {
                 serial += 1;
                 if serial > reserved {
                     return Err(Error::NoFreeName(name.clone(), reserved));
@@ -369,7 +371,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
                 }
                 let proxy = owned_proxy(&pool, &pool::member_proxy(&core, c, &n));
                 match proxies.create(&PostParams::default(), &proxy).await {
-                    Ok(_) => break n,
+                    Ok(made) => break (n, made),
                     // A Proxy of that name that is not the pool's (no label): the next name.
                     Err(kube::Error::Api(s)) if s.code == 409 => continue,
                     Err(e) => return Err(Error::Kube(e)),
@@ -389,6 +391,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
             publish(
                 ctx,
                 &pool,
+                Some(member_ref(&namespace, &proxy_name, Some(&made))),
                 false,
                 "Created",
                 format!(
@@ -528,8 +531,35 @@ async fn write_status(
     Ok(())
 }
 
-/// An Event on the pool; one that cannot be written does not fail the reconcile.
-async fn publish(ctx: &Context, pool: &ProxyPool, warning: bool, reason: &str, note: String) {
+/// The reference of member `name` of the pool (as `seen`, when it was), an Event's related
+/// object.
+fn member_ref(
+    namespace: &str,
+    name: &str,
+    seen: Option<&Proxy>,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(Proxy::api_version(&()).into_owned()),
+        kind: Some(Proxy::kind(&()).into_owned()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        uid: seen.and_then(|p| p.metadata.uid.clone()),
+        ..Default::default()
+    }
+}
+
+/// An Event on the pool, about its member `member` when it is one's (its related object);
+/// one that cannot be written does not fail the reconcile. The recorder folds an Event into
+/// an earlier one of the same reason about the same objects (a series), so naming the member
+/// keeps each member's creation and deletion an Event of its own.
+async fn publish(
+    ctx: &Context,
+    pool: &ProxyPool,
+    member: Option<k8s_openapi::api::core::v1::ObjectReference>,
+    warning: bool,
+    reason: &str,
+    note: String,
+) {
     let event = Event {
         type_: if warning {
             EventType::Warning
@@ -539,7 +569,7 @@ async fn publish(ctx: &Context, pool: &ProxyPool, warning: bool, reason: &str, n
         reason: reason.into(),
         note: Some(note.chars().take(1000).collect()),
         action: "Reconcile".into(),
-        secondary: None,
+        secondary: member,
     };
     if let Err(e) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
         tracing::warn!("event not recorded: {}", crate::controller::brief(&e));

@@ -509,6 +509,15 @@ async fn three_over_two_placements_weighted_two_to_one_spread_two_and_one() {
             .count(),
         3
     );
+    // Each creation is an Event of its own, naming its member (the recorder would fold
+    // Events of one reason about one object into the first one's series).
+    let created: BTreeSet<String> = r
+        .events()
+        .into_iter()
+        .filter(|(reason, note)| reason == "Created" && note.starts_with("web-"))
+        .filter_map(|(_, note)| note.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert_eq!(created, members.keys().cloned().collect::<BTreeSet<_>>());
 }
 
 #[tokio::test(start_paused = true)]
@@ -537,6 +546,15 @@ async fn a_template_change_rolls_every_proxy_without_going_below_the_floor() {
 
     let after: BTreeSet<String> = r.members("web").into_keys().collect();
     assert!(before.is_disjoint(&after), "{before:?} {after:?}");
+    // Each deletion is an Event of its own, naming its member.
+    let deleted: BTreeSet<String> = r
+        .events()
+        .into_iter()
+        .filter(|(reason, _)| reason == "OutOfDate")
+        .filter_map(|(_, note)| note.strip_prefix("deleting ").map(str::to_string))
+        .filter_map(|rest| rest.split_whitespace().next().map(str::to_string))
+        .collect();
+    assert_eq!(deleted, before, "{:?}", r.events());
     let (min_available, max_live) = r.replay("web", from);
     assert!(
         min_available >= 3,
