@@ -805,7 +805,9 @@ pub fn grant(
 }
 
 /// What lease `id` of `holder` lost: the pool's record (`status.lostLeases`) and the members
-/// whose instance was replaced under it, each proxy once. Nothing of another's lease.
+/// whose instance was replaced under it, each proxy once, but a proxy the lease still holds
+/// (a record of a deletion that did not happen, until the pool drops it). Nothing of
+/// another's lease.
 pub fn lost(
     members: &[Held<'_>],
     pool_lost: &[LostProxy],
@@ -814,6 +816,11 @@ pub fn lost(
     now: i64,
 ) -> Vec<LostProxy> {
     let whose = holder_digest(holder);
+    let still_held = |proxy: &str| {
+        members
+            .iter()
+            .any(|h| h.proxy.name == proxy && h.holds(id, now))
+    };
     let mut out: Vec<LostProxy> = Vec::new();
     for l in pool_lost
         .iter()
@@ -821,7 +828,10 @@ pub fn lost(
         .cloned()
         .chain(members.iter().filter_map(|h| h.replaced(id, now)))
     {
-        if l.holder.as_deref() == Some(whose.as_str()) && !out.iter().any(|o| o.proxy == l.proxy) {
+        if l.holder.as_deref() == Some(whose.as_str())
+            && !still_held(&l.proxy)
+            && !out.iter().any(|o| o.proxy == l.proxy)
+        {
             out.push(l);
         }
     }

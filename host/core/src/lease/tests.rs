@@ -374,3 +374,58 @@ fn the_per_holder_bound_resolves_against_replicas() {
     };
     assert_eq!(p.per_holder(100), 4);
 }
+
+/// What a lease lost is told to its holder alone, each proxy once, and never a proxy the lease
+/// still holds (a record written before a deletion that then did not happen, until the pool
+/// drops it).
+#[test]
+fn what_a_lease_lost_is_its_holders_and_never_what_it_holds() {
+    let mut b = binding("l-a", "alice", LeaseMode::Exclusive, 60);
+    b.ip = Some("10.0.0.1".into());
+    let status = crate::ProxyStatus {
+        ip: Some("10.0.0.1".into()),
+        leases: vec![b],
+        ..Default::default()
+    };
+    let held = |name: &'static str| Held {
+        proxy: crate::discovery::Candidate {
+            namespace: "ns",
+            name,
+            provider: "p",
+            port: 3128,
+            zone: None,
+            pool: Some("web"),
+            cordoned: false,
+            draining: false,
+            exclusively_leased: true,
+            status: &status,
+            credential: None,
+        },
+        retiring: None,
+        created_at: Some(NOW - 60),
+    };
+    let record = |proxy: &str, holder: &str| LostProxy {
+        lease: "l-a".into(),
+        proxy: proxy.into(),
+        reason: "Rotated: drained until drainTimeout".into(),
+        at: crate::gc::format_rfc3339(NOW),
+        holder: Some(holder_digest(holder)),
+    };
+    let pool_lost = [
+        record("p1", "alice"),
+        record("p2", "alice"),
+        record("p2", "alice"),
+    ];
+    let members = [held("p1")];
+    let told = lost(&members, &pool_lost, "l-a", "alice", NOW);
+    assert_eq!(
+        told.iter().map(|l| l.proxy.as_str()).collect::<Vec<_>>(),
+        ["p2"],
+        "p1 is still held; p2 once"
+    );
+    assert!(lost(&members, &pool_lost, "l-a", "bob", NOW).is_empty());
+    assert_eq!(
+        gone(&[], &pool_lost, "l-a", "bob", NOW),
+        "lease l-a is not held (expired, released or unknown)"
+    );
+}
