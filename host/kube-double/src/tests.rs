@@ -475,6 +475,18 @@ async fn a_cut_watch_resumes_and_an_expired_resume_lists_again() {
             .count()
     };
     let (watched, listed) = (watches(), lists());
+    // The next watch of the ConfigMaps that names a version is told the version is gone.
+    let expire_the_next_watch = || {
+        d.fault(
+            Route {
+                method: Some(Method::GET),
+                path_prefix: "/api/v1/namespaces/default/configmaps".into(),
+                watch: Some(true),
+            },
+            Fault::Expired,
+            Some(1),
+        )
+    };
 
     d.cut_watches();
     api.create(&PostParams::default(), &config_map("b"))
@@ -484,15 +496,7 @@ async fn a_cut_watch_resumes_and_an_expired_resume_lists_again() {
     assert!(watches() > watched, "the watcher watched again");
     assert_eq!(lists(), listed, "from where it was: no list");
 
-    d.fault(
-        Route {
-            method: Some(Method::GET),
-            path_prefix: "/api/v1/namespaces/default/configmaps".into(),
-            watch: Some(true),
-        },
-        Fault::Expired,
-        Some(1),
-    );
+    expire_the_next_watch();
     d.cut_watches();
     api.create(&PostParams::default(), &config_map("c"))
         .await
@@ -523,15 +527,7 @@ async fn a_cut_watch_resumes_and_an_expired_resume_lists_again() {
         .metadata
         .resource_version
         .unwrap();
-    d.fault(
-        Route {
-            method: Some(Method::GET),
-            path_prefix: "/api/v1/namespaces/default/configmaps".into(),
-            watch: Some(true),
-        },
-        Fault::Expired,
-        Some(1),
-    );
+    expire_the_next_watch();
     let mut raw = api
         .watch(&WatchParams::default(), &rv)
         .await

@@ -1647,34 +1647,25 @@ fn a_huge_replica_count_is_bounded_work_and_refused() {
         startup_timeout: None,
         max_replicas: max,
     };
+    // Whether validating `sp` against a bound of `max` finds a problem starting `with`.
+    let refused = |sp: &PoolSpec, max: u32, with: &str| {
+        let problems = validate_in(&pool_named("web", None, sp.clone()), env(max));
+        problems.iter().any(|p| p.starts_with(with))
+    };
     let mut sp = spec(1001, &[1]);
     sp.placements[0].provider = String::new();
-    let problems = validate_in(
-        &pool_named("web", None, sp.clone()),
-        env(DEFAULT_MAX_REPLICAS),
-    );
-    assert!(
-        problems
-            .iter()
-            .any(|p| p.starts_with("spec.replicas: 1001 is more than the 1000")),
-        "{problems:?}"
-    );
-    let problems = validate_in(&pool_named("web", None, sp.clone()), env(2000));
-    assert!(
-        !problems.iter().any(|p| p.starts_with("spec.replicas")),
-        "{problems:?}"
-    );
+    assert!(refused(
+        &sp,
+        DEFAULT_MAX_REPLICAS,
+        "spec.replicas: 1001 is more than the 1000"
+    ));
+    assert!(!refused(&sp, 2000, "spec.replicas"));
     sp.replicas = 1_000_000_000;
-    let problems = validate_in(
-        &pool_named("web", None, sp.clone()),
-        env(MAX_REPLICAS_CEILING),
-    );
-    assert!(
-        problems
-            .iter()
-            .any(|p| p.starts_with("spec.replicas: 1000000000 is more than 100000")),
-        "{problems:?}"
-    );
+    assert!(refused(
+        &sp,
+        MAX_REPLICAS_CEILING,
+        "spec.replicas: 1000000000 is more than 100000"
+    ));
     // Other counts of the spec are bounded too.
     let mut sp = spec(3, &[1; MAX_PLACEMENTS + 1]);
     sp.placements[0].zones = (0..=MAX_ZONES).map(|z| format!("z{z}")).collect();
