@@ -180,6 +180,22 @@ async fn start_with(network: Option<Network>) -> Run {
             context_of(d.client_in_memory(), loaded, clock.clone())
         }
     };
+    tasks.extend(controllers(&d, proxy_controller, &ctx, &clock));
+    Run {
+        d,
+        ctx,
+        clock,
+        tasks,
+    }
+}
+
+/// The Proxy controller and the pool controller on `ctx`, running: the operator's tasks.
+fn controllers(
+    d: &Double,
+    proxy_controller: kube::runtime::Controller<Proxy>,
+    ctx: &Arc<Context>,
+    clock: &Clock,
+) -> Vec<tokio::task::JoinHandle<()>> {
     let proxies = tokio::spawn(
         proxy_controller
             .run(
@@ -209,13 +225,7 @@ async fn start_with(network: Option<Network>) -> Run {
             )
             .for_each(|_| async {}),
     );
-    tasks.extend([proxies, pools, forget]);
-    Run {
-        d,
-        ctx,
-        clock,
-        tasks,
-    }
+    vec![proxies, pools, forget]
 }
 
 fn pool_key(name: &str) -> Key {
@@ -260,6 +270,17 @@ fn pool_selection(pool: &str) -> Selection {
 impl Run {
     fn client(&self) -> kube::Client {
         self.d.client_in_memory()
+    }
+
+    /// Kills the operator (its tasks dropped, whatever they were doing) and starts it again
+    /// from nothing: a new context, new controllers with empty caches, as a new Pod would.
+    async fn restart(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        self.ctx = context(self.client(), &self.d, self.clock.clone()).await;
+        let proxy_controller = egress_operator::proxy_controller(self.client(), 8);
+        self.tasks = controllers(&self.d, proxy_controller, &self.ctx, &self.clock);
     }
 
     fn pools(&self) -> Api<ProxyPool> {
@@ -1210,6 +1231,17 @@ fn lease_body(count: u32, mode: &str) -> String {
     json!({"namespace": NS, "pool": "web", "count": count, "mode": mode, "ttl": "30m"}).to_string()
 }
 
+/// A lease `token` asks for with `body`, which must be granted: its id and its first proxy's
+/// name.
+async fn granted(api: &egress_operator::server::Api, token: &str, body: &str) -> (String, String) {
+    let (code, _, lease) = call(api, Method::POST, "/v1/leases", token, body).await;
+    assert_eq!(code, 201, "{lease}");
+    (
+        lease["id"].as_str().unwrap().to_string(),
+        lease["proxies"][0]["name"].as_str().unwrap().to_string(),
+    )
+}
+
 /// Two exclusive leases for a pool of one: one gets the proxy, the other 503 with Retry-After
 /// and the reason, also when two replicas' books race for it at the same moment (the API
 /// server's resourceVersion settles it); shared leases respect their bound; the holder alone
@@ -1450,17 +1482,12 @@ async fn a_leased_proxy_due_for_rotation_drains_until_its_lease_is_released() {
     r.settled("web", 2).await;
     let first: BTreeSet<String> = r.members("web").into_keys().collect();
     let api = lease_api(&r);
-    let (code, _, lease) = call(
+    let (id, leased) = granted(
         &api,
-        Method::POST,
-        "/v1/leases",
         "spider-token",
         &json!({"namespace": NS, "pool": "web", "ttl": "1h"}).to_string(),
     )
     .await;
-    assert_eq!(code, 201, "{lease}");
-    let id = lease["id"].as_str().unwrap().to_string();
-    let leased = lease["proxies"][0]["name"].as_str().unwrap().to_string();
     let from = r.revision();
 
     r.until(
@@ -1579,17 +1606,7 @@ async fn a_lease_does_not_follow_its_proxy_to_a_new_address() {
     r.create_pool("web", spec_of(1)).await;
     r.settled("web", 1).await;
     let api = lease_api(&r);
-    let (code, _, lease) = call(
-        &api,
-        Method::POST,
-        "/v1/leases",
-        "spider-token",
-        &lease_body(1, "Exclusive"),
-    )
-    .await;
-    assert_eq!(code, 201, "{lease}");
-    let id = lease["id"].as_str().unwrap().to_string();
-    let name = lease["proxies"][0]["name"].as_str().unwrap().to_string();
+    let (id, name) = granted(&api, "spider-token", &lease_body(1, "Exclusive")).await;
     let before = r.members("web")[&name]["status"]["ip"].clone();
     let pod = r.members("web")[&name]["status"]["providerID"]
         .as_str()
@@ -1926,17 +1943,7 @@ async fn a_cordoned_leased_member_is_replaced_first_and_drains() {
     r.create_pool("web", spec_of(3)).await;
     r.settled("web", 3).await;
     let api = lease_api(&r);
-    let (code, _, lease) = call(
-        &api,
-        Method::POST,
-        "/v1/leases",
-        "spider-token",
-        &lease_body(1, "Exclusive"),
-    )
-    .await;
-    assert_eq!(code, 201, "{lease}");
-    let id = lease["id"].as_str().unwrap().to_string();
-    let leased = lease["proxies"][0]["name"].as_str().unwrap().to_string();
+    let (id, leased) = granted(&api, "spider-token", &lease_body(1, "Exclusive")).await;
     let from = r.revision();
 
     cordon(&r, &leased).await;
@@ -2066,17 +2073,7 @@ async fn a_member_replaced_during_a_rollout_is_a_loss_its_holder_is_told() {
     r.create_pool("web", spec_of(1)).await;
     r.settled("web", 1).await;
     let api = lease_api(&r);
-    let (code, _, lease) = call(
-        &api,
-        Method::POST,
-        "/v1/leases",
-        "spider-token",
-        &lease_body(1, "Exclusive"),
-    )
-    .await;
-    assert_eq!(code, 201, "{lease}");
-    let id = lease["id"].as_str().unwrap().to_string();
-    let leased = lease["proxies"][0]["name"].as_str().unwrap().to_string();
+    let (id, leased) = granted(&api, "spider-token", &lease_body(1, "Exclusive")).await;
     r.patch_pool("web", json!({"spec": {"template": {"port": 3129}}}))
         .await;
     r.until(
@@ -2134,17 +2131,12 @@ async fn a_lost_lease_is_recorded_before_its_proxy_goes() {
     r.create_pool("web", spec).await;
     r.settled("web", 1).await;
     let api = lease_api(&r);
-    let (code, _, lease) = call(
+    let (id, leased) = granted(
         &api,
-        Method::POST,
-        "/v1/leases",
         "spider-token",
         &json!({"namespace": NS, "pool": "web", "ttl": "1h"}).to_string(),
     )
     .await;
-    assert_eq!(code, 201, "{lease}");
-    let id = lease["id"].as_str().unwrap().to_string();
-    let leased = lease["proxies"][0]["name"].as_str().unwrap().to_string();
     r.patch_pool("web", json!({"spec": {"template": {"port": 3129}}}))
         .await;
     r.until(
@@ -2220,4 +2212,411 @@ async fn a_pool_beyond_the_replica_bound_is_refused_naming_the_field() {
         "{message}"
     );
     assert!(r.members("huge").is_empty());
+}
+
+/// Seeded draws (a simulated run's, [`VirtualClock`]'s), so that what a chaos run does
+/// reproduces from its seed.
+struct Rng(VirtualClock);
+
+impl Rng {
+    fn seeded(seed: u64) -> Self {
+        Self(VirtualClock::new(0, seed))
+    }
+
+    /// True `per_mille` times in a thousand.
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.0.random_u64() % 1000 < per_mille
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0.random_u64() % n.max(1)
+    }
+}
+
+/// A crawler's lease as the crawler knows it.
+#[derive(Debug, Clone)]
+struct Leased {
+    token: &'static str,
+    id: String,
+    proxy: String,
+    /// Unix seconds: its end, as the last grant or renewal said.
+    expires: i64,
+    /// Unix seconds: when its holder renews it next.
+    renew_at: i64,
+}
+
+/// What the crawlers did and were told.
+#[derive(Debug, Default)]
+struct Ledger {
+    held: Vec<Leased>,
+    released: Vec<Leased>,
+    /// Leases their holders were told were lost, with the reason they read.
+    lost: Vec<(Leased, String)>,
+}
+
+const CRAWLERS: [&str; 3] = ["spider-token", "rival-token", "third-token"];
+
+impl Ledger {
+    /// A 404 for `l` while it had not expired and was not released: it must say which proxy
+    /// went and why; a bare "not held" is a lease lost in silence.
+    fn told(&mut self, l: Leased, v: &Value, now: i64, seed: u64) {
+        let reason = v["reason"].as_str().unwrap_or_default().to_string();
+        if now < l.expires {
+            assert!(
+                reason.contains(&format!("{} went (", l.proxy)),
+                "seed {seed}: lease {} lost {} in silence: {reason}",
+                l.id,
+                l.proxy
+            );
+        }
+        self.lost.push((l, reason));
+    }
+
+    /// One turn of crawler `token`: take a lease when it has none; renew it when due; now and
+    /// then release it (reporting a ban at times).
+    async fn turn(&mut self, r: &Run, token: &'static str, rng: &mut Rng, seed: u64) {
+        let api = lease_api(r);
+        let now = (r.clock)();
+        let Some(i) = self.held.iter().position(|l| l.token == token) else {
+            let (code, _, v) = call(
+                &api,
+                Method::POST,
+                "/v1/leases",
+                token,
+                &lease_body(1, "Exclusive"),
+            )
+            .await;
+            if code == 201 {
+                self.held.push(Leased {
+                    token,
+                    id: v["id"].as_str().unwrap().to_string(),
+                    proxy: v["proxies"][0]["name"].as_str().unwrap().to_string(),
+                    expires: egress_core::gc::parse_rfc3339(v["expiresAt"].as_str().unwrap())
+                        .unwrap(),
+                    renew_at: now + 120,
+                });
+            } else {
+                assert!(matches!(code, 503 | 429), "seed {seed}: {code} {v}");
+            }
+            return;
+        };
+        let l = self.held[i].clone();
+        if rng.chance(40) {
+            let body = if rng.chance(500) {
+                r#"{"outcome": "banned"}"#
+            } else {
+                ""
+            };
+            let (code, _, v) = call(
+                &api,
+                Method::DELETE,
+                &format!("/v1/leases/{}", l.id),
+                token,
+                body,
+            )
+            .await;
+            match code {
+                200 => self.released.push(self.held.remove(i)),
+                404 => {
+                    let gone = self.held.remove(i);
+                    self.told(gone, &v, now, seed)
+                }
+                _ => assert_eq!(code, 503, "seed {seed}: {v}"),
+            }
+        } else if now >= l.renew_at {
+            let (code, _, v) = call(
+                &api,
+                Method::POST,
+                &format!("/v1/leases/{}/renew", l.id),
+                token,
+                "",
+            )
+            .await;
+            match code {
+                200 => {
+                    let held = &mut self.held[i];
+                    held.expires =
+                        egress_core::gc::parse_rfc3339(v["expiresAt"].as_str().unwrap()).unwrap();
+                    held.renew_at = now + 120;
+                    assert!(
+                        v["proxies"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|p| p["name"] == l.proxy.as_str()),
+                        "seed {seed}: a renewal that lost its proxy says nothing: {v}"
+                    );
+                }
+                404 => {
+                    let gone = self.held.remove(i);
+                    self.told(gone, &v, now, seed)
+                }
+                _ => assert_eq!(code, 503, "seed {seed}: {v}"),
+            }
+        }
+    }
+}
+
+impl Run {
+    /// Patches the pool, again while the API server fails.
+    async fn patch_pool_until_it_lands(&self, name: &str, patch: Value) {
+        for _ in 0..100 {
+            let r = self
+                .pools()
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            if r.is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        panic!("the pool could not be patched");
+    }
+
+    /// Deletes the Pod of a draining member (its instance goes; the Proxy controller makes a
+    /// new one, on another address): an involuntary failure that costs the floor nothing.
+    fn kill_a_draining_instance(&self, rng: &mut Rng) -> bool {
+        let pods: Vec<String> = self
+            .members("web")
+            .values()
+            .filter(|p| draining(p) && !deleting(p))
+            .filter_map(|p| p["status"]["providerID"].as_str())
+            .filter_map(|id| id.rsplit('/').next().map(str::to_string))
+            .collect();
+        if pods.is_empty() {
+            return false;
+        }
+        let pod = &pods[rng.below(pods.len() as u64) as usize];
+        let key = Key::new("v1", "Pod", Some(NS), pod);
+        self.d
+            .with(|c| c.delete(&key, &kube_double::model::DeleteOptions::default()))
+            .is_ok()
+    }
+}
+
+/// What one chaos run did, so that the runs together are seen to reach what they test.
+#[derive(Debug, Default)]
+struct Chaos {
+    restarts: u32,
+    cuts: u32,
+    killed: u32,
+    lost: usize,
+    released: usize,
+    failed_requests: u64,
+}
+
+/// One chaos run of `seed`: a pool of three, every member leased exclusively by three
+/// crawlers that renew, release, report bans and lease again; two rollouts; and meanwhile the
+/// operator killed and started again from nothing, a tenth of the API's requests failing, its
+/// watches cut (a resume answered 410 now and then), and draining members' instances killed.
+/// Then the faults stop and the pool settles. It held the floor at every point of the change
+/// log, no lease was lost in silence (every lease that ended was released by its holder or is
+/// in the pool's lostLeases, and its holder was told), and nothing is left behind: every Pod
+/// has its Proxy, and once the pool is deleted, no Proxy or Pod is left.
+async fn chaos(seed: u64) -> Chaos {
+    let mut rng = Rng::seeded(seed);
+    let mut r = start().await;
+    let mut spec = spec_of(3);
+    spec["drainTimeout"] = json!("4m");
+    r.create_pool("web", spec).await;
+    r.settled("web", 3).await;
+    let mut out = Chaos::default();
+    let failures = Arc::new(std::sync::Mutex::new(Rng::seeded(seed ^ 0x5eed)));
+    let failed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    {
+        let (failures, failed) = (failures.clone(), failed.clone());
+        r.d.fault(
+            Route {
+                method: None,
+                path_prefix: "/".into(),
+                watch: Some(false),
+            },
+            Fault::With(Arc::new(move |_| {
+                let fail = failures.lock().unwrap().chance(100);
+                fail.then(|| {
+                    failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    ApiError::new(500, "InternalError", "etcdserver: request timed out")
+                })
+            })),
+            None,
+        );
+    }
+    let mut ledger = Ledger::default();
+    for token in CRAWLERS {
+        ledger.turn(&r, token, &mut rng, seed).await;
+    }
+    let from = r.revision();
+    let end = (r.clock)() + 25 * 60;
+    let mut port = 3128;
+    let mut turn = 0u32;
+    while (r.clock)() < end {
+        tokio::time::sleep(Duration::from_secs(5 + rng.below(20))).await;
+        if turn == 2 || turn == 50 {
+            port += 1;
+            r.patch_pool_until_it_lands("web", json!({"spec": {"template": {"port": port}}}))
+                .await;
+        }
+        if rng.chance(80) {
+            r.restart().await;
+            out.restarts += 1;
+        }
+        if rng.chance(100) {
+            if rng.chance(500) {
+                // The next watch to resume is told its version is gone: it lists again.
+                r.d.fault(
+                    Route {
+                        method: Some(Method::GET),
+                        path_prefix: "/".into(),
+                        watch: Some(true),
+                    },
+                    Fault::Expired,
+                    Some(1),
+                );
+            }
+            r.d.cut_watches();
+            out.cuts += 1;
+        }
+        if rng.chance(60) && r.kill_a_draining_instance(&mut rng) {
+            out.killed += 1;
+        }
+        for token in CRAWLERS {
+            ledger.turn(&r, token, &mut rng, seed).await;
+        }
+        turn += 1;
+    }
+
+    // The faults stop; the operator starts once more, from nothing, and the pool settles on
+    // the last template with nothing left draining.
+    r.d.clear_faults();
+    r.restart().await;
+    r.until(
+        &format!("seed {seed}: settled after the chaos"),
+        Duration::from_secs(3600),
+        |r| {
+            let m = r.members("web");
+            let s = &r.pool("web")["status"];
+            m.len() == 3
+                && m.values()
+                    .all(|p| available(p) && p["spec"]["port"] == port)
+                && condition(s, "Progressing")["reason"] == "Complete"
+        },
+    )
+    .await;
+
+    // The floor, at every point of the change log since the first rollout.
+    let (min_available, _) = r.replay("web", from);
+    assert!(
+        min_available >= 3,
+        "seed {seed}: available fell to {min_available}"
+    );
+
+    // No lease lost in silence: each one still held reads as held, or says what it lost.
+    let now = (r.clock)();
+    for l in std::mem::take(&mut ledger.held) {
+        let (code, _, v) = call(
+            &lease_api(&r),
+            Method::GET,
+            &format!("/v1/leases/{}", l.id),
+            l.token,
+            "",
+        )
+        .await;
+        match code {
+            200 => assert!(
+                v["proxies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["name"] == l.proxy.as_str()),
+                "seed {seed}: {v}"
+            ),
+            404 => ledger.told(l, &v, now, seed),
+            _ => panic!("seed {seed}: {code} {v}"),
+        }
+    }
+    let record = r.pool("web")["status"]["lostLeases"].clone();
+    for (l, reason) in &ledger.lost {
+        if l.expires <= now {
+            continue;
+        }
+        assert!(
+            record.as_array().is_some_and(|all| all
+                .iter()
+                .any(|e| e["lease"] == l.id.as_str() && e["proxy"] == l.proxy.as_str())),
+            "seed {seed}: lease {} lost {} ({reason}) with no record: {record:#}",
+            l.id,
+            l.proxy
+        );
+    }
+
+    // Nothing left behind: every Pod is a Proxy's; the pool deleted, nothing at all.
+    let uids: BTreeSet<String> = r
+        .members("web")
+        .values()
+        .filter_map(|p| p["metadata"]["uid"].as_str().map(str::to_string))
+        .collect();
+    let pods = || {
+        r.d.with(|c| c.snapshot(&Selection::of("v1", "Pod", Some(NS))).0)
+            .into_iter()
+            .map(|p| (*p).clone())
+            .collect::<Vec<Value>>()
+    };
+    for p in pods() {
+        let uid = p["metadata"]["labels"]["egress-proxies.crawl.example.com/uid"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            uids.contains(uid),
+            "seed {seed}: Pod {} has no Proxy",
+            name_of(&p)
+        );
+    }
+    r.pools()
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    r.until(
+        &format!("seed {seed}: the pool's Proxies and Pods gone"),
+        Duration::from_secs(600),
+        |r| r.members("web").is_empty() && r.pods() == 0,
+    )
+    .await;
+
+    out.lost = ledger.lost.len();
+    out.released = ledger.released.len();
+    out.failed_requests = failed.load(std::sync::atomic::Ordering::Relaxed);
+    out
+}
+
+/// The chaos run over several seeds (EGRESS_CHAOS_SEEDS, comma-separated, picks others: a
+/// failure names its seed, and the same seed does the same things again).
+#[tokio::test(start_paused = true)]
+async fn chaos_a_rollout_with_leases_held_through_restarts_failures_and_cut_watches() {
+    let seeds: Vec<u64> = std::env::var("EGRESS_CHAOS_SEEDS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 2, 3]);
+    let mut total = Chaos::default();
+    for seed in seeds {
+        let started = std::time::Instant::now();
+        let c = chaos(seed).await;
+        eprintln!("chaos seed {seed}: {c:?} in {:?}", started.elapsed());
+        total.restarts += c.restarts;
+        total.cuts += c.cuts;
+        total.killed += c.killed;
+        total.lost += c.lost;
+        total.released += c.released;
+        total.failed_requests += c.failed_requests;
+    }
+    // The runs reach what they test: restarts, cut watches, failed requests, instances killed
+    // under drains, leases lost (and told) and released.
+    assert!(
+        total.restarts > 0
+            && total.cuts > 0
+            && total.failed_requests > 0
+            && total.killed > 0
+            && total.lost > 0
+            && total.released > 0,
+        "{total:?}"
+    );
 }
