@@ -106,6 +106,7 @@ async fn run(dir: &Path, providers: &Path, proxies: &Path, timeout: Duration) ->
         gc_grace: Duration::from_secs(300),
         concurrency: 4,
         run_for: None,
+        max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
         runtime: egress_runtime::RuntimeOptions {
             cache_dir: Some(cache),
             ..Default::default()

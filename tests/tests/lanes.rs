@@ -46,6 +46,7 @@ async fn plan_with_state(
         gc_grace: Duration::ZERO,
         concurrency: 1,
         run_for: None,
+        max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
         runtime: RuntimeOptions {
             cache_dir: Some(root().join("target/test-module-cache")),
             ..Default::default()

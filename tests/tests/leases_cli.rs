@@ -47,7 +47,7 @@ fn providers(dir: &Path) -> PathBuf {
 
 fn pool_yaml(port: u16) -> String {
     format!(
-        "apiVersion: crawl.example.com/v1alpha1\nkind: ProxyPool\nmetadata: {{name: web, namespace: ns}}\nspec:\n  replicas: 2\n  template: {{port: {port}}}\n  placements: [{{provider: h}}]\n  strategy: {{maxSurge: 1, maxUnavailable: 0}}\n  drainTimeout: 30m\n"
+        "apiVersion: crawl.example.com/v1alpha1\nkind: ProxyPool\nmetadata: {{name: web, namespace: ns}}\nspec:\n  replicas: 2\n  template: {{port: {port}}}\n  placements: [{{provider: h}}]\n  strategy: {{maxSurge: 1, maxUnavailable: 0}}\n  drainTimeout: 30m\n  leases: {{maxPerHolder: 3}}\n"
     )
 }
 
@@ -175,6 +175,7 @@ async fn watch(dir: &Path, providers: &Path, proxies: &Path) -> Watch {
         gc_grace: Duration::from_secs(300),
         concurrency: 4,
         run_for: None,
+        max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
         runtime: egress_runtime::RuntimeOptions {
             cache_dir: Some(cache),
             ..Default::default()

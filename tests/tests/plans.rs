@@ -143,6 +143,7 @@ async fn the_embedded_default_is_the_examples() {
         gc_grace: Duration::ZERO,
         concurrency: 1,
         run_for: None,
+        max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
         runtime: runtime(),
     })
     .await

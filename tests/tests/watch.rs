@@ -31,6 +31,7 @@ fn request(proxies: &Path, providers: &Path, state: Option<&Path>) -> ReconcileR
         },
         concurrency: 1,
         run_for: None,
+        max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
         runtime: RuntimeOptions {
             cache_dir: Some(
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache"),

@@ -254,6 +254,10 @@ pub struct RunArgs {
     /// How many Proxies are reconciled at once.
     #[arg(long, default_value_t = egress_operator::DEFAULT_CONCURRENCY, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
+    /// The most replicas a ProxyPool may ask for: a pool beyond it is refused at admission
+    /// and marked InvalidSpec (at most 100000).
+    #[arg(long, default_value_t = egress_core::pool::DEFAULT_MAX_REPLICAS, value_parser = parse_max_replicas)]
+    pub max_replicas: u32,
 }
 
 /// What a token reviewed by the API server must have been issued for.
@@ -367,6 +371,10 @@ pub struct ReconcileArgs {
     /// Rounds of reconciling before a dry-run gives up.
     #[arg(long, default_value_t = crate::DEFAULT_MAX_ROUNDS)]
     pub max_rounds: u32,
+    /// The most replicas a ProxyPool may ask for: a pool beyond it is refused naming the
+    /// field (at most 100000).
+    #[arg(long, default_value_t = egress_core::pool::DEFAULT_MAX_REPLICAS, value_parser = parse_max_replicas)]
+    pub max_replicas: u32,
     /// Instances younger than this are never swept (the operator's default: a Proxy's status
     /// may not be written yet).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -446,6 +454,14 @@ fn parse_concurrency(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(n) if (1..=4096).contains(&n) => Ok(n),
         _ => Err(format!("{s:?} is not a number of Proxies from 1 to 4096")),
+    }
+}
+
+fn parse_max_replicas(s: &str) -> Result<u32, String> {
+    let max = egress_core::pool::MAX_REPLICAS_CEILING;
+    match s.parse::<u32>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a number of replicas from 1 to {max}")),
     }
 }
 

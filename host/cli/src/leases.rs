@@ -15,8 +15,8 @@ use crate::CliError;
 use crate::state::{StateFile, StoredProxy};
 use egress_core::discovery::{Discovered, Filter};
 use egress_core::lease::{
-    self, Held, LeaseBinding, LeasePolicy, LeaseRef, LeaseRequest, LeaseView, LostProxy, Outcome,
-    ReleaseRequest, RenewRequest,
+    self, BanReport, Held, LeaseBinding, LeasePolicy, LeaseRef, LeaseRequest, LeaseView, LostProxy,
+    Outcome, ReleaseRequest, RenewRequest,
 };
 use egress_operator::leases::{LeaseBook, LeaseRefusal, count_call};
 use egress_operator::metrics::Metrics;
@@ -42,9 +42,12 @@ pub struct ProxyLeases {
     pub uid: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<LeaseBinding>,
-    /// Releases that reported the proxy banned.
+    /// Holders that reported the proxy banned (each once).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ban_reports: u32,
+    /// Their reports: a digest of each holder, and when.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ban_reporters: Vec<BanReport>,
     /// Cordoned for its ban reports (`leases.cordonAfterBans`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cordoned: bool,
@@ -96,11 +99,13 @@ impl LeaseFile {
             Some(l) => {
                 p.status.leases = l.leases.clone();
                 p.status.ban_reports = l.ban_reports;
+                p.status.ban_reporters = l.ban_reporters.clone();
                 p.cordoned |= l.cordoned;
             }
             None => {
                 p.status.leases.clear();
                 p.status.ban_reports = 0;
+                p.status.ban_reporters.clear();
             }
         }
     }
@@ -110,6 +115,8 @@ impl LeaseFile {
 #[derive(Debug, Clone, Default)]
 struct PoolFacts {
     policy: LeasePolicy,
+    /// `spec.replicas`, which `leases.maxPerHolder` may be a percentage of.
+    replicas: u32,
     lost: Vec<LostProxy>,
 }
 
@@ -234,6 +241,7 @@ impl Board {
                     key,
                     PoolFacts {
                         policy: spec.lease_policy(),
+                        replicas: spec.replicas,
                         lost: status.lost_leases.clone(),
                     },
                 )
@@ -309,6 +317,13 @@ impl Board {
             .unwrap_or_default()
     }
 
+    fn replicas(inner: &Inner, at: &LeaseRef) -> u32 {
+        inner
+            .pools
+            .get(&format!("{}/{}", at.namespace, at.pool))
+            .map_or(0, |p| p.replicas)
+    }
+
     fn lost<'a>(inner: &'a Inner, at: &LeaseRef) -> &'a [LostProxy] {
         inner
             .pools
@@ -316,25 +331,22 @@ impl Board {
             .map_or(&[][..], |p| p.lost.as_slice())
     }
 
+    /// Lease `id` as `holder` is told; 404 (saying what it lost, when it was the holder's)
+    /// when it holds nothing for `holder`.
     fn view_of(
         &self,
         inner: &Inner,
         at: &LeaseRef,
         id: &str,
+        holder: &str,
         now: i64,
     ) -> Result<LeaseView, LeaseRefusal> {
         let members = members(inner, at)?;
         let credentials = self.credentials_of(&members);
         let views = held(&members, &credentials, now);
-        lease::view(
-            &at.namespace,
-            &at.pool,
-            &views,
-            Self::lost(inner, at),
-            id,
-            now,
-        )
-        .ok_or_else(|| LeaseRefusal::NotFound(lease::gone(&views, Self::lost(inner, at), id, now)))
+        let lost = Self::lost(inner, at);
+        lease::view(&at.namespace, &at.pool, &views, lost, id, holder, now)
+            .ok_or_else(|| LeaseRefusal::NotFound(lease::gone(&views, lost, id, holder, now)))
     }
 
     /// Sets the bindings (and ban reports) of the Proxies `changes` names, writes the lease
@@ -359,13 +371,25 @@ impl Board {
         Ok(())
     }
 
-    /// The lease record Proxy `p` would have with `bindings`, keeping its reports.
-    fn record(inner: &Inner, p: &StoredProxy, bindings: Vec<LeaseBinding>) -> ProxyLeases {
+    /// The lease record Proxy `p` would have with `bindings`, keeping its reports and its
+    /// live bindings of a replaced instance (their holders' record of the loss).
+    fn record(
+        inner: &Inner,
+        p: &StoredProxy,
+        bindings: Vec<LeaseBinding>,
+        now: i64,
+    ) -> ProxyLeases {
         let prior = inner.file.of(&p.key, &p.uid);
         ProxyLeases {
             uid: p.uid.clone(),
-            leases: bindings,
+            leases: lease::with_replaced(
+                prior.map_or(&[][..], |l| l.leases.as_slice()),
+                p.status.ip.as_deref(),
+                bindings,
+                now,
+            ),
             ban_reports: prior.map_or(0, |l| l.ban_reports),
+            ban_reporters: prior.map(|l| l.ban_reporters.clone()).unwrap_or_default(),
             cordoned: prior.is_some_and(|l| l.cordoned),
         }
     }
@@ -387,30 +411,33 @@ impl Board {
         let policy = Self::policy(&inner, at);
         let ttl = lease::ttl(req.ttl.as_deref(), &policy).map_err(LeaseRefusal::BadRequest)?;
         let now = (self.now)();
+        let replicas = Self::replicas(&inner, at);
         let changes = {
             let members = members(&inner, at)?;
             let credentials = self.credentials_of(&members);
             let views = held(&members, &credentials, now);
-            lease::grant(&views, req, &policy, holder, &id, ttl, now)
-                .map_err(|s| LeaseRefusal::shortage(at, s))?
+            lease::grant(&views, req, &policy, replicas, holder, &id, ttl, now)
+                .map_err(|r| LeaseRefusal::refused(at, &policy, r))?
                 .into_iter()
                 .map(|(i, bindings)| {
                     let p = members[i];
-                    (p.key.clone(), Self::record(&inner, p, bindings))
+                    (p.key.clone(), Self::record(&inner, p, bindings, now))
                 })
                 .collect()
         };
         self.commit(&mut inner, changes)?;
-        self.view_of(&inner, at, &id, now)
+        self.view_of(&inner, at, &id, holder, now)
     }
 
-    /// The new records of the members lease `id` holds, each what `change` makes of it
-    /// (from its record as the lease file has it), or 404 when the lease holds none.
+    /// The new records of the members lease `id` of `holder` holds, each what `change` makes
+    /// of it (from its record as the lease file has it), or 404 when the lease holds none
+    /// for `holder` (another's lease reads as none).
     fn on_holders(
         &self,
         inner: &Inner,
         at: &LeaseRef,
         id: &str,
+        holder: &str,
         now: i64,
         mut change: impl FnMut(
             &StoredProxy,
@@ -422,8 +449,13 @@ impl Board {
         let credentials = self.credentials_of(&members);
         let views = held(&members, &credentials, now);
         let mut changes = Vec::new();
-        for (p, h) in members.iter().zip(&views).filter(|(_, h)| h.holds(id, now)) {
-            let record = Self::record(inner, p, h.bindings());
+        let ours = |h: &Held<'_>| {
+            h.bindings()
+                .iter()
+                .any(|b| b.id == id && b.holder == holder && b.live(now))
+        };
+        for (p, h) in members.iter().zip(&views).filter(|(_, h)| ours(h)) {
+            let record = Self::record(inner, p, h.bindings(), now);
             changes.push((p.key.clone(), change(p, h, record)?));
         }
         if changes.is_empty() {
@@ -431,6 +463,7 @@ impl Board {
                 &views,
                 Self::lost(inner, at),
                 id,
+                holder,
                 now,
             )));
         }
@@ -448,14 +481,16 @@ impl Board {
         let policy = Self::policy(&inner, at);
         let ttl = lease::ttl(req.ttl.as_deref(), &policy).map_err(LeaseRefusal::BadRequest)?;
         let now = (self.now)();
-        let changes = self.on_holders(&inner, at, id, now, |_, h, mut record| {
+        let changes = self.on_holders(&inner, at, id, holder, now, |p, h, mut record| {
             let cap = h.retiring.map(|(at, _)| at);
-            record.leases = lease::renew(&record.leases, id, holder, ttl, cap, now)
+            let renewed = lease::renew(&h.bindings(), id, holder, ttl, cap, now)
                 .map_err(LeaseRefusal::from_lease)?;
+            record.leases =
+                lease::with_replaced(&record.leases, p.status.ip.as_deref(), renewed, now);
             Ok(record)
         })?;
         self.commit(&mut inner, changes)?;
-        self.view_of(&inner, at, id, now)
+        self.view_of(&inner, at, id, holder, now)
     }
 
     fn release_in(
@@ -470,15 +505,26 @@ impl Board {
         let policy = Self::policy(&inner, at);
         let now = (self.now)();
         let mut wake = false;
-        let changes = self.on_holders(&inner, at, id, now, |p, _, mut record| {
-            record.leases = lease::release(&record.leases, id, holder, now)
-                .map_err(LeaseRefusal::from_lease)?;
-            if banned {
-                record.ban_reports += 1;
-                if policy.cordon_after_bans > 0
-                    && record.ban_reports >= policy.cordon_after_bans
-                    && !record.cordoned
-                {
+        // Every ban report on the pool's proxies: a holder's reports count at a bounded rate.
+        let mut in_pool: Vec<BanReport> = members(&inner, at)?
+            .iter()
+            .flat_map(|p| p.status.ban_reporters.iter().cloned())
+            .collect();
+        let changes = self.on_holders(&inner, at, id, holder, now, |p, h, mut record| {
+            let released =
+                lease::release(&h.bindings(), id, holder, now).map_err(LeaseRefusal::from_lease)?;
+            record.leases =
+                lease::with_replaced(&record.leases, p.status.ip.as_deref(), released, now);
+            if banned
+                && let lease::BanVerdict::Counted(reports) =
+                    lease::report_ban(&record.ban_reporters, &in_pool, holder, now)
+            {
+                if let Some(mine) = reports.last() {
+                    in_pool.push(mine.clone());
+                }
+                record.ban_reports = reports.len() as u32;
+                record.ban_reporters = reports;
+                if lease::cordons(&record.ban_reporters, &policy) && !record.cordoned {
                     record.cordoned = true;
                     tracing::info!(
                         proxy = %p.key,
@@ -542,14 +588,7 @@ impl LeaseBook for Board {
 
     async fn view(&self, holder: &str, at: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal> {
         let inner = self.lock();
-        let view = self.view_of(&inner, at, id, (self.now)())?;
-        if view.holder != holder {
-            return Err(LeaseRefusal::from_lease(lease::LeaseError::NotHolder {
-                id: id.to_string(),
-                holder: view.holder,
-            }));
-        }
-        Ok(view)
+        self.view_of(&inner, at, id, holder, (self.now)())
     }
 
     async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal> {
@@ -567,6 +606,7 @@ impl LeaseBook for Board {
                     &views,
                     Self::lost(&inner, at),
                     &id,
+                    holder,
                     now,
                 )
             })
@@ -639,9 +679,10 @@ mod tests {
         }
     }
 
-    fn pool(cordon_after_bans: u32) -> egress_core::pool::PoolSpec {
+    /// A pool of two with `leases` as its lease settings (YAML).
+    fn pool(leases: &str) -> egress_core::pool::PoolSpec {
         serde_yaml::from_str(&format!(
-            "replicas: 2\ntemplate: {{}}\nplacements: [{{provider: p}}]\nleases: {{cordonAfterBans: {cordon_after_bans}}}\n"
+            "replicas: 2\ntemplate: {{}}\nplacements: [{{provider: p}}]\nleases: {leases}\n"
         ))
         .unwrap()
     }
@@ -660,6 +701,13 @@ mod tests {
         }
 
         fn board(&self, members: &[StoredProxy], cordon_after_bans: u32) -> Board {
+            self.board_with(
+                members,
+                &format!("{{cordonAfterBans: {cordon_after_bans}}}"),
+            )
+        }
+
+        fn board_with(&self, members: &[StoredProxy], leases: &str) -> Board {
             let state_path = self.dir.path().join("state.yaml");
             let credentials =
                 Arc::new(FileCredentials::open(FileCredentials::path_for(&state_path)).unwrap());
@@ -672,7 +720,7 @@ mod tests {
                 Arc::new(Metrics::new()),
             )
             .unwrap();
-            let spec = pool(cordon_after_bans);
+            let spec = pool(leases);
             let status = egress_core::pool::PoolStatus::default();
             b.publish_pools([("ns/web".to_string(), &spec, &status)]);
             b
@@ -721,7 +769,8 @@ mod tests {
     async fn exclusive_leases_are_kept_in_the_file_and_refused_to_a_second_taker() {
         let f = Fixture::new();
         let members = [member("a", "10.0.0.1"), member("b", "10.0.0.2")];
-        let b = f.board(&members, 3);
+        // Each holder may hold the whole pool: what refuses the rival is the shortage.
+        let b = f.board_with(&members, "{maxPerHolder: 2}");
         assert_eq!(listed(&b), vec!["a", "b"]);
         let first = b
             .acquire("spider", &ask(1, lease::LeaseMode::Exclusive))
@@ -754,13 +803,22 @@ mod tests {
         );
 
         // Another process on the same state: the lease holds there too.
-        let again = f.board(&members, 3);
+        let again = f.board_with(&members, "{maxPerHolder: 2}");
         let view = again.view("spider", &at(), &first.id).await.unwrap();
         assert_eq!(view.proxies[0].proxy.name, taken);
-        assert!(matches!(
-            again.view("rival", &at(), &first.id).await,
-            Err(LeaseRefusal::Forbidden(_))
-        ));
+        // Another's lease reads as one that does not exist, naming no one.
+        let unknown = format!("ns_web_l-{}", "a".repeat(24));
+        for (id, r) in [
+            (&first.id, again.view("rival", &at(), &first.id).await),
+            (&unknown, again.view("rival", &at(), &unknown).await),
+        ] {
+            assert_eq!(
+                r,
+                Err(LeaseRefusal::NotFound(format!(
+                    "lease {id} is not held (expired, released or unknown)"
+                )))
+            );
+        }
         let other = again
             .acquire("rival", &ask(1, lease::LeaseMode::Exclusive))
             .await
@@ -776,9 +834,10 @@ mod tests {
         assert_eq!(listed(&again), vec!["a", "b"]);
     }
 
-    /// Ban reports count per proxy; at the pool's threshold the proxy is cordoned (out of
-    /// discovery and leases, and the pool told); a Proxy made again under its name starts
-    /// with no record.
+    /// Ban reports count once per holder and proxy; at the pool's threshold of holders the
+    /// proxy is cordoned (out of discovery and leases, and the pool told); one holder
+    /// reporting again and again counts once; a Proxy made again under its name starts with
+    /// no record.
     #[tokio::test]
     async fn ban_reports_cordon_at_the_threshold_and_a_new_uid_starts_clean() {
         let f = Fixture::new();
@@ -786,16 +845,22 @@ mod tests {
         let b = f.board(&members, 2);
         let banned: ReleaseRequest =
             serde_json::from_value(serde_json::json!({"outcome": "banned"})).unwrap();
-        for round in 1..=2 {
+        for (holder, reports) in [("spider", 1), ("spider", 1), ("spider", 1), ("rival", 2)] {
             let l = b
-                .acquire("spider", &ask(1, lease::LeaseMode::Shared))
+                .acquire(holder, &ask(1, lease::LeaseMode::Shared))
                 .await
                 .unwrap();
-            b.release("spider", &at(), &l.id, &banned).await.unwrap();
+            b.release(holder, &at(), &l.id, &banned).await.unwrap();
             let record = b.leases_of("ns/a", "uid-a").unwrap();
-            assert_eq!(record.ban_reports, round);
-            assert_eq!(record.cordoned, round == 2, "after {round} reports");
+            assert_eq!(record.ban_reports, reports, "{holder}");
+            assert_eq!(record.cordoned, reports == 2, "after {reports} holders");
         }
+        let file =
+            std::fs::read_to_string(LeaseFile::path_for(&f.dir.path().join("state.yaml"))).unwrap();
+        assert!(
+            !file.contains("spider") && !file.contains("rival"),
+            "the reports name no one: {file}"
+        );
         assert!(listed(&b).is_empty(), "a cordoned proxy is not listed");
         assert!(matches!(
             b.acquire("spider", &ask(1, lease::LeaseMode::Shared)).await,
@@ -814,6 +879,54 @@ mod tests {
         assert_eq!(listed(&b), vec!["a"]);
         let file = LeaseFile::read(&LeaseFile::path_for(&f.dir.path().join("state.yaml"))).unwrap();
         assert!(file.proxies.is_empty(), "{file:?}");
+    }
+
+    /// A holder holds at most the pool's `leases.maxPerHolder` (default 50% of replicas,
+    /// rounded up): beyond it, 429 naming the setting; another holder is served.
+    #[tokio::test]
+    async fn a_holder_holds_at_most_max_per_holder() {
+        let f = Fixture::new();
+        let members = [member("a", "10.0.0.1"), member("b", "10.0.0.2")];
+        let b = f.board(&members, 3);
+        b.acquire("spider", &ask(1, lease::LeaseMode::Exclusive))
+            .await
+            .unwrap();
+        for mode in [lease::LeaseMode::Exclusive, lease::LeaseMode::Shared] {
+            match b.acquire("spider", &ask(1, mode)).await {
+                Err(LeaseRefusal::TooMany(m)) => {
+                    assert!(m.contains("leases.maxPerHolder is 1 (50%)"), "{m}")
+                }
+                other => panic!("{mode:?}: {other:?}"),
+            }
+        }
+        b.acquire("rival", &ask(1, lease::LeaseMode::Exclusive))
+            .await
+            .unwrap();
+    }
+
+    /// A lease on a proxy whose instance was replaced (a new address under the same Proxy):
+    /// another lease's write keeps the old binding, so its holder is told it lost the proxy and
+    /// why, where a write that dropped it would leave a bare 404.
+    #[tokio::test]
+    async fn a_lease_on_a_replaced_instance_is_told_its_loss_after_another_takes_the_proxy() {
+        let f = Fixture::new();
+        let b = f.board(&[member("a", "10.0.0.1")], 3);
+        let first = b
+            .acquire("spider", &ask(1, lease::LeaseMode::Exclusive))
+            .await
+            .unwrap();
+        b.publish("ns/a", Some(&member("a", "10.0.0.9"))).unwrap();
+        b.acquire("rival", &ask(1, lease::LeaseMode::Exclusive))
+            .await
+            .unwrap();
+        let record = b.leases_of("ns/a", "uid-a").unwrap();
+        assert_eq!(record.leases.len(), 2, "{record:?}");
+        match b.view("spider", &at(), &first.id).await {
+            Err(LeaseRefusal::NotFound(m)) => {
+                assert!(m.contains("went (its instance was replaced"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     /// Before a run said which pools there are, the board is not synced (readiness waits);

@@ -179,6 +179,8 @@ pub struct ReconcileRequest {
     pub concurrency: usize,
     /// A dry-run goes on this long in simulated time (`--for`).
     pub run_for: Option<Duration>,
+    /// The most replicas a ProxyPool may ask for (`--max-replicas`).
+    pub max_replicas: u32,
     pub runtime: RuntimeOptions,
 }
 
@@ -363,10 +365,16 @@ impl ReconcileRequest {
     }
 }
 
-/// Checks each ProxyPool against the providers config it will run with: its placements name
-/// providers the config has, and its rotation leaves a member time to serve. Errors name the
-/// pool and the field.
-pub fn check_pools(inputs: &Inputs, cfg: &ProvidersConfig, what: &str) -> Result<(), CliError> {
+/// Checks each ProxyPool against the providers config it will run with and the run's bound
+/// on replicas (`--max-replicas`): no more replicas than that, its placements name providers
+/// the config has, and its rotation leaves a member time to serve. Errors name the pool and
+/// the field.
+pub fn check_pools(
+    inputs: &Inputs,
+    cfg: &ProvidersConfig,
+    what: &str,
+    max_replicas: u32,
+) -> Result<(), CliError> {
     let providers: Vec<String> = cfg.providers.iter().map(|p| p.name.clone()).collect();
     let startup_timeout = cfg
         .egress_check
@@ -378,6 +386,7 @@ pub fn check_pools(inputs: &Inputs, cfg: &ProvidersConfig, what: &str) -> Result
             egress_core::pool::Environment {
                 providers: &providers,
                 startup_timeout,
+                max_replicas,
             },
         );
         if let Some(p) = problems.first() {
@@ -404,7 +413,7 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
         });
     }
     let (cfg, cfg_what) = load_config(&req.providers)?;
-    check_pools(&inputs, &cfg, &proxies_what)?;
+    check_pools(&inputs, &cfg, &proxies_what, req.max_replicas)?;
     let installation = installation_of(&cfg, &cfg_what, req.dry_run)?;
     let mut reach = backends_for(req.dry_run, req.world.as_ref(), &cfg, &inputs)?;
     // A dry-run only reads the state; a real run owns it until it ends.
@@ -963,6 +972,7 @@ pub async fn run_reconcile_watch_serving(
                 &inputs,
                 &reloader.config(),
                 &proxies_path.display().to_string(),
+                req.max_replicas,
             )
             .map(|()| inputs)
         }) {

@@ -72,6 +72,7 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
         state: None,
         timeout: std::time::Duration::from_secs(600),
         max_rounds: egress_proxies::DEFAULT_MAX_ROUNDS,
+        max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
         gc_grace: std::time::Duration::from_secs(300),
         concurrency: egress_proxies::reconcile::DEFAULT_CONCURRENCY,
         run_for: None,
@@ -110,6 +111,7 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                 gc_grace: a.gc_grace,
                 concurrency: a.concurrency,
                 run_for: a.run_for,
+                max_replicas: a.max_replicas,
                 runtime: RuntimeOptions::default(),
             };
             if a.watch {
@@ -224,6 +226,7 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                     // clap requires all three together.
                     _ => None,
                 },
+                max_replicas: a.max_replicas,
             };
             match egress_operator::run(opts).await {
                 Ok(()) => ExitCode::SUCCESS,

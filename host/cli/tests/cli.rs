@@ -684,8 +684,9 @@ fn a_listener_carrying_tokens_needs_tls_or_plaintext_by_name() {
 /// The binary refuses, at load and before any backend is reached, a ProxyPool that the
 /// providers config cannot run: a placement naming a provider the config does not have, a
 /// jitter at or above maxAge, and a maxAge shorter than twice the egress check's
-/// startupTimeout (5m in the example's config). Each error names the pool and the field, in
-/// a dry-run and in a real run alike.
+/// startupTimeout (5m in the example's config), more replicas than `--max-replicas` (1000
+/// by default). Each error names the pool and the field, in a dry-run and in a real run
+/// alike.
 #[test]
 fn a_pool_the_providers_config_cannot_run_is_refused_naming_the_field() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
@@ -717,6 +718,12 @@ fn a_pool_the_providers_config_cannot_run_is_refused_naming_the_field() {
             ),
             "spec.rotation.maxAge",
             "twice the egress check's startupTimeout of 300s",
+        ),
+        (
+            "replicas",
+            pool.replace("  replicas: 20\n", "  replicas: 1001\n"),
+            "spec.replicas",
+            "1001 is more than the 1000 this installation allows (--max-replicas raises it)",
         ),
     ] {
         assert_ne!(edited, pool, "{case}: the example changed under the test");
@@ -760,4 +767,33 @@ fn a_pool_the_providers_config_cannot_run_is_refused_naming_the_field() {
         providers.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // A bound raised past the pool's is a bound the pool is within: what stops it then is
+    // the next problem (here, the placement's provider), not its replicas; a bound beyond
+    // the ceiling is refused by the flag itself.
+    let f = dir.path().join("raised.yaml");
+    std::fs::write(
+        &f,
+        pool.replace("  replicas: 20\n", "  replicas: 1001\n")
+            .replace("    - provider: lab\n", "    - provider: labb\n"),
+    )
+    .unwrap();
+    let out = run(&[
+        "reconcile",
+        "--dry-run",
+        "--max-replicas",
+        "2000",
+        "-f",
+        f.to_str().unwrap(),
+        "--providers",
+        providers.to_str().unwrap(),
+    ]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("spec.placements[1].provider: ") && !err.contains("spec.replicas"),
+        "{err}"
+    );
+    let out = run(&["reconcile", "--dry-run", "--max-replicas", "100001"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("from 1 to 100000"));
 }

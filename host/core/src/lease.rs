@@ -104,10 +104,16 @@ pub struct LeasePolicy {
     /// The `ttl` of a lease that asks for none (default 10m).
     #[serde(default = "default_ttl", rename = "defaultTTL")]
     pub default_ttl: String,
-    /// Releases reporting `banned` after which a proxy is cordoned (taken out of discovery
-    /// and leases, and replaced through the pool's budget); default 3, 0 never.
+    /// How many holders must report a proxy `banned` (each counted once per proxy) before it
+    /// is cordoned (taken out of discovery and new leases, and replaced through the pool's
+    /// budget); default 3, 0 never, at most 32 (the reports a proxy keeps).
     #[serde(default = "default_cordon_after_bans")]
     pub cordon_after_bans: u32,
+    /// The most of the pool's proxies one holder holds at once, over all its leases,
+    /// exclusive or shared (a number, or a percentage of replicas rounded up; at least 1);
+    /// default 50%, so no one crawler can take a whole shared pool and keep it by renewing.
+    #[serde(default = "default_max_per_holder")]
+    pub max_per_holder: crate::config::IntOrPercent,
 }
 
 impl Default for LeasePolicy {
@@ -117,7 +123,15 @@ impl Default for LeasePolicy {
             max_ttl: default_max_ttl(),
             default_ttl: default_ttl(),
             cordon_after_bans: default_cordon_after_bans(),
+            max_per_holder: default_max_per_holder(),
         }
+    }
+}
+
+impl LeasePolicy {
+    /// `maxPerHolder` against a pool of `replicas`: a percentage rounded up, and at least 1.
+    pub fn per_holder(&self, replicas: u32) -> usize {
+        self.max_per_holder.resolve(replicas as usize, true).max(1)
     }
 }
 
@@ -132,6 +146,84 @@ fn default_ttl() -> String {
 }
 fn default_cordon_after_bans() -> u32 {
     3
+}
+fn default_max_per_holder() -> crate::config::IntOrPercent {
+    crate::config::IntOrPercent::Percent("50%".into())
+}
+
+/// A holder's report that a target banned a proxy, as the proxy's status keeps it: who and
+/// when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BanReport {
+    /// The holder, as the first 16 hex digits of the SHA-256 of its name: the status names
+    /// no one.
+    pub reporter: String,
+    /// RFC 3339.
+    pub at: String,
+}
+
+/// Reports one proxy keeps at most (the newest), and so the largest `cordonAfterBans`.
+pub const BAN_REPORTS_KEPT: usize = 32;
+/// A holder's ban reports count at most [`BAN_REPORTS_PER_WINDOW`] times per pool in this
+/// long: a crawler that reports every proxy it touches cannot vote out a pool's worth at once.
+pub const BAN_REPORT_WINDOW: Duration = Duration::from_secs(3600);
+pub const BAN_REPORTS_PER_WINDOW: usize = 10;
+
+/// Who holds or held a lease, as a pool's records keep it: the first 16 hex digits of the
+/// SHA-256 of the holder's name. Enough to tell one holder's record from another's; it names
+/// no one to whoever reads the status.
+pub fn holder_digest(holder: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(holder.as_bytes())[..8])
+}
+
+/// What a release reporting `banned` does to a proxy's reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BanVerdict {
+    /// Counted: the proxy's reports with this one added (the newest [`BAN_REPORTS_KEPT`]).
+    Counted(Vec<BanReport>),
+    /// This holder reported this proxy before: it counts once.
+    Repeated,
+    /// This holder reported [`BAN_REPORTS_PER_WINDOW`] proxies of the pool within
+    /// [`BAN_REPORT_WINDOW`] already.
+    OverRate,
+}
+
+/// Holder `holder`'s report that proxy with reports `on_proxy` was banned, at `now`, given
+/// every report on the pool's proxies (`in_pool`, this proxy's among them).
+pub fn report_ban<'a>(
+    on_proxy: &[BanReport],
+    in_pool: impl IntoIterator<Item = &'a BanReport>,
+    holder: &str,
+    now: i64,
+) -> BanVerdict {
+    let who = holder_digest(holder);
+    if on_proxy.iter().any(|r| r.reporter == who) {
+        return BanVerdict::Repeated;
+    }
+    let since = now.saturating_sub(BAN_REPORT_WINDOW.as_secs() as i64);
+    let recent = in_pool
+        .into_iter()
+        .filter(|r| r.reporter == who)
+        .filter(|r| crate::gc::parse_rfc3339(&r.at).is_some_and(|t| t > since))
+        .count();
+    if recent >= BAN_REPORTS_PER_WINDOW {
+        return BanVerdict::OverRate;
+    }
+    let mut reports = on_proxy.to_vec();
+    reports.push(BanReport {
+        reporter: who,
+        at: crate::gc::format_rfc3339(now),
+    });
+    let over = reports.len().saturating_sub(BAN_REPORTS_KEPT);
+    reports.drain(..over);
+    BanVerdict::Counted(reports)
+}
+
+/// Whether `reports` (distinct holders') cordon a proxy under `policy`.
+pub fn cordons(reports: &[BanReport], policy: &LeasePolicy) -> bool {
+    policy.cordon_after_bans > 0 && reports.len() >= policy.cordon_after_bans as usize
 }
 
 /// How long a draining proxy waits for its leases to end before it goes anyway, unless the
@@ -171,8 +263,9 @@ pub struct RenewRequest {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReleaseRequest {
     /// `ok` (the default) or `banned`: a target refused the proxy's address. A ban report
-    /// counts toward cordoning the proxy (the pool's `leases.cordonAfterBans`), never deletes
-    /// it on its own.
+    /// counts toward cordoning the proxy (the pool's `leases.cordonAfterBans` holders), once
+    /// per holder and proxy and at most [`BAN_REPORTS_PER_WINDOW`] a holder per hour; it
+    /// never deletes the proxy on its own.
     #[serde(default)]
     pub outcome: Option<Outcome>,
 }
@@ -368,12 +461,11 @@ pub fn bind(bindings: &[LeaseBinding], new: LeaseBinding, now: i64) -> Vec<Lease
 /// Why a holder's call on a lease is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {
-    /// No live binding of that id: it expired, was released, or never was (404).
+    /// No live binding of that id held by the caller: it expired, was released, never was,
+    /// or is another's (404). Another's lease is answered as one that does not exist, so the
+    /// answer tells neither who holds it nor that it exists.
     #[error("lease {0} is not held (expired, released or unknown)")]
     NotFound(String),
-    /// Someone else's lease (403).
-    #[error("lease {id} is held by {holder:?}, not by the caller")]
-    NotHolder { id: String, holder: String },
 }
 
 /// `bindings` with lease `id` renewed to `now + ttl`, but never past `cap` (a draining proxy's
@@ -389,14 +481,8 @@ pub fn renew(
     let mut out: Vec<LeaseBinding> = bindings.iter().filter(|b| b.live(now)).cloned().collect();
     let b = out
         .iter_mut()
-        .find(|b| b.id == id)
+        .find(|b| b.id == id && b.holder == holder)
         .ok_or_else(|| LeaseError::NotFound(id.to_string()))?;
-    if b.holder != holder {
-        return Err(LeaseError::NotHolder {
-            id: id.to_string(),
-            holder: b.holder.clone(),
-        });
-    }
     let until = now.saturating_add(ttl.as_secs() as i64);
     let until = cap.map_or(until, |c| until.min(c.max(now)));
     b.expires_at = crate::gc::format_rfc3339(until.max(b.expires()));
@@ -410,15 +496,34 @@ pub fn release(
     holder: &str,
     now: i64,
 ) -> Result<Vec<LeaseBinding>, LeaseError> {
-    let mine = bindings.iter().find(|b| b.id == id && b.live(now));
-    match mine {
-        None => Err(LeaseError::NotFound(id.to_string())),
-        Some(b) if b.holder != holder => Err(LeaseError::NotHolder {
-            id: id.to_string(),
-            holder: b.holder.clone(),
-        }),
-        Some(_) => Ok(without(bindings, id, now)),
+    let mine = bindings
+        .iter()
+        .any(|b| b.id == id && b.holder == holder && b.live(now));
+    if !mine {
+        return Err(LeaseError::NotFound(id.to_string()));
     }
+    Ok(without(bindings, id, now))
+}
+
+/// What a lease write stores on a proxy: `new` (the bindings that hold its instance now, as
+/// changed) and the live bindings of `stored` that no longer hold it (its instance was
+/// replaced). Those hold nothing, but they are their holders' record of what they lost until
+/// the pool's `lostLeases` has it, so a write about another lease never drops them; they end
+/// with their ttl, at most [`MAX_BINDINGS`] of them.
+pub fn with_replaced(
+    stored: &[LeaseBinding],
+    ip: Option<&str>,
+    mut new: Vec<LeaseBinding>,
+    now: i64,
+) -> Vec<LeaseBinding> {
+    let mut replaced: Vec<&LeaseBinding> = stored
+        .iter()
+        .filter(|b| b.live(now) && !b.holds(ip))
+        .filter(|b| !new.iter().any(|n| n.id == b.id))
+        .collect();
+    replaced.sort_by_key(|b| std::cmp::Reverse(b.expires()));
+    new.extend(replaced.into_iter().take(MAX_BINDINGS).cloned());
+    new
 }
 
 /// `bindings` without lease `id` and without the expired, whoever holds it (an acquisition
@@ -525,6 +630,11 @@ pub struct LostProxy {
     pub reason: String,
     /// RFC 3339.
     pub at: String,
+    /// Whose lease it was, as the first 16 hex digits of the SHA-256 of the holder's name:
+    /// only its holder is told, and the status names no one (absent in a record of an
+    /// earlier version, which no one is told).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 /// A lease as its holder is told: `POST /v1/leases`, renew and `GET /v1/leases` answer this.
@@ -581,6 +691,7 @@ impl Held<'_> {
             proxy: self.proxy.name.to_string(),
             reason: INSTANCE_REPLACED.to_string(),
             at: crate::gc::format_rfc3339(now),
+            holder: Some(holder_digest(&b.holder)),
         })
     }
 }
@@ -601,18 +712,72 @@ pub fn offers<'a>(members: &'a [Held<'a>], bindings: &'a [Vec<LeaseBinding>]) ->
         .collect()
 }
 
-/// What a new lease `id` of `holder` asking `req` takes of `members` at `now` for `ttl`: each
-/// chosen member's index with its bindings, the new one (on the address it has now) added; or
-/// why it cannot be had (all or none, as [`choose`]).
+/// Why a new lease is not granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Not enough proxies free now (503, with when to come back).
+    Shortage(Shortage),
+    /// The holder would hold more than the pool's `leases.maxPerHolder` (429): it may have
+    /// more once it releases some.
+    PerHolder {
+        holds: usize,
+        asked: u32,
+        max: usize,
+    },
+}
+
+impl Refused {
+    /// Why, for the caller, about pool `namespace/pool`.
+    pub fn reason(&self, namespace: &str, pool: &str, policy: &LeasePolicy) -> String {
+        match self {
+            Refused::Shortage(s) => format!(
+                "pool {namespace}/{pool}: {} of {} asked for: {}",
+                s.free, s.wanted, s.reason
+            ),
+            Refused::PerHolder { holds, asked, max } => format!(
+                "pool {namespace}/{pool}: the caller holds {holds} of its proxies and asks for {asked} more; leases.maxPerHolder is {max} ({})",
+                policy.max_per_holder
+            ),
+        }
+    }
+}
+
+/// How many of `members` lease bindings of `holder` hold at `now`.
+pub fn held_by_holder(members: &[Held<'_>], holder: &str, now: i64) -> usize {
+    members
+        .iter()
+        .filter(|h| {
+            h.bindings()
+                .iter()
+                .any(|b| b.holder == holder && b.live(now))
+        })
+        .count()
+}
+
+/// What a new lease `id` of `holder` asking `req` takes of `members` (a pool of `replicas`) at
+/// `now` for `ttl`: each chosen member's index with its bindings, the new one (on the address
+/// it has now) added; or why it cannot be had (beyond the pool's `leases.maxPerHolder`, or,
+/// all or none, not free as [`choose`] says).
+#[allow(clippy::too_many_arguments)]
 pub fn grant(
     members: &[Held<'_>],
     req: &LeaseRequest,
     policy: &LeasePolicy,
+    replicas: u32,
     holder: &str,
     id: &str,
     ttl: Duration,
     now: i64,
-) -> Result<Vec<(usize, Vec<LeaseBinding>)>, Shortage> {
+) -> Result<Vec<(usize, Vec<LeaseBinding>)>, Refused> {
+    let holds = held_by_holder(members, holder, now);
+    let max = policy.per_holder(replicas);
+    if holds + req.count as usize > max {
+        return Err(Refused::PerHolder {
+            holds,
+            asked: req.count,
+            max,
+        });
+    }
     let bindings: Vec<Vec<LeaseBinding>> = members.iter().map(Held::bindings).collect();
     let chosen = choose(
         &offers(members, &bindings),
@@ -620,7 +785,8 @@ pub fn grant(
         req.mode,
         policy.max_shared,
         now,
-    )?;
+    )
+    .map_err(Refused::Shortage)?;
     Ok(chosen
         .into_iter()
         .map(|i| {
@@ -638,25 +804,49 @@ pub fn grant(
         .collect())
 }
 
-/// What lease `id` lost: the pool's record (`status.lostLeases`) and the members whose
-/// instance was replaced under it.
-pub fn lost(members: &[Held<'_>], pool_lost: &[LostProxy], id: &str, now: i64) -> Vec<LostProxy> {
-    pool_lost
+/// What lease `id` of `holder` lost: the pool's record (`status.lostLeases`) and the members
+/// whose instance was replaced under it, each proxy once, but a proxy the lease still holds
+/// (a record of a deletion that did not happen, until the pool drops it). Nothing of
+/// another's lease.
+pub fn lost(
+    members: &[Held<'_>],
+    pool_lost: &[LostProxy],
+    id: &str,
+    holder: &str,
+    now: i64,
+) -> Vec<LostProxy> {
+    let whose = holder_digest(holder);
+    let still_held = |proxy: &str| {
+        members
+            .iter()
+            .any(|h| h.proxy.name == proxy && h.holds(id, now))
+    };
+    let mut out: Vec<LostProxy> = Vec::new();
+    for l in pool_lost
         .iter()
         .filter(|l| l.lease == id)
         .cloned()
         .chain(members.iter().filter_map(|h| h.replaced(id, now)))
-        .collect()
+    {
+        if l.holder.as_deref() == Some(whose.as_str())
+            && !still_held(&l.proxy)
+            && !out.iter().any(|o| o.proxy == l.proxy)
+        {
+            out.push(l);
+        }
+    }
+    out
 }
 
-/// Lease `id` of pool `namespace/pool` as its holder is told, from the members that hold it;
-/// None when none does.
+/// Lease `id` of pool `namespace/pool` as its holder `holder` is told, from the members that
+/// hold it; None when none does for that holder (another's lease reads as none).
 pub fn view(
     namespace: &str,
     pool: &str,
     members: &[Held<'_>],
     pool_lost: &[LostProxy],
     id: &str,
+    holder: &str,
     now: i64,
 ) -> Option<LeaseView> {
     let held: Vec<(&Held<'_>, LeaseBinding)> = members
@@ -665,7 +855,7 @@ pub fn view(
             let b = h
                 .bindings()
                 .into_iter()
-                .find(|b| b.id == id && b.live(now))?;
+                .find(|b| b.id == id && b.holder == holder && b.live(now))?;
             Some((h, b))
         })
         .collect();
@@ -696,14 +886,21 @@ pub fn view(
             .unwrap_or_default(),
         count: first.count,
         proxies,
-        lost: lost(members, pool_lost, id, now),
+        lost: lost(members, pool_lost, id, holder, now),
     })
 }
 
-/// Why lease `id` is not found (404), saying what it lost when the pool remembers.
-pub fn gone(members: &[Held<'_>], pool_lost: &[LostProxy], id: &str, now: i64) -> String {
+/// Why lease `id` is not found for `holder` (404), saying what it lost when the pool
+/// remembers and it was the holder's; another's lease is answered as one that never was.
+pub fn gone(
+    members: &[Held<'_>],
+    pool_lost: &[LostProxy],
+    id: &str,
+    holder: &str,
+    now: i64,
+) -> String {
     let mut why = LeaseError::NotFound(id.to_string()).to_string();
-    let lost = lost(members, pool_lost, id, now);
+    let lost = lost(members, pool_lost, id, holder, now);
     if !lost.is_empty() {
         let each: Vec<String> = lost
             .iter()

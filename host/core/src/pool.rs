@@ -49,12 +49,14 @@ pub struct ProxyPool {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PoolSpec {
-    /// How many proxies the pool keeps.
+    /// How many proxies the pool keeps (at most `--max-replicas`, default 1000).
+    #[schemars(range(max = MAX_REPLICAS_CEILING))]
     pub replicas: u32,
     /// What each of its Proxies is, but for the provider (from the placement).
     #[serde(default)]
     pub template: PoolTemplate,
     /// Where the proxies go, spread by weight.
+    #[schemars(length(max = MAX_PLACEMENTS))]
     pub placements: Vec<PoolPlacement>,
     /// Replace each proxy once it is this old (± jitter, fixed per proxy, so a wave of
     /// rotations spreads).
@@ -113,6 +115,20 @@ pub const LOST_KEPT_MAX: usize = 64;
 /// replaced with the failed-member backoff).
 pub const SHARED_EGRESS_LIMIT: u32 = 3;
 
+/// The most replicas a pool may ask for unless the operator's or the CLI's `--max-replicas`
+/// says otherwise: a typo of a few zeros is refused, not planned.
+pub const DEFAULT_MAX_REPLICAS: u32 = 1000;
+/// The most `--max-replicas` may allow, and the CRD's maximum of `spec.replicas`.
+pub const MAX_REPLICAS_CEILING: u32 = 100_000;
+/// The most placements a pool has.
+pub const MAX_PLACEMENTS: usize = 32;
+/// The most zones a placement spreads over.
+pub const MAX_ZONES: usize = 64;
+/// The most Proxies one decision creates, whatever the spec asks: the next decision, woken by
+/// their creation, makes more. A decision's work is bounded by this and by the members that
+/// exist, never by `replicas`.
+pub const CREATES_PER_PASS: usize = 100;
+
 /// The default of `spec.spillAfter`.
 pub const DEFAULT_SPILL_AFTER: Duration = Duration::from_secs(600);
 /// The first wait before the pool replaces a member held in a permanent failure; it doubles
@@ -152,6 +168,7 @@ pub struct PoolPlacement {
     pub weight: u32,
     /// Zones its proxies are spread over, round robin; empty: the template's zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = MAX_ZONES))]
     pub zones: Vec<String>,
     /// The machine type of its Proxies; empty: the template's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -221,7 +238,8 @@ pub struct PoolStatus {
     #[serde(default)]
     pub ready_replicas: u32,
     /// Ones that count toward the floor: verified and not failed past the egress check's
-    /// failureThreshold (Ready where no check is configured), none cordoned.
+    /// failureThreshold (Ready where no check is configured); a cordoned one among them until
+    /// it is replaced (it still serves its holders).
     #[serde(default)]
     pub available_replicas: u32,
     /// Ones of the current template and provider revision, younger than maxAge.
@@ -258,9 +276,10 @@ pub struct PoolStatus {
     /// (they count toward neither replicas nor the floor).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub draining_replicas: u32,
-    /// Proxies leases lost without a drain in the last hour (a member that failed its check
-    /// goes at once; a drain that reached drainTimeout), so their holders learn why; newest
-    /// last, at most LOST_KEPT_MAX.
+    /// Proxies leases lost in the last hour, so their holders learn why: a member that failed
+    /// its check (it goes at once), a drain that reached drainTimeout, an instance replaced
+    /// under a lease, a Proxy deleted under one. Written before the pool deletes the member;
+    /// newest last, at most LOST_KEPT_MAX.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_leases: Vec<crate::lease::LostProxy>,
 }
@@ -356,8 +375,20 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
         ));
     }
     let s = &pool.spec;
+    if s.replicas > MAX_REPLICAS_CEILING {
+        problems.push(format!(
+            "spec.replicas: {} is more than {MAX_REPLICAS_CEILING}",
+            s.replicas
+        ));
+    }
     if s.placements.is_empty() {
         problems.push("spec.placements: at least one placement is needed".into());
+    }
+    if s.placements.len() > MAX_PLACEMENTS {
+        problems.push(format!(
+            "spec.placements: {} placements, at most {MAX_PLACEMENTS}",
+            s.placements.len()
+        ));
     }
     for (i, p) in s.placements.iter().enumerate() {
         if p.provider.is_empty() {
@@ -365,6 +396,12 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
         }
         if p.weight == 0 {
             problems.push(format!("spec.placements[{i}].weight: must be at least 1"));
+        }
+        if p.zones.len() > MAX_ZONES {
+            problems.push(format!(
+                "spec.placements[{i}].zones: {} zones, at most {MAX_ZONES}",
+                p.zones.len()
+            ));
         }
     }
     if s.template.port == 0 {
@@ -438,6 +475,15 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
         if l.max_shared == 0 {
             problems.push("spec.leases.maxShared: must be at least 1".into());
         }
+        if l.cordon_after_bans as usize > crate::lease::BAN_REPORTS_KEPT {
+            problems.push(format!(
+                "spec.leases.cordonAfterBans: at most {} (the reports a proxy keeps)",
+                crate::lease::BAN_REPORTS_KEPT
+            ));
+        }
+        if let Err(m) = l.max_per_holder.check(100) {
+            problems.push(format!("spec.leases.maxPerHolder: {m}"));
+        }
         let max = crate::config::parse_duration(&l.max_ttl)
             .map_err(|m| problems.push(format!("spec.leases.maxTTL: {m}")))
             .ok();
@@ -464,18 +510,27 @@ pub struct Environment<'a> {
     /// The egress check's startupTimeout, when the check is configured: how long a member
     /// may take to verify.
     pub startup_timeout: Option<Duration>,
+    /// The most replicas a pool may ask for (`--max-replicas`; [`DEFAULT_MAX_REPLICAS`]).
+    pub max_replicas: u32,
 }
 
 /// The shortest age limit a rotation may have when no egress check bounds a member's start.
 pub const MIN_AGE_LIMIT: Duration = Duration::from_secs(600);
 
-/// [`validate`], and what the providers config decides: every placement names a provider it
-/// has, and a member lives long enough to serve before it is rotated (maxAge - jitter at least
-/// twice the egress check's startupTimeout, and at least [`MIN_AGE_LIMIT`]); otherwise the
-/// surge slot churns forever on members that never serve, and the others are never rotated.
+/// [`validate`], and what the installation decides: no more replicas than it allows, every
+/// placement names a provider the providers config has, and a member lives long enough to
+/// serve before it is rotated (maxAge - jitter at least twice the egress check's
+/// startupTimeout, and at least [`MIN_AGE_LIMIT`]); otherwise the surge slot churns forever on
+/// members that never serve, and the others are never rotated.
 pub fn validate_in(pool: &ProxyPool, env: Environment<'_>) -> Vec<String> {
     let mut problems = validate(pool);
     let s = &pool.spec;
+    if s.replicas > env.max_replicas && s.replicas <= MAX_REPLICAS_CEILING {
+        problems.push(format!(
+            "spec.replicas: {} is more than the {} this installation allows (--max-replicas raises it)",
+            s.replicas, env.max_replicas
+        ));
+    }
     for (i, p) in s.placements.iter().enumerate() {
         if !p.provider.is_empty() && !env.providers.contains(&p.provider) {
             problems.push(format!(
@@ -569,6 +624,9 @@ pub struct Member {
     pub available: bool,
     /// In discovery now (Ready True).
     pub ready: bool,
+    /// Out of discovery and new leases, to be replaced: a voluntary disruption, so it counts
+    /// toward the floor while it serves, and goes (or drains, when leased) only once the
+    /// floor allows.
     pub cordoned: bool,
     /// Being deleted already: neither counted nor chosen again.
     pub deleting: bool,
@@ -578,26 +636,47 @@ pub struct Member {
     pub egress_ip: Option<String>,
     /// Why it cannot be created now, if so.
     pub failure: Option<MemberFailure>,
-    /// The leases recorded on it: (id, Unix seconds of its end), expired ones included (the
-    /// decision judges them against its `now`).
-    pub leases: Vec<(String, i64)>,
+    /// The lease bindings recorded on it, expired ones and ones of a replaced instance
+    /// included (the decision judges them against its `now`).
+    pub leases: Vec<MemberLease>,
     /// Draining since the pool retired it: Unix seconds of its retirement at the latest, and
     /// why. Neither counted nor chosen again; deleted once its leases end or by then.
     pub retiring: Option<(i64, DeleteReason)>,
 }
 
+/// A lease binding recorded on a member, as the decisions read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberLease {
+    pub id: String,
+    /// Unix seconds: when it ends unless renewed.
+    pub until: i64,
+    /// Its holder, as [`crate::lease::holder_digest`]: whom a loss is told to.
+    pub holder: String,
+    /// It holds the instance serving now; false once the instance was replaced under it
+    /// (it then holds nothing, and its holder has lost the proxy).
+    pub holds: bool,
+}
+
+impl MemberLease {
+    /// A binding that holds its member until `until`, of holder `holder` (its name).
+    pub fn held(id: &str, until: i64, holder: &str) -> Self {
+        Self {
+            id: id.to_string(),
+            until,
+            holder: crate::lease::holder_digest(holder),
+            holds: true,
+        }
+    }
+
+    fn live(&self, now: i64) -> bool {
+        self.until > now
+    }
+}
+
 impl Member {
     /// Whether a lease holds it at `now`.
     pub fn leased(&self, now: i64) -> bool {
-        self.live_leases(now).next().is_some()
-    }
-
-    /// The ids of the leases that hold it at `now`.
-    fn live_leases(&self, now: i64) -> impl Iterator<Item = &str> {
-        self.leases
-            .iter()
-            .filter(move |(_, end)| *end > now)
-            .map(|(id, _)| id.as_str())
+        self.leases.iter().any(|l| l.holds && l.live(now))
     }
 }
 
@@ -832,7 +911,14 @@ pub fn decide(
         .filter(|m| !m.deleting && m.retiring.is_some())
         .collect();
     let shared = shared_egress(spec, &live);
-    let available_of = |m: &Member| m.available && !m.cordoned && !shared.contains_key(&*m.name);
+    // A cordoned member that serves still counts: a cordon is a voluntary disruption (it is
+    // out of discovery and new leases, replaced first, drained while leased, and goes only
+    // while the floor holds), not a failure. With distinctEgress, one on an address another
+    // member has does not count twice.
+    let duplicates = cordoned_duplicates(spec, &live);
+    let available_of = |m: &Member| {
+        m.available && !shared.contains_key(&*m.name) && !duplicates.contains(&*m.name)
+    };
     // Available, on an address no other live member has and none of its placement's run of
     // shared ones.
     let unique = |m: &Member, known_shared: &[String]| {
@@ -1119,13 +1205,20 @@ pub fn decide(
     let mut lost: Vec<crate::lease::LostProxy> = Vec::new();
     let mut creates = Vec::new();
     let retire_at = now.saturating_add(drain_timeout(spec).as_secs() as i64);
+    // What a member's leases lose when it goes: each live binding, for the reason it goes (one
+    // of a replaced instance, for that).
     let lose = |lost: &mut Vec<crate::lease::LostProxy>, m: &Member, why: String| {
-        for id in m.live_leases(now) {
+        for l in m.leases.iter().filter(|l| l.live(now)) {
             lost.push(crate::lease::LostProxy {
-                lease: id.to_string(),
+                lease: l.id.clone(),
                 proxy: m.name.clone(),
-                reason: why.clone(),
+                reason: if l.holds {
+                    why.clone()
+                } else {
+                    crate::lease::INSTANCE_REPLACED.to_string()
+                },
                 at: crate::gc::format_rfc3339(now),
+                holder: Some(l.holder.clone()),
             });
         }
     };
@@ -1221,8 +1314,8 @@ pub fn decide(
         let remaining = live
             .len()
             .saturating_sub(live_deleted + drains.len() + kept_probes);
-        let room = (replicas + surge).saturating_sub(remaining);
-        let wanted = replicas.saturating_sub(current.len());
+        let room = replicas.saturating_add(surge).saturating_sub(remaining);
+        let wanted = replicas.saturating_sub(current.len()).min(CREATES_PER_PASS);
         let mut per_placement = vec![0usize; n];
         let mut per_zone: Vec<BTreeMap<String, usize>> = vec![Default::default(); n];
         for m in &current {
@@ -1300,18 +1393,29 @@ pub fn decide(
     );
     let mut status = status;
     status.leased_replicas = live.iter().filter(|m| m.leased(now)).count() as u32;
-    status.lost_leases = prior
-        .lost_leases
-        .iter()
-        .filter(|l| {
-            crate::gc::parse_rfc3339(&l.at)
-                .is_some_and(|t| now.saturating_sub(t) < LOST_KEPT.as_secs() as i64)
-        })
-        .cloned()
-        .chain(lost)
-        .collect();
-    let over = status.lost_leases.len().saturating_sub(LOST_KEPT_MAX);
-    status.lost_leases.drain(..over);
+    // Losses the pool did not decide, recorded as soon as it sees them, so they outlive the
+    // bindings that show them: an instance replaced under a lease (the binding holds nothing
+    // from then on), and a member being deleted (by someone else, or by a decision whose
+    // record was not written) with a lease on it.
+    for m in members {
+        for l in m.leases.iter().filter(|l| l.live(now)) {
+            let why = if !l.holds {
+                crate::lease::INSTANCE_REPLACED.to_string()
+            } else if m.deleting {
+                "its Proxy is being deleted".to_string()
+            } else {
+                continue;
+            };
+            lost.push(crate::lease::LostProxy {
+                lease: l.id.clone(),
+                proxy: m.name.clone(),
+                reason: why,
+                at: crate::gc::format_rfc3339(now),
+                holder: Some(l.holder.clone()),
+            });
+        }
+    }
+    status.lost_leases = lost_record(prior, members, &deletes, lost, now);
     let next_rotation = spec.rotation.as_ref().and_then(|r| {
         live.iter()
             .filter(|m| !stale.contains_key(m.name.as_str()))
@@ -1333,7 +1437,13 @@ pub fn decide(
         .filter(|m| !deletes.iter().any(|(d, _)| *d == m.name))
         .filter_map(|m| {
             let (at, _) = m.retiring?;
-            let lease_end = m.leases.iter().map(|(_, e)| *e).max().unwrap_or(now);
+            let lease_end = m
+                .leases
+                .iter()
+                .filter(|l| l.holds)
+                .map(|l| l.until)
+                .max()
+                .unwrap_or(now);
             Some(at.min(lease_end) - now)
         })
         .chain((!drains.is_empty()).then_some(retire_at - now))
@@ -1353,19 +1463,103 @@ pub fn decide(
     }
 }
 
-/// The names of the members that count toward the floor as [`decide`] counts them: available,
-/// not cordoned, not being deleted, and with `distinctEgress` not on an address an older
-/// member has. What a harness that checks the floor must count.
+/// The pool's record of lost leases: the prior one's entries younger than [`LOST_KEPT`] (but
+/// those the world contradicts: a member not going now whose lease still holds it, where a
+/// record written before a deletion that then did not happen would otherwise stand), then
+/// the new ones, each (lease, proxy) once, the newest [`LOST_KEPT_MAX`].
+fn lost_record(
+    prior: &PoolStatus,
+    members: &[Member],
+    deletes: &[(String, DeleteReason)],
+    new: Vec<crate::lease::LostProxy>,
+    now: i64,
+) -> Vec<crate::lease::LostProxy> {
+    let still_held = |l: &crate::lease::LostProxy| {
+        !deletes.iter().any(|(d, _)| *d == l.proxy)
+            && members.iter().any(|m| {
+                m.name == l.proxy
+                    && !m.deleting
+                    && m.leases
+                        .iter()
+                        .any(|b| b.id == l.lease && b.holds && b.live(now))
+            })
+    };
+    let mut out: Vec<crate::lease::LostProxy> = Vec::new();
+    for l in prior
+        .lost_leases
+        .iter()
+        .filter(|l| {
+            crate::gc::parse_rfc3339(&l.at)
+                .is_some_and(|t| now.saturating_sub(t) < LOST_KEPT.as_secs() as i64)
+        })
+        .filter(|l| !still_held(l))
+        .cloned()
+        .chain(new)
+    {
+        if !out.iter().any(|o| o.lease == l.lease && o.proxy == l.proxy) {
+            out.push(l);
+        }
+    }
+    let over = out.len().saturating_sub(LOST_KEPT_MAX);
+    out.drain(..over);
+    out
+}
+
+/// The names of the members that count toward the floor as [`decide`] counts them: available
+/// (cordoned or not: a cordoned member serves until it is replaced), not being deleted, and
+/// with `distinctEgress` not on an address another member counts already. What a harness
+/// that checks the floor must count.
 pub fn counted_available<'a>(
     spec: &PoolSpec,
     members: &'a [Member],
 ) -> std::collections::BTreeSet<&'a str> {
     let live: Vec<&Member> = members.iter().filter(|m| !m.deleting).collect();
     let shared = shared_egress(spec, &live);
+    let duplicates = cordoned_duplicates(spec, &live);
     live.iter()
-        .filter(|m| m.available && !m.cordoned && !shared.contains_key(m.name.as_str()))
+        .filter(|m| m.available)
+        .filter(|m| !shared.contains_key(m.name.as_str()) && !duplicates.contains(m.name.as_str()))
         .map(|m| m.name.as_str())
         .collect()
+}
+
+/// With `distinctEgress`, the cordoned available members whose egress address a member that
+/// is not cordoned has, or an older cordoned one: they serve, but their address counts once,
+/// with the member that stays. (They are not replaced for sharing: their cordon replaces
+/// them already.)
+fn cordoned_duplicates<'a>(
+    spec: &PoolSpec,
+    live: &[&'a Member],
+) -> std::collections::BTreeSet<&'a str> {
+    let mut out = std::collections::BTreeSet::new();
+    if !spec.distinct_egress {
+        return out;
+    }
+    let mut seen: std::collections::BTreeSet<&str> = live
+        .iter()
+        .filter(|m| m.available && !m.cordoned)
+        .filter_map(|m| m.egress_ip.as_deref())
+        .collect();
+    let mut cordoned: Vec<&Member> = live
+        .iter()
+        .copied()
+        .filter(|m| m.available && m.cordoned && m.egress_ip.is_some())
+        .collect();
+    cordoned.sort_by_key(|m| {
+        (
+            m.created_at.unwrap_or(i64::MIN),
+            m.serial.unwrap_or(0),
+            m.name.clone(),
+        )
+    });
+    for m in cordoned {
+        if let Some(ip) = m.egress_ip.as_deref()
+            && !seen.insert(ip)
+        {
+            out.insert(m.name.as_str());
+        }
+    }
+    out
 }
 
 /// With `distinctEgress`, the members whose egress address an older available member (by
@@ -1478,8 +1672,12 @@ pub fn member(
         leases: status
             .leases
             .iter()
-            .filter(|b| b.holds(status.ip.as_deref()))
-            .map(|b| (b.id.clone(), b.expires()))
+            .map(|b| MemberLease {
+                id: b.id.clone(),
+                until: b.expires(),
+                holder: crate::lease::holder_digest(&b.holder),
+                holds: b.holds(status.ip.as_deref()),
+            })
             .collect(),
         retiring: retiring(&meta.annotations),
     }

@@ -167,15 +167,19 @@ pub struct ProxyStatus {
     /// never hand it to two exclusive holders; the controllers never write it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<crate::lease::LeaseBinding>,
-    /// Lease releases that reported a target banned the proxy's address; at the pool's
-    /// `leases.cordonAfterBans` the proxy is cordoned. Written with the leases.
+    /// How many holders reported that a target banned the proxy's address (each once); at the
+    /// pool's `leases.cordonAfterBans` the proxy is cordoned. Written with the leases.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ban_reports: u32,
+    /// Those reports: who (a digest of the holder, naming no one) and when, the newest 32. A
+    /// holder's second report of the proxy is not counted again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ban_reporters: Vec<crate::lease::BanReport>,
 }
 
 /// The status fields the lease API owns: a controller's status write leaves them out, so it
 /// can never put back a binding the lease API has just changed.
-pub const LEASE_STATUS_FIELDS: [&str; 2] = ["leases", "banReports"];
+pub const LEASE_STATUS_FIELDS: [&str; 3] = ["leases", "banReports", "banReporters"];
 
 /// The part of a Proxy's spec an instance cannot follow once created.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

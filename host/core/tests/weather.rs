@@ -62,6 +62,9 @@ struct Weather {
     echo_outage: Option<(i64, i64)>,
     /// Every proxy stops answering during [from, until).
     all_down: Option<(i64, i64)>,
+    /// The chance per member and tick that it is cordoned (a target banned its address, or
+    /// someone annotated it): a voluntary disruption, which the floor holds through.
+    cordons: f64,
 }
 
 fn settings() -> Settings {
@@ -243,7 +246,8 @@ fn step_member(
     }
 }
 
-/// What the harness knows: serving as a pool must count it.
+/// What the harness knows: serving as a pool must count it (cordoned or not: a cordoned
+/// member serves its holders until it is replaced).
 fn truly_available(m: &Member, s: &Settings) -> bool {
     m.runs_at.is_some() && m.verified && m.failing < s.failure_threshold
 }
@@ -278,6 +282,14 @@ fn day(seed: u64, replicas: u32, surge: u32, unavailable: u32, w: &Weather, hour
         for m in &mut members {
             if m.blip.is_none_or(|(_, until)| now >= until + 60) && rng.chance(w.blips) {
                 m.blip = Some((now, now + 15 + rng.below(31) as i64));
+            }
+        }
+        for m in &mut members {
+            if rng.chance(w.cordons) {
+                m.proxy.metadata.annotations.insert(
+                    egress_core::discovery::CORDON_ANNOTATION.into(),
+                    "true".into(),
+                );
             }
         }
         // The outage rule over the statuses, as the operator's fleet counts them.
@@ -382,9 +394,9 @@ fn day(seed: u64, replicas: u32, surge: u32, unavailable: u32, w: &Weather, hour
 }
 
 /// Days of weather over pools of several sizes and budgets: blips on a few percent of the
-/// checks, 5% of creates and Gets failing, instances taking up to five minutes to start, an
-/// echo outage of ten minutes; every decision keeps the floor, the pool keeps rotating, and it
-/// ends available.
+/// checks, 5% of creates and Gets failing, instances taking up to five minutes to start, a
+/// member cordoned now and then (once in some five hours of each), an echo outage of ten
+/// minutes; every decision keeps the floor, the pool keeps rotating, and it ends available.
 #[test]
 fn in_ordinary_weather_the_pool_never_breaks_its_own_floor() {
     let cases: u64 = std::env::var("EGRESS_FUZZ_CASES")
@@ -397,6 +409,7 @@ fn in_ordinary_weather_the_pool_never_breaks_its_own_floor() {
         slowest_start: 300,
         echo_outage: Some((T0 + 2 * 3600, T0 + 2 * 3600 + 600)),
         all_down: None,
+        cordons: 0.0005,
     };
     let mut decisions = 0;
     for case in 0..cases {
@@ -439,6 +452,7 @@ fn a_blip_during_a_rotation_deletes_nothing() {
         slowest_start: 300,
         echo_outage: None,
         all_down: Some((T0 + 3720, T0 + 3755)),
+        cordons: 0.0,
     };
     for seed in 1..=8 {
         let d = day(seed, 4, 1, 0, &weather, 3);

@@ -7,8 +7,9 @@
 //! it), DELETE, and the `/status` subresource; TokenReview for the tokens a test registers
 //! ([`Double::add_token`], [`Double::service_account_token`]) and SubjectAccessReview against
 //! the RBAC objects it stores (`rbac`). Every request is recorded for assertions, and
-//! faults and latency can be injected per route: an error answer, a delay, or a request held
-//! until released.
+//! faults and latency can be injected per route: an error answer, a delay, a request held
+//! until released, or the 410 Gone of a resourceVersion the history no longer holds; and
+//! every open watch can be cut, as an API server's restart or a load balancer cuts them.
 //!
 //! Time: the model's clock is a base time plus tokio's clock plus what a test adds with
 //! [`Double::advance`], so paused tokio time drives it too.
@@ -80,6 +81,11 @@ pub enum Fault {
     /// Serve it (a write is stored), then answer this error instead of the result: the reply
     /// an API server gives when etcd committed the write but the answer was lost on the way.
     ServeThenError(ApiError),
+    /// Answer as the API server does when the resourceVersion a request names is older than
+    /// its history (etcd compacted it): a watch gets one ERROR event carrying 410 Expired and
+    /// ends, so its client lists again; any other request is 410 Gone. A request that names
+    /// no resourceVersion, or "0" (any), cannot be too old: it is served normally.
+    Expired,
 }
 
 /// Which requests a fault applies to.
@@ -156,6 +162,8 @@ struct Shared {
     requests: Mutex<Vec<Recorded>>,
     rules: Mutex<Vec<Rule>>,
     release: tokio::sync::watch::Sender<u64>,
+    /// Bumped to end every watch open at that moment.
+    cut: tokio::sync::watch::Sender<u64>,
     start_ms: u64,
     started: tokio::time::Instant,
     offset_ms: AtomicU64,
@@ -261,6 +269,7 @@ impl Double {
             requests: Mutex::new(Vec::new()),
             rules: Mutex::new(Vec::new()),
             release: tokio::sync::watch::Sender::new(0),
+            cut: tokio::sync::watch::Sender::new(0),
             start_ms: config.start_ms,
             started: tokio::time::Instant::now(),
             offset_ms: AtomicU64::new(0),
@@ -401,6 +410,13 @@ impl Double {
         self.shared.release.send_modify(|n| *n += 1);
     }
 
+    /// Ends every watch open now, as an API server restarting (or a load balancer's idle
+    /// timeout) does: each stream ends without an event, and its client watches again from
+    /// the last resourceVersion it saw. Watches started after this are not affected.
+    pub fn cut_watches(&self) {
+        self.shared.cut.send_modify(|n| *n += 1);
+    }
+
     /// Makes TokenReview authenticate `token` as `who` (replacing what it was).
     pub fn add_token(&self, token: &str, who: Identity) {
         self.shared
@@ -512,23 +528,52 @@ fn object(status: StatusCode, v: &Value) -> Response<Body> {
     full(status, v)
 }
 
-/// The fault for a request, counting it against its rule.
+/// The fault for a request, counting it against each rule it matches, in the order they were
+/// added, until one answers: a [`Fault::With`] that lets the request through, or an
+/// [`Fault::Expired`] of a request that names no version, leaves it to the next rule.
 fn fault_for(shared: &Shared, r: &Recorded) -> Option<Fault> {
     let mut rules = shared.rules.lock().unwrap_or_else(|p| p.into_inner());
-    let rule = rules
+    for rule in rules
         .iter_mut()
-        .find(|rule| rule.route.matches(r) && rule.times != Some(0))?;
-    if let Some(t) = rule.times.as_mut() {
-        *t -= 1;
+        .filter(|rule| rule.route.matches(r) && rule.times != Some(0))
+    {
+        if let Some(t) = rule.times.as_mut() {
+            *t -= 1;
+        }
+        rule.seen += 1;
+        match &rule.fault {
+            Fault::With(f) => {
+                if let Some(e) = f(rule.seen) {
+                    return Some(Fault::Error(e));
+                }
+            }
+            Fault::Expired if !names_a_version(r) => {}
+            other => return Some(other.clone()),
+        }
     }
-    rule.seen += 1;
-    Some(match &rule.fault {
-        Fault::With(f) => match f(rule.seen) {
-            Some(e) => Fault::Error(e),
-            None => return None,
-        },
-        other => other.clone(),
-    })
+    None
+}
+
+/// Whether a request names a resourceVersion that could be too old: any but none and "0".
+fn names_a_version(r: &Recorded) -> bool {
+    route::query(Some(&r.query))
+        .iter()
+        .any(|(k, v)| k == "resourceVersion" && !v.is_empty() && v != "0")
+}
+
+/// The API server's answer to a resourceVersion older than its history: for a watch, a 200
+/// stream of one ERROR event (410 Expired); for anything else, 410 Gone.
+fn expired(r: &Recorded) -> Response<Body> {
+    let e = ApiError::gone("too old resource version");
+    if !r.is_watch() {
+        return error(&e);
+    }
+    let mut out = Response::new(Full::new(line("ERROR", &e.status())).boxed());
+    out.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    out
 }
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
@@ -569,6 +614,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
             let _ = serve(&shared, &parts.method, &recorded, &bytes).await;
             return error(&e);
         }
+        Some(Fault::Expired) => return expired(&recorded),
         Some(Fault::With(_)) | None => {}
     }
     serve(&shared, &parts.method, &recorded, &bytes)
@@ -893,6 +939,8 @@ fn watch(
     let shared = shared.clone();
     let api_version = kind.api_version.to_string();
     let kind_name = kind.kind.to_string();
+    let mut cut = shared.cut.subscribe();
+    cut.mark_unchanged();
     tokio::spawn(async move {
         let deadline = tokio::time::Instant::now() + timeout;
         let mut changed = shared.revision.subscribe();
@@ -942,6 +990,7 @@ fn watch(
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => return,
+                _ = cut.changed() => return,
                 _ = tx.closed() => return,
             }
         }

@@ -450,3 +450,124 @@ mod reviews {
         );
     }
 }
+
+/// A watch cut (an API server restart, a load balancer's timeout) ends without an event, and
+/// the watcher resumes from the last version it saw; a resume the history no longer holds is
+/// answered as the API server does, one ERROR event of 410 Expired, and the watcher lists
+/// again. Either way it misses nothing.
+#[tokio::test]
+async fn a_cut_watch_resumes_and_an_expired_resume_lists_again() {
+    let d = Double::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(d.client(), "default");
+    api.create(&PostParams::default(), &config_map("a"))
+        .await
+        .unwrap();
+    let mut stream = watcher(api.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let name = |c: ConfigMap| c.metadata.name.unwrap_or_default();
+    assert_eq!(name(stream.try_next().await.unwrap().unwrap()), "a");
+    let watches = || d.requests().iter().filter(|r| r.is_watch()).count();
+    let lists = || {
+        d.requests()
+            .iter()
+            .filter(|r| !r.is_watch() && r.method == "GET" && r.path.ends_with("/configmaps"))
+            .count()
+    };
+    let (watched, listed) = (watches(), lists());
+    // The next watch of the ConfigMaps that names a version is told the version is gone.
+    let expire_the_next_watch = || {
+        d.fault(
+            Route {
+                method: Some(Method::GET),
+                path_prefix: "/api/v1/namespaces/default/configmaps".into(),
+                watch: Some(true),
+            },
+            Fault::Expired,
+            Some(1),
+        )
+    };
+
+    d.cut_watches();
+    api.create(&PostParams::default(), &config_map("b"))
+        .await
+        .unwrap();
+    assert_eq!(name(stream.try_next().await.unwrap().unwrap()), "b");
+    assert!(watches() > watched, "the watcher watched again");
+    assert_eq!(lists(), listed, "from where it was: no list");
+
+    expire_the_next_watch();
+    d.cut_watches();
+    api.create(&PostParams::default(), &config_map("c"))
+        .await
+        .unwrap();
+    // The watcher reports the 410 (the stream's one error), lists again and goes on.
+    let mut seen = Vec::new();
+    let mut errors = 0;
+    while !seen.contains(&"c".to_string()) {
+        match stream.try_next().await {
+            Ok(c) => seen.push(name(c.unwrap())),
+            Err(e) => {
+                assert!(
+                    e.to_string().contains("410") || format!("{e:?}").contains("410"),
+                    "{e:?}"
+                );
+                errors += 1;
+            }
+        }
+    }
+    assert_eq!(errors, 1);
+    assert!(lists() > listed, "an expired resume lists again");
+
+    // A raw watch from a version the history holds, under the fault: 410 in an ERROR event.
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    expire_the_next_watch();
+    let mut raw = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match raw.try_next().await.unwrap().unwrap() {
+        WatchEvent::Error(e) => assert_eq!((e.code, e.reason.as_str()), (410, "Expired")),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A rule that lets a request through leaves it to the next: a share of failures and an
+/// error on one route compose.
+#[tokio::test]
+async fn rules_compose_in_order() {
+    let d = Double::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(d.client(), "default");
+    d.fault(
+        Route::new(Method::POST, "/api/v1/namespaces/default/configmaps"),
+        Fault::With(Arc::new(|n| {
+            (n % 2 == 0).then(|| ApiError::new(500, "InternalError", "every other"))
+        })),
+        None,
+    );
+    d.fault(
+        Route::new(Method::POST, "/api/v1/namespaces/default/configmaps"),
+        // Not 429, 503 or 504, which the client retries by itself.
+        Fault::Error(ApiError::new(422, "Invalid", "refused")),
+        Some(1),
+    );
+    let code = |r: Result<ConfigMap, kube::Error>| match r {
+        Ok(_) => 200,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("{e}"),
+    };
+    let mut codes = Vec::new();
+    for n in ["a", "b", "c"] {
+        codes.push(code(
+            api.create(&PostParams::default(), &config_map(n)).await,
+        ));
+    }
+    assert_eq!(codes, [422, 500, 200]);
+}

@@ -120,12 +120,15 @@ fn default_port() -> u16 {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProxyPoolSpec {
-    /// How many proxies the pool keeps.
+    /// How many proxies the pool keeps (at most the operator's `--max-replicas`, default
+    /// 1000).
+    #[schemars(range(max = egress_core::pool::MAX_REPLICAS_CEILING))]
     pub replicas: u32,
     /// What each of its Proxies is, but for the provider (from the placement).
     #[serde(default)]
     pub template: PoolTemplate,
     /// Where the proxies go, spread by weight (round robin over a placement's zones).
+    #[schemars(length(max = egress_core::pool::MAX_PLACEMENTS))]
     pub placements: Vec<PoolPlacement>,
     /// Replace each proxy once it is this old (± jitter, fixed per proxy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,9 +151,11 @@ pub struct ProxyPoolSpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub distinct_egress: bool,
     /// How its proxies are leased (`POST /v1/leases`): maxShared (shared leases a proxy takes
-    /// at once, default 4), maxTTL (default 1h), defaultTTL (default 10m) and
-    /// cordonAfterBans (releases reporting `banned` that cordon a proxy, default 3).
+    /// at once, default 4), maxTTL (default 1h), defaultTTL (default 10m), cordonAfterBans
+    /// (holders reporting `banned` that cordon a proxy, default 3) and maxPerHolder (the most
+    /// proxies one holder holds at once, default 50%).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "leases_schema")]
     pub leases: Option<egress_core::lease::LeasePolicy>,
     /// How long a leased member that rotation, a rollout, a scale-down or a cordon retires may
     /// drain (out of discovery, no new leases, its replacement made first) before it goes
@@ -176,6 +181,24 @@ fn strategy_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
             "maxUnavailable": int_or_string("Ready proxies below replicas a replacement may cost (rounded down; default 0)."),
         },
     })
+}
+
+/// `spec.leases` as the core types it, but `maxPerHolder` as Kubernetes' IntOrString, which a
+/// structural schema can hold (the untagged enum's anyOf of two types it cannot).
+fn leases_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = <egress_core::lease::LeasePolicy as JsonSchema>::json_schema(generator);
+    if let Some(per_holder) = schema
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("maxPerHolder"))
+    {
+        *per_holder = serde_json::json!({
+            "description": "The most of the pool's proxies one holder holds at once, over all its leases, exclusive or shared (a number, or a percentage of replicas rounded up; at least 1; default 50%).",
+            "default": "50%",
+            "x-kubernetes-int-or-string": true,
+        });
+    }
+    schema.insert("nullable".into(), true.into());
+    schema
 }
 
 impl ProxyPool {

@@ -18,7 +18,7 @@ use crate::pool::Clock;
 use crate::server::StoreSource;
 use egress_core::discovery::{CORDON_ANNOTATION, POOL_LABEL};
 use egress_core::lease::{
-    self, Held, LeaseBinding, LeaseRef, LeaseRequest, LeaseView, LostProxy, Outcome,
+    self, BanReport, Held, LeaseBinding, LeaseRef, LeaseRequest, LeaseView, LostProxy, Outcome,
     ReleaseRequest, RenewRequest,
 };
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -32,10 +32,11 @@ use std::time::Duration;
 pub enum LeaseRefusal {
     /// 400: the request is malformed (the field at fault named).
     BadRequest(String),
-    /// 404: no such pool, or no such live lease (and what it lost, if it lost proxies).
+    /// 404: no such pool, or no such live lease of the caller's (and what it lost, if it lost
+    /// proxies). Another's lease is answered as one that does not exist.
     NotFound(String),
-    /// 403: the lease is someone else's.
-    Forbidden(String),
+    /// 429: the caller holds as many of the pool's proxies as `leases.maxPerHolder` allows.
+    TooMany(String),
     /// 503 with Retry-After: no proxy free now, and why.
     Unavailable {
         reason: String,
@@ -46,21 +47,22 @@ pub enum LeaseRefusal {
 }
 
 impl LeaseRefusal {
-    /// 503: not enough of pool `at` is free, and when to ask again.
-    pub fn shortage(at: &LeaseRef, s: lease::Shortage) -> Self {
-        LeaseRefusal::Unavailable {
-            reason: format!(
-                "pool {}/{}: {} of {} asked for: {}",
-                at.namespace, at.pool, s.free, s.wanted, s.reason
-            ),
-            retry_after: s.retry_after,
+    /// Why a lease of pool `at` (under `policy`) is not granted: 503 when not enough is free,
+    /// with when to ask again; 429 beyond the holder's share.
+    pub fn refused(at: &LeaseRef, policy: &lease::LeasePolicy, r: lease::Refused) -> Self {
+        let reason = r.reason(&at.namespace, &at.pool, policy);
+        match r {
+            lease::Refused::Shortage(s) => LeaseRefusal::Unavailable {
+                reason,
+                retry_after: s.retry_after,
+            },
+            lease::Refused::PerHolder { .. } => LeaseRefusal::TooMany(reason),
         }
     }
 
     pub fn from_lease(e: lease::LeaseError) -> Self {
         match e {
             lease::LeaseError::NotFound(_) => LeaseRefusal::NotFound(e.to_string()),
-            lease::LeaseError::NotHolder { .. } => LeaseRefusal::Forbidden(e.to_string()),
         }
     }
 
@@ -168,17 +170,22 @@ impl KubeLeases {
         Api::namespaced(self.client.clone(), ns)
     }
 
-    /// Writes `bindings` (and `bans`) as the status of `p` on the condition that it is the
-    /// version read. `Ok(None)`: it changed since (409) or is gone (404).
+    /// Writes `bindings` (and the ban reports `bans`) as the status of `p` on the condition
+    /// that it is the version read, keeping its live bindings of a replaced instance (their
+    /// holders' record of the loss). `Ok(None)`: it changed since (409) or is gone (404).
     async fn write(
         &self,
         p: &Proxy,
-        bindings: &[LeaseBinding],
-        bans: Option<u32>,
+        bindings: Vec<LeaseBinding>,
+        bans: Option<Vec<BanReport>>,
     ) -> Result<Option<Proxy>, LeaseRefusal> {
+        let stored = p.status.clone().unwrap_or_default();
+        let bindings =
+            lease::with_replaced(&stored.leases, stored.ip.as_deref(), bindings, (self.now)());
         let mut status = json!({ "leases": bindings });
         if let Some(b) = bans {
-            status["banReports"] = json!(b);
+            status["banReports"] = json!(b.len());
+            status["banReporters"] = json!(b);
         }
         let patch = json!({
             "metadata": {"resourceVersion": p.resource_version()},
@@ -205,7 +212,10 @@ impl KubeLeases {
     async fn settle(
         &self,
         first: Proxy,
-        change: impl Fn(&Proxy) -> Result<Option<(Vec<LeaseBinding>, Option<u32>)>, LeaseRefusal>,
+        change: impl Fn(
+            &Proxy,
+        )
+            -> Result<Option<(Vec<LeaseBinding>, Option<Vec<BanReport>>)>, LeaseRefusal>,
     ) -> Result<Option<Proxy>, LeaseRefusal> {
         let ns = first.namespace().unwrap_or_default();
         let name = first.name_any();
@@ -214,7 +224,7 @@ impl KubeLeases {
             let Some((bindings, bans)) = change(&current)? else {
                 return Ok(None);
             };
-            if let Some(updated) = self.write(&current, &bindings, bans).await? {
+            if let Some(updated) = self.write(&current, bindings, bans).await? {
                 return Ok(Some(updated));
             }
             current = match self.proxies(&ns).get_status(&name).await {
@@ -268,13 +278,14 @@ impl KubeLeases {
         }
     }
 
-    /// Lease `id` as its holder is told, from the Proxies that hold it and what the pool's
-    /// status says it lost.
+    /// Lease `id` as its holder `holder` is told, from the Proxies that hold it and what the
+    /// pool's status says it lost; None when it holds none for `holder`.
     fn describe(
         &self,
         pool: &ProxyPool,
         members: &[Proxy],
         id: &str,
+        holder: &str,
         now: i64,
     ) -> Option<LeaseView> {
         let facts = self.facts(members);
@@ -284,18 +295,27 @@ impl KubeLeases {
             &held(members, &facts, now),
             pool_lost(pool),
             id,
+            holder,
             now,
         )
     }
 
     /// 404 for lease `id`, saying what it lost when the pool's status (or a Proxy whose
-    /// instance was replaced) remembers.
-    fn gone(&self, pool: &ProxyPool, members: &[Proxy], id: &str, now: i64) -> LeaseRefusal {
+    /// instance was replaced) remembers and it was `holder`'s.
+    fn gone(
+        &self,
+        pool: &ProxyPool,
+        members: &[Proxy],
+        id: &str,
+        holder: &str,
+        now: i64,
+    ) -> LeaseRefusal {
         let facts = self.facts(members);
         LeaseRefusal::NotFound(lease::gone(
             &held(members, &facts, now),
             pool_lost(pool),
             id,
+            holder,
             now,
         ))
     }
@@ -341,6 +361,13 @@ fn bindings(p: &Proxy) -> Vec<LeaseBinding> {
         .as_ref()
         .map(|s| lease::holding(&s.leases, s.ip.as_deref()))
         .unwrap_or_default()
+}
+
+/// Whether `p` carries the cordon mark already.
+fn cordoned(p: &Proxy) -> bool {
+    p.annotations()
+        .get(CORDON_ANNOTATION)
+        .is_some_and(|v| v == "true")
 }
 
 fn pool_lost(pool: &ProxyPool) -> &[LostProxy] {
@@ -389,19 +416,8 @@ impl LeaseBook for KubeLeases {
         let pool = self.pool(at).await?;
         let members = self.members(&pool).await?;
         let now = (self.now)();
-        let view = self
-            .describe(&pool, &members, id, now)
-            .ok_or_else(|| self.gone(&pool, &members, id, now))?;
-        if view.holder != holder {
-            return Err(LeaseRefusal::Forbidden(
-                lease::LeaseError::NotHolder {
-                    id: id.to_string(),
-                    holder: view.holder,
-                }
-                .to_string(),
-            ));
-        }
-        Ok(view)
+        self.describe(&pool, &members, id, holder, now)
+            .ok_or_else(|| self.gone(&pool, &members, id, holder, now))
     }
 
     async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal> {
@@ -412,7 +428,7 @@ impl LeaseBook for KubeLeases {
         let ids = lease::held_by(&held(&members, &facts, now), holder, now);
         Ok(ids
             .into_iter()
-            .filter_map(|id| self.describe(&pool, &members, &id, now))
+            .filter_map(|id| self.describe(&pool, &members, &id, holder, now))
             .collect())
     }
 }
@@ -442,16 +458,17 @@ impl KubeLeases {
                 &held(&members, &facts, now),
                 req,
                 &policy,
+                pool.spec.replicas,
                 holder,
                 &id,
                 ttl,
                 now,
             )
-            .map_err(|s| LeaseRefusal::shortage(at, s))?;
+            .map_err(|r| LeaseRefusal::refused(at, &policy, r))?;
             let mut written: Vec<Proxy> = Vec::new();
             let mut conflicted = false;
             for (i, bindings) in granted {
-                match self.write(&members[i], &bindings, None).await {
+                match self.write(&members[i], bindings, None).await {
                     Ok(Some(updated)) => written.push(updated),
                     Ok(None) => {
                         conflicted = true;
@@ -469,9 +486,11 @@ impl KubeLeases {
                 self.take_back(written, &id).await;
                 continue;
             }
-            return self.describe(&pool, &written, &id, now).ok_or_else(|| {
-                LeaseRefusal::Busy("the lease was written but reads back empty".into())
-            });
+            return self
+                .describe(&pool, &written, &id, holder, now)
+                .ok_or_else(|| {
+                    LeaseRefusal::Busy("the lease was written but reads back empty".into())
+                });
         }
         Err(LeaseRefusal::Busy(format!(
             "pool {}/{}: its proxies kept changing while the lease was written",
@@ -493,7 +512,10 @@ impl KubeLeases {
         let now = (self.now)();
         let mut renewed = Vec::new();
         for p in &members {
-            if !bindings(p).iter().any(|b| b.id == id && b.live(now)) {
+            if !bindings(p)
+                .iter()
+                .any(|b| b.id == id && b.holder == holder && b.live(now))
+            {
                 continue;
             }
             let done = self
@@ -503,23 +525,25 @@ impl KubeLeases {
                         Ok(b) => Ok(Some((b, None))),
                         // Ended on this one since it was read.
                         Err(lease::LeaseError::NotFound(_)) => Ok(None),
-                        Err(e) => Err(LeaseRefusal::from_lease(e)),
                     }
                 })
                 .await?;
             renewed.extend(done);
         }
         if renewed.is_empty() {
-            return Err(self.gone(&pool, &members, id, now));
+            return Err(self.gone(&pool, &members, id, holder, now));
         }
         let mut view = self
-            .describe(&pool, &renewed, id, now)
-            .ok_or_else(|| self.gone(&pool, &members, id, now))?;
+            .describe(&pool, &renewed, id, holder, now)
+            .ok_or_else(|| self.gone(&pool, &members, id, holder, now))?;
+        // What it lost, over every member (the renewed ones hold; others may have gone).
         let facts = self.facts(&members);
-        view.lost.extend(
-            held(&members, &facts, now)
-                .iter()
-                .filter_map(|h| h.replaced(id, now)),
+        view.lost = lease::lost(
+            &held(&members, &facts, now),
+            pool_lost(&pool),
+            id,
+            holder,
+            now,
         );
         Ok(view)
     }
@@ -536,32 +560,63 @@ impl KubeLeases {
         let banned = req.outcome == Some(Outcome::Banned);
         let members = self.members(&pool).await?;
         let now = (self.now)();
+        // Every ban report on the pool's proxies: a holder's reports count at a bounded rate.
+        let mut in_pool: Vec<BanReport> = members
+            .iter()
+            .filter_map(|p| p.status.as_ref())
+            .flat_map(|s| s.ban_reporters.iter().cloned())
+            .collect();
         let mut released = 0;
         for p in &members {
-            if !bindings(p).iter().any(|b| b.id == id && b.live(now)) {
+            if !bindings(p)
+                .iter()
+                .any(|b| b.id == id && b.holder == holder && b.live(now))
+            {
                 continue;
             }
             let done = self
                 .settle(p.clone(), |p| {
                     match lease::release(&bindings(p), id, holder, now) {
                         Ok(b) => {
-                            let bans = p.status.as_ref().map_or(0, |s| s.ban_reports);
-                            Ok(Some((b, banned.then_some(bans + 1))))
+                            let reports = p
+                                .status
+                                .as_ref()
+                                .map(|s| s.ban_reporters.clone())
+                                .unwrap_or_default();
+                            let bans = match banned
+                                .then(|| lease::report_ban(&reports, &in_pool, holder, now))
+                            {
+                                Some(lease::BanVerdict::Counted(r)) => Some(r),
+                                _ => None,
+                            };
+                            Ok(Some((b, bans)))
                         }
                         Err(lease::LeaseError::NotFound(_)) => Ok(None),
-                        Err(e) => Err(LeaseRefusal::from_lease(e)),
                     }
                 })
                 .await?;
             let Some(updated) = done else { continue };
             released += 1;
-            let bans = updated.status.as_ref().map_or(0, |s| s.ban_reports);
-            if banned && policy.cordon_after_bans > 0 && bans >= policy.cordon_after_bans {
-                self.cordon(&updated, bans).await;
+            let reports = updated
+                .status
+                .as_ref()
+                .map(|s| s.ban_reporters.clone())
+                .unwrap_or_default();
+            // This release's own report, for the rate of the next proxy it releases.
+            let who = lease::holder_digest(holder);
+            let at = egress_core::gc::format_rfc3339(now);
+            in_pool.extend(
+                reports
+                    .iter()
+                    .filter(|r| r.reporter == who && r.at == at)
+                    .cloned(),
+            );
+            if banned && lease::cordons(&reports, &policy) && !cordoned(&updated) {
+                self.cordon(&updated, reports.len()).await;
             }
         }
         if released == 0 {
-            return Err(self.gone(&pool, &members, id, now));
+            return Err(self.gone(&pool, &members, id, holder, now));
         }
         if banned {
             self.metrics
@@ -570,9 +625,9 @@ impl KubeLeases {
         Ok(())
     }
 
-    /// Cordons a proxy its holders reported banned often enough: out of discovery and leases,
+    /// Cordons a proxy enough of its holders reported banned: out of discovery and leases,
     /// replaced through the pool's budget (drained while other leases hold it).
-    async fn cordon(&self, p: &Proxy, bans: u32) {
+    async fn cordon(&self, p: &Proxy, bans: usize) {
         let patch = json!({"metadata": {"annotations": {CORDON_ANNOTATION: "true"}}});
         let name = p.name_any();
         match self

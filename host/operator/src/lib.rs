@@ -63,6 +63,10 @@ pub struct Options {
     pub api_tokens: Option<PathBuf>,
     /// The ProxyPool admission webhook, when it is served (see [`webhook`]).
     pub webhook: Option<WebhookOptions>,
+    /// The most replicas a ProxyPool may ask for (at most
+    /// [`egress_core::pool::MAX_REPLICAS_CEILING`]); a pool beyond it is refused at admission
+    /// and marked InvalidSpec.
+    pub max_replicas: u32,
 }
 
 /// Where the admission webhook listens and the certificate it presents.
@@ -280,10 +284,11 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         })?;
         tokio::spawn(certificates.watch(opts.reload_interval));
         let ctx = ctx.clone();
+        let max_replicas = opts.max_replicas;
         tokio::spawn(webhook::serve(
             listener,
             tls,
-            Arc::new(move || webhook::PoolEnvironment::of(&ctx.loaded())),
+            Arc::new(move || webhook::PoolEnvironment::of(&ctx.loaded(), max_replicas)),
             server::Limits::default(),
         ));
         tracing::info!(listen = %addr, "the ProxyPool admission webhook serves");
@@ -340,6 +345,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             Arc::new(pool::PoolContext {
                 ctx: ctx.clone(),
                 now: pool::system_clock(),
+                max_replicas: opts.max_replicas,
             }),
         )
         .for_each(|_| async {});

@@ -39,10 +39,12 @@ pub fn unix_now() -> i64 {
         .unwrap_or(0)
 }
 
-/// What the pool controller needs beyond the shared context: a clock.
+/// What the pool controller needs beyond the shared context: a clock, and the most replicas
+/// a pool may ask for (`run --max-replicas`).
 pub struct PoolContext {
     pub ctx: Arc<Context>,
     pub now: Clock,
+    pub max_replicas: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -209,7 +211,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     // What the admission webhook judges by as well, so a pool it admits is not refused here.
     let problems = pool::validate_in(
         &core,
-        crate::webhook::PoolEnvironment::of(&loaded).as_core(),
+        crate::webhook::PoolEnvironment::of(&loaded, pctx.max_replicas).as_core(),
     );
     if !problems.is_empty() {
         let mut status = invalid_status(&old, &problems);
@@ -221,7 +223,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
             .pool_observed(&namespace, &name, core.spec.replicas, 0, &status);
         if status != old {
             write_status(&pools, &name, &status).await?;
-            publish(ctx, &pool, true, "InvalidSpec", problems.join("; ")).await;
+            publish(ctx, &pool, None, true, "InvalidSpec", problems.join("; ")).await;
         }
         // Nothing to do until the spec changes, which is a new generation.
         return Ok(Action::await_change());
@@ -275,6 +277,25 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
             .find(|p| p.metadata.name.as_deref() == Some(proxy_name))
             .copied()
     };
+    // What leases lose is recorded before anything goes: a deletion followed by a failed
+    // status write (or a restart) would otherwise leave a holder with a bare 404. A record of
+    // a deletion that then does not happen (a lease written in between) is dropped by the
+    // next decision, which sees the lease still holding.
+    let recorded = |l: &egress_core::lease::LostProxy| {
+        old.lost_leases
+            .iter()
+            .any(|o| o.lease == l.lease && o.proxy == l.proxy)
+    };
+    if d.status.lost_leases.iter().any(|l| !recorded(l)) {
+        pools
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"lostLeases": d.status.lost_leases}})),
+            )
+            .await
+            .map_err(Error::Kube)?;
+    }
     for (proxy_name, why) in &d.deletes {
         let seen = listed_as(proxy_name);
         // Preconditions: never a Proxy of the same name made since the list (the uid), and
@@ -296,6 +317,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         publish(
             ctx,
             &pool,
+            Some(member_ref(&namespace, proxy_name, seen)),
             false,
             why.as_str(),
             format!("deleting {proxy_name} ({})", why.as_str()),
@@ -327,6 +349,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         publish(
             ctx,
             &pool,
+            Some(member_ref(&namespace, proxy_name, Some(seen))),
             false,
             "Draining",
             format!(
@@ -348,7 +371,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         serial = first;
         let taken: BTreeSet<String> = listed.items.iter().map(ResourceExt::name_any).collect();
         for c in &d.creates {
-            let proxy_name = loop {
+            let (proxy_name, made) = loop {
                 serial += 1;
                 if serial > reserved {
                     return Err(Error::NoFreeName(name.clone(), reserved));
@@ -365,7 +388,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
                     );
                 }
                 match proxies.create(&PostParams::default(), &proxy).await {
-                    Ok(_) => break n,
+                    Ok(made) => break (n, made),
                     // A Proxy of that name that is not the pool's (no label): the next name.
                     Err(kube::Error::Api(s)) if s.code == 409 => continue,
                     Err(e) => return Err(Error::Kube(e)),
@@ -385,6 +408,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
             publish(
                 ctx,
                 &pool,
+                Some(member_ref(&namespace, &proxy_name, Some(&made))),
                 false,
                 "Created",
                 format!(
@@ -524,8 +548,35 @@ async fn write_status(
     Ok(())
 }
 
-/// An Event on the pool; one that cannot be written does not fail the reconcile.
-async fn publish(ctx: &Context, pool: &ProxyPool, warning: bool, reason: &str, note: String) {
+/// The reference of member `name` of the pool (as `seen`, when it was), an Event's related
+/// object.
+fn member_ref(
+    namespace: &str,
+    name: &str,
+    seen: Option<&Proxy>,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(Proxy::api_version(&()).into_owned()),
+        kind: Some(Proxy::kind(&()).into_owned()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        uid: seen.and_then(|p| p.metadata.uid.clone()),
+        ..Default::default()
+    }
+}
+
+/// An Event on the pool, about its member `member` when it is one's (its related object);
+/// one that cannot be written does not fail the reconcile. The recorder folds an Event into
+/// an earlier one of the same reason about the same objects (a series), so naming the member
+/// keeps each member's creation and deletion an Event of its own.
+async fn publish(
+    ctx: &Context,
+    pool: &ProxyPool,
+    member: Option<k8s_openapi::api::core::v1::ObjectReference>,
+    warning: bool,
+    reason: &str,
+    note: String,
+) {
     let event = Event {
         type_: if warning {
             EventType::Warning
@@ -535,7 +586,7 @@ async fn publish(ctx: &Context, pool: &ProxyPool, warning: bool, reason: &str, n
         reason: reason.into(),
         note: Some(note.chars().take(1000).collect()),
         action: "Reconcile".into(),
-        secondary: None,
+        secondary: member,
     };
     if let Err(e) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
         tracing::warn!("event not recorded: {}", crate::controller::brief(&e));

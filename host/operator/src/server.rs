@@ -432,7 +432,7 @@ fn lease_refused(r: &LeaseRefusal) -> Response<Full<Bytes>> {
     let (status, reason, retry) = match r {
         LeaseRefusal::BadRequest(m) => (StatusCode::BAD_REQUEST, m, None),
         LeaseRefusal::NotFound(m) => (StatusCode::NOT_FOUND, m, None),
-        LeaseRefusal::Forbidden(m) => (StatusCode::FORBIDDEN, m, None),
+        LeaseRefusal::TooMany(m) => (StatusCode::TOO_MANY_REQUESTS, m, None),
         LeaseRefusal::Unavailable {
             reason,
             retry_after,
@@ -538,7 +538,7 @@ impl Api {
     /// `/v1/leases`: `POST` takes a lease, `GET ?namespace=&pool=` lists the caller's;
     /// `/v1/leases/{id}`: `GET` reads it, `DELETE` releases it; `/v1/leases/{id}/renew`:
     /// `POST` renews it. The holder is the authenticated caller; only it may renew, read or
-    /// release its lease.
+    /// release its lease (anyone else is answered 404, as for a lease that does not exist).
     async fn leases(
         &self,
         source: IpAddr,

@@ -55,20 +55,34 @@ pub const REVIEW_WAIT: Duration = Duration::from_secs(1);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What a pool is checked against beyond its own spec, owned: the providers config as loaded
-/// now. The pool controller and the webhook both take it from [`Loaded`], so they judge alike.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// now, and the most replicas the operator allows. The pool controller and the webhook both
+/// take it from [`Loaded`] and the operator's options, so they judge alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolEnvironment {
     /// The provider entries loaded now.
     pub providers: Vec<String>,
     /// The egress check's startupTimeout, when the config has a check.
     pub startup_timeout: Option<Duration>,
+    /// `run --max-replicas`.
+    pub max_replicas: u32,
+}
+
+impl Default for PoolEnvironment {
+    fn default() -> Self {
+        Self {
+            providers: Vec::new(),
+            startup_timeout: None,
+            max_replicas: pool::DEFAULT_MAX_REPLICAS,
+        }
+    }
 }
 
 impl PoolEnvironment {
-    pub fn of(loaded: &Loaded) -> Self {
+    pub fn of(loaded: &Loaded, max_replicas: u32) -> Self {
         Self {
             providers: loaded.providers.iter().map(|p| p.name.clone()).collect(),
             startup_timeout: loaded.egress.as_ref().map(|c| c.settings().startup_timeout),
+            max_replicas,
         }
     }
 
@@ -76,6 +90,7 @@ impl PoolEnvironment {
         pool::Environment {
             providers: &self.providers,
             startup_timeout: self.startup_timeout,
+            max_replicas: self.max_replicas,
         }
     }
 }

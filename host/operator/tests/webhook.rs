@@ -33,11 +33,13 @@ fn leaf(ca: &CertifiedIssuer<'static, KeyPair>) -> (String, String, Vec<u8>) {
     (cert.pem(), key.serialize_pem(), cert.der().to_vec())
 }
 
-/// The providers config as loaded: the deploy's three entries, a check starting within 5m.
+/// The providers config as loaded: the deploy's three entries, a check starting within 5m;
+/// the operator's default bound on replicas.
 fn loaded() -> PoolEnvironment {
     PoolEnvironment {
         providers: vec!["cluster".into(), "gce".into(), "lab".into()],
         startup_timeout: Some(Duration::from_secs(300)),
+        ..PoolEnvironment::default()
     }
 }
 
@@ -233,6 +235,18 @@ async fn a_pool_the_loaded_config_cannot_run_is_denied_naming_each_field() {
             edited(|p| p["spec"]["rotation"] = json!({"maxAge": "12m", "jitter": "3m"})),
             "spec.rotation.maxAge",
             "twice the egress check's startupTimeout of 300s",
+        ),
+        (
+            "more replicas than the operator allows",
+            edited(|p| p["spec"]["replicas"] = json!(1001)),
+            "spec.replicas",
+            "1001 is more than the 1000 this installation allows",
+        ),
+        (
+            "a billion replicas",
+            edited(|p| p["spec"]["replicas"] = json!(1_000_000_000)),
+            "spec.replicas",
+            "1000000000 is more than 100000",
         ),
     ] {
         for review in [

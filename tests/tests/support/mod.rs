@@ -79,6 +79,7 @@ pub async fn dry_run(
         gc_grace: std::time::Duration::ZERO,
         concurrency: 1,
         run_for,
+        max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
         runtime: RuntimeOptions {
             cache_dir: Some(
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-module-cache"),

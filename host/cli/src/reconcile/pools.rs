@@ -187,13 +187,10 @@ impl PoolRun {
         // the decision did rather than what it meant to do.
         let floor = spec.replicas.saturating_sub(pool::budgets(spec).1 as u32);
         // As the pool counts them: with distinctEgress, a member sharing an older one's
-        // address does not count, so deleting it costs the floor nothing.
+        // address does not count, so deleting it costs the floor nothing; a cordoned one that
+        // serves counts until it is replaced.
         let counted = pool::counted_available(spec, &members);
-        let mut available_now = members
-            .iter()
-            .filter(|m| m.available && !m.deleting && !m.cordoned)
-            .filter(|m| counted.contains(m.name.as_str()))
-            .count() as u32;
+        let mut available_now = counted.len() as u32;
         // A drain costs the floor as a deletion does.
         for name in d.deletes.iter().chain(&d.drains).map(|(n, _)| n) {
             if counted.contains(name.as_str()) {

@@ -144,12 +144,14 @@ fn renew_and_release_are_the_holders_alone() {
     // A renewal never shortens what is held.
     let short = renew(&b, "l-a", "alice", Duration::from_secs(5), None, NOW).unwrap();
     assert_eq!(short[0].expires(), NOW + 30);
+    // Another's lease is answered as one that does not exist, naming no one.
     assert_eq!(
         renew(&b, "l-a", "bob", ten, None, NOW),
-        Err(LeaseError::NotHolder {
-            id: "l-a".into(),
-            holder: "alice".into()
-        })
+        Err(LeaseError::NotFound("l-a".into()))
+    );
+    assert_eq!(
+        LeaseError::NotFound("l-a".into()).to_string(),
+        "lease l-a is not held (expired, released or unknown)"
     );
     assert_eq!(
         renew(&b, "l-x", "old", ten, None, NOW),
@@ -160,10 +162,10 @@ fn renew_and_release_are_the_holders_alone() {
         left.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(),
         ["l-a"]
     );
-    assert!(matches!(
+    assert_eq!(
         release(&b, "l-b", "alice", NOW),
-        Err(LeaseError::NotHolder { .. })
-    ));
+        Err(LeaseError::NotFound("l-b".into()))
+    );
     assert!(matches!(
         release(&b, "l-x", "old", NOW),
         Err(LeaseError::NotFound(_))
@@ -268,4 +270,162 @@ fn a_binding_of_a_replaced_instance_holds_nothing() {
     assert!(kept.is_empty());
     assert!(admits(&kept, LeaseMode::Exclusive, 1, NOW));
     assert_eq!(holding(&[b], Some("10.0.0.1")).len(), 1);
+}
+
+/// A holder's ban report counts once per proxy, and at most BAN_REPORTS_PER_WINDOW of its
+/// reports count per pool within the window; what cordons is the number of distinct holders.
+#[test]
+fn ban_reports_count_distinct_holders_at_a_bounded_rate() {
+    let policy = LeasePolicy::default();
+    let first = match report_ban(&[], [], "spider", NOW) {
+        BanVerdict::Counted(r) => r,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].reporter, holder_digest("spider"));
+    assert!(!first[0].reporter.contains("spider"), "names no one");
+    assert_eq!(
+        report_ban(&first, &first, "spider", NOW + 5),
+        BanVerdict::Repeated
+    );
+    let mut reports = first;
+    for who in ["rival", "third"] {
+        assert!(!cordons(&reports, &policy));
+        reports = match report_ban(&reports, &reports, who, NOW) {
+            BanVerdict::Counted(r) => r,
+            other => panic!("{other:?}"),
+        };
+    }
+    assert!(cordons(&reports, &policy), "three holders: cordoned");
+    assert!(!cordons(
+        &reports,
+        &LeasePolicy {
+            cordon_after_bans: 0,
+            ..Default::default()
+        }
+    ));
+
+    // One holder's reports over many proxies: BAN_REPORTS_PER_WINDOW count in the window,
+    // the next does not; once the window has passed, they count again.
+    let pool: Vec<BanReport> = (0..BAN_REPORTS_PER_WINDOW)
+        .map(|k| BanReport {
+            reporter: holder_digest("spider"),
+            at: crate::gc::format_rfc3339(NOW - 60 * k as i64),
+        })
+        .collect();
+    assert_eq!(report_ban(&[], &pool, "spider", NOW), BanVerdict::OverRate);
+    assert!(matches!(
+        report_ban(&[], &pool, "rival", NOW),
+        BanVerdict::Counted(_)
+    ));
+    let later = NOW + BAN_REPORT_WINDOW.as_secs() as i64;
+    assert!(matches!(
+        report_ban(&[], &pool, "spider", later),
+        BanVerdict::Counted(_)
+    ));
+    // A proxy keeps the newest BAN_REPORTS_KEPT.
+    let many: Vec<BanReport> = (0..BAN_REPORTS_KEPT)
+        .map(|k| BanReport {
+            reporter: format!("r{k}"),
+            at: crate::gc::format_rfc3339(NOW),
+        })
+        .collect();
+    match report_ban(&many, &many, "spider", NOW) {
+        BanVerdict::Counted(r) => {
+            assert_eq!(r.len(), BAN_REPORTS_KEPT);
+            assert_eq!(r.last().unwrap().reporter, holder_digest("spider"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A lease write keeps the live bindings of a replaced instance (its holders' record of the
+/// loss) beside the new ones, and drops the expired.
+#[test]
+fn a_write_keeps_the_bindings_of_a_replaced_instance() {
+    let mut gone = binding("l-a", "a", LeaseMode::Exclusive, 60);
+    gone.ip = Some("10.0.0.1".into());
+    let mut ended = binding("l-b", "b", LeaseMode::Exclusive, -1);
+    ended.ip = Some("10.0.0.1".into());
+    let mut new = binding("l-c", "c", LeaseMode::Exclusive, 60);
+    new.ip = Some("10.0.0.2".into());
+    let stored = [gone.clone(), ended];
+    let written = with_replaced(&stored, Some("10.0.0.2"), vec![new.clone()], NOW);
+    assert_eq!(written, vec![new.clone(), gone]);
+    // Nothing replaced: the new ones alone.
+    assert_eq!(
+        with_replaced(&[new.clone()], Some("10.0.0.2"), vec![], NOW),
+        Vec::<LeaseBinding>::new()
+    );
+}
+
+/// maxPerHolder against the pool's replicas: a percentage rounded up, never below one.
+#[test]
+fn the_per_holder_bound_resolves_against_replicas() {
+    let p = LeasePolicy::default();
+    assert_eq!(
+        [0, 1, 2, 3, 10].map(|r| p.per_holder(r)),
+        [1, 1, 1, 2, 5],
+        "default 50%"
+    );
+    let p = LeasePolicy {
+        max_per_holder: crate::config::IntOrPercent::Int(4),
+        ..Default::default()
+    };
+    assert_eq!(p.per_holder(100), 4);
+}
+
+/// What a lease lost is told to its holder alone, each proxy once, and never a proxy the lease
+/// still holds (a record written before a deletion that then did not happen, until the pool
+/// drops it).
+#[test]
+fn what_a_lease_lost_is_its_holders_and_never_what_it_holds() {
+    let mut b = binding("l-a", "alice", LeaseMode::Exclusive, 60);
+    b.ip = Some("10.0.0.1".into());
+    let status = crate::ProxyStatus {
+        ip: Some("10.0.0.1".into()),
+        leases: vec![b],
+        ..Default::default()
+    };
+    let held = |name: &'static str| Held {
+        proxy: crate::discovery::Candidate {
+            namespace: "ns",
+            name,
+            provider: "p",
+            port: 3128,
+            zone: None,
+            pool: Some("web"),
+            cordoned: false,
+            draining: false,
+            exclusively_leased: true,
+            status: &status,
+            credential: None,
+        },
+        retiring: None,
+        created_at: Some(NOW - 60),
+    };
+    let record = |proxy: &str, holder: &str| LostProxy {
+        lease: "l-a".into(),
+        proxy: proxy.into(),
+        reason: "Rotated: drained until drainTimeout".into(),
+        at: crate::gc::format_rfc3339(NOW),
+        holder: Some(holder_digest(holder)),
+    };
+    let pool_lost = [
+        record("p1", "alice"),
+        record("p2", "alice"),
+        record("p2", "alice"),
+    ];
+    let members = [held("p1")];
+    let told = lost(&members, &pool_lost, "l-a", "alice", NOW);
+    assert_eq!(
+        told.iter().map(|l| l.proxy.as_str()).collect::<Vec<_>>(),
+        ["p2"],
+        "p1 is still held; p2 once"
+    );
+    assert!(lost(&members, &pool_lost, "l-a", "bob", NOW).is_empty());
+    assert_eq!(
+        gone(&[], &pool_lost, "l-a", "bob", NOW),
+        "lease l-a is not held (expired, released or unknown)"
+    );
 }

@@ -332,6 +332,9 @@ fn a_short_max_age_rotates_every_proxy_with_the_floor_held() {
     );
 }
 
+/// A cordon is a voluntary disruption: the cordoned member, while it serves, counts toward
+/// the floor (out of discovery, in the available count) until its replacement serves; then it
+/// goes.
 #[test]
 fn a_cordoned_proxy_is_replaced_within_the_budget() {
     let mut s = Sim::new(spec(3, &[1]));
@@ -339,8 +342,45 @@ fn a_cordoned_proxy_is_replaced_within_the_budget() {
     s.members[1].cordoned = true;
     let victim = s.members[1].name.clone();
     let d = s.step();
-    assert_eq!(d.deletes, vec![(victim, DeleteReason::Cordoned)]);
+    assert!(
+        d.deletes.is_empty(),
+        "deleted before its replacement serves: {d:?}"
+    );
     assert_eq!(d.creates.len(), 1, "a replacement at once, within maxSurge");
+    assert_eq!(s.status.available_replicas, 3, "it counts until replaced");
+    assert_eq!(s.status.ready_replicas, 2, "it is out of discovery");
+    // The replacement starting: still nothing goes.
+    let d = s.step();
+    assert!(d.deletes.is_empty() && d.creates.is_empty(), "{d:?}");
+    s.ready_all();
+    let d = s.step();
+    assert_eq!(d.deletes, vec![(victim, DeleteReason::Cordoned)]);
+    let d = s.step();
+    assert!(d.deletes.is_empty() && d.creates.is_empty(), "{d:?}");
+    assert_eq!(
+        (s.status.available_replicas, s.status.ready_replicas),
+        (3, 3)
+    );
+}
+
+/// A leased member cordoned (by hand, or by its holders' ban reports) serves its holder until
+/// its replacement serves, then drains like any other retired member: not deleted while the
+/// lease holds, and its holder loses nothing in silence.
+#[test]
+fn a_leased_cordoned_member_drains_after_its_replacement() {
+    let mut s = Sim::new(spec(2, &[1]));
+    s.settle();
+    let leased = s.members[0].name.clone();
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
+    s.members[0].cordoned = true;
+    let d = s.step();
+    assert!(d.deletes.is_empty() && d.drains.is_empty(), "{d:?}");
+    assert_eq!(d.creates.len(), 1);
+    s.ready_all();
+    let d = s.step();
+    assert_eq!(d.drains, vec![(leased.clone(), DeleteReason::Cordoned)]);
+    assert!(d.deletes.is_empty(), "{d:?}");
+    assert!(s.status.lost_leases.is_empty());
 }
 
 #[test]
@@ -502,11 +542,10 @@ fn deletions_never_take_the_available_below_the_floor() {
             if next() % 40 == 0 {
                 s.spec.template.port = 1000 + (next() % 1000) as u16;
             }
-            let counted: Vec<String> = counted_available(&s.spec, &s.members)
-                .into_iter()
-                .map(str::to_string)
-                .collect();
-            let before = counted.len();
+            // Serving as the pool must count it, cordoned or not (a cordon is a voluntary
+            // disruption the budget pays for).
+            let serving = |ms: &[Member]| ms.iter().filter(|m| m.available).count();
+            let before = serving(&s.members);
             let unready: Vec<String> = s
                 .members
                 .iter()
@@ -514,7 +553,7 @@ fn deletions_never_take_the_available_below_the_floor() {
                 .map(|m| m.name.clone())
                 .collect();
             let d = s.step();
-            let after = counted_available(&s.spec, &s.members).len();
+            let after = serving(&s.members);
             assert!(
                 after >= before.min(floor),
                 "case {case} tick {tick}: deletions took the available from {before} to {after} (floor {floor}): {:?}",
@@ -751,7 +790,8 @@ fn over_every_state_the_pools_deletions_keep_the_floor() {
                     .enumerate()
                     .map(|(k, sh)| shaped(k, *sh, &r))
                     .collect();
-                let counted = |m: &Member| m.available && !m.cordoned;
+                // A cordoned member that serves counts toward the floor until it is replaced.
+                let counted = |m: &Member| m.available;
                 let before = members.iter().filter(|m| counted(m)).count();
                 for prior in [PoolStatus::default(), degraded_prior(&sp, 1)] {
                     let d = decide(&sp, &r, &members, &prior, NOW);
@@ -959,6 +999,7 @@ fn the_providers_config_and_the_check_bound_a_pools_spec() {
     let env = Environment {
         providers: &providers,
         startup_timeout: Some(Duration::from_secs(600)),
+        max_replicas: DEFAULT_MAX_REPLICAS,
     };
     let problems = validate_in(&pool, env);
     assert!(
@@ -1343,7 +1384,24 @@ fn over_every_state_distinct_egress_keeps_the_floor_of_distinct_members() {
                         m
                     })
                     .collect();
-                // The truth: available, not cordoned, and first (oldest) on its address.
+                // The truth: how many distinct addresses the available members have (a
+                // member without one counts alone), cordoned ones included: a cordoned member
+                // serves, and counts until it is replaced.
+                let distinct_count = |ms: &mut dyn Iterator<Item = &Member>| {
+                    let mut ips = std::collections::BTreeSet::new();
+                    let mut alone = 0;
+                    for m in ms.filter(|m| m.available) {
+                        match &m.egress_ip {
+                            Some(ip) => {
+                                ips.insert(ip.clone());
+                            }
+                            None => alone += 1,
+                        }
+                    }
+                    ips.len() + alone
+                };
+                // Whether a member holds its address first among the non-cordoned (the one a
+                // member deleted for sharing never is).
                 let mut holders = std::collections::BTreeSet::new();
                 let distinct: Vec<bool> = members
                     .iter()
@@ -1355,16 +1413,12 @@ fn over_every_state_distinct_egress_keeps_the_floor_of_distinct_members() {
                                 .is_none_or(|ip| holders.insert(ip.clone()))
                     })
                     .collect();
-                let before = distinct.iter().filter(|d| **d).count();
+                let before = distinct_count(&mut members.iter());
                 for prior in [PoolStatus::default(), degraded_prior(&sp, 0)] {
                     let d = decide(&sp, &r, &members, &prior, NOW);
                     decisions += 1;
                     let deleted = |m: &Member| d.deletes.iter().any(|(n, _)| *n == m.name);
-                    let after = members
-                        .iter()
-                        .zip(&distinct)
-                        .filter(|(m, d)| **d && !deleted(m))
-                        .count();
+                    let after = distinct_count(&mut members.iter().filter(|m| !deleted(m)));
                     assert!(
                         after >= before.min(floor),
                         "{set:?} replicas {replicas}: distinct available {before} -> {after}: {:?}",
@@ -1409,7 +1463,7 @@ fn a_leased_member_due_for_rotation_drains_after_its_replacement() {
     let mut s = Sim::new(rotating(2));
     s.settle();
     let leased = s.members[0].name.clone();
-    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
     s.now += 3700;
     let mut drained = Vec::new();
     let mut retire_at = None;
@@ -1463,7 +1517,7 @@ fn a_drain_ends_at_drain_timeout_and_the_holder_reads_why() {
     let mut s = Sim::new(sp);
     s.settle();
     let leased = s.members[0].name.clone();
-    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
     s.now += 3700;
     s.step();
     s.ready_all();
@@ -1495,7 +1549,7 @@ fn a_leased_member_that_fails_goes_at_once() {
     let mut s = Sim::new(rotating(2));
     s.settle();
     let failed = s.members[0].name.clone();
-    s.members[0].leases = vec![("l-a".into(), NOW + 86_400)];
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
     s.members[0].available = false;
     s.members[0].ready = false;
     s.members[0].cordoned = true;
@@ -1506,6 +1560,134 @@ fn a_leased_member_that_fails_goes_at_once() {
     assert!(s.status.lost_leases[0].reason.contains("does not serve"));
 }
 
+/// A lease whose instance was replaced under it while its member was out of date (draining):
+/// the member goes, since nothing holds it, and the record says which lease lost which proxy
+/// and why. The record is made the moment the pool sees the replacement, before any
+/// deletion; one the world contradicts (the lease still holds a member that is not going) is
+/// dropped; a member being deleted with a lease on it is a loss too.
+#[test]
+fn a_lease_on_a_replaced_instance_is_recorded_lost() {
+    let mut s = Sim::new(rotating(1));
+    s.settle();
+    let leased = s.members[0].name.clone();
+    s.members[0].leases = vec![MemberLease::held("l-a", NOW + 86_400, "spider")];
+    s.now += 3700;
+    s.step();
+    s.ready_all();
+    let d = s.step();
+    assert_eq!(d.drains, vec![(leased.clone(), DeleteReason::Rotated)]);
+    // Its instance replaced: the binding holds nothing. Recorded at once, and the member goes.
+    s.members
+        .iter_mut()
+        .find(|m| m.name == leased)
+        .unwrap()
+        .leases[0]
+        .holds = false;
+    let d = s.step();
+    assert_eq!(d.deletes, vec![(leased.clone(), DeleteReason::Rotated)]);
+    assert_eq!(s.status.lost_leases.len(), 1, "{:?}", s.status.lost_leases);
+    let lost = &s.status.lost_leases[0];
+    assert_eq!(
+        (lost.lease.as_str(), lost.proxy.as_str()),
+        ("l-a", leased.as_str())
+    );
+    assert_eq!(lost.reason, crate::lease::INSTANCE_REPLACED);
+    assert_eq!(
+        lost.holder.as_deref(),
+        Some(crate::lease::holder_digest("spider").as_str())
+    );
+    // Recorded once.
+    s.step();
+    assert_eq!(s.status.lost_leases.len(), 1);
+
+    // A record the world contradicts is dropped: a prior entry for a lease that still holds a
+    // member not going (a deletion recorded first that then did not happen).
+    let held = s.members[0].name.clone();
+    s.members[0].leases = vec![MemberLease::held("l-b", NOW + 86_400, "rival")];
+    s.status.lost_leases.push(crate::lease::LostProxy {
+        lease: "l-b".into(),
+        proxy: held.clone(),
+        reason: "Rotated: drained until drainTimeout".into(),
+        at: crate::gc::format_rfc3339(s.now),
+        holder: Some(crate::lease::holder_digest("rival")),
+    });
+    s.step();
+    assert!(
+        !s.status.lost_leases.iter().any(|l| l.lease == "l-b"),
+        "{:?}",
+        s.status.lost_leases
+    );
+    // A member being deleted (by someone else) with a lease on it: a loss.
+    s.members[0].deleting = true;
+    s.step();
+    assert!(
+        s.status
+            .lost_leases
+            .iter()
+            .any(|l| l.lease == "l-b" && l.proxy == held && l.reason.contains("deleted")),
+        "{:?}",
+        s.status.lost_leases
+    );
+}
+
+/// A pool asking for a billion proxies: the decision does bounded work (at most
+/// CREATES_PER_PASS creates, nothing allocated per replica), and validation refuses it,
+/// naming the field, beyond what the installation allows.
+#[test]
+fn a_huge_replica_count_is_bounded_work_and_refused() {
+    for replicas in [1_000_000, u32::MAX] {
+        let sp = spec(replicas, &[1, 2]);
+        let started = std::time::Instant::now();
+        let d = decide(&sp, &revs(&sp), &[], &PoolStatus::default(), NOW);
+        assert_eq!(d.creates.len(), CREATES_PER_PASS, "{replicas}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{replicas}");
+    }
+    let env = |max| Environment {
+        providers: &[],
+        startup_timeout: None,
+        max_replicas: max,
+    };
+    // Whether validating `sp` against a bound of `max` finds a problem starting `with`.
+    let refused = |sp: &PoolSpec, max: u32, with: &str| {
+        let problems = validate_in(&pool_named("web", None, sp.clone()), env(max));
+        problems.iter().any(|p| p.starts_with(with))
+    };
+    let mut sp = spec(1001, &[1]);
+    sp.placements[0].provider = String::new();
+    assert!(refused(
+        &sp,
+        DEFAULT_MAX_REPLICAS,
+        "spec.replicas: 1001 is more than the 1000"
+    ));
+    assert!(!refused(&sp, 2000, "spec.replicas"));
+    sp.replicas = 1_000_000_000;
+    assert!(refused(
+        &sp,
+        MAX_REPLICAS_CEILING,
+        "spec.replicas: 1000000000 is more than 100000"
+    ));
+    // Other counts of the spec are bounded too.
+    let mut sp = spec(3, &[1; MAX_PLACEMENTS + 1]);
+    sp.placements[0].zones = (0..=MAX_ZONES).map(|z| format!("z{z}")).collect();
+    sp.leases = Some(crate::lease::LeasePolicy {
+        cordon_after_bans: 1000,
+        max_per_holder: IntOrPercent::Percent("150%".into()),
+        ..Default::default()
+    });
+    let problems = validate(&pool_named("web", None, sp));
+    for field in [
+        "spec.placements: 33 placements",
+        "spec.placements[0].zones: 65 zones",
+        "spec.leases.cordonAfterBans",
+        "spec.leases.maxPerHolder: 150%",
+    ] {
+        assert!(
+            problems.iter().any(|p| p.starts_with(field)),
+            "{field}: {problems:?}"
+        );
+    }
+}
+
 /// Scaling down takes the unleased first, and a leased one drains.
 #[test]
 fn scaling_down_takes_the_unleased_first_and_drains_the_leased() {
@@ -1514,7 +1696,7 @@ fn scaling_down_takes_the_unleased_first_and_drains_the_leased() {
     let mut s = Sim::new(sp);
     s.settle();
     for m in &mut s.members[..2] {
-        m.leases = vec![("l-a".into(), NOW + 600)];
+        m.leases = vec![MemberLease::held("l-a", NOW + 600, "spider")];
     }
     let leased: Vec<String> = s.members[..2].iter().map(|m| m.name.clone()).collect();
     let free = s.members[2].name.clone();
@@ -1540,6 +1722,8 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
         None,
         Held,
         Ended,
+        /// Live, but its instance was replaced under it: it holds nothing.
+        Replaced,
     }
     #[derive(Debug, Clone, Copy)]
     struct S {
@@ -1550,7 +1734,7 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
     }
     let mut shapes = Vec::new();
     for serving in [false, true] {
-        for lease in [Lease::None, Lease::Held, Lease::Ended] {
+        for lease in [Lease::None, Lease::Held, Lease::Ended, Lease::Replaced] {
             // 0 current, 1 rotation due, 2 old revision, 3 cordoned.
             for stale in 0..4u8 {
                 // 0 not draining, 1 draining, 2 draining past its retirement.
@@ -1598,8 +1782,14 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
                         m.cordoned = sh.stale == 3;
                         m.leases = match sh.lease {
                             Lease::None => vec![],
-                            Lease::Held => vec![(format!("l-{k}"), NOW + 300)],
-                            Lease::Ended => vec![(format!("l-{k}"), NOW)],
+                            Lease::Held => {
+                                vec![MemberLease::held(&format!("l-{k}"), NOW + 300, "h")]
+                            }
+                            Lease::Ended => vec![MemberLease::held(&format!("l-{k}"), NOW, "h")],
+                            Lease::Replaced => vec![MemberLease {
+                                holds: false,
+                                ..MemberLease::held(&format!("l-{k}"), NOW + 300, "h")
+                            }],
                         };
                         m.retiring = match sh.drain {
                             0 => None,
@@ -1609,7 +1799,7 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
                         m
                     })
                     .collect();
-                let counted = |m: &Member| m.available && !m.cordoned && m.retiring.is_none();
+                let counted = |m: &Member| m.available && m.retiring.is_none();
                 let before = members.iter().filter(|m| counted(m)).count();
                 let d = decide(&sp, &r, &members, &PoolStatus::default(), NOW);
                 decisions += 1;
@@ -1639,6 +1829,20 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
                         !(m.retiring.is_some() && d.drains.iter().any(|(n, _)| *n == m.name)),
                         "drained twice"
                     );
+                    // No lease is lost in silence: a live binding on a member that goes, or
+                    // one of a replaced instance, is in the record, for its holder.
+                    for l in m.leases.iter().filter(|l| l.until > NOW) {
+                        if deleted || !l.holds {
+                            assert!(
+                                d.status.lost_leases.iter().any(|x| x.lease == l.id
+                                    && x.proxy == m.name
+                                    && x.holder.as_deref() == Some(l.holder.as_str())),
+                                "{set:?}: {} lost {} in silence: {d:?}",
+                                l.id,
+                                m.name
+                            );
+                        }
+                    }
                 }
                 let live_after = members
                     .iter()
@@ -1664,6 +1868,7 @@ fn lease_and_drain_settings_are_checked_naming_the_field() {
         max_ttl: "5m".into(),
         default_ttl: "10m".into(),
         cordon_after_bans: 3,
+        ..Default::default()
     });
     let problems = validate(&pool_named("web", None, sp.clone()));
     assert_eq!(
