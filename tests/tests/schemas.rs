@@ -269,6 +269,32 @@ fn deploy_kustomization_builds() {
     // The gateway: its own Deployment and Service, a read-only role (it writes no object,
     // and reviews its callers), a policy admitting its proxy and admin ports.
     let gateway = find("ClusterRole", "egress-proxies-gateway");
+    assert!(
+        !serde_yaml::to_string(&gateway["rules"])
+            .unwrap()
+            .contains("secrets"),
+        "the gateway reads no Secret across the cluster: {:?}",
+        gateway["rules"]
+    );
+    // One Secret, by name, in its own namespace: the gateway credential the operator keeps.
+    let own = find("Role", "egress-proxies-gateway");
+    assert_eq!(
+        own["rules"],
+        serde_yaml::from_str::<serde_yaml::Value>(&format!(
+            "[{{apiGroups: [''], resources: [secrets], resourceNames: [{}], verbs: [get, list, watch]}}]",
+            egress_operator::credentials::GATEWAY_SECRET
+        ))
+        .unwrap()
+    );
+    let binding = find("RoleBinding", "egress-proxies-gateway");
+    assert_eq!(binding["roleRef"]["kind"], "Role");
+    assert_eq!(binding["subjects"][0]["name"], "egress-proxies-gateway");
+    serves_tls(
+        &docs,
+        "egress-proxies-gateway",
+        "egress-proxies-gateway",
+        "proxy",
+    );
     for rule in gateway["rules"].as_sequence().unwrap() {
         let resources = serde_yaml::to_string(&rule["resources"]).unwrap();
         for verb in rule["verbs"].as_sequence().unwrap() {
@@ -324,7 +350,9 @@ fn deploy_kustomization_builds() {
             "Namespace egress-proxies",
             "NetworkPolicy egress-proxies",
             "NetworkPolicy egress-proxies-gateway",
+            "Role egress-proxies-gateway",
             "Role egress-proxies-leader",
+            "RoleBinding egress-proxies-gateway",
             "RoleBinding egress-proxies-leader",
             "Service egress-proxies",
             "Service egress-proxies-gateway",

@@ -43,12 +43,23 @@ pub enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct GatewayArgs {
-    /// Where crawlers connect.
-    #[arg(long, default_value = "0.0.0.0:8080")]
+    /// Where crawlers connect (HTTPS_PROXY=https://TOKEN@gateway:8443), over TLS with
+    /// --tls-cert and --tls-key, or in plain text with --plaintext.
+    #[arg(long, default_value = "0.0.0.0:8443")]
     pub listen: std::net::SocketAddr,
-    /// Address of /healthz, /readyz and /metrics.
+    /// Address of /healthz, /readyz and /metrics, over the same TLS as --listen (a scraper
+    /// presents a token too).
     #[arg(long, default_value = "0.0.0.0:9090")]
     pub admin_listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
+    pub audiences: AudienceArgs,
+    /// In a cluster: the Secret holding the credential every pool member admits for the
+    /// gateway (the operator makes it in its namespace), NAMESPACE/NAME. The gateway reads no
+    /// other Secret. Default: egress-proxies-gateway-credential in the gateway's own namespace.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub credential_secret: Option<String>,
     /// A pool to serve, NAMESPACE/POOL; repeatable. Default: every pool.
     #[arg(long = "pool", value_name = "NAMESPACE/POOL")]
     pub pools: Vec<String>,

@@ -92,6 +92,10 @@ pub async fn run(
     a: GatewayArgs,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), CliError> {
+    let tls = a.tls.mode("--listen").map_err(|message| CliError::Input {
+        what: "--listen".into(),
+        message,
+    })?;
     let pools = a
         .pools
         .iter()
@@ -125,16 +129,36 @@ pub async fn run(
             None
         }
         None => {
-            let client = kube::Client::try_default()
+            let config = kube::Config::infer()
                 .await
                 .map_err(|e| CliError::Runtime(format!("Kubernetes config: {e}")))?;
-            tokio::spawn(egress_gateway::cluster::run(client.clone(), table.clone()));
+            let own_namespace = std::env::var("POD_NAMESPACE")
+                .ok()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| config.default_namespace.clone());
+            let secret = match &a.credential_secret {
+                Some(s) => PoolKey::parse(s).map_err(|message| CliError::Input {
+                    what: "--credential-secret".into(),
+                    message,
+                })?,
+                None => PoolKey {
+                    namespace: own_namespace,
+                    name: egress_operator::credentials::GATEWAY_SECRET.to_string(),
+                },
+            };
+            let client = kube::Client::try_from(config)
+                .map_err(|e| CliError::Runtime(format!("Kubernetes config: {e}")))?;
+            tokio::spawn(egress_gateway::cluster::run(
+                client.clone(),
+                table.clone(),
+                (secret.namespace, secret.name),
+            ));
             Some(client)
         }
     };
     let reviewer: Arc<dyn auth::Reviewer> = match (&tokens, client) {
         (Some(t), _) => t.clone(),
-        (None, Some(c)) => Arc::new(auth::kube::KubeReviewer::new(c)),
+        (None, Some(c)) => Arc::new(a.audiences.reviewer(c)),
         (None, None) => {
             return Err(CliError::Input {
                 what: "--api-tokens".into(),
@@ -172,10 +196,20 @@ pub async fn run(
         Arc::new(egress_gateway::metrics::Metrics::new()),
         limits,
     ));
-    tracing::info!(listen = %a.listen, admin = %a.admin_listen, "gateway serving");
-    tokio::spawn(egress_gateway::serve_admin(admin, gateway.clone()));
+    let transport = tls
+        .start(a.reload_interval, "the gateway")
+        .map_err(|e| CliError::Input {
+            what: "--tls-cert".into(),
+            message: e.to_string(),
+        })?;
+    tracing::info!(listen = %a.listen, admin = %a.admin_listen, scheme = tls.scheme(), "gateway serving");
+    tokio::spawn(egress_gateway::server::serve_admin_over(
+        admin,
+        gateway.clone(),
+        transport.clone(),
+    ));
     tokio::select! {
-        () = egress_gateway::serve(listener, gateway.clone()) => {}
+        () = egress_gateway::server::serve_over(listener, gateway.clone(), transport) => {}
         () = stop => {}
     }
     let open = gateway.tunnels_open();

@@ -46,7 +46,7 @@ fn the_gateway_is_refused_without_what_it_needs_naming_it() {
     let tokens = dir.path().join("tokens.yaml");
     std::fs::write(&tokens, "tokens: []\n").unwrap();
     let out = Command::new(bin)
-        .args(["gateway", "--pool", "web", "--api-tokens"])
+        .args(["gateway", "--plaintext", "--pool", "web", "--api-tokens"])
         .arg(&tokens)
         .args(["--state"])
         .arg(dir.path().join("state.yaml"))
@@ -58,9 +58,23 @@ fn the_gateway_is_refused_without_what_it_needs_naming_it() {
         err.contains("--pool") && err.contains("NAMESPACE/POOL"),
         "{err}"
     );
+    // The crawlers' tokens cross the listener: TLS, or plain text asked for by name.
+    let out = Command::new(bin)
+        .args(["gateway", "--pool", "ns/web", "--api-tokens"])
+        .arg(&tokens)
+        .args(["--state"])
+        .arg(dir.path().join("state.yaml"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--tls-cert") && err.contains("--plaintext"),
+        "{err}"
+    );
     std::fs::write(&tokens, "tokens: [{name: x}]\n").unwrap();
     let out = Command::new(bin)
-        .args(["gateway", "--api-tokens"])
+        .args(["gateway", "--plaintext", "--api-tokens"])
         .arg(&tokens)
         .args(["--state"])
         .arg(dir.path().join("state.yaml"))
@@ -133,7 +147,7 @@ fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
     .unwrap();
     let (listen, admin) = (free_port(), free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_egress-proxies"))
-        .args(["gateway", "--pool", "ns/web", "--api-tokens"])
+        .args(["gateway", "--plaintext", "--pool", "ns/web", "--api-tokens"])
         .arg(&tokens)
         .arg("--state")
         .arg(dir.path().join("state.yaml"))

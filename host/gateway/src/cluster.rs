@@ -1,17 +1,25 @@
 //! Members in a cluster: a watch of the Proxies of every pool (label `crawl.example.com/pool`)
-//! and of their credential Secrets, the table rebuilt after each change (coalesced: a burst of
-//! events is one rebuild).
+//! and of the one Secret holding the gateway's own credential, the table rebuilt after each
+//! change (coalesced: a burst of events is one rebuild).
+//!
+//! The gateway presents that credential to every member, whose proxy admits it beside its own
+//! (the operator names it on each member it makes: `GATEWAY_CREDENTIAL_ANNOTATION`). So the
+//! process that parses every crawler's untrusted input reads one Secret of its own namespace
+//! and none of the crawlers': a member made before the credential existed, or with another
+//! one, is not routed to (the pool rolls it).
 
 use crate::members::{Member, Table};
 use egress_operator::crd::Proxy;
-use egress_operator::server::StoreSource;
+use egress_operator::credentials::{GATEWAY_CREDENTIAL_ANNOTATION, GatewayCredential};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use std::sync::Arc;
 
-/// Keeps `table` to the Proxies the API server has, until the task is dropped.
-pub async fn run(client: kube::Client, table: Arc<Table>) {
+/// Keeps `table` to the Proxies the API server has, until the task is dropped; members are
+/// reached with the gateway credential in the Secret `secret` (namespace, name).
+pub async fn run(client: kube::Client, table: Arc<Table>, secret: (String, String)) {
     let (store, writer) = reflector::store();
     let config = watcher::Config::default()
         .labels(egress_core::discovery::POOL_LABEL)
@@ -32,20 +40,48 @@ pub async fn run(client: kube::Client, table: Arc<Table>) {
                 async {}
             })
     };
-    let (secrets, credential_watch) = egress_operator::credential_watch(client);
-    let source = StoreSource::new(store.clone()).with_credentials(secrets.clone());
+    // The one Secret, by name: the gateway's role may read that name and no other.
+    let (credential, credential_writer) = reflector::store();
+    let credential_watch = {
+        let changed = changed.clone();
+        let (namespace, name) = secret;
+        let config = watcher::Config::default()
+            .fields(&format!("metadata.name={name}"))
+            .any_semantic();
+        watcher(kube::Api::<Secret>::namespaced(client, &namespace), config)
+            .default_backoff()
+            .reflect(credential_writer)
+            .for_each(move |event| {
+                match event {
+                    Ok(_) => changed.notify_one(),
+                    Err(e) => tracing::warn!(
+                        error = %watch_error(&e),
+                        "the watch of the gateway credential's Secret failed"
+                    ),
+                }
+                async {}
+            })
+    };
     let rebuild = async {
         let _ = store.wait_until_ready().await;
-        let _ = secrets.wait_until_ready().await;
+        let _ = credential.wait_until_ready().await;
         loop {
-            table.replace(members(&source), true);
+            let gateway = credential
+                .state()
+                .first()
+                .and_then(|s| GatewayCredential::from_secret(s));
+            if gateway.is_none() {
+                tracing::warn!(
+                    "no gateway credential yet (the operator makes it): no member is reachable"
+                );
+            }
+            table.replace(members(&store.state(), gateway.as_ref()), true);
             changed.notified().await;
-            // Credentials arrive by their own watch: a short wait lets a new member's Secret
-            // land with it, and coalesces a burst of status writes.
+            // A short wait coalesces a burst of status writes into one rebuild.
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     };
-    // Secrets changing alone (a credential rotated) are picked up by the periodic rebuild.
+    // Leases end and drains fall due by the clock: a rebuild now and then, whatever changed.
     let tick = async {
         loop {
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;
@@ -67,19 +103,25 @@ fn watch_error(e: &watcher::Error) -> String {
     }
 }
 
-/// The members the stores hold now.
-pub fn members(source: &StoreSource) -> Vec<Member> {
+/// The members of `proxies` the gateway can reach with `gateway`: those whose proxy admits it.
+pub fn members(proxies: &[Arc<Proxy>], gateway: Option<&GatewayCredential>) -> Vec<Member> {
     let now = egress_operator::pool::unix_now();
     let mut out = Vec::new();
-    for p in source.store.state() {
+    for p in proxies {
         if p.metadata.deletion_timestamp.is_some() {
             continue;
         }
+        let admits = |g: &&GatewayCredential| {
+            p.annotations()
+                .get(GATEWAY_CREDENTIAL_ANNOTATION)
+                .is_some_and(|id| *id == g.id)
+        };
+        let Some(credential) = gateway.filter(admits).map(|g| &g.credential) else {
+            continue;
+        };
         let status = p.status.clone().unwrap_or_default();
         let namespace = p.namespace().unwrap_or_default();
-        let credential = source.credential_of(&p);
-        let c =
-            egress_operator::server::candidate(&p, &status, &namespace, credential.as_ref(), now);
+        let c = egress_operator::server::candidate(p, &status, &namespace, Some(credential), now);
         let retire = egress_core::pool::retiring(p.annotations()).map(|(at, _)| at);
         if let Some(m) = Member::from_candidate(&c, retire) {
             out.push(m);

@@ -349,9 +349,9 @@ fn put_buffer(b: Box<[u8]>) {
 /// Copies `from` to `to` until `from` ends (then ends `to`'s write side), counting into
 /// `count`. A buffer is taken when `from` is readable and given back once it has nothing more
 /// to read for now.
-async fn pump(
+async fn pump<W: AsyncWrite + Unpin>(
     from: &tokio::net::tcp::OwnedReadHalf,
-    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    to: &mut W,
     count: &Meter,
 ) -> std::io::Result<()> {
     loop {
@@ -516,6 +516,54 @@ pub async fn relay(
             until_ended(copy, idle, fate, carried).await
         }
     }
+}
+
+/// Bytes read from a TLS crawler at a time: a TLS record's plaintext at most.
+const TLS_READ: usize = 16 * 1024;
+
+/// Copies `from` (a crawler over TLS, which has no readiness to wait on without a buffer) to
+/// `to` until `from` ends (then ends `to`'s write side), counting into `count`.
+async fn copy_from_tls<R: AsyncRead + Unpin>(
+    mut from: R,
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    count: &Meter,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; TLS_READ];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        count.add(n as u64);
+        to.write_all(&buf[..n]).await?;
+    }
+}
+
+/// [`relay`] for a crawler whose connection is TLS: its bytes are decrypted and encrypted
+/// here, so they are copied through user space rather than spliced; the member's side is
+/// read as [`relay`] reads it without pipes, with a buffer only while bytes are in flight.
+pub async fn relay_copied<C: AsyncRead + AsyncWrite + Unpin>(
+    mut client: C,
+    mut member: TcpStream,
+    early: Bytes,
+    client_early: Bytes,
+    idle: Duration,
+    fate: tokio::sync::watch::Receiver<Fate>,
+    carried: &Carried,
+) -> Ended {
+    if !hand_on(&mut client, &early, &carried.down).await
+        || !hand_on(&mut member, &client_early, &carried.up).await
+    {
+        return Ended::Closed;
+    }
+    let (client_read, mut client_write) = tokio::io::split(client);
+    let (member_read, mut member_write) = member.into_split();
+    let copy = async {
+        let up = copy_from_tls(client_read, &mut member_write, &carried.up);
+        let down = pump(&member_read, &mut client_write, &carried.down);
+        let _ = tokio::try_join!(up, down);
+    };
+    until_ended(copy, idle, fate, carried).await
 }
 
 /// Runs `copy` until it ends, the tunnel is idle for `idle`, or its member's fate ends it.

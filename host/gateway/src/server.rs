@@ -10,6 +10,7 @@ use crate::route::{self, NoRoute, Sessions};
 use crate::status::{EGRESS_IP_HEADER, ErrorKind, Failure, MEMBER_HEADER};
 use egress_operator::auth::{Access, Guard, Refusal};
 use egress_operator::server::{Counted, accept_bounded};
+use egress_operator::tls::{Stream, Transport};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -580,7 +581,6 @@ impl Gateway {
                             down: meter("down"),
                         };
                         let (unread, io) = parts.io.into_inner().into_parts();
-                        let (crawler, _slot) = io.into_inner().into_parts();
                         // The crawler's bytes past its CONNECT head: any left of those the
                         // gateway read ahead, then those hyper read.
                         let client_early = if unread.is_empty() {
@@ -591,16 +591,37 @@ impl Gateway {
                             b.extend_from_slice(&parts.read_buf);
                             Bytes::from(b)
                         };
-                        let ended = forward::relay(
-                            crawler,
-                            stream,
-                            early,
-                            client_early,
-                            gateway.limits.timeouts.idle,
-                            fate,
-                            &carried,
-                        )
-                        .await;
+                        let idle = gateway.limits.timeouts.idle;
+                        let ended = match io.into_inner() {
+                            // A socket of its own: kernel to kernel.
+                            Stream::Plain(counted) => {
+                                let (crawler, _slot) = counted.into_parts();
+                                forward::relay(
+                                    crawler,
+                                    stream,
+                                    early,
+                                    client_early,
+                                    idle,
+                                    fate,
+                                    &carried,
+                                )
+                                .await
+                            }
+                            // TLS to the crawler: the bytes are decrypted and encrypted here, so
+                            // they come up to user space (the slot goes with the socket inside).
+                            Stream::Tls(tls) => {
+                                forward::relay_copied(
+                                    *tls,
+                                    stream,
+                                    early,
+                                    client_early,
+                                    idle,
+                                    fate,
+                                    &carried,
+                                )
+                                .await
+                            }
+                        };
                         tunnels.dec();
                         gateway.open.fetch_sub(1, Ordering::SeqCst);
                         gateway.ended.notify_waiters();
@@ -996,7 +1017,10 @@ const HEAD_STEP: usize = 1024;
 /// the bytes (hyper's reserves 8 KiB to read and 8 KiB to write as soon as it serves a
 /// connection, whatever arrived): Ok(None) when the crawler closed first, Err when the head
 /// is longer than `max`.
-async fn first_head(stream: &mut Counted, max: usize) -> std::io::Result<Option<Vec<u8>>> {
+async fn first_head<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    max: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
     use tokio::io::AsyncReadExt;
     let mut head: Vec<u8> = Vec::new();
     loop {
@@ -1081,7 +1105,7 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
 
 /// The crawler's socket as hyper serves it: its first head read ahead, a write deadline, and
 /// its listener slot.
-type CrawlerIo = Prefixed<egress_operator::server::WriteDeadline<Counted>>;
+type CrawlerIo = Prefixed<egress_operator::server::WriteDeadline<Stream<Counted>>>;
 
 /// Serves crawlers on `listener` until the task is dropped.
 ///
@@ -1090,14 +1114,22 @@ type CrawlerIo = Prefixed<egress_operator::server::WriteDeadline<Counted>>;
 /// it, and an answer to a request that did not authenticate closes it. A source holds at most
 /// `unauthenticated_per_source` such connections at once.
 pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
+    serve_over(listener, gateway, Transport::Plaintext).await
+}
+
+/// [`serve`] over `transport`: with TLS, a crawler's token and everything it asks cross the
+/// network inside it (an `https://` proxy URL), the handshake counted in the time a connection
+/// has before its first head.
+pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport: Transport) {
     let max = gateway.limits.max_connections;
     let sources = Arc::new(Unauthenticated::new(
         gateway.limits.unauthenticated_per_source,
     ));
-    accept_bounded(listener, max, "gateway", |mut stream| {
+    accept_bounded(listener, max, "gateway", |stream| {
         let gateway = gateway.clone();
         let source = egress_operator::auth::source_of(&stream);
         let sources = sources.clone();
+        let transport = transport.clone();
         async move {
             let limits = gateway.limits;
             let pending = match stream.peer_addr() {
@@ -1113,25 +1145,37 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
                 Err(_) => return,
             };
             let _ = stream.set_nodelay(true);
-            let head = match tokio::time::timeout(
-                limits.unauthenticated_timeout,
-                first_head(&mut stream, limits.max_head),
-            )
-            .await
-            {
-                Ok(Ok(Some(head))) => head,
-                Ok(Ok(None)) => return,
-                Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
-                    gateway.metrics.error(None, None, ErrorKind::BadRequest);
-                    let _ = stream.try_write(HEAD_TOO_LARGE);
-                    return;
-                }
-                Ok(Err(_)) => return,
-                Err(_) => {
-                    tracing::debug!("gateway connection closed: no whole head in time");
-                    return;
-                }
+            // The TLS handshake and the first head share the time a connection that has not
+            // authenticated is given.
+            let deadline = tokio::time::Instant::now() + limits.unauthenticated_timeout;
+            let Some(mut stream) = transport
+                .accept(stream, limits.unauthenticated_timeout, "gateway")
+                .await
+            else {
+                return;
             };
+            let head =
+                match tokio::time::timeout_at(deadline, first_head(&mut stream, limits.max_head))
+                    .await
+                {
+                    Ok(Ok(Some(head))) => head,
+                    Ok(Ok(None)) => return,
+                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        use tokio::io::AsyncWriteExt;
+                        gateway.metrics.error(None, None, ErrorKind::BadRequest);
+                        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+                            stream.write_all(HEAD_TOO_LARGE).await?;
+                            stream.shutdown().await
+                        })
+                        .await;
+                        return;
+                    }
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        tracing::debug!("gateway connection closed: no whole head in time");
+                        return;
+                    }
+                };
             let connection = Arc::new(Connection::new(Some(pending)));
             let svc = {
                 let connection = connection.clone();
@@ -1179,10 +1223,20 @@ const ADMIN_CONNECTIONS: usize = 64;
 /// The admin listener: `/healthz` (alive), `/readyz` (the members have been read), and
 /// `/metrics` for a caller the guard lets read them.
 pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
+    serve_admin_over(listener, gateway, Transport::Plaintext).await
+}
+
+/// [`serve_admin`] over `transport` (a scraper presents a token: the gateway's own TLS).
+pub async fn serve_admin_over(listener: TcpListener, gateway: Arc<Gateway>, transport: Transport) {
+    let timeout = Duration::from_secs(10);
     accept_bounded(listener, ADMIN_CONNECTIONS, "gateway admin", |stream| {
         let gateway = gateway.clone();
         let source = egress_operator::auth::source_of(&stream);
+        let transport = transport.clone();
         async move {
+            let Some(stream) = transport.accept(stream, timeout, "gateway admin").await else {
+                return;
+            };
             let svc = service_fn(move |req: Request<Incoming>| {
                 let gateway = gateway.clone();
                 async move {
@@ -1193,7 +1247,7 @@ pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
+                .header_read_timeout(timeout)
                 .serve_connection(TokioIo::new(stream), svc)
                 .await;
         }

@@ -1,14 +1,18 @@
 //! The gateway in a cluster, against the API double: its members are the Proxies of the
-//! served pools with their statuses, leases, drains and credential Secrets, kept live as they
-//! change; and end to end, crawlers with ServiceAccount tokens reach the TLS echo through
-//! real Squids that the Proxies name.
+//! served pools with their statuses, leases and drains, reached with the one gateway
+//! credential the operator keeps in its namespace (a member that does not admit it is not a
+//! member), kept live as they change; and end to end, crawlers with ServiceAccount tokens reach
+//! the TLS echo through real Squids that the Proxies name, which admit the gateway's
+//! credential beside their own and are never handed their own.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use egress_gateway::members::Fate;
 use egress_gateway::{PoolKey, Table};
 use egress_operator::crd::Proxy;
-use k8s_openapi::api::core::v1::Secret;
+use egress_operator::credentials::{
+    GATEWAY_CREDENTIAL_ANNOTATION, GATEWAY_SECRET, GatewayCredential,
+};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::sync::Arc;
@@ -37,6 +41,24 @@ fn status(ip: &str, ready: bool, leases: serde_json::Value) -> serde_json::Value
     }})
 }
 
+/// The operator's namespace and the gateway credential it keeps there, in `client`'s cluster.
+async fn gateway_credential(client: &kube::Client) -> GatewayCredential {
+    let n: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "egress-proxies"}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&PostParams::default(), &n)
+        .await
+        .unwrap();
+    GatewayCredential::ensure(client, "egress-proxies")
+        .await
+        .unwrap()
+}
+
+/// Where the gateway reads its credential.
+fn secret() -> (String, String) {
+    ("egress-proxies".into(), GATEWAY_SECRET.into())
+}
+
 async fn until(table: &Table, what: &str, f: impl Fn(&Table) -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !f(table) {
@@ -60,8 +82,13 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
         .create(&pp, &ns)
         .await
         .unwrap();
-    let web1 = proxies
-        .create(&pp, &proxy("web-1", Some("web"), json!({})))
+    let gateway = gateway_credential(&client).await;
+    let admits = |mut more: serde_json::Value| {
+        more[GATEWAY_CREDENTIAL_ANNOTATION] = gateway.id.clone().into();
+        more
+    };
+    proxies
+        .create(&pp, &proxy("web-1", Some("web"), admits(json!({}))))
         .await
         .unwrap();
     let retire = egress_core::gc::format_rfc3339(4_000_000_000);
@@ -71,9 +98,14 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
             &proxy(
                 "web-2",
                 Some("web"),
-                json!({egress_core::discovery::RETIRE_AT_ANNOTATION: retire}),
+                admits(json!({egress_core::discovery::RETIRE_AT_ANNOTATION: retire})),
             ),
         )
+        .await
+        .unwrap();
+    // Made before the gateway credential existed: its proxy does not admit the gateway.
+    proxies
+        .create(&pp, &proxy("web-old", Some("web"), json!({})))
         .await
         .unwrap();
     proxies
@@ -89,6 +121,7 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
     for (name, ip, leases) in [
         ("web-1", "127.0.1.1", lease),
         ("web-2", "127.0.1.2", json!([])),
+        ("web-old", "127.0.1.5", json!([])),
         ("other-1", "127.0.1.3", json!([])),
         ("loose", "127.0.1.4", json!([])),
     ] {
@@ -97,20 +130,13 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
             .await
             .unwrap();
     }
-    let uid = web1.metadata.uid.clone().unwrap();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": egress_operator::credentials::secret_name("web-1"), "namespace": "ns",
-                     "labels": {egress_operator::credentials::CREDENTIAL_OF_LABEL: uid}},
-        "stringData": {"username": "web-1", "password": "pw-of-web-1"},
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), "ns")
-        .create(&pp, &secret)
-        .await
-        .unwrap();
 
     let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
-    let task = tokio::spawn(egress_gateway::cluster::run(client.clone(), table.clone()));
+    let task = tokio::spawn(egress_gateway::cluster::run(
+        client.clone(),
+        table.clone(),
+        secret(),
+    ));
     let web = PoolKey::parse("ns/web").unwrap();
     let names = |t: &Table| -> Vec<String> {
         t.snapshot()
@@ -123,7 +149,7 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
         t.snapshot().synced && names(t).len() == 2
     })
     .await;
-    until(&table, "web-1's credential", |t| {
+    until(&table, "the gateway's credential on web-1", |t| {
         t.snapshot().pools[&web][0].member.credential.is_some()
     })
     .await;
@@ -137,7 +163,7 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
     let m1 = &snap.pools[&web][0].member;
     assert_eq!(m1.name, "web-1");
     assert_eq!(m1.addr, "127.0.1.1:3128".parse().unwrap());
-    assert_eq!(m1.credential.as_ref().unwrap().password, "pw-of-web-1");
+    assert_eq!(m1.credential.as_ref(), Some(&gateway.credential));
     assert_eq!(m1.exclusive_lease(0).unwrap().holder, "spider");
     assert!(m1.usable());
     let m2 = &snap.pools[&web][1];
@@ -222,8 +248,8 @@ async fn read_head(s: &mut tokio::net::TcpStream) -> (u16, String) {
 }
 
 /// The whole gateway in a cluster, end to end: its members are Proxies of the API double whose
-/// addresses are real Squids (each with its own credential, from the Proxy's credential
-/// Secret), its crawlers present ServiceAccount tokens the API server reviews (TokenReview,
+/// addresses are real Squids (each admitting its own credential and the gateway's, which is
+/// all the gateway reads: no Proxy's credential Secret exists here), its crawlers present ServiceAccount tokens the API server reviews (TokenReview,
 /// then SubjectAccessReview against the deploy's crawler role), and a CONNECT reaches the TLS
 /// echo from a member's egress address; another namespace's token is 403, none 407; a lease
 /// written on a Proxy's status pins its holder to that proxy and keeps others off it.
@@ -253,6 +279,7 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
             .unwrap();
     }
     let proxies: Api<Proxy> = Api::namespaced(client.clone(), "ns");
+    let gateway_credential = gateway_credential(&client).await;
     let mut squids = Vec::new();
     let mut egress = Vec::new();
     for i in 1..=2u8 {
@@ -263,15 +290,24 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
         let credential = egress_core::credential::ProxyCredential::from_entropy(&name, &entropy);
         let mut conf = support::generated_conf_for(&["127.0.0.1/32"]);
         conf.push_str(&format!("tcp_outgoing_address {out}\n"));
+        // The member's own line and the gateway's, as the operator writes them.
+        let htpasswd = credential.htpasswd(&[i; egress_core::credential::SALT_BYTES])
+            + &gateway_credential
+                .credential
+                .htpasswd(&[i + 10; egress_core::credential::SALT_BYTES]);
         let squid = support::Squid::start_with_htpasswd(
             &binary,
             &conf,
             std::net::Ipv4Addr::LOCALHOST,
-            &credential.htpasswd(&[i; egress_core::credential::SALT_BYTES]),
+            &htpasswd,
         );
-        let mut p = proxy(&name, Some("web"), json!({}));
+        let mut p = proxy(
+            &name,
+            Some("web"),
+            json!({GATEWAY_CREDENTIAL_ANNOTATION: gateway_credential.id}),
+        );
         p.spec.port = squid.listen.port();
-        let p = proxies.create(&pp, &p).await.unwrap();
+        proxies.create(&pp, &p).await.unwrap();
         proxies
             .patch_status(
                 &name,
@@ -284,16 +320,6 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
             )
             .await
             .unwrap();
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": egress_operator::credentials::secret_name(&name), "namespace": "ns",
-                         "labels": {egress_operator::credentials::CREDENTIAL_OF_LABEL: p.metadata.uid}},
-            "stringData": {"username": credential.username, "password": credential.password},
-        }))
-        .unwrap();
-        Api::<Secret>::namespaced(client.clone(), "ns")
-            .create(&pp, &secret)
-            .await
-            .unwrap();
         squids.push(squid);
         egress.push(out.to_string());
     }
@@ -303,7 +329,11 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
     let rival = d.projected_token("other", "rival", &[egress_operator::auth::AUDIENCE]);
 
     let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
-    let watch = tokio::spawn(egress_gateway::cluster::run(client.clone(), table.clone()));
+    let watch = tokio::spawn(egress_gateway::cluster::run(
+        client.clone(),
+        table.clone(),
+        secret(),
+    ));
     let web = PoolKey::parse("ns/web").unwrap();
     until(&table, "both members with their credentials", |t| {
         let s = t.snapshot();

@@ -1499,3 +1499,162 @@ async fn tunnels_through_one_source_address_keep_finding_ports() {
         "only {opened} tunnels in {took:?}"
     );
 }
+
+/// The gateway's listeners over TLS (`--tls-cert`, `--tls-key`), with curl as the crawler: an
+/// `https://` proxy URL carries the token inside TLS to the gateway, a CONNECT reaches the TLS
+/// echo from a member's address and a plain request goes through too; the admin listener
+/// answers a scraper over the same TLS; a client speaking plain HTTP to the proxy port is
+/// answered with no HTTP at all, so a token sent in clear by mistake is never read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_curl_reaches_the_echo_through_an_https_proxy() {
+    let Some(binary) = support::squid_and_echo() else {
+        return;
+    };
+    if let Err(why) = support::shared_tls_echo() {
+        support::skip::<()>(&format!("the TLS echo cannot listen on 443: {why}"));
+        return;
+    }
+    let mut squids = Vec::new();
+    let mut members = Vec::new();
+    for i in 0..2 {
+        let egress = Ipv4Addr::new(127, 0, 0, 41 + i as u8);
+        let s = squid(&binary, i + 1, egress);
+        members.push(member(i + 1, &s, egress));
+        squids.push(s);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = egress_test_pki::TestCa::new("gateway test CA");
+    let ca_file = ca.write(dir.path(), "ca.crt");
+    let leaf = ca.leaf(dir.path(), "gateway", &["127.0.0.1"]);
+    let tokens = dir.path().join("tokens.yaml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: ops, sha256: {}, metrics: true}}\n",
+            sha(SPIDER),
+            sha(OPS)
+        ),
+    )
+    .unwrap();
+    let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
+    let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+    table.replace(members.clone(), true);
+    let gw = Arc::new(Gateway::new(
+        table,
+        Arc::new(Guard::new(reviewer)),
+        Arc::new(egress_gateway::metrics::Metrics::new()),
+        limits(),
+    ));
+    let transport = egress_operator::tls::Mode::Tls {
+        cert: leaf.cert.clone(),
+        key: leaf.key.clone(),
+    }
+    .start(Duration::from_secs(1), "the gateway")
+    .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (addr, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
+    tokio::spawn(egress_gateway::server::serve_over(
+        listener,
+        gw.clone(),
+        transport.clone(),
+    ));
+    tokio::spawn(egress_gateway::server::serve_admin_over(
+        admin, gw, transport,
+    ));
+
+    let curl = |args: Vec<String>| async move {
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("curl")
+                .args(["-sS", "--max-time", "10"])
+                .args(args)
+                .output()
+                .expect("curl runs")
+        })
+        .await
+        .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let proxy = format!("https://{SPIDER}@127.0.0.1:{}", addr.port());
+    let egress: Vec<String> = members
+        .iter()
+        .map(|m| m.egress_ip.clone().unwrap())
+        .collect();
+    // HTTPS through the https:// proxy: TLS to the gateway, a tunnel, TLS to the echo (whose
+    // self-signed certificate curl is told to accept: the proxy is what is tested here).
+    let (code, body, err) = curl(vec![
+        "--proxy".into(),
+        proxy.clone(),
+        "--proxy-cacert".into(),
+        ca_file.display().to_string(),
+        "-k".into(),
+        format!(
+            "https://{}:{}/anything",
+            support::ECHO_IP,
+            support::TLS_ECHO_PORT
+        ),
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(egress.iter().any(|e| v["origin"] == e.as_str()), "{v}");
+    // A plain request through the same proxy.
+    let (code, body, err) = curl(vec![
+        "--proxy".into(),
+        proxy.clone(),
+        "--proxy-cacert".into(),
+        ca_file.display().to_string(),
+        format!("http://{}/anything", support::ECHO_IP),
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(egress.iter().any(|e| v["origin"] == e.as_str()), "{v}");
+    // A proxy certificate curl does not trust: it never sends the token.
+    let other = egress_test_pki::TestCa::new("another CA").write(dir.path(), "other.crt");
+    let (code, _, err) = curl(vec![
+        "--proxy".into(),
+        proxy,
+        "--proxy-cacert".into(),
+        other.display().to_string(),
+        format!("http://{}/anything", support::ECHO_IP),
+    ])
+    .await;
+    assert_eq!(code, 60, "{err}");
+    // The admin listener over the same TLS.
+    let (code, body, err) = curl(vec![
+        "--cacert".into(),
+        ca_file.display().to_string(),
+        "-H".into(),
+        format!("Authorization: Bearer {OPS}"),
+        format!("https://127.0.0.1:{}/metrics", admin_addr.port()),
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(body.contains("egress_gateway_connections_total"), "{body}");
+    // Plain HTTP to the TLS listener: no HTTP answer.
+    let mut plain = TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(
+            format!(
+                "CONNECT {}:443 HTTP/1.1\r\nProxy-Authorization: {}\r\n\r\n",
+                support::ECHO_IP,
+                basic(SPIDER, "")
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), plain.read_to_end(&mut got)).await;
+    assert!(
+        !got.starts_with(b"HTTP/"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    drop(squids);
+}
