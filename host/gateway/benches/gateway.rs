@@ -8,7 +8,11 @@
 //!   them: gateway less direct is the gateway's, kernel work on its sockets included);
 //! - the heap and the descriptors the gateway holds per idle tunnel (counted by the allocator
 //!   and in /proc/self/fd: gateway tunnels less direct ones, whose client and sink sides cost
-//!   alike).
+//!   alike);
+//! - the same through the gateway's TLS listener (a crawler's `https://` proxy URL): transfer
+//!   throughput against the plain listener in back-to-back pairs, setup times and CPU per setup
+//!   (handshake included), and the heap per idle tunnel (the crawler's side of TLS included:
+//!   less the plain gateway's, it is the cost of TLS on both ends).
 //!
 //! `cargo bench -p egress-gateway --bench gateway` (needs squid, and root for port 443, which
 //! the generated config tunnels to). Prints a Markdown table.
@@ -77,10 +81,39 @@ async fn sink(listener: tokio::net::TcpListener) {
     }
 }
 
+/// A crawler's connection: a socket, or TLS over one.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// Where a crawler connects: a proxy address, over TLS when `tls` trusts its certificate.
+#[derive(Clone)]
+struct Proxy {
+    addr: SocketAddr,
+    tls: Option<tokio_rustls::TlsConnector>,
+}
+
+impl Proxy {
+    fn plain(addr: SocketAddr) -> Self {
+        Self { addr, tls: None }
+    }
+}
+
 /// A tunnel to the sink through `proxy` with `auth`: the stream once the 200 is read.
-async fn tunnel(proxy: SocketAddr, auth: &str) -> TcpStream {
-    let mut s = TcpStream::connect(proxy).await.unwrap();
-    s.set_nodelay(true).unwrap();
+async fn tunnel(proxy: &Proxy, auth: &str) -> Box<dyn Io> {
+    let tcp = TcpStream::connect(proxy.addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let mut s: Box<dyn Io> = match &proxy.tls {
+        None => Box::new(tcp),
+        Some(connector) => Box::new(
+            connector
+                .connect(
+                    rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+                    tcp,
+                )
+                .await
+                .unwrap(),
+        ),
+    };
     s.write_all(
         format!("CONNECT {SINK} HTTP/1.1\r\nHost: {SINK}\r\nProxy-Authorization: {auth}\r\n\r\n")
             .as_bytes(),
@@ -102,7 +135,7 @@ async fn tunnel(proxy: SocketAddr, auth: &str) -> TcpStream {
 }
 
 /// MB/s of one transfer of `TRANSFER` bytes through `proxy`.
-async fn transfer(proxy: SocketAddr, auth: &str) -> f64 {
+async fn transfer(proxy: &Proxy, auth: &str) -> f64 {
     let mut s = tunnel(proxy, auth).await;
     let started = Instant::now();
     s.write_all(&TRANSFER.to_le_bytes()).await.unwrap();
@@ -134,7 +167,7 @@ fn descriptors() -> usize {
 /// Setup times (ms) of `CONCURRENT` tunnels set up at once, `WAVES` times, and the CPU time
 /// (µs) this process spent per setup meanwhile (crawlers and sink, and the gateway when
 /// `proxy` is it: the difference is the gateway's).
-async fn setups(proxy: SocketAddr, auth: &str) -> (Vec<f64>, f64) {
+async fn setups(proxy: &Proxy, auth: &str) -> (Vec<f64>, f64) {
     let mut out = Vec::new();
     let mut cpu = 0u64;
     for _ in 0..WAVES {
@@ -142,9 +175,10 @@ async fn setups(proxy: SocketAddr, auth: &str) -> (Vec<f64>, f64) {
         let tasks: Vec<_> = (0..CONCURRENT)
             .map(|_| {
                 let auth = auth.to_string();
+                let proxy = proxy.clone();
                 tokio::spawn(async move {
                     let t = Instant::now();
-                    let s = tunnel(proxy, &auth).await;
+                    let s = tunnel(&proxy, &auth).await;
                     (t.elapsed().as_secs_f64() * 1e3, s)
                 })
             })
@@ -167,7 +201,7 @@ async fn setups(proxy: SocketAddr, auth: &str) -> (Vec<f64>, f64) {
 /// Setup times (ms) of `SEQUENTIAL` tunnels set up one after another while `CONCURRENT`
 /// others are open through the same path, each carrying a round trip every `period` (none
 /// without one).
-async fn setups_under_load(proxy: SocketAddr, auth: &str, period: Option<Duration>) -> Vec<f64> {
+async fn setups_under_load(proxy: &Proxy, auth: &str, period: Option<Duration>) -> Vec<f64> {
     let mut open = Vec::new();
     for _ in 0..CONCURRENT {
         let mut s = tunnel(proxy, auth).await;
@@ -228,7 +262,7 @@ fn rss_kib() -> u64 {
 
 /// KiB of heap per idle tunnel through `proxy`, with `IDLE` tunnels open, KiB of RSS, and
 /// descriptors (for the crawler and sink sides too: the difference is the gateway's).
-async fn idle_cost(proxy: SocketAddr, auth: &str) -> (f64, f64, f64) {
+async fn idle_cost(proxy: &Proxy, auth: &str) -> (f64, f64, f64) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = rss_kib();
     let fds = descriptors();
@@ -314,46 +348,84 @@ fn main() {
             Limits::default(),
         ));
         let listener = egress_gateway::listen("127.0.0.1:0".parse().unwrap()).unwrap();
-        let gw = listener.local_addr().unwrap();
-        tokio::spawn(egress_gateway::serve(listener, gateway));
+        let gw = Proxy::plain(listener.local_addr().unwrap());
+        tokio::spawn(egress_gateway::serve(listener, gateway.clone()));
+        // The same gateway on a TLS listener, as the deploy serves it.
+        let ca = egress_test_pki::TestCa::new("bench CA");
+        let leaf = ca.leaf(dir.path(), "gateway", &["127.0.0.1"]);
+        let transport = egress_operator::tls::Mode::Tls {
+            cert: leaf.cert,
+            key: leaf.key,
+        }
+        .start(Duration::from_secs(60), "the gateway")
+        .unwrap();
+        let tls_listener = egress_gateway::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let gw_tls = Proxy {
+            addr: tls_listener.local_addr().unwrap(),
+            tls: Some(tokio_rustls::TlsConnector::from(ca.client_config())),
+        };
+        tokio::spawn(egress_gateway::server::serve_over(
+            tls_listener,
+            gateway,
+            transport,
+        ));
+        let direct = Proxy::plain(squid.listen);
         let gw_auth = format!(
             "Basic {}",
             base64::engine::general_purpose::STANDARD.encode(format!("{TOKEN}:"))
         );
 
-        // Warm both paths (the token's review is cached from here on, as in steady use).
-        transfer(squid.listen, &direct_auth).await;
-        transfer(gw, &gw_auth).await;
-        let (mut direct, mut through, mut shares) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..ROUNDS {
-            let (d, g) = if round % 2 == 0 {
-                let d = transfer(squid.listen, &direct_auth).await;
-                (d, transfer(gw, &gw_auth).await)
-            } else {
-                let g = transfer(gw, &gw_auth).await;
-                (transfer(squid.listen, &direct_auth).await, g)
-            };
-            direct.push(d);
-            through.push(g);
-            shares.push(g / d);
-        }
-        let (d, g, share) = (median(direct), median(through), median(shares));
+        // Warm every path (the token's review is cached from here on, as in steady use).
+        transfer(&direct, &direct_auth).await;
+        transfer(&gw, &gw_auth).await;
+        transfer(&gw_tls, &gw_auth).await;
+        // `a` against `b` in back-to-back pairs, the order alternated: medians of each and of
+        // the pairs' ratios b/a.
+        let pairs = |a: Proxy, a_auth: String, b: Proxy, b_auth: String| async move {
+            let (mut xs, mut ys, mut shares) = (Vec::new(), Vec::new(), Vec::new());
+            for round in 0..ROUNDS {
+                let (x, y) = if round % 2 == 0 {
+                    let x = transfer(&a, &a_auth).await;
+                    (x, transfer(&b, &b_auth).await)
+                } else {
+                    let y = transfer(&b, &b_auth).await;
+                    (transfer(&a, &a_auth).await, y)
+                };
+                xs.push(x);
+                ys.push(y);
+                shares.push(y / x);
+            }
+            (median(xs), median(ys), median(shares))
+        };
+        let (d, g, share) = pairs(
+            direct.clone(),
+            direct_auth.clone(),
+            gw.clone(),
+            gw_auth.clone(),
+        )
+        .await;
+        let (g_plain, g_tls, tls_share) =
+            pairs(gw.clone(), gw_auth.clone(), gw_tls.clone(), gw_auth.clone()).await;
 
-        let (ds, d_cpu) = setups(squid.listen, &direct_auth).await;
-        let (gs, g_cpu) = setups(gw, &gw_auth).await;
+        let (ds, d_cpu) = setups(&direct, &direct_auth).await;
+        let (gs, g_cpu) = setups(&gw, &gw_auth).await;
+        let (ts, t_cpu) = setups(&gw_tls, &gw_auth).await;
         let mut loaded = Vec::new();
         for (what, period) in [
             ("idle", None),
             ("each a round trip every 100 ms", Some(Duration::from_millis(100))),
             ("each a round trip every 10 ms", Some(Duration::from_millis(10))),
         ] {
-            let d = setups_under_load(squid.listen, &direct_auth, period).await;
-            let g = setups_under_load(gw, &gw_auth, period).await;
+            let d = setups_under_load(&direct, &direct_auth, period).await;
+            let g = setups_under_load(&gw, &gw_auth, period).await;
             loaded.push((what, d, g));
         }
+        let tls_loaded = setups_under_load(&gw_tls, &gw_auth, None).await;
+        let plain_loaded = &loaded[0].2;
 
-        let idle_direct = idle_cost(squid.listen, &direct_auth).await;
-        let idle_gw = idle_cost(gw, &gw_auth).await;
+        let idle_direct = idle_cost(&direct, &direct_auth).await;
+        let idle_gw = idle_cost(&gw, &gw_auth).await;
+        let idle_tls = idle_cost(&gw_tls, &gw_auth).await;
 
         println!("| measure | direct to Squid | through the gateway | gateway's share |");
         println!("|---|---|---|---|");
@@ -395,6 +467,40 @@ fn main() {
             idle_direct.2,
             idle_gw.2,
             idle_gw.2 - idle_direct.2
+        );
+        println!();
+        println!("| measure | gateway, plain listener | gateway, TLS listener | TLS against plain |");
+        println!("|---|---|---|---|");
+        println!(
+            "| CONNECT transfer of {} MiB, medians of {ROUNDS} back-to-back pairs (MB/s) | {g_plain:.0} | {g_tls:.0} | {:.1}% of plain (median of the pairs' ratios) |",
+            TRANSFER / (1024 * 1024),
+            100.0 * tls_share
+        );
+        for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
+            println!(
+                "| setup {name}, {CONCURRENT} at once × {WAVES}, TLS handshake and CONNECT (ms) | {:.3} | {:.3} | +{:.3} ms |",
+                pct(&gs, p),
+                pct(&ts, p),
+                pct(&ts, p) - pct(&gs, p)
+            );
+        }
+        println!(
+            "| CPU per setup in those bursts (µs, this process: both ends of TLS) | {g_cpu:.1} | {t_cpu:.1} | +{:.1} µs |",
+            t_cpu - g_cpu
+        );
+        for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
+            println!(
+                "| setup {name}, {SEQUENTIAL} one by one, {CONCURRENT} tunnels open, idle (ms) | {:.3} | {:.3} | +{:.3} ms |",
+                pct(plain_loaded, p),
+                pct(&tls_loaded, p),
+                pct(&tls_loaded, p) - pct(plain_loaded, p)
+            );
+        }
+        println!(
+            "| heap per idle tunnel, {IDLE} open (KiB, this process: both ends of TLS) | {:.1} | {:.1} | +{:.1} KiB per tunnel |",
+            idle_gw.0,
+            idle_tls.0,
+            idle_tls.0 - idle_gw.0
         );
         // RSS is printed for the record only: freed memory of earlier phases is reused, so its
         // difference says little; the heap count above is exact.

@@ -26,7 +26,8 @@ pub struct Timeouts {
     /// A tunnel with no byte either way for this long is closed.
     pub idle: Duration,
     /// The address member connections leave from, where the host has several and the
-    /// members admit one (their clientAddresses); the system's choice by default.
+    /// members admit one (their provider block's allowedSourceCIDRs); the system's choice by
+    /// default.
     pub source: Option<std::net::IpAddr>,
 }
 
