@@ -369,7 +369,14 @@ async fn pump<W: AsyncWrite + Unpin>(
                         count.add(n as u64);
                         to.write_all(&buf[..n]).await?;
                     }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        // Nothing more from the member for now: what a layer of `to` took in
+                        // but has not written (a TLS crawler's records, when its connection
+                        // was full) goes out before waiting for more, or it would wait for
+                        // the member's next byte or the tunnel's idle end.
+                        to.flush().await?;
+                        return Ok(false);
+                    }
                     Err(e) => return Err(e),
                 }
             }
@@ -388,7 +395,7 @@ async fn hand_on<W: AsyncWrite + Unpin>(to: &mut W, bytes: &[u8], count: &Meter)
         return true;
     }
     count.add(bytes.len() as u64);
-    to.write_all(bytes).await.is_ok()
+    to.write_all(bytes).await.is_ok() && to.flush().await.is_ok()
 }
 
 /// Pipe capacity asked for: a bulk transfer then moves up to 1 MiB per pair of system calls.
@@ -865,5 +872,82 @@ mod tests {
         let (ended, seen) = tokio::join!(running, midway);
         assert_eq!(ended, Ended::Retired);
         assert_eq!(seen, (1 << 20, 4096), "counted while the tunnel was open");
+    }
+
+    /// A TLS crawler that reads slower than its member sends still gets every byte while the
+    /// member keeps its side open, as a site does between answers: what the TLS layer took in
+    /// but could not write yet (the crawler's connection full) goes out as soon as it can,
+    /// rather than when the member sends more or the tunnel goes idle.
+    #[tokio::test]
+    async fn a_tls_crawler_gets_the_tail_of_what_its_member_sent_while_it_was_not_reading() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        // More than the crawler's connection holds (4 KiB), less than the TLS layer takes in
+        // before it stops accepting (64 KiB): the relay reads all of it from the member.
+        const SENT: usize = 32 << 10;
+        let ca = egress_test_pki::TestCa::new("relay CA");
+        let dir = tempfile::tempdir().unwrap();
+        let leaf = ca.leaf(dir.path(), "gateway", &["127.0.0.1"]);
+        let transport = egress_operator::tls::Mode::Tls {
+            cert: leaf.cert,
+            key: leaf.key,
+        }
+        .start(Duration::from_secs(60), "the relay test")
+        .unwrap();
+        let (crawler_io, gateway_io) = tokio::io::duplex(4 << 10);
+        let (member_side, mut member) = pair().await;
+        let connector = tokio_rustls::TlsConnector::from(ca.client_config());
+        let (crawler, served) = tokio::join!(
+            connector.connect(
+                rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+                crawler_io
+            ),
+            transport.accept(gateway_io, Duration::from_secs(5), "the relay test"),
+        );
+        let mut crawler = crawler.unwrap();
+        let Some(egress_operator::tls::Stream::Tls(tls)) = served else {
+            panic!("no TLS stream")
+        };
+        let carried = Carried::default();
+        let fate = tokio::sync::watch::Sender::new(Fate::Serving);
+        let relaying = relay_copied(
+            *tls,
+            member_side,
+            Bytes::new(),
+            Bytes::new(),
+            Duration::from_secs(300),
+            fate.subscribe(),
+            &carried,
+        );
+        let exchange = async {
+            member.write_all(&[7u8; SENT]).await.unwrap();
+            // The crawler reads only once the relay has taken every byte from the member.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while carried.down.get() < SENT as u64 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the relay read {} bytes",
+                    carried.down.get()
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let mut got = 0;
+            let mut buf = vec![0u8; 64 << 10];
+            let read_all = async {
+                while got < SENT {
+                    let n = crawler.read(&mut buf).await.unwrap();
+                    assert!(n > 0, "closed after {got} bytes");
+                    got += n;
+                }
+            };
+            let finished = tokio::time::timeout(Duration::from_secs(10), read_all).await;
+            assert!(
+                finished.is_ok(),
+                "{got} of {SENT} bytes in 10 s: the tail stayed behind"
+            );
+        };
+        tokio::select! {
+            ended = relaying => panic!("the relay ended: {ended:?}"),
+            () = exchange => {}
+        }
     }
 }
