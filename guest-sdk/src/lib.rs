@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! The SDK provider authors write against.
 //!
 //! A provider implements [`Provider`] with its logic written against [`Host`], the set of

@@ -1,3 +1,5 @@
+#![doc = include_str!("../README.md")]
+//!
 //! An egress-proxies provider for Example Cloud, a small fictional REST API: instances are
 //! created by name, carry labels, and report a status and an address.
 //!

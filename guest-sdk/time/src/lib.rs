@@ -1,6 +1,4 @@
-//! RFC 3339 time for the host and for provider modules: parse what backends write (any offset,
-//! any fraction) and format UTC seconds, without a date crate (a module stays small, the host
-//! needs no more than this).
+#![doc = include_str!("../README.md")]
 
 /// RFC 3339 with any offset and fraction to UTC Unix seconds. None when it does not parse.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {

@@ -1,5 +1,4 @@
-//! The built-in provider modules, embedded in the binary. The build script compiles them for
-//! wasm32-wasip2 from providers-wasm/. Only the providers a user can configure are here.
+#![doc = include_str!("../README.md")]
 
 /// The `kubernetes` provider.
 pub const KUBERNETES: &[u8] = include_bytes!(env!("EGRESS_MODULE_PROVIDER_KUBERNETES"));

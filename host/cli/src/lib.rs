@@ -1,5 +1,4 @@
-//! The `egress-proxies` command: reconcile Proxies from a file (dry-run against simulated
-//! backends, or for real with a state file), and check providers' health.
+#![doc = include_str!("../README.md")]
 
 pub mod cli;
 pub mod echo;

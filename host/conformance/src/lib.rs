@@ -1,20 +1,4 @@
-//! The provider contract's conformance suite: named cases run against the simulated backends
-//! a module's capabilities map to (SimKube, SimLibvirt, SimGce, or the Example Cloud double for
-//! any other http module), with a fault layer that fails or hangs one mutating backend call,
-//! a tracing capture and the plan recorder to prove cloud-init never leaks.
-//!
-//! The input is the module, the config block it is run with, and optionally a world file for
-//! the simulations' starting state. The block file is the provider's block, plus an optional
-//! `conformance` key the suite removes before the module sees the block:
-//!
-//! ```yaml
-//! project: proxies            # the provider's own fields
-//! conformance:
-//!   placement: {zone: europe-west1-b, image: debian-12}   # the create requests' placement
-//!   grants: {http: {hosts: [api.example.test]}}           # a module's grants (not built-ins)
-//!   namespace: conformance    # the create requests' namespace
-//!   required: [project]       # fields whose absence must be rejected; default: try `{}`
-//! ```
+#![doc = include_str!("../README.md")]
 
 mod capture;
 mod cases;

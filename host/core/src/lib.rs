@@ -1,6 +1,4 @@
-//! The domain core of egress-proxies: Proxy and instance types, the providers config, the pure
-//! reconcile and garbage-collection decisions. No I/O happens here: the CLI and the operator feed
-//! observations in and carry the decisions out.
+#![doc = include_str!("../README.md")]
 
 pub mod config;
 pub mod credential;

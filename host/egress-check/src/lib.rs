@@ -1,15 +1,4 @@
-//! The egress check's network parts: is a running proxy a working, anonymous proxy, and with
-//! which egress address?
-//!
-//! A probe connects to the proxy's `IP:PORT`, asks it for an echo URL carrying a fresh nonce,
-//! and judges what the echo says it saw ([`classify()`]): the egress address, whether the
-//! nonce came back (no cached or forged answer), and whether anything of the client reached
-//! the echo. Before proxies are blamed, [`Checker::check_echoes`] asks each echo directly; when
-//! none answers, no proxy was judged ([`Reason::CheckerUnavailable`]).
-//!
-//! Shared by the CLI and the operator; no provider module takes part, and nothing here holds a
-//! clock: the caller stamps `egressCheckedAt` and decides what a result means for a Proxy.
-//! [`echo`] serves the echo format (httpbin's `/anything`) for `egress-proxies echo`.
+#![doc = include_str!("../README.md")]
 
 pub mod classify;
 pub mod echo;

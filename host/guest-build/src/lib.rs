@@ -1,12 +1,4 @@
-//! Builds provider modules for `wasm32-wasip2` from a build script, so `cargo build` stays one
-//! command: the built-in providers (host/builtins) and the modules only tests load
-//! (host/test-modules) go through the same nested cargo.
-//!
-//! The nested cargo uses its own target dir: sharing the outer one deadlocks on the artifact
-//! lock. That dir is keyed by the workspace root, so two checkouts sharing one
-//! `CARGO_TARGET_DIR` never embed each other's modules. The outer build's flags are scrubbed
-//! because cargo hands them to build scripts and the nested cargo would apply host flags
-//! (linker, coverage, target-cpu) to the wasm build.
+#![doc = include_str!("../README.md")]
 
 use std::env;
 use std::ffi::OsStr;

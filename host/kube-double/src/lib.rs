@@ -1,18 +1,4 @@
-//! An API double: the cluster model of `egress_sim::kube` served with hyper on 127.0.0.1 over
-//! HTTP/1.1, so the real kube-rs client and runtime (Controller, watcher, Recorder, Api) talk
-//! to it over a socket, as they would to an API server.
-//!
-//! It serves GET, LIST and WATCH (chunked, from a resourceVersion, with bookmarks and
-//! `timeoutSeconds`), POST, PUT, PATCH (merge, JSON, apply; strategic as the model answers
-//! it), DELETE, and the `/status` subresource; TokenReview for the tokens a test registers
-//! ([`Double::add_token`], [`Double::service_account_token`]) and SubjectAccessReview against
-//! the RBAC objects it stores (`rbac`). Every request is recorded for assertions, and
-//! faults and latency can be injected per route: an error answer, a delay, a request held
-//! until released, or the 410 Gone of a resourceVersion the history no longer holds; and
-//! every open watch can be cut, as an API server's restart or a load balancer cuts them.
-//!
-//! Time: the model's clock is a base time plus tokio's clock plus what a test adds with
-//! [`Double::advance`], so paused tokio time drives it too.
+#![doc = include_str!("../README.md")]
 
 pub mod rbac;
 mod review;

@@ -1,8 +1,4 @@
-//! libvirt's remote protocol, spoken natively: XDR, framing, a concurrent client, an SSH
-//! transport (`direct-streamlocal@openssh.com` to libvirt's unix socket), a per-host connection
-//! pool, streamed URL-to-volume transfers and connection diagnostics.
-//!
-//! The pool's methods map one to one onto the `libvirt` interface of `schemas/wit/provider.wit`.
+#![doc = include_str!("../README.md")]
 
 pub mod client;
 pub mod doctor;

@@ -1,6 +1,4 @@
-//! Operator mode: `egress-proxies run` in a cluster. A Proxy controller on the shared
-//! reconcile decisions, a ProxyPool controller on the shared pool decisions, a GC sweeper, a ProviderHealth monitor, leader election on a Lease,
-//! metrics and health endpoints, and reload of the providers config.
+#![doc = include_str!("../README.md")]
 
 pub mod auth;
 pub mod context;

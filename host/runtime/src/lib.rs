@@ -1,8 +1,4 @@
-//! The native host of egress-proxies: one wasmtime Engine, provider modules compiled once and
-//! instantiated into a fresh Store per call, bounded in time and memory, with capabilities
-//! (log, clock, kube, http, libvirt) granted per provider entry, deny by default. Each
-//! capability has a real backend and a simulated one behind one trait; a recorder turns every
-//! mutating call into a plan step.
+#![doc = include_str!("../README.md")]
 
 pub mod bindings;
 pub mod capabilities;

@@ -1,4 +1,4 @@
-//! Provider modules that only tests load, never embedded in the product binary.
+#![doc = include_str!("../README.md")]
 
 /// A deliberately misbehaving module for the runtime's bounds tests.
 pub const HOSTILE: &[u8] = include_bytes!(env!("EGRESS_MODULE_PROVIDER_HOSTILE"));

@@ -1,7 +1,4 @@
-//! Certificates for tests that serve TLS on loopback: a CA of the test's own, serving
-//! certificates it signs (written as the PEM files a listener reads), and a client that trusts
-//! that CA alone. Tests only: the product reads its certificates from files it is given.
-
+#![doc = include_str!("../README.md")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use rcgen::{

@@ -1,11 +1,4 @@
-//! The `gcp` provider: one Compute Engine instance per Proxy, through the host's `http`
-//! capability with the `google` credential the host attaches (tokens never enter the module).
-//!
-//! The seeds' behaviour with its gaps closed: an insert that fails after the API accepted it
-//! reaches the Proxy's status (Get reads the insert operation), adoption only when the uid
-//! label matches, the installation mark set and filtered on, unreachable zones logged by name,
-//! a creation time that does not parse said out loud, Delete not resubmitted while one runs,
-//! internal-IP mode, an optional managed firewall rule, and quota headroom in the check.
+#![doc = include_str!("../README.md")]
 
 pub mod api;
 pub mod check;

@@ -1,14 +1,4 @@
-//! A deliberately misbehaving provider for the runtime's bounds tests. Its config block picks
-//! what `create` does: `{"mode": "loop" | "oom" | "ungranted" | "trap" | "leak" | "ok"}`
-//! (`leak` logs its cloud-init whole and line by line, then fails with a line of it in the
-//! error's reason and message, for the host's redaction to catch; `echo` returns an instance
-//! whose provider-id carries its cloud-init, for the conformance suite to catch). In `ok` mode,
-//! `version` (any string) is echoed in the provider-id and `sleepMs` makes the call take that
-//! long, so reload tests can tell which version served a call. In every mode, `lockKey` makes
-//! `create` first hold that key (waiting `lockWaitMs`, default 0), so the runtime tests can show
-//! a key is released however the call ends. `listMode` picks what a listing does: `oom` grows
-//! its memory until the limit stops it, `trap` panics, `fail` answers a transient error, and
-//! anything else lists nothing.
+#![doc = include_str!("../README.md")]
 
 use guest_sdk::{
     CallContext, Capability, CreateRequest, Description, Host, Instance, InstanceState, Level,

@@ -1,10 +1,4 @@
-//! The `kubernetes` provider: one Squid Pod per Proxy.
-//!
-//! The seeds' behaviour with its gaps closed: adoption only when the uid label matches, a Pod
-//! being deleted is Terminated (never Running), a ResourceQuota refusal is QuotaExceeded, the
-//! configured provider name in errors (the host adds it), a hardened securityContext,
-//! configurable resources, http_access limited to configured ranges, an OwnerReference to the
-//! Proxy, placement mapped to node selectors, and the API server version in the check.
+#![doc = include_str!("../README.md")]
 
 pub mod config;
 pub mod errors;

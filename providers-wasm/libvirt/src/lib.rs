@@ -1,10 +1,4 @@
-//! The `kvm` and `kvm2` providers: one module serving both types, each with its own metadata
-//! namespace for the GC mark, so neither adopts nor collects the other's domains.
-//!
-//! Behaviour follows the seeds' kvm2 with its gaps closed for both types: a paused domain is
-//! resumed, the reused overlay is checked against its backing image and size, host memory is
-//! prechecked with pool space, Content-Length is not required, and volumes a create left
-//! without a domain are visible to GC through a marker volume (see `list`).
+#![doc = include_str!("../README.md")]
 
 pub mod check;
 pub mod claim;

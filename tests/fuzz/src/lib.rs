@@ -1,14 +1,4 @@
-//! Bounded, seeded property runs for the crates' fuzz targets, and the hostile inputs they share.
-//!
-//! Every target runs a fixed number of cases from a fixed seed, so `cargo test` is deterministic
-//! and its cost is known; `EGRESS_FUZZ_CASES` raises the count for a longer run and
-//! `EGRESS_FUZZ_SEED` explores another part of the input space. A failure names the target,
-//! the seed, the case it first failed at, and the shrunk input, so the run repeats exactly.
-//!
-//! proptest rather than `arbitrary` with a loop: its strategies compose into the structured
-//! inputs these targets need (YAML and JSON trees shaped like the config with wrong types and
-//! unknown keys in between, XML trees, ISO contents), and a failure is shrunk to a small input
-//! before it is reported.
+#![doc = include_str!("../README.md")]
 
 pub mod docs;
 mod path;
