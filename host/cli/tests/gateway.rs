@@ -88,7 +88,7 @@ fn the_gateway_is_refused_without_what_it_needs_naming_it() {
 /// Where the words tell an operator how the proxies admit the gateway, they name the field that
 /// does it, the providers' `allowedSourceCIDRs` (`clientAddresses` is the egress check's list
 /// of its own addresses, which admits no one): `gateway --help`, the deploy's gateway
-/// manifest and the README's gateway section.
+/// manifest and the gateway's README.
 #[test]
 fn the_gateways_words_name_the_field_that_admits_it() {
     let bin = env!("CARGO_BIN_EXE_egress-proxies");
@@ -115,15 +115,11 @@ fn the_gateways_words_name_the_field_that_admits_it() {
         .take_while(|l| l.starts_with('#'))
         .collect::<Vec<_>>()
         .join("\n");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let (_, gateway) = readme
-        .split_once("`egress-proxies gateway` is a forward proxy")
-        .expect("the README has its gateway section");
-    let gateway = gateway.split("\n## ").next().unwrap_or_default();
+    let gateway = std::fs::read_to_string(root.join("host/gateway/README.md")).unwrap();
     for (what, text) in [
         ("gateway --help, --source-address", source.as_str()),
         ("examples/deploy/gateway.yaml", comment.as_str()),
-        ("the README's gateway section", gateway),
+        ("host/gateway/README.md", gateway.as_str()),
     ] {
         assert!(
             text.contains("allowedSourceCIDRs") && !text.contains("clientAddresses"),

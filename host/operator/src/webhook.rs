@@ -13,7 +13,7 @@
 //! The endpoint is HTTPS on a listener of its own, with the certificate and key read again
 //! when their files change (cert-manager renews them in place). It answers only whether the
 //! object the request carries is valid and changes nothing, so it asks its callers for no
-//! credential (README, "Validation at admission").
+//! credential (the crate's README, "Validation at admission").
 
 use crate::context::Loaded;
 use crate::crd::ProxyPool;

@@ -722,16 +722,15 @@ async fn no_token_reaches_the_log() {
     }
 }
 
-/// The tokens file the README shows is one the operator reads.
+/// The tokens file the operator's README shows is one the operator reads.
 #[test]
 fn the_readmes_tokens_file_parses() {
-    let readme = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
-    )
-    .unwrap();
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
     let (_, rest) = readme
         .split_once("```yaml\ntokens:\n")
-        .expect("the README shows a tokens file");
+        .expect("the operator's README shows a tokens file");
     let (body, _) = rest.split_once("```").unwrap();
     let file = TokenFile::parse(&format!("tokens:\n{body}")).unwrap();
     assert_eq!(file.names().collect::<Vec<_>>(), ["spider", "ops"]);
