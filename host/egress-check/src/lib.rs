@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod choice;
 pub mod classify;
 pub mod echo;
 pub mod nonce;
@@ -9,6 +10,7 @@ pub mod runner;
 pub mod tls;
 pub mod url;
 
+pub use choice::{NoEcho, choose_echoes};
 pub use classify::{Expect, classify};
 pub use nonce::{NonceSource, SeededNonces};
 pub use outcome::{CONDITION_TYPE, Outcome, Reason, reason};

@@ -76,21 +76,12 @@ pub struct Round<K> {
     pub results: Vec<Checked<K>>,
 }
 
-/// Per scheme among `echoes` (http first, then https), the first available one; None when a
-/// scheme that is configured has no echo available.
+/// The echoes to ask for ([`crate::choose_echoes`]); None when a scheme that is configured
+/// has no echo available.
 pub fn choose(echoes: &[EchoStatus]) -> Option<Vec<EchoUrl>> {
-    let mut used = Vec::new();
-    for https in [false, true] {
-        let mut of_scheme = echoes
-            .iter()
-            .filter(|e| e.url.is_https() == https)
-            .peekable();
-        if of_scheme.peek().is_none() {
-            continue;
-        }
-        used.push(of_scheme.find(|e| e.available)?.url.clone());
-    }
-    (!used.is_empty()).then_some(used)
+    crate::choose_echoes(echoes, |e| e.url.is_https(), |e| e.available)
+        .ok()
+        .map(|chosen| chosen.into_iter().map(|e| e.url.clone()).collect())
 }
 
 /// The checker's own addresses as the available echoes saw them directly.

@@ -39,35 +39,18 @@ pub(super) fn is_https(url: &str) -> bool {
 }
 
 impl EchoLook {
-    /// Per scheme among `urls` (http first, then https), the first that is up, in order;
-    /// Err names the scheme with none up.
+    /// The echoes to ask for among `urls` ([`egress_check::choose_echoes`]); Err says which
+    /// scheme has none up.
     pub fn choose(&self, urls: &[String]) -> Result<Chosen, String> {
-        let mut chosen = Vec::new();
-        for https in [false, true] {
-            let of_scheme: Vec<(usize, &String)> = urls
-                .iter()
-                .enumerate()
-                .filter(|(_, u)| is_https(u) == https)
-                .collect();
-            if of_scheme.is_empty() {
-                continue;
-            }
-            match of_scheme
-                .iter()
-                .find(|(i, _)| self.up.get(*i).copied().unwrap_or(false))
-            {
-                Some((_, u)) => chosen.push((*u).clone()),
-                None => {
-                    let scheme = if https { "https" } else { "http" };
-                    return Err(format!("no {scheme} echo answers the checker directly"));
-                }
-            }
-        }
-        if chosen.is_empty() {
-            return Err("no echo URL is configured".into());
-        }
+        let numbered: Vec<(usize, &String)> = urls.iter().enumerate().collect();
+        let chosen = egress_check::choose_echoes(
+            &numbered,
+            |(_, u)| is_https(u),
+            |(i, _)| self.up.get(*i).copied().unwrap_or(false),
+        )
+        .map_err(|e| e.to_string())?;
         Ok(Chosen {
-            urls: chosen,
+            urls: chosen.into_iter().map(|(_, u)| (*u).clone()).collect(),
             own_addresses: self.origins.clone(),
             proxy_authorization: None,
         })
