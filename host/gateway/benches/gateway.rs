@@ -302,14 +302,14 @@ fn main() {
             &tokens,
             format!(
                 "tokens:\n- {{name: bench, sha256: {}, namespaces: [{{name: ns}}]}}\n",
-                egress_operator::auth::tokens::sha256_hex(TOKEN)
+                egress_serve::auth::tokens::sha256_hex(TOKEN)
             ),
         )
         .unwrap();
-        let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
+        let reviewer = Arc::new(egress_serve::auth::tokens::TokensFile::load(&tokens).unwrap());
         let gateway = Arc::new(Gateway::new(
             table,
-            Arc::new(egress_operator::auth::Guard::new(reviewer)),
+            Arc::new(egress_serve::auth::Guard::new(reviewer)),
             Arc::new(egress_gateway::metrics::Metrics::new()),
             Limits::default(),
         ));

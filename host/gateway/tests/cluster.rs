@@ -325,8 +325,8 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
     }
     bind_deploy_role(&client, "egress-proxies-crawler", "ns", "spider").await;
     bind_deploy_role(&client, "egress-proxies-crawler", "other", "rival").await;
-    let spider = d.projected_token("ns", "spider", &[egress_operator::auth::AUDIENCE]);
-    let rival = d.projected_token("other", "rival", &[egress_operator::auth::AUDIENCE]);
+    let spider = d.projected_token("ns", "spider", &[egress_serve::auth::AUDIENCE]);
+    let rival = d.projected_token("other", "rival", &[egress_serve::auth::AUDIENCE]);
 
     let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
     let watch = tokio::spawn(egress_gateway::cluster::run(
@@ -343,8 +343,8 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
                 .is_some_and(|es| es.len() == 2 && es.iter().all(|e| e.member.credential.is_some()))
     })
     .await;
-    let guard = Arc::new(egress_operator::auth::Guard::new(Arc::new(
-        egress_operator::auth::kube::KubeReviewer::new(client.clone()),
+    let guard = Arc::new(egress_serve::auth::Guard::new(Arc::new(
+        egress_serve::auth::kube::KubeReviewer::new(client.clone()),
     )));
     let gateway = Arc::new(egress_gateway::Gateway::new(
         table.clone(),

@@ -2,7 +2,6 @@
 //! reconcile decisions, a ProxyPool controller on the shared pool decisions, a GC sweeper, a ProviderHealth monitor, leader election on a Lease,
 //! metrics and health endpoints, and reload of the providers config.
 
-pub mod auth;
 pub mod context;
 pub mod controller;
 pub mod crd;
@@ -14,7 +13,6 @@ pub mod metrics;
 pub mod pool;
 pub mod server;
 pub mod sweeper;
-pub mod tls;
 pub mod webhook;
 
 use context::{Context, Loaded};
@@ -23,6 +21,7 @@ use egress_runtime::capabilities::clock::ClockBackend;
 use egress_runtime::capabilities::kube::RealKube;
 use egress_runtime::egress::{CheckWakes, EgressChecker, StatusFleet};
 use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
+use egress_serve::{auth, tls};
 use futures::StreamExt;
 use kube::runtime::controller::{self as kube_controller, Controller};
 use kube::runtime::events::Reporter;
@@ -140,7 +139,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         .map(Arc::new);
     let webhook_tls = match &opts.webhook {
         Some(w) => {
-            let certificates = Arc::new(webhook::Certificates::load(&w.cert, &w.key)?);
+            let certificates = Arc::new(tls::Certificates::load(&w.cert, &w.key)?);
             let tls = certificates.server_config()?;
             Some((w.listen, certificates, tls))
         }
@@ -228,11 +227,11 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let _ = source.context.set(ctx.clone());
 
     let ready = Arc::new(server::Readiness::default());
-    let listener = server::listen(opts.listen).map_err(|e| Error::Listen {
+    let listener = egress_serve::listen(opts.listen).map_err(|e| Error::Listen {
         addr: opts.listen.to_string(),
         message: e.to_string(),
     })?;
-    let probe_listener = server::listen(opts.probe_listen).map_err(|e| Error::Listen {
+    let probe_listener = egress_serve::listen(opts.probe_listen).map_err(|e| Error::Listen {
         addr: opts.probe_listen.to_string(),
         message: e.to_string(),
     })?;
@@ -272,13 +271,13 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     tokio::spawn(server::serve_over(
         listener,
         api,
-        server::Limits::default(),
+        egress_serve::Limits::default(),
         transport,
     ));
     // Every replica answers the webhook, as the Service sends a review to any of them, with
     // the providers config it has loaded now.
     if let Some((addr, certificates, tls)) = webhook_tls {
-        let listener = server::listen(addr).map_err(|e| Error::Listen {
+        let listener = egress_serve::listen(addr).map_err(|e| Error::Listen {
             addr: addr.to_string(),
             message: e.to_string(),
         })?;
@@ -289,7 +288,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             listener,
             tls,
             Arc::new(move || webhook::PoolEnvironment::of(&ctx.loaded(), max_replicas)),
-            server::Limits::default(),
+            egress_serve::Limits::default(),
         ));
         tracing::info!(listen = %addr, "the ProxyPool admission webhook serves");
     }
@@ -357,28 +356,6 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         _ = health::run(ctx.clone(), opts.health_interval) => Ok(()),
         _ = pool::forget_gone_pools(pool_store, metrics.clone(), Duration::from_secs(30)) => Ok(()),
         _ = election.lost() => Err(Error::LostLease(opts.lease_name.clone())),
-    }
-}
-
-/// Reads a file-backed source again every `interval` (the first read was at start) for as
-/// long as the task runs: `reload` says whether it changed, or why the new version is
-/// refused, and `changed`/`refused` report it. Ticks missed by a slow read are not caught up.
-pub(crate) async fn reload_every<E>(
-    interval: Duration,
-    mut reload: impl FnMut() -> Result<bool, E>,
-    mut changed: impl FnMut(),
-    refused: impl Fn(E),
-) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        match reload() {
-            Ok(true) => changed(),
-            Ok(false) => {}
-            Err(e) => refused(e),
-        }
     }
 }
 

@@ -310,9 +310,9 @@ impl Env {
             None,
         )
         .await;
-        let token =
-            self.d
-                .projected_token("crawlers", "spider", &[egress_operator::auth::AUDIENCE]);
+        let token = self
+            .d
+            .projected_token("crawlers", "spider", &[egress_serve::auth::AUDIENCE]);
         tokio::spawn(server::serve(
             listener,
             Arc::new(server::Api {
@@ -952,7 +952,7 @@ async fn no_proxy_password_reaches_the_log() {
     support::deploy_cluster_role(&e.d, "egress-proxies-crawler").await;
     support::bind(&e.d, "egress-proxies-crawler", "crawlers", "spider", None).await;
     let token =
-        e.d.projected_token("crawlers", "spider", &[egress_operator::auth::AUDIENCE]);
+        e.d.projected_token("crawlers", "spider", &[egress_serve::auth::AUDIENCE]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server::serve(

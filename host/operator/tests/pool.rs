@@ -1068,9 +1068,9 @@ fn scrape(metrics: Arc<Metrics>) -> String {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             // A scraper's named token that may read /metrics.
-            let tokens = egress_operator::auth::tokens::TokenFile::parse(&format!(
+            let tokens = egress_serve::auth::tokens::TokenFile::parse(&format!(
                 "tokens: [{{name: prometheus, sha256: {}, metrics: true}}]",
-                egress_operator::auth::tokens::sha256_hex("scraper-token")
+                egress_serve::auth::tokens::sha256_hex("scraper-token")
             ))
             .unwrap();
             tokio::spawn(egress_operator::server::serve(
@@ -1079,7 +1079,7 @@ fn scrape(metrics: Arc<Metrics>) -> String {
                     metrics,
                     ready: Arc::new(egress_operator::server::Readiness::default()),
                     source: Arc::new(NoProxies),
-                    guard: Arc::new(egress_operator::auth::Guard::new(Arc::new(tokens))),
+                    guard: Arc::new(egress_serve::auth::Guard::new(Arc::new(tokens))),
                     leases: None,
                 }),
             ));
@@ -1285,12 +1285,12 @@ async fn kubectl_scale_and_an_autoscaler_drive_a_pool_through_its_scale_subresou
 /// the guard and the book; no socket, so paused time stays paused): `spider` may lease the
 /// pools of NS (and so may `rival` and `third`), `intruder` those of another namespace.
 fn lease_api(r: &Run) -> egress_operator::server::Api {
-    let tokens = egress_operator::auth::tokens::TokenFile::parse(&format!(
+    let tokens = egress_serve::auth::tokens::TokenFile::parse(&format!(
         "tokens: [{{name: spider, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: rival, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: third, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: intruder, sha256: {}, namespaces: [{{name: other}}]}}]",
-        egress_operator::auth::tokens::sha256_hex("spider-token"),
-        egress_operator::auth::tokens::sha256_hex("rival-token"),
-        egress_operator::auth::tokens::sha256_hex("third-token"),
-        egress_operator::auth::tokens::sha256_hex("intruder-token"),
+        egress_serve::auth::tokens::sha256_hex("spider-token"),
+        egress_serve::auth::tokens::sha256_hex("rival-token"),
+        egress_serve::auth::tokens::sha256_hex("third-token"),
+        egress_serve::auth::tokens::sha256_hex("intruder-token"),
     ))
     .unwrap();
     let (store, _writer) = kube::runtime::reflector::store::<Proxy>();
@@ -1300,7 +1300,7 @@ fn lease_api(r: &Run) -> egress_operator::server::Api {
         metrics: r.ctx.metrics.clone(),
         ready: Arc::new(egress_operator::server::Readiness::default()),
         source: source.clone(),
-        guard: Arc::new(egress_operator::auth::Guard::new(Arc::new(tokens))),
+        guard: Arc::new(egress_serve::auth::Guard::new(Arc::new(tokens))),
         leases: Some(Arc::new(egress_operator::leases::KubeLeases::new(
             r.client(),
             source,
