@@ -2,6 +2,9 @@
 //! any fraction) and format UTC seconds, without a date crate (a module stays small, the host
 //! needs no more than this).
 
+#[cfg(feature = "system-clock")]
+pub mod now;
+
 /// RFC 3339 with any offset and fraction to UTC Unix seconds. None when it does not parse.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();

@@ -543,7 +543,7 @@ fn serve_api(
         state_path,
         state,
         files.clone(),
-        egress_operator::pool::system_clock(),
+        egress_time::now::system_clock(),
         metrics.clone(),
     )?);
     let ready = Arc::new(egress_operator::server::Readiness::default());

@@ -245,12 +245,6 @@ fn no_route(r: &NoRoute) -> Failure {
     }
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 /// What was decided about a request before a member is dialled.
 struct Admitted {
     pool: PoolKey,
@@ -425,7 +419,7 @@ impl Gateway {
                 exclude,
             },
             &self.sessions,
-            unix_now(),
+            egress_time::now::unix_now(),
             Instant::now(),
             self.random(),
         )
@@ -1279,7 +1273,8 @@ impl Gateway {
                 };
                 match allowed.await {
                     Ok(()) => {
-                        self.metrics.observe(&self.table.snapshot(), unix_now());
+                        self.metrics
+                            .observe(&self.table.snapshot(), egress_time::now::unix_now());
                         text(StatusCode::OK, self.metrics.encode())
                     }
                     Err(r) => text(r.status(), format!("{r}\n")),

@@ -4,7 +4,6 @@
 
 pub mod context;
 pub mod controller;
-pub mod crd;
 pub mod credentials;
 pub mod health;
 pub mod leader;
@@ -17,6 +16,8 @@ pub mod webhook;
 
 use context::{Context, Loaded};
 use egress_core::config::ProvidersConfig;
+use egress_k8s_api::crd;
+use egress_k8s_api::watch::{credential_watch, proxy_watch_config};
 use egress_runtime::capabilities::clock::ClockBackend;
 use egress_runtime::capabilities::kube::RealKube;
 use egress_runtime::egress::{CheckWakes, EgressChecker, StatusFleet};
@@ -202,7 +203,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     tracing::info!(installation = %installation, providers = loaded.config.providers.len(), "providers loaded");
     // The credential every pool member admits for the gateway, in the operator's namespace,
     // where the gateway reads it (and no other Secret).
-    let gateway = credentials::GatewayCredential::ensure(&client, &namespace)
+    let gateway = credentials::ensure_gateway_credential(&client, &namespace)
         .await
         .map_err(Error::GatewayCredential)?;
 
@@ -262,7 +263,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         leases: Some(Arc::new(leases::KubeLeases::new(
             client.clone(),
             source,
-            pool::system_clock(),
+            egress_time::now::system_clock(),
             metrics.clone(),
         ))),
     });
@@ -343,7 +344,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             pool::error_policy,
             Arc::new(pool::PoolContext {
                 ctx: ctx.clone(),
-                now: pool::system_clock(),
+                now: egress_time::now::system_clock(),
                 max_replicas: opts.max_replicas,
             }),
         )
@@ -357,15 +358,6 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         _ = pool::forget_gone_pools(pool_store, metrics.clone(), Duration::from_secs(30)) => Ok(()),
         _ = election.lost() => Err(Error::LostLease(opts.lease_name.clone())),
     }
-}
-
-/// How every watch of Proxies lists: in pages of the watcher's 500, from the API server's
-/// cache where it can. A list at resourceVersion 0 is served whole from the watch cache,
-/// whatever its limit; kube sends no resourceVersion with a page size, so the pages are real
-/// and neither the server nor this process holds 10,000 Proxies in one response
-/// (tests/paging.rs).
-pub fn proxy_watch_config() -> watcher::Config {
-    watcher::Config::default().any_semantic()
 }
 
 /// The watch of every Proxy each replica keeps: discovery's store, and the fleet the outage
@@ -387,29 +379,6 @@ pub fn discovery_watch(
             }
             async {}
         });
-    (store, watch)
-}
-
-/// The watch of every credential Secret (by their label) each replica keeps, so discovery on
-/// any replica hands each authorised caller its proxies' credentials. Run the future beside
-/// the store's readers.
-pub fn credential_watch(
-    client: kube::Client,
-) -> (
-    reflector::Store<k8s_openapi::api::core::v1::Secret>,
-    impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let (store, writer) = reflector::store();
-    let config = watcher::Config::default()
-        .labels(credentials::CREDENTIAL_OF_LABEL)
-        .any_semantic();
-    let watch = watcher(
-        kube::Api::<k8s_openapi::api::core::v1::Secret>::all(client),
-        config,
-    )
-    .default_backoff()
-    .reflect(writer)
-    .for_each(|_| async {});
     (store, watch)
 }
 

@@ -4,11 +4,12 @@
 //! may see, 503 when that could not be found out.
 
 use crate::context::Context;
-use crate::crd::Proxy;
 use crate::leases::{LeaseBook, LeaseRefusal};
 use crate::metrics::Metrics;
-use egress_core::discovery::{self, CORDON_ANNOTATION, Candidate, Discovered, Filter, POOL_LABEL};
+use egress_core::discovery::{self, Discovered, Filter};
 use egress_core::lease::{LeaseRef, LeaseRequest, LeaseView, ReleaseRequest, RenewRequest};
+use egress_k8s_api::crd::Proxy;
+use egress_k8s_api::members::candidate;
 use egress_serve::auth::{self, Access, Caller, Guard, Refusal};
 use egress_serve::body::{BodyError, RequestBody};
 use egress_serve::tls::Transport;
@@ -80,10 +81,10 @@ impl StoreSource {
         let uid = p.metadata.uid.as_deref()?;
         let name = p.metadata.name.as_deref()?;
         let secret = store.get(
-            &kube::runtime::reflector::ObjectRef::new(&crate::credentials::secret_name(name))
+            &kube::runtime::reflector::ObjectRef::new(&egress_k8s_api::secrets::secret_name(name))
                 .within(p.metadata.namespace.as_deref()?),
         )?;
-        crate::credentials::from_secret(&secret, uid)
+        egress_k8s_api::secrets::from_secret(&secret, uid)
     }
 
     /// Marks the source synced once its watch has listed every Proxy (run it beside the
@@ -121,7 +122,7 @@ impl ProxySource for StoreSource {
             .map(|p| p.namespace().unwrap_or_default())
             .collect();
         let credentials: Vec<_> = proxies.iter().map(|p| self.credential_of(p)).collect();
-        let now = crate::pool::unix_now();
+        let now = egress_time::now::unix_now();
         let candidates = proxies
             .iter()
             .zip(&statuses)
@@ -143,33 +144,6 @@ impl ProxySource for StoreSource {
             }
         }
         list
-    }
-}
-
-/// Proxy `p` as discovery and the lease API read it, at `now`.
-pub fn candidate<'a>(
-    p: &'a Proxy,
-    status: &'a egress_core::ProxyStatus,
-    namespace: &'a str,
-    credential: Option<&'a egress_core::credential::ProxyCredential>,
-    now: i64,
-) -> Candidate<'a> {
-    Candidate {
-        credential,
-        namespace,
-        name: p.metadata.name.as_deref().unwrap_or_default(),
-        provider: &p.spec.provider,
-        port: p.spec.port,
-        zone: p.spec.placement.zone.as_deref(),
-        pool: p.labels().get(POOL_LABEL).map(String::as_str),
-        cordoned: p.annotations().get(CORDON_ANNOTATION).map(String::as_str) == Some("true"),
-        draining: egress_core::pool::retiring(p.annotations()).is_some(),
-        exclusively_leased: egress_core::lease::exclusively_leased(
-            &status.leases,
-            status.ip.as_deref(),
-            now,
-        ),
-        status,
     }
 }
 

@@ -16,8 +16,8 @@
 //! credential (README, "Validation at admission").
 
 use crate::context::Loaded;
-use crate::crd::ProxyPool;
 use egress_core::pool;
+use egress_k8s_api::crd::ProxyPool;
 use egress_serve::tls::Transport;
 use egress_serve::{Limits, accept_bounded, serve_connection};
 use http_body_util::{BodyExt, Full, Limited};

@@ -13,14 +13,15 @@ mod support;
 
 use egress_core::egress::{CheckReason, CheckResult, Settings};
 use egress_core::pool::SHARED_EGRESS_LIMIT;
+use egress_k8s_api::crd::{Proxy, ProxyPool};
 use egress_operator::context::{Context, Loaded};
-use egress_operator::crd::{Proxy, ProxyPool};
 use egress_operator::metrics::Metrics;
-use egress_operator::pool::{Clock, PoolContext};
+use egress_operator::pool::PoolContext;
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
 use egress_runtime::egress::{
     CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
 };
+use egress_time::now::Clock;
 use futures::StreamExt;
 use http::Method;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -600,7 +601,8 @@ async fn a_template_change_rolls_every_proxy_without_going_below_the_floor() {
 /// floor.
 #[tokio::test(start_paused = true)]
 async fn members_admit_the_gateway_credential_and_older_ones_are_rolled_within_the_budget() {
-    use egress_operator::credentials::{GATEWAY_CREDENTIAL_ANNOTATION, GatewayCredential};
+    use egress_k8s_api::secrets::GATEWAY_CREDENTIAL_ANNOTATION;
+    use egress_operator::credentials::ensure_gateway_credential;
     let mut r = start().await;
     r.create_pool("web", spec_of(3)).await;
     r.settled("web", 3).await;
@@ -610,8 +612,8 @@ async fn members_admit_the_gateway_credential_and_older_ones_are_rolled_within_t
     // Two replicas making it at once settle on one.
     let client = r.client();
     let (a, b) = tokio::join!(
-        GatewayCredential::ensure(&client, NS),
-        GatewayCredential::ensure(&client, NS)
+        ensure_gateway_credential(&client, NS),
+        ensure_gateway_credential(&client, NS)
     );
     let gateway = a.unwrap();
     assert_eq!(b.unwrap(), gateway);
@@ -660,8 +662,7 @@ async fn members_admit_the_gateway_credential_and_older_ones_are_rolled_within_t
             .iter()
             .find(|o| {
                 o["kind"] == "Secret"
-                    && o["metadata"]["name"]
-                        == egress_operator::credentials::secret_name(name).as_str()
+                    && o["metadata"]["name"] == egress_k8s_api::secrets::secret_name(name).as_str()
             })
             .unwrap();
         let htpasswd = objects
@@ -693,7 +694,7 @@ async fn members_admit_the_gateway_credential_and_older_ones_are_rolled_within_t
         );
     }
     for o in objects {
-        if o["metadata"]["name"] != egress_operator::credentials::GATEWAY_SECRET {
+        if o["metadata"]["name"] != egress_k8s_api::secrets::GATEWAY_SECRET {
             assert!(
                 !o.to_string().contains(&gateway.credential.password),
                 "{}",
