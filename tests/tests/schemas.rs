@@ -59,7 +59,7 @@ fn check_yaml(name: &str, value: &impl serde::Serialize) {
         .join("../schemas/crds")
         .join(name);
     let fresh = format!(
-        "# Generated from host/operator/src/crd.rs; regenerate with\n# EGRESS_BLESS=1 cargo test -p egress-tests --test schemas\n{}",
+        "# Generated from host/k8s-api/src/crd.rs; regenerate with\n# EGRESS_BLESS=1 cargo test -p egress-tests --test schemas\n{}",
         serde_yaml::to_string(value).unwrap()
     );
     if std::env::var_os("EGRESS_BLESS").is_some() {
