@@ -68,7 +68,7 @@ fn provision(dir: &Path) {
 }
 
 fn tokens(dir: &Path) -> PathBuf {
-    let hash = egress_operator::auth::tokens::sha256_hex;
+    let hash = egress_serve::auth::tokens::sha256_hex;
     let p = dir.join("tokens.yaml");
     std::fs::write(
         &p,
@@ -191,7 +191,7 @@ async fn watch(dir: &Path, providers: &Path, proxies: &Path) -> Watch {
             api_tokens: tokens(dir),
             tls: {
                 let leaf = CA.leaf(dir, "api", &["127.0.0.1"]);
-                egress_operator::tls::Mode::Tls {
+                egress_serve::tls::Mode::Tls {
                     cert: leaf.cert,
                     key: leaf.key,
                 }
@@ -265,11 +265,11 @@ async fn gateway_on(dir: &Path) -> SocketAddr {
         Duration::from_millis(100),
     ));
     let reviewer = std::sync::Arc::new(
-        egress_operator::auth::tokens::TokensFile::load(&dir.join("tokens.yaml")).unwrap(),
+        egress_serve::auth::tokens::TokensFile::load(&dir.join("tokens.yaml")).unwrap(),
     );
     let gateway = std::sync::Arc::new(egress_gateway::Gateway::new(
         table,
-        std::sync::Arc::new(egress_operator::auth::Guard::new(reviewer)),
+        std::sync::Arc::new(egress_serve::auth::Guard::new(reviewer)),
         std::sync::Arc::new(egress_gateway::metrics::Metrics::new()),
         egress_gateway::Limits {
             timeouts: egress_gateway::forward::Timeouts {
@@ -536,7 +536,7 @@ async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member
         dir.path().join("tokens.yaml"),
         format!(
             "tokens:\n- {{name: rival, sha256: {}, namespaces: [{{name: other}}]}}\n",
-            egress_operator::auth::tokens::sha256_hex(RIVAL)
+            egress_serve::auth::tokens::sha256_hex(RIVAL)
         ),
     )
     .unwrap();

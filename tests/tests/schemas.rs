@@ -59,7 +59,7 @@ fn check_yaml(name: &str, value: &impl serde::Serialize) {
         .join("../schemas/crds")
         .join(name);
     let fresh = format!(
-        "# Generated from host/operator/src/crd.rs; regenerate with\n# EGRESS_BLESS=1 cargo test -p egress-tests --test schemas\n{}",
+        "# Generated from host/k8s-api/src/crd.rs; regenerate with\n# EGRESS_BLESS=1 cargo test -p egress-tests --test schemas\n{}",
         serde_yaml::to_string(value).unwrap()
     );
     if std::env::var_os("EGRESS_BLESS").is_some() {
@@ -79,7 +79,7 @@ fn proxy_crd_is_fresh() {
     use kube::CustomResourceExt;
     check_yaml(
         "proxies.crawl.example.com.yaml",
-        &egress_operator::crd::Proxy::crd(),
+        &egress_k8s_api::crd::Proxy::crd(),
     );
 }
 
@@ -88,7 +88,7 @@ fn proxy_pool_crd_is_fresh() {
     use kube::CustomResourceExt;
     check_yaml(
         "proxypools.crawl.example.com.yaml",
-        &egress_operator::crd::ProxyPool::crd(),
+        &egress_k8s_api::crd::ProxyPool::crd(),
     );
 }
 
@@ -97,7 +97,7 @@ fn provider_health_crd_is_fresh() {
     use kube::CustomResourceExt;
     check_yaml(
         "providerhealths.crawl.example.com.yaml",
-        &egress_operator::crd::ProviderHealth::crd(),
+        &egress_k8s_api::crd::ProviderHealth::crd(),
     );
 }
 
@@ -282,7 +282,7 @@ fn deploy_kustomization_builds() {
         own["rules"],
         serde_yaml::from_str::<serde_yaml::Value>(&format!(
             "[{{apiGroups: [''], resources: [secrets], resourceNames: [{}], verbs: [get, list, watch]}}]",
-            egress_operator::credentials::GATEWAY_SECRET
+            egress_k8s_api::secrets::GATEWAY_SECRET
         ))
         .unwrap()
     );
@@ -458,7 +458,7 @@ fn the_deploy_sample_pool_is_valid() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let text =
         std::fs::read_to_string(root.join("examples/deploy/samples/proxypool.yaml")).unwrap();
-    let pool: egress_operator::crd::ProxyPool = serde_yaml::from_str(&text).unwrap();
+    let pool: egress_k8s_api::crd::ProxyPool = serde_yaml::from_str(&text).unwrap();
     let core = pool.to_core();
     assert_eq!(egress_core::pool::validate(&core), Vec::<String>::new());
     let providers = egress_core::config::ProvidersConfig::from_yaml(

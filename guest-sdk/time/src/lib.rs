@@ -1,5 +1,8 @@
 #![doc = include_str!("../README.md")]
 
+#[cfg(feature = "system-clock")]
+pub mod now;
+
 /// RFC 3339 with any offset and fraction to UTC Unix seconds. None when it does not parse.
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();

@@ -277,7 +277,7 @@ pub struct AudienceArgs {
     /// The audience a crawler's token must have been issued for (TokenReview `audiences`):
     /// crawlers present a projected ServiceAccount token made for it, good for nothing else.
     /// Repeatable: any of them admits (a migration may add the API server's own for a while).
-    #[arg(long = "token-audience", value_name = "AUDIENCE", default_value = egress_operator::auth::AUDIENCE, value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    #[arg(long = "token-audience", value_name = "AUDIENCE", default_value = egress_serve::auth::AUDIENCE, value_parser = clap::builder::NonEmptyStringValueParser::new())]
     pub token: Vec<String>,
     /// The audience a scraper's token for /metrics must have been issued for; repeatable.
     /// Default: the API server's own, which the ServiceAccount token Secret a ServiceMonitor
@@ -288,8 +288,8 @@ pub struct AudienceArgs {
 
 impl AudienceArgs {
     /// A reviewer asking the API server behind `client` for these audiences.
-    pub fn reviewer(&self, client: kube::Client) -> egress_operator::auth::kube::KubeReviewer {
-        egress_operator::auth::kube::KubeReviewer::new(client)
+    pub fn reviewer(&self, client: kube::Client) -> egress_serve::auth::kube::KubeReviewer {
+        egress_serve::auth::kube::KubeReviewer::new(client)
             .with_audiences(self.token.clone())
             .with_scraper_audiences(self.metrics.clone())
     }
@@ -313,13 +313,13 @@ pub struct TlsArgs {
 impl TlsArgs {
     /// The mode these flags ask for, or why they ask for none: a listener carrying tokens
     /// serves in clear only when told so by name. `listener` names it in the error.
-    pub fn mode(&self, listener: &str) -> Result<egress_operator::tls::Mode, String> {
+    pub fn mode(&self, listener: &str) -> Result<egress_serve::tls::Mode, String> {
         match (&self.tls_cert, &self.tls_key, self.plaintext) {
-            (Some(cert), Some(key), false) => Ok(egress_operator::tls::Mode::Tls {
+            (Some(cert), Some(key), false) => Ok(egress_serve::tls::Mode::Tls {
                 cert: cert.clone(),
                 key: key.clone(),
             }),
-            (None, None, true) => Ok(egress_operator::tls::Mode::Plaintext),
+            (None, None, true) => Ok(egress_serve::tls::Mode::Plaintext),
             _ => Err(format!(
                 "{listener} carries its callers' tokens: serve it over TLS with --tls-cert and --tls-key, or in clear with --plaintext"
             )),

@@ -8,8 +8,8 @@ use crate::cli::GatewayArgs;
 use crate::leases::LeaseFile;
 use crate::state::StateFile;
 use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
-use egress_operator::auth::{self, Guard};
 use egress_runtime::credential_store::FileCredentials;
+use egress_serve::auth::{self, Guard};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +20,7 @@ pub fn members_from_state(state: &Path) -> Result<Vec<Member>, CliError> {
     let leases = LeaseFile::read(&LeaseFile::path_for(state))?;
     let credentials =
         FileCredentials::open(FileCredentials::path_for(state)).map_err(CliError::Runtime)?;
-    let now = egress_operator::pool::unix_now();
+    let now = egress_time::now::unix_now();
     let mut out = Vec::new();
     for stored in file.proxies.values() {
         let mut p = stored.clone();
@@ -143,7 +143,7 @@ pub async fn run(
                 })?,
                 None => PoolKey {
                     namespace: own_namespace,
-                    name: egress_operator::credentials::GATEWAY_SECRET.to_string(),
+                    name: egress_k8s_api::secrets::GATEWAY_SECRET.to_string(),
                 },
             };
             let client = kube::Client::try_from(config)

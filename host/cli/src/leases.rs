@@ -20,8 +20,8 @@ use egress_core::lease::{
 };
 use egress_operator::leases::{LeaseBook, LeaseRefusal, count_call};
 use egress_operator::metrics::Metrics;
-use egress_operator::pool::Clock;
 use egress_runtime::credential_store::FileCredentials;
+use egress_time::now::Clock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -527,7 +527,7 @@ fn serve_api(
         ));
     };
     let tokens =
-        egress_operator::auth::tokens::TokensFile::load(&serving.api_tokens).map_err(|e| {
+        egress_serve::auth::tokens::TokensFile::load(&serving.api_tokens).map_err(|e| {
             CliError::Input {
                 what: "--api-tokens".into(),
                 message: e.to_string(),
@@ -542,13 +542,13 @@ fn serve_api(
         state_path,
         state,
         files.clone(),
-        egress_operator::pool::system_clock(),
+        egress_time::now::system_clock(),
         metrics.clone(),
     )?);
     let ready = Arc::new(egress_operator::server::Readiness::default());
     ready.set(true);
     let tokens = Arc::new(tokens);
-    let guard = Arc::new(egress_operator::auth::Guard::new(tokens.clone()));
+    let guard = Arc::new(egress_serve::auth::Guard::new(tokens.clone()));
     let api = Arc::new(egress_operator::server::Api {
         metrics,
         ready,
@@ -570,7 +570,7 @@ fn serve_api(
             egress_operator::server::serve_over(
                 serving.listener,
                 api,
-                egress_operator::server::Limits::default(),
+                egress_serve::Limits::default(),
                 transport,
             ),
             tokens.watch(guard, TOKENS_RELOAD)
@@ -839,7 +839,7 @@ pub struct Serving {
     /// cluster.
     pub api_tokens: PathBuf,
     /// TLS, or plain text where asked for by name.
-    pub tls: egress_operator::tls::Mode,
+    pub tls: egress_serve::tls::Mode,
 }
 
 /// Stops the API server when the watch ends.

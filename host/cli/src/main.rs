@@ -127,7 +127,7 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
                         };
                         // The API's backlog (4,096), not bind's 128: a burst of crawlers
                         // would otherwise wait out SYN retransmissions.
-                        match egress_operator::server::listen(addr) {
+                        match egress_serve::listen(addr) {
                             Ok(listener) => {
                                 let at = listener.local_addr().unwrap_or(addr);
                                 eprintln!("serving the API on {}://{at}", tls.scheme());

@@ -160,7 +160,7 @@ impl StateFile {
             proxies.iter(),
             credentials,
             filter,
-            egress_operator::pool::unix_now(),
+            egress_time::now::unix_now(),
         )
     }
 }

@@ -336,14 +336,14 @@ fn main() {
             &tokens,
             format!(
                 "tokens:\n- {{name: bench, sha256: {}, namespaces: [{{name: ns}}]}}\n",
-                egress_operator::auth::tokens::sha256_hex(TOKEN)
+                egress_serve::auth::tokens::sha256_hex(TOKEN)
             ),
         )
         .unwrap();
-        let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
+        let reviewer = Arc::new(egress_serve::auth::tokens::TokensFile::load(&tokens).unwrap());
         let gateway = Arc::new(Gateway::new(
             table,
-            Arc::new(egress_operator::auth::Guard::new(reviewer)),
+            Arc::new(egress_serve::auth::Guard::new(reviewer)),
             Arc::new(egress_gateway::metrics::Metrics::new()),
             Limits::default(),
         ));
@@ -353,7 +353,7 @@ fn main() {
         // The same gateway on a TLS listener, as the deploy serves it.
         let ca = egress_test_pki::TestCa::new("bench CA");
         let leaf = ca.leaf(dir.path(), "gateway", &["127.0.0.1"]);
-        let transport = egress_operator::tls::Mode::Tls {
+        let transport = egress_serve::tls::Mode::Tls {
             cert: leaf.cert,
             key: leaf.key,
         }

@@ -22,7 +22,7 @@
 //! token authenticated, so nothing about them, or the pools, answers a caller who is no one.
 
 use base64::Engine;
-use egress_operator::auth::Token;
+use egress_serve::auth::Token;
 
 /// The option keys, as they appear in a username and (prefixed by `Egress-`) as headers.
 pub const KEYS: [&str; 5] = ["pool", "session", "zone", "lease", "move"];

@@ -9,8 +9,10 @@
 //! one, is not routed to (the pool rolls it).
 
 use crate::members::{Member, Table};
-use egress_operator::crd::Proxy;
-use egress_operator::credentials::{GATEWAY_CREDENTIAL_ANNOTATION, GatewayCredential};
+use egress_k8s_api::api_error_summary;
+use egress_k8s_api::crd::Proxy;
+use egress_k8s_api::members::candidate;
+use egress_k8s_api::secrets::{GATEWAY_CREDENTIAL_ANNOTATION, GatewayCredential};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
@@ -93,11 +95,12 @@ pub async fn run(client: kube::Client, table: Arc<Table>, secret: (String, Strin
 
 /// A watch error as the log may carry it.
 fn watch_error(e: &watcher::Error) -> String {
-    use egress_operator::controller::brief;
     match e {
-        watcher::Error::InitialListFailed(e) => format!("listing: {}", brief(e)),
-        watcher::Error::WatchStartFailed(e) => format!("starting the watch: {}", brief(e)),
-        watcher::Error::WatchFailed(e) => format!("watching: {}", brief(e)),
+        watcher::Error::InitialListFailed(e) => format!("listing: {}", api_error_summary(e)),
+        watcher::Error::WatchStartFailed(e) => {
+            format!("starting the watch: {}", api_error_summary(e))
+        }
+        watcher::Error::WatchFailed(e) => format!("watching: {}", api_error_summary(e)),
         watcher::Error::WatchError(s) => format!("watching: {} {}", s.code, s.reason),
         other => other.to_string(),
     }
@@ -105,7 +108,7 @@ fn watch_error(e: &watcher::Error) -> String {
 
 /// The members of `proxies` the gateway can reach with `gateway`: those whose proxy admits it.
 pub fn members(proxies: &[Arc<Proxy>], gateway: Option<&GatewayCredential>) -> Vec<Member> {
-    let now = egress_operator::pool::unix_now();
+    let now = egress_time::now::unix_now();
     let mut out = Vec::new();
     for p in proxies {
         if p.metadata.deletion_timestamp.is_some() {
@@ -121,7 +124,7 @@ pub fn members(proxies: &[Arc<Proxy>], gateway: Option<&GatewayCredential>) -> V
         };
         let status = p.status.clone().unwrap_or_default();
         let namespace = p.namespace().unwrap_or_default();
-        let c = egress_operator::server::candidate(p, &status, &namespace, Some(credential), now);
+        let c = candidate(p, &status, &namespace, Some(credential), now);
         let retire = egress_core::pool::retiring(p.annotations()).map(|(at, _)| at);
         if let Some(m) = Member::from_candidate(&c, retire) {
             out.push(m);

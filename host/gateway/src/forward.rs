@@ -887,7 +887,7 @@ mod tests {
         let ca = egress_test_pki::TestCa::new("relay CA");
         let dir = tempfile::tempdir().unwrap();
         let leaf = ca.leaf(dir.path(), "gateway", &["127.0.0.1"]);
-        let transport = egress_operator::tls::Mode::Tls {
+        let transport = egress_serve::tls::Mode::Tls {
             cert: leaf.cert,
             key: leaf.key,
         }
@@ -904,7 +904,7 @@ mod tests {
             transport.accept(gateway_io, Duration::from_secs(5), "the relay test"),
         );
         let mut crawler = crawler.unwrap();
-        let Some(egress_operator::tls::Stream::Tls(tls)) = served else {
+        let Some(egress_serve::tls::Stream::Tls(tls)) = served else {
             panic!("no TLS stream")
         };
         let carried = Carried::default();

@@ -8,9 +8,9 @@ use crate::members::{Entry, MemberKey, Outliers, PoolKey, Table};
 use crate::metrics::{self, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{EGRESS_IP_HEADER, ErrorKind, Failure, MEMBER_HEADER};
-use egress_operator::auth::{Access, Guard, Refusal};
-use egress_operator::server::{Counted, accept_bounded};
-use egress_operator::tls::{Stream, Transport};
+use egress_serve::auth::{Access, Guard, Refusal};
+use egress_serve::tls::{Stream, Transport};
+use egress_serve::{Counted, accept_bounded};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -245,12 +245,6 @@ fn no_route(r: &NoRoute) -> Failure {
     }
 }
 
-fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
 /// What was decided about a request before a member is dialled.
 struct Admitted {
     pool: PoolKey,
@@ -425,7 +419,7 @@ impl Gateway {
                 exclude,
             },
             &self.sessions,
-            unix_now(),
+            egress_time::now::unix_now(),
             Instant::now(),
             self.random(),
         )
@@ -893,7 +887,7 @@ fn served_by(headers: &mut http::HeaderMap, e: &Entry) {
 /// A listener on `addr` with a backlog for bursts of crawlers (the operator's: a few hundred
 /// tunnels opened at once overflow the 128 `bind` asks for, and each connection over it waits
 /// out a SYN retransmission).
-pub use egress_operator::server::listen;
+pub use egress_serve::listen;
 
 /// Connections not yet authenticated, counted by source: an IPv4 address, or an IPv6 /64 (the
 /// least a host is given).
@@ -1105,7 +1099,7 @@ impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Prefixed<S> {
 
 /// The crawler's socket as hyper serves it: its first head read ahead, a write deadline, and
 /// its listener slot.
-type CrawlerIo = Prefixed<egress_operator::server::WriteDeadline<Stream<Counted>>>;
+type CrawlerIo = Prefixed<egress_serve::WriteDeadline<Stream<Counted>>>;
 
 /// Serves crawlers on `listener` until the task is dropped.
 ///
@@ -1127,7 +1121,7 @@ pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport:
     ));
     accept_bounded(listener, max, "gateway", |stream| {
         let gateway = gateway.clone();
-        let source = egress_operator::auth::source_of(&stream);
+        let source = egress_serve::auth::source_of(&stream);
         let sources = sources.clone();
         let transport = transport.clone();
         async move {
@@ -1199,7 +1193,7 @@ pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport:
             };
             let io: CrawlerIo = Prefixed {
                 prefix: Bytes::from(head),
-                inner: egress_operator::server::WriteDeadline::new(stream, limits.write_timeout),
+                inner: egress_serve::WriteDeadline::new(stream, limits.write_timeout),
             };
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -1231,7 +1225,7 @@ pub async fn serve_admin_over(listener: TcpListener, gateway: Arc<Gateway>, tran
     let timeout = Duration::from_secs(10);
     accept_bounded(listener, ADMIN_CONNECTIONS, "gateway admin", |stream| {
         let gateway = gateway.clone();
-        let source = egress_operator::auth::source_of(&stream);
+        let source = egress_serve::auth::source_of(&stream);
         let transport = transport.clone();
         async move {
             let Some(stream) = transport.accept(stream, timeout, "gateway admin").await else {
@@ -1279,7 +1273,8 @@ impl Gateway {
                 };
                 match allowed.await {
                     Ok(()) => {
-                        self.metrics.observe(&self.table.snapshot(), unix_now());
+                        self.metrics
+                            .observe(&self.table.snapshot(), egress_time::now::unix_now());
                         text(StatusCode::OK, self.metrics.encode())
                     }
                     Err(r) => text(r.status(), format!("{r}\n")),

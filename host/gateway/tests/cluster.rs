@@ -9,10 +9,8 @@
 
 use egress_gateway::members::Fate;
 use egress_gateway::{PoolKey, Table};
-use egress_operator::crd::Proxy;
-use egress_operator::credentials::{
-    GATEWAY_CREDENTIAL_ANNOTATION, GATEWAY_SECRET, GatewayCredential,
-};
+use egress_k8s_api::crd::Proxy;
+use egress_k8s_api::secrets::{GATEWAY_CREDENTIAL_ANNOTATION, GATEWAY_SECRET, GatewayCredential};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::sync::Arc;
@@ -41,7 +39,8 @@ fn status(ip: &str, ready: bool, leases: serde_json::Value) -> serde_json::Value
     }})
 }
 
-/// The operator's namespace and the gateway credential it keeps there, in `client`'s cluster.
+/// The operator's namespace and the gateway credential it keeps there, in `client`'s cluster,
+/// written as the operator writes it (its id and password in string data).
 async fn gateway_credential(client: &kube::Client) -> GatewayCredential {
     let n: k8s_openapi::api::core::v1::Namespace =
         serde_json::from_value(json!({"metadata": {"name": "egress-proxies"}})).unwrap();
@@ -49,9 +48,18 @@ async fn gateway_credential(client: &kube::Client) -> GatewayCredential {
         .create(&PostParams::default(), &n)
         .await
         .unwrap();
-    GatewayCredential::ensure(client, "egress-proxies")
-        .await
-        .unwrap()
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": GATEWAY_SECRET, "namespace": "egress-proxies"},
+        "type": "Opaque",
+        "stringData": {"id": "0a1b2c3d4e", "password": "gateway-test-password"},
+    }))
+    .unwrap();
+    let made =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), "egress-proxies")
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    GatewayCredential::from_secret(&made).unwrap()
 }
 
 /// Where the gateway reads its credential.
@@ -325,8 +333,8 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
     }
     bind_deploy_role(&client, "egress-proxies-crawler", "ns", "spider").await;
     bind_deploy_role(&client, "egress-proxies-crawler", "other", "rival").await;
-    let spider = d.projected_token("ns", "spider", &[egress_operator::auth::AUDIENCE]);
-    let rival = d.projected_token("other", "rival", &[egress_operator::auth::AUDIENCE]);
+    let spider = d.projected_token("ns", "spider", &[egress_serve::auth::AUDIENCE]);
+    let rival = d.projected_token("other", "rival", &[egress_serve::auth::AUDIENCE]);
 
     let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
     let watch = tokio::spawn(egress_gateway::cluster::run(
@@ -343,8 +351,8 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
                 .is_some_and(|es| es.len() == 2 && es.iter().all(|e| e.member.credential.is_some()))
     })
     .await;
-    let guard = Arc::new(egress_operator::auth::Guard::new(Arc::new(
-        egress_operator::auth::kube::KubeReviewer::new(client.clone()),
+    let guard = Arc::new(egress_serve::auth::Guard::new(Arc::new(
+        egress_serve::auth::kube::KubeReviewer::new(client.clone()),
     )));
     let gateway = Arc::new(egress_gateway::Gateway::new(
         table.clone(),

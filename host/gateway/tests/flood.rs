@@ -57,7 +57,7 @@ fn gateway_in_a_child() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let reviewer = Arc::new(
-            egress_operator::auth::tokens::TokensFile::load(std::path::Path::new(tokens)).unwrap(),
+            egress_serve::auth::tokens::TokensFile::load(std::path::Path::new(tokens)).unwrap(),
         );
         let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
         table.replace(
@@ -86,7 +86,7 @@ fn gateway_in_a_child() {
         };
         let gateway = Arc::new(Gateway::new(
             table,
-            Arc::new(egress_operator::auth::Guard::new(reviewer)),
+            Arc::new(egress_serve::auth::Guard::new(reviewer)),
             Arc::new(egress_gateway::metrics::Metrics::new()),
             limits,
         ));
@@ -238,7 +238,7 @@ fn the_gateway_survives_16384_slow_heads_in_512_mib_and_gives_the_memory_back() 
         &tokens,
         format!(
             "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n",
-            egress_operator::auth::tokens::sha256_hex(SPIDER)
+            egress_serve::auth::tokens::sha256_hex(SPIDER)
         ),
     )
     .unwrap();

@@ -16,7 +16,7 @@ mod support;
 use base64::Engine;
 use egress_core::lease::{LeaseBinding, LeaseMode};
 use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
-use egress_operator::auth::Guard;
+use egress_serve::auth::Guard;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +31,7 @@ const OPS: &str = "ops-token-0123456789";
 const LEASE: &str = "ns_web_l-abcdefghijklmnopqrstuvwx";
 
 fn sha(t: &str) -> String {
-    egress_operator::auth::tokens::sha256_hex(t)
+    egress_serve::auth::tokens::sha256_hex(t)
 }
 
 /// Member `i`'s credential, its own: a Squid given another member's is refused (407).
@@ -112,7 +112,7 @@ async fn serve_pools(
         ),
     )
     .unwrap();
-    let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
+    let reviewer = Arc::new(egress_serve::auth::tokens::TokensFile::load(&tokens).unwrap());
     let guard = Arc::new(Guard::new(reviewer));
     let table = Arc::new(Table::new(
         served.iter().map(|p| PoolKey::parse(p).unwrap()).collect(),
@@ -1536,7 +1536,7 @@ async fn over_tls_curl_reaches_the_echo_through_an_https_proxy() {
         ),
     )
     .unwrap();
-    let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
+    let reviewer = Arc::new(egress_serve::auth::tokens::TokensFile::load(&tokens).unwrap());
     let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
     table.replace(members.clone(), true);
     let gw = Arc::new(Gateway::new(
@@ -1545,7 +1545,7 @@ async fn over_tls_curl_reaches_the_echo_through_an_https_proxy() {
         Arc::new(egress_gateway::metrics::Metrics::new()),
         limits(),
     ));
-    let transport = egress_operator::tls::Mode::Tls {
+    let transport = egress_serve::tls::Mode::Tls {
         cert: leaf.cert.clone(),
         key: leaf.key.clone(),
     }

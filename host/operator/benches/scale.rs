@@ -10,7 +10,7 @@
 mod common;
 
 use egress_core::config::ProvidersConfig;
-use egress_operator::crd::Proxy;
+use egress_k8s_api::crd::Proxy;
 use egress_operator::metrics::Metrics;
 use futures::StreamExt;
 use kube::api::{Api, ListParams, PostParams};

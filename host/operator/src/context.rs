@@ -34,7 +34,7 @@ pub struct Context {
     attempts: Mutex<HashMap<String, u32>>,
     /// Unix seconds, for the times statuses record: the system clock in a cluster; a test
     /// passes its API double's, so the Proxy and the pool controllers read one clock.
-    clock: crate::pool::Clock,
+    clock: egress_time::now::Clock,
 }
 
 impl Context {
@@ -54,22 +54,22 @@ impl Context {
             reporter,
             loaded: RwLock::new(Arc::new(loaded)),
             attempts: Mutex::new(HashMap::new()),
-            clock: crate::pool::system_clock(),
+            clock: egress_time::now::system_clock(),
         }
     }
 
     /// The same context, its pool members admitting `gateway` (see
-    /// [`crate::credentials::GatewayCredential`]).
+    /// [`egress_k8s_api::secrets::GatewayCredential`]).
     pub fn with_gateway_credential(
         mut self,
-        gateway: crate::credentials::GatewayCredential,
+        gateway: egress_k8s_api::secrets::GatewayCredential,
     ) -> Self {
         self.credentials = self.credentials.with_gateway(gateway);
         self
     }
 
     /// The same context on another clock.
-    pub fn with_clock(mut self, clock: crate::pool::Clock) -> Self {
+    pub fn with_clock(mut self, clock: egress_time::now::Clock) -> Self {
         self.clock = clock;
         self
     }

@@ -3,14 +3,16 @@
 //! replacement, deletion and failure; requeue by what the decisions say.
 
 use crate::context::Context;
-use crate::crd::Proxy;
+use egress_k8s_api::api_error_summary;
+use egress_k8s_api::crd::Proxy;
+use egress_k8s_api::patch::status_patch;
 use egress_runtime::reconciler::{CloudInitSource, ReconcileEnv, Wait, reconcile_proxy};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
@@ -21,7 +23,7 @@ pub const FINALIZER: &str = "crawl.example.com/egress-proxies";
 pub enum Error {
     /// Shown as the API's code and reason only: its message may quote the object sent (an
     /// invalid field's value: the cloud-init), and this text reaches the log.
-    #[error("kube API: {}", brief(.0))]
+    #[error("kube API: {}", api_error_summary(.0))]
     Kube(#[source] kube::Error),
     #[error("the Proxy has no namespace")]
     NoNamespace,
@@ -56,10 +58,14 @@ impl CloudInitSource for SecretCloudInit {
             return Ok(proxy.spec.cloud_init.clone());
         };
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.namespace);
-        let secret = api
-            .get(&r.name)
-            .await
-            .map_err(|e| format!("Secret {}/{}: {}", self.namespace, r.name, brief(&e)))?;
+        let secret = api.get(&r.name).await.map_err(|e| {
+            format!(
+                "Secret {}/{}: {}",
+                self.namespace,
+                r.name,
+                api_error_summary(&e)
+            )
+        })?;
         // Only a Secret its namespace marked for the purpose: the operator may read every
         // Secret, and whoever may create a Proxy must not copy one of them into a VM's user
         // data (where the VM, and whoever can read its metadata, sees it).
@@ -92,58 +98,6 @@ impl CloudInitSource for SecretCloudInit {
             )
         })
     }
-}
-
-/// An API error without the response body, which could echo request content.
-pub fn brief(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} {}", s.code, s.reason),
-        other => other.to_string(),
-    }
-}
-
-/// The status as a merge patch that also clears the fields the new status no longer has, and
-/// leaves out the fields the lease API owns (`LEASE_STATUS_FIELDS`): a merge patch without
-/// them never puts back a binding the lease API changed since this status was read.
-pub fn status_patch(status: &egress_core::ProxyStatus) -> Value {
-    static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let fields = FIELDS.get_or_init(|| {
-        schema_fields::<egress_core::ProxyStatus>()
-            .into_iter()
-            .filter(|f| !egress_core::proxy::LEASE_STATUS_FIELDS.contains(&f.as_str()))
-            .collect()
-    });
-    let mut patch = clearing_patch(status, fields);
-    if let Some(s) = patch.get_mut("status").and_then(Value::as_object_mut) {
-        for f in egress_core::proxy::LEASE_STATUS_FIELDS {
-            s.remove(f);
-        }
-    }
-    patch
-}
-
-/// The property names of `T`'s schema: every field its status may carry. Computed once per
-/// type by the caller (a schema is built from scratch each time, and patches are written on
-/// every change of every Proxy).
-pub fn schema_fields<T: schemars::JsonSchema>() -> Vec<String> {
-    schemars::schema_for!(T)
-        .get("properties")
-        .and_then(Value::as_object)
-        .map(|p| p.keys().cloned().collect())
-        .unwrap_or_default()
-}
-
-/// `{"status": status}` as a merge patch in which every one of `fields` (the status schema's,
-/// [`schema_fields`]) it leaves out is sent as null: a field the new status no longer has is
-/// cleared, and a field added to the status is cleared too without a list to keep up by hand.
-pub fn clearing_patch<T: serde::Serialize>(status: &T, fields: &[String]) -> Value {
-    let mut v = serde_json::to_value(status).unwrap_or_else(|_| json!({}));
-    if let Some(map) = v.as_object_mut() {
-        for key in fields {
-            map.entry(key.clone()).or_insert(Value::Null);
-        }
-    }
-    json!({ "status": v })
 }
 
 /// A JSON patch that removes our finalizer at the index the Proxy has it, testing it is still
@@ -242,7 +196,7 @@ async fn reconcile_in_span(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Actio
             };
             // An event that cannot be written must not fail the reconcile.
             if let Err(err) = recorder.publish(&event, &reference).await {
-                tracing::warn!("event not recorded: {}", brief(&err));
+                tracing::warn!("event not recorded: {}", api_error_summary(&err));
             }
         }
     }

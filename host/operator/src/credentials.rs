@@ -11,6 +11,11 @@
 //! crawlers' namespaces at all.
 
 use egress_core::credential::ProxyCredential;
+use egress_k8s_api::api_error_summary;
+use egress_k8s_api::secrets::{
+    CREDENTIAL_OF_LABEL, GATEWAY_CREDENTIAL_ANNOTATION, GATEWAY_SECRET, GatewayCredential,
+    from_secret, secret_name,
+};
 use egress_runtime::credential_store::CredentialSource;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -18,145 +23,66 @@ use kube::Api;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-/// The label that marks a credential Secret, its value the Proxy's UID.
-pub const CREDENTIAL_OF_LABEL: &str = "egress-proxies.crawl.example.com/credential-of";
-
-/// The name of the Proxy `proxy`'s credential Secret.
-pub fn secret_name(proxy: &str) -> String {
-    format!("{proxy}-proxy-credential")
-}
-
-/// The credential a Secret holds, when it is the credential Secret of the Proxy `uid`.
-pub fn from_secret(secret: &Secret, uid: &str) -> Option<ProxyCredential> {
-    let labels = secret.metadata.labels.as_ref()?;
-    if labels.get(CREDENTIAL_OF_LABEL).map(String::as_str) != Some(uid) {
-        return None;
-    }
-    let data = secret.data.as_ref()?;
-    let text = |k: &str| {
-        data.get(k)
-            .and_then(|b| String::from_utf8(b.0.clone()).ok())
-    };
-    Some(ProxyCredential {
-        username: text("username")?,
-        password: text("password")?,
-    })
-}
-
-/// The Secret in the operator's (and the gateway's) namespace that holds the gateway's
-/// credential.
-pub const GATEWAY_SECRET: &str = "egress-proxies-gateway-credential";
-
-/// The annotation of a pool member naming the gateway credential its proxy admits (its id),
-/// set by the pool controller when it makes the member and read by the Proxy controller,
-/// which writes that credential's line beside the member's own, and by the gateway, which
-/// presents it.
-pub const GATEWAY_CREDENTIAL_ANNOTATION: &str =
-    "egress-proxies.crawl.example.com/gateway-credential";
-
 /// Random bytes in a gateway credential's id (its hex is the id).
 const GATEWAY_ID_BYTES: usize = 5;
 
-/// The credential the gateway presents to every pool member, and its id. Its user name
-/// starts with `_`, which no Kubernetes name (so no Proxy's user name) holds, so it never
-/// shadows a member's own line.
-#[derive(Clone, PartialEq, Eq)]
-pub struct GatewayCredential {
-    pub id: String,
-    pub credential: ProxyCredential,
+/// A fresh gateway credential, from the operating system's randomness.
+pub fn fresh_gateway_credential() -> Result<GatewayCredential, String> {
+    // Hex: what an annotation value and a user name take as they are.
+    let id_bytes: [u8; GATEWAY_ID_BYTES] = egress_runtime::credential_store::entropy()?;
+    let id = hex::encode(id_bytes);
+    let entropy = egress_runtime::credential_store::entropy()?;
+    let mut credential = ProxyCredential::from_entropy("gateway", &entropy);
+    credential.username = GatewayCredential::username_for(&id);
+    Ok(GatewayCredential { id, credential })
 }
 
-/// The password never reaches a log.
-impl std::fmt::Debug for GatewayCredential {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GatewayCredential")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
+/// The gateway credential of `namespace`: read from its Secret, or made and stored there when
+/// there is none. Every replica calls this at start; two making it at once are settled by the
+/// API server (the loser's create gets 409 and it reads the winner's).
+pub async fn ensure_gateway_credential(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<GatewayCredential, String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let what = format!("Secret {namespace}/{GATEWAY_SECRET}");
+    let read = |s: &Secret| {
+        GatewayCredential::from_secret(s)
+            .ok_or_else(|| format!("{what} holds no gateway credential (its id and password)"))
+    };
+    match api.get_opt(GATEWAY_SECRET).await {
+        Ok(Some(s)) => return read(&s),
+        Ok(None) => {}
+        Err(e) => return Err(summary(&what, &e)),
     }
-}
-
-impl GatewayCredential {
-    /// The user name of the gateway credential `id`.
-    pub fn username_for(id: &str) -> String {
-        format!("_gateway-{id}")
-    }
-
-    /// A fresh one, from the operating system's randomness.
-    pub fn fresh() -> Result<Self, String> {
-        // Hex: what an annotation value and a user name take as they are.
-        let id_bytes: [u8; GATEWAY_ID_BYTES] = egress_runtime::credential_store::entropy()?;
-        let id = hex::encode(id_bytes);
-        let entropy = egress_runtime::credential_store::entropy()?;
-        let mut credential = ProxyCredential::from_entropy("gateway", &entropy);
-        credential.username = Self::username_for(&id);
-        Ok(Self { id, credential })
-    }
-
-    /// The gateway credential a Secret holds (`id` and `password`), when it holds one.
-    pub fn from_secret(secret: &Secret) -> Option<Self> {
-        let data = secret.data.as_ref()?;
-        let text = |k: &str| {
-            data.get(k)
-                .and_then(|b| String::from_utf8(b.0.clone()).ok())
-                .filter(|s| !s.is_empty())
-        };
-        let id = text("id")?;
-        if !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-            return None;
-        }
-        Some(Self {
-            credential: ProxyCredential {
-                username: Self::username_for(&id),
-                password: text("password")?,
-            },
-            id,
-        })
-    }
-
-    /// The gateway credential of `namespace`: read from its Secret, or made and stored there
-    /// when there is none. Every replica calls this at start; two making it at once are
-    /// settled by the API server (the loser's create gets 409 and it reads the winner's).
-    pub async fn ensure(client: &kube::Client, namespace: &str) -> Result<Self, String> {
-        let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-        let what = format!("Secret {namespace}/{GATEWAY_SECRET}");
-        let read = |s: &Secret| {
-            Self::from_secret(s)
-                .ok_or_else(|| format!("{what} holds no gateway credential (its id and password)"))
-        };
-        match api.get_opt(GATEWAY_SECRET).await {
-            Ok(Some(s)) => return read(&s),
-            Ok(None) => {}
-            Err(e) => return Err(brief(&what, &e)),
-        }
-        let made = Self::fresh()?;
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(GATEWAY_SECRET.to_string()),
-                namespace: Some(namespace.to_string()),
-                labels: Some(BTreeMap::from([(
-                    "app.kubernetes.io/managed-by".to_string(),
-                    "egress-proxies".to_string(),
-                )])),
-                ..Default::default()
-            },
-            type_: Some("Opaque".into()),
-            string_data: Some(BTreeMap::from([
-                ("id".to_string(), made.id.clone()),
-                ("password".to_string(), made.credential.password.clone()),
-            ])),
+    let made = fresh_gateway_credential()?;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(GATEWAY_SECRET.to_string()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_string(),
+                "egress-proxies".to_string(),
+            )])),
             ..Default::default()
-        };
-        match api.create(&Default::default(), &secret).await {
-            Ok(_) => Ok(made),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let s = api
-                    .get(GATEWAY_SECRET)
-                    .await
-                    .map_err(|e| brief(&what, &e))?;
-                read(&s)
-            }
-            Err(e) => Err(brief(&what, &e)),
+        },
+        type_: Some("Opaque".into()),
+        string_data: Some(BTreeMap::from([
+            ("id".to_string(), made.id.clone()),
+            ("password".to_string(), made.credential.password.clone()),
+        ])),
+        ..Default::default()
+    };
+    match api.create(&Default::default(), &secret).await {
+        Ok(_) => Ok(made),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            let s = api
+                .get(GATEWAY_SECRET)
+                .await
+                .map_err(|e| summary(&what, &e))?;
+            read(&s)
         }
+        Err(e) => Err(summary(&what, &e)),
     }
 }
 
@@ -214,9 +140,9 @@ impl SecretCredentials {
     }
 }
 
-/// An API error without its body (which could echo the request: the password).
-fn brief(what: &str, e: &kube::Error) -> String {
-    format!("{what}: {}", crate::controller::brief(e))
+/// An API error about `what`, without its body (which could echo the request: the password).
+fn summary(what: &str, e: &kube::Error) -> String {
+    format!("{what}: {}", api_error_summary(e))
 }
 
 #[async_trait::async_trait]
@@ -260,7 +186,7 @@ impl CredentialSource for SecretCredentials {
                 return Ok(c);
             }
             Ok(None) => {}
-            Err(e) => return Err(brief(&what, &e)),
+            Err(e) => return Err(summary(&what, &e)),
         }
         let made = egress_runtime::credential_store::fresh(proxy)?;
         let secret = Secret {
@@ -298,12 +224,12 @@ impl CredentialSource for SecretCredentials {
             }
             // Another replica (or an earlier reconcile cut off) made it first: theirs holds.
             Err(kube::Error::Api(s)) if s.code == 409 => {
-                let s = api.get(&name).await.map_err(|e| brief(&what, &e))?;
+                let s = api.get(&name).await.map_err(|e| summary(&what, &e))?;
                 let c = read(&s)?;
                 self.keep(&uid, &c);
                 Ok(c)
             }
-            Err(e) => Err(brief(&what, &e)),
+            Err(e) => Err(summary(&what, &e)),
         }
     }
 }
@@ -330,10 +256,10 @@ mod tests {
     /// a line holds none, and its Debug shows no password.
     #[test]
     fn a_gateway_credential_reads_from_its_secret_and_never_shows_its_password() {
-        let made = GatewayCredential::fresh().unwrap();
+        let made = fresh_gateway_credential().unwrap();
         assert_eq!(made.id.len(), 2 * GATEWAY_ID_BYTES);
         assert!(made.credential.username.starts_with("_gateway-"));
-        assert_ne!(GatewayCredential::fresh().unwrap(), made);
+        assert_ne!(fresh_gateway_credential().unwrap(), made);
         let read = GatewayCredential::from_secret(&secret(&[
             ("id", &made.id),
             ("password", &made.credential.password),

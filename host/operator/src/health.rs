@@ -2,10 +2,10 @@
 //! each bounded by its entry's check timeout, written to one ProviderHealth per provider.
 
 use crate::context::Context;
-use crate::crd::{
+use egress_core::egress::CheckReason;
+use egress_k8s_api::crd::{
     ProviderEgress, ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, TargetHealth,
 };
-use egress_core::egress::CheckReason;
 use egress_runtime::egress::EgressChecker;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -14,7 +14,7 @@ use std::time::Duration;
 pub async fn check_once(ctx: &Context) -> Result<(), kube::Error> {
     let api: Api<ProviderHealth> = Api::all(ctx.client.clone());
     let loaded = ctx.loaded();
-    let checked = egress_core::gc::format_rfc3339(crate::pool::unix_now());
+    let checked = egress_core::gc::format_rfc3339(egress_time::now::unix_now());
     for provider in loaded.providers.iter() {
         let targets: Vec<TargetHealth> = provider
             .check()
@@ -106,7 +106,7 @@ pub async fn run(ctx: std::sync::Arc<Context>, interval: Duration) {
         if let Err(e) = check_once(&ctx).await {
             tracing::warn!(
                 "ProviderHealth not written: {}",
-                crate::controller::brief(&e)
+                egress_k8s_api::api_error_summary(&e)
             );
         }
     }
@@ -130,6 +130,9 @@ pub async fn refused_event(ctx: &Context, provider: &str, message: &str) {
         secondary: None,
     };
     if let Err(e) = recorder.publish(&event, &reference).await {
-        tracing::warn!("event not recorded: {}", crate::controller::brief(&e));
+        tracing::warn!(
+            "event not recorded: {}",
+            egress_k8s_api::api_error_summary(&e)
+        );
     }
 }

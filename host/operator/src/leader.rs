@@ -197,7 +197,11 @@ impl LeaseLock {
                 Err(kube::Error::Api(s)) if s.code == 404 && names_namespace(&s) => {
                     return Err(crate::Error::LeaseNamespace(self.namespace.clone()));
                 }
-                Err(e) => tracing::warn!("lease {}: {}", self.name, crate::controller::brief(&e)),
+                Err(e) => tracing::warn!(
+                    "lease {}: {}",
+                    self.name,
+                    egress_k8s_api::api_error_summary(&e)
+                ),
             }
             tokio::time::sleep(self.timing.retry_period).await;
         }
@@ -226,7 +230,7 @@ impl LeaseLock {
                 Ok(Err(e)) if Instant::now() < deadline => tracing::warn!(
                     lease = %self.name,
                     "lease not renewed, trying again within the renew deadline: {}",
-                    crate::controller::brief(&e)
+                    egress_k8s_api::api_error_summary(&e)
                 ),
                 Ok(Err(_)) | Err(_) => {
                     tracing::error!(lease = %self.name, deadline = ?self.timing.renew_deadline, "lease not renewed in time; stepping down");

@@ -11,16 +11,16 @@
 //! lease id names its namespace and pool (`LeaseRef`), so a call is authorised before anything
 //! is read.
 
-use crate::controller::brief;
-use crate::crd::{Proxy, ProxyPool};
 use crate::metrics::Metrics;
-use crate::pool::Clock;
 use crate::server::StoreSource;
 use egress_core::discovery::{CORDON_ANNOTATION, POOL_LABEL};
 use egress_core::lease::{
     self, BanReport, Held, LeaseBinding, LeaseRef, LeaseRequest, LeaseView, LostProxy, Outcome,
     ReleaseRequest, RenewRequest,
 };
+use egress_k8s_api::api_error_summary;
+use egress_k8s_api::crd::{Proxy, ProxyPool};
+use egress_time::now::Clock;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -67,7 +67,7 @@ impl LeaseRefusal {
     }
 
     fn api(e: &kube::Error) -> Self {
-        LeaseRefusal::Busy(format!("the API server failed: {}", brief(e)))
+        LeaseRefusal::Busy(format!("the API server failed: {}", api_error_summary(e)))
     }
 }
 
@@ -162,7 +162,7 @@ impl KubeLeases {
             .items
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .filter(|p| crate::pool::controlled_by(p, &uid))
+            .filter(|p| egress_k8s_api::members::controlled_by(p, &uid))
             .collect())
     }
 
@@ -338,7 +338,7 @@ fn held<'a>(members: &'a [Proxy], facts: &'a Facts, now: i64) -> Vec<Held<'a>> {
         .iter()
         .enumerate()
         .map(|(i, p)| Held {
-            proxy: crate::server::candidate(
+            proxy: egress_k8s_api::members::candidate(
                 p,
                 &facts.statuses[i],
                 &facts.namespaces[i],
@@ -639,7 +639,7 @@ impl KubeLeases {
                 tracing::info!(proxy = %name, bans, "cordoned: its lease holders reported it banned")
             }
             Err(e) => {
-                tracing::warn!(proxy = %name, "cordoning a banned proxy failed: {}", brief(&e))
+                tracing::warn!(proxy = %name, "cordoning a banned proxy failed: {}", api_error_summary(&e))
             }
         }
     }

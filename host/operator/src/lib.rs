@@ -1,9 +1,7 @@
 #![doc = include_str!("../README.md")]
 
-pub mod auth;
 pub mod context;
 pub mod controller;
-pub mod crd;
 pub mod credentials;
 pub mod health;
 pub mod leader;
@@ -12,15 +10,17 @@ pub mod metrics;
 pub mod pool;
 pub mod server;
 pub mod sweeper;
-pub mod tls;
 pub mod webhook;
 
 use context::{Context, Loaded};
 use egress_core::config::ProvidersConfig;
+use egress_k8s_api::crd;
+use egress_k8s_api::watch::{credential_watch, proxy_watch_config};
 use egress_runtime::capabilities::clock::ClockBackend;
 use egress_runtime::capabilities::kube::RealKube;
 use egress_runtime::egress::{CheckWakes, EgressChecker, StatusFleet};
 use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
+use egress_serve::{auth, tls};
 use futures::StreamExt;
 use kube::runtime::controller::{self as kube_controller, Controller};
 use kube::runtime::events::Reporter;
@@ -138,7 +138,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         .map(Arc::new);
     let webhook_tls = match &opts.webhook {
         Some(w) => {
-            let certificates = Arc::new(webhook::Certificates::load(&w.cert, &w.key)?);
+            let certificates = Arc::new(tls::Certificates::load(&w.cert, &w.key)?);
             let tls = certificates.server_config()?;
             Some((w.listen, certificates, tls))
         }
@@ -201,7 +201,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     tracing::info!(installation = %installation, providers = loaded.config.providers.len(), "providers loaded");
     // The credential every pool member admits for the gateway, in the operator's namespace,
     // where the gateway reads it (and no other Secret).
-    let gateway = credentials::GatewayCredential::ensure(&client, &namespace)
+    let gateway = credentials::ensure_gateway_credential(&client, &namespace)
         .await
         .map_err(Error::GatewayCredential)?;
 
@@ -226,11 +226,11 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let _ = source.context.set(ctx.clone());
 
     let ready = Arc::new(server::Readiness::default());
-    let listener = server::listen(opts.listen).map_err(|e| Error::Listen {
+    let listener = egress_serve::listen(opts.listen).map_err(|e| Error::Listen {
         addr: opts.listen.to_string(),
         message: e.to_string(),
     })?;
-    let probe_listener = server::listen(opts.probe_listen).map_err(|e| Error::Listen {
+    let probe_listener = egress_serve::listen(opts.probe_listen).map_err(|e| Error::Listen {
         addr: opts.probe_listen.to_string(),
         message: e.to_string(),
     })?;
@@ -261,7 +261,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         leases: Some(Arc::new(leases::KubeLeases::new(
             client.clone(),
             source,
-            pool::system_clock(),
+            egress_time::now::system_clock(),
             metrics.clone(),
         ))),
     });
@@ -270,13 +270,13 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     tokio::spawn(server::serve_over(
         listener,
         api,
-        server::Limits::default(),
+        egress_serve::Limits::default(),
         transport,
     ));
     // Every replica answers the webhook, as the Service sends a review to any of them, with
     // the providers config it has loaded now.
     if let Some((addr, certificates, tls)) = webhook_tls {
-        let listener = server::listen(addr).map_err(|e| Error::Listen {
+        let listener = egress_serve::listen(addr).map_err(|e| Error::Listen {
             addr: addr.to_string(),
             message: e.to_string(),
         })?;
@@ -287,7 +287,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             listener,
             tls,
             Arc::new(move || webhook::PoolEnvironment::of(&ctx.loaded(), max_replicas)),
-            server::Limits::default(),
+            egress_serve::Limits::default(),
         ));
         tracing::info!(listen = %addr, "the ProxyPool admission webhook serves");
     }
@@ -342,7 +342,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             pool::error_policy,
             Arc::new(pool::PoolContext {
                 ctx: ctx.clone(),
-                now: pool::system_clock(),
+                now: egress_time::now::system_clock(),
                 max_replicas: opts.max_replicas,
             }),
         )
@@ -356,37 +356,6 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         _ = pool::forget_gone_pools(pool_store, metrics.clone(), Duration::from_secs(30)) => Ok(()),
         _ = election.lost() => Err(Error::LostLease(opts.lease_name.clone())),
     }
-}
-
-/// Reads a file-backed source again every `interval` (the first read was at start) for as
-/// long as the task runs: `reload` says whether it changed, or why the new version is
-/// refused, and `changed`/`refused` report it. Ticks missed by a slow read are not caught up.
-pub(crate) async fn reload_every<E>(
-    interval: Duration,
-    mut reload: impl FnMut() -> Result<bool, E>,
-    mut changed: impl FnMut(),
-    refused: impl Fn(E),
-) {
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        match reload() {
-            Ok(true) => changed(),
-            Ok(false) => {}
-            Err(e) => refused(e),
-        }
-    }
-}
-
-/// How every watch of Proxies lists: in pages of the watcher's 500, from the API server's
-/// cache where it can. A list at resourceVersion 0 is served whole from the watch cache,
-/// whatever its limit; kube sends no resourceVersion with a page size, so the pages are real
-/// and neither the server nor this process holds 10,000 Proxies in one response
-/// (tests/paging.rs).
-pub fn proxy_watch_config() -> watcher::Config {
-    watcher::Config::default().any_semantic()
 }
 
 /// The watch of every Proxy each replica keeps: discovery's store, and the fleet the outage
@@ -408,29 +377,6 @@ pub fn discovery_watch(
             }
             async {}
         });
-    (store, watch)
-}
-
-/// The watch of every credential Secret (by their label) each replica keeps, so discovery on
-/// any replica hands each authorised caller its proxies' credentials. Run the future beside
-/// the store's readers.
-pub fn credential_watch(
-    client: kube::Client,
-) -> (
-    reflector::Store<k8s_openapi::api::core::v1::Secret>,
-    impl std::future::Future<Output = ()> + Send + 'static,
-) {
-    let (store, writer) = reflector::store();
-    let config = watcher::Config::default()
-        .labels(credentials::CREDENTIAL_OF_LABEL)
-        .any_semantic();
-    let watch = watcher(
-        kube::Api::<k8s_openapi::api::core::v1::Secret>::all(client),
-        config,
-    )
-    .default_backoff()
-    .reflect(writer)
-    .for_each(|_| async {});
     (store, watch)
 }
 

@@ -8,10 +8,12 @@
 //! Ready, being cordoned or going wakes its pool.
 
 use crate::context::Context;
-use crate::crd::{Proxy, ProxyPool, ProxySpec};
 use egress_core::discovery::{POOL_LABEL, RETIRE_AT_ANNOTATION, RETIRE_REASON_ANNOTATION};
 use egress_core::pool::{self, Member, PoolStatus};
 use egress_core::reconcile::RESYNC_INTERVAL;
+use egress_k8s_api::crd::{Proxy, ProxyPool, ProxySpec};
+use egress_k8s_api::members::controlled_by;
+use egress_time::now::Clock;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::controller::{self as kube_controller, Action, Controller};
 use kube::runtime::events::{Event, EventType};
@@ -22,22 +24,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
-
-/// The time the decisions run at, Unix seconds: the system clock in a cluster; a test passes
-/// the clock its API double keeps.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
-
-pub fn system_clock() -> Clock {
-    Arc::new(unix_now)
-}
-
-/// The system clock, Unix seconds.
-pub fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
 
 /// What the pool controller needs beyond the shared context: a clock, and the most replicas
 /// a pool may ask for (`run --max-replicas`).
@@ -51,7 +37,7 @@ pub struct PoolContext {
 pub enum Error {
     /// As the Proxy controller shows it: the API's code and reason, never its message, which
     /// may quote the object sent (a member's template, its cloud-init).
-    #[error("kube API: {}", crate::controller::brief(.0))]
+    #[error("kube API: {}", egress_k8s_api::api_error_summary(.0))]
     Kube(#[source] kube::Error),
     #[error("the ProxyPool has no namespace")]
     NoNamespace,
@@ -85,7 +71,10 @@ pub fn pool_controller(client: kube::Client, concurrency: u16) -> Controller<Pro
     // controller nothing.
     let proxies: Api<Proxy> = Api::all(client);
     Controller::for_stream(pools, reader)
-        .owns(proxies, crate::proxy_watch_config().labels(POOL_LABEL))
+        .owns(
+            proxies,
+            egress_k8s_api::watch::proxy_watch_config().labels(POOL_LABEL),
+        )
         .with_config(kube_controller::Config::default().concurrency(concurrency))
 }
 
@@ -123,14 +112,6 @@ fn member(
     )
 }
 
-/// Whether `pool_uid` is the Proxy's controller: a Proxy that only carries the label (written
-/// by hand, or of an earlier pool of the same name) is not the pool's to delete.
-pub(crate) fn controlled_by(p: &Proxy, pool_uid: &str) -> bool {
-    p.owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && o.uid == pool_uid)
-}
-
 /// Carries the transition times of conditions whose status did not change, and stamps the
 /// generation they describe.
 fn stamp(status: &mut PoolStatus, old: &PoolStatus, generation: Option<i64>, now: i64) {
@@ -151,9 +132,9 @@ fn stamp(status: &mut PoolStatus, old: &PoolStatus, generation: Option<i64>, now
 /// (`distinctEgressIPs` falling to 0 among them).
 fn status_patch(status: &PoolStatus) -> Value {
     static FIELDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    crate::controller::clearing_patch(
+    egress_k8s_api::patch::clearing_patch(
         status,
-        FIELDS.get_or_init(crate::controller::schema_fields::<PoolStatus>),
+        FIELDS.get_or_init(egress_k8s_api::patch::schema_fields::<PoolStatus>),
     )
 }
 
@@ -383,7 +364,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
                 let mut proxy = owned_proxy(&pool, &pool::member_proxy(&core, c, &n));
                 if let Some(id) = gateway {
                     proxy.metadata.annotations.get_or_insert_default().insert(
-                        crate::credentials::GATEWAY_CREDENTIAL_ANNOTATION.to_string(),
+                        egress_k8s_api::secrets::GATEWAY_CREDENTIAL_ANNOTATION.to_string(),
                         id.to_string(),
                     );
                 }
@@ -589,7 +570,10 @@ async fn publish(
         secondary: member,
     };
     if let Err(e) = ctx.recorder.publish(&event, &pool.object_ref(&())).await {
-        tracing::warn!("event not recorded: {}", crate::controller::brief(&e));
+        tracing::warn!(
+            "event not recorded: {}",
+            egress_k8s_api::api_error_summary(&e)
+        );
     }
 }
 
@@ -671,7 +655,7 @@ mod tests {
         assert_eq!(p["status"]["conditions"], Value::Null);
         assert!(p["status"].as_object().unwrap().contains_key("placements"));
         assert_eq!(p["status"]["distinctEgressIPs"], Value::Null);
-        let p = crate::controller::status_patch(&egress_core::ProxyStatus::default());
+        let p = egress_k8s_api::patch::status_patch(&egress_core::ProxyStatus::default());
         for field in ["egressSharedWith", "instanceSpec", "egressIP", "conditions"] {
             assert_eq!(p["status"][field], Value::Null, "{field}");
             assert!(
@@ -699,7 +683,7 @@ mod tests {
             ..Default::default()
         };
         for s in [status, egress_core::ProxyStatus::default()] {
-            let p = crate::controller::status_patch(&s);
+            let p = egress_k8s_api::patch::status_patch(&s);
             for field in egress_core::proxy::LEASE_STATUS_FIELDS {
                 assert!(
                     !p["status"].as_object().unwrap().contains_key(field),

@@ -3,14 +3,17 @@
 //! a caller the [`Guard`] lets through: 401 without a valid bearer token, 403 outside what it
 //! may see, 503 when that could not be found out.
 
-use crate::auth::{Access, Guard, Refusal};
 use crate::context::Context;
-use crate::crd::Proxy;
 use crate::leases::{LeaseBook, LeaseRefusal};
 use crate::metrics::Metrics;
-use crate::tls::Transport;
-use egress_core::discovery::{self, CORDON_ANNOTATION, Candidate, Discovered, Filter, POOL_LABEL};
+use egress_core::discovery::{self, Discovered, Filter};
 use egress_core::lease::{LeaseRef, LeaseRequest, LeaseView, ReleaseRequest, RenewRequest};
+use egress_k8s_api::crd::Proxy;
+use egress_k8s_api::members::candidate;
+use egress_serve::auth::{self, Access, Caller, Guard, Refusal};
+use egress_serve::body::{BodyError, RequestBody};
+use egress_serve::tls::Transport;
+use egress_serve::{Limits, WriteDeadline, accept_bounded, serve_connection};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -78,10 +81,10 @@ impl StoreSource {
         let uid = p.metadata.uid.as_deref()?;
         let name = p.metadata.name.as_deref()?;
         let secret = store.get(
-            &kube::runtime::reflector::ObjectRef::new(&crate::credentials::secret_name(name))
+            &kube::runtime::reflector::ObjectRef::new(&egress_k8s_api::secrets::secret_name(name))
                 .within(p.metadata.namespace.as_deref()?),
         )?;
-        crate::credentials::from_secret(&secret, uid)
+        egress_k8s_api::secrets::from_secret(&secret, uid)
     }
 
     /// Marks the source synced once its watch has listed every Proxy (run it beside the
@@ -119,7 +122,7 @@ impl ProxySource for StoreSource {
             .map(|p| p.namespace().unwrap_or_default())
             .collect();
         let credentials: Vec<_> = proxies.iter().map(|p| self.credential_of(p)).collect();
-        let now = crate::pool::unix_now();
+        let now = egress_time::now::unix_now();
         let candidates = proxies
             .iter()
             .zip(&statuses)
@@ -141,33 +144,6 @@ impl ProxySource for StoreSource {
             }
         }
         list
-    }
-}
-
-/// Proxy `p` as discovery and the lease API read it, at `now`.
-pub fn candidate<'a>(
-    p: &'a Proxy,
-    status: &'a egress_core::ProxyStatus,
-    namespace: &'a str,
-    credential: Option<&'a egress_core::credential::ProxyCredential>,
-    now: i64,
-) -> Candidate<'a> {
-    Candidate {
-        credential,
-        namespace,
-        name: p.metadata.name.as_deref().unwrap_or_default(),
-        provider: &p.spec.provider,
-        port: p.spec.port,
-        zone: p.spec.placement.zone.as_deref(),
-        pool: p.labels().get(POOL_LABEL).map(String::as_str),
-        cordoned: p.annotations().get(CORDON_ANNOTATION).map(String::as_str) == Some("true"),
-        draining: egress_core::pool::retiring(p.annotations()).is_some(),
-        exclusively_leased: egress_core::lease::exclusively_leased(
-            &status.leases,
-            status.ip.as_deref(),
-            now,
-        ),
-        status,
     }
 }
 
@@ -282,7 +258,7 @@ fn refused(r: &Refusal) -> Response<Full<Bytes>> {
     let headers = out.headers_mut();
     match r {
         Refusal::Unauthenticated(why) => {
-            let challenge = if *why == crate::auth::NO_TOKEN {
+            let challenge = if *why == auth::NO_TOKEN {
                 r#"Bearer realm="egress-proxies""#
             } else {
                 r#"Bearer realm="egress-proxies", error="invalid_token""#
@@ -319,7 +295,7 @@ impl NotServed {
             NotServed::Refused(r) => refused(r),
             NotServed::Body(e) => {
                 let status = match e {
-                    BodyError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                    BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
                     BodyError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
                     BodyError::Broken(_) => StatusCode::BAD_REQUEST,
                 };
@@ -332,51 +308,6 @@ impl NotServed {
                 );
                 r
             }
-        }
-    }
-}
-
-/// Why a request body was not read.
-#[derive(Debug, thiserror::Error)]
-pub enum BodyError {
-    #[error("a request body is at most {MAX_BODY} bytes")]
-    TooLarge,
-    #[error("the request body did not arrive whole within {0:?}")]
-    TooSlow(std::time::Duration),
-    #[error("the request body could not be read: {0}")]
-    Broken(String),
-}
-
-/// A request's body: read only once its caller is authenticated, at most [`MAX_BODY`] bytes,
-/// within a deadline (without one, a client that sends a head and then trickles its body holds
-/// its connection and its slot for as long as it likes).
-pub enum RequestBody {
-    /// Already in hand.
-    Read(Bytes),
-    /// Still on the connection.
-    Unread {
-        body: Incoming,
-        deadline: std::time::Duration,
-    },
-}
-
-impl RequestBody {
-    fn none() -> Self {
-        RequestBody::Read(Bytes::new())
-    }
-
-    async fn read(self) -> Result<Bytes, BodyError> {
-        let (body, deadline) = match self {
-            RequestBody::Read(b) => return Ok(b),
-            RequestBody::Unread { body, deadline } => (body, deadline),
-        };
-        let collect =
-            http_body_util::BodyExt::collect(http_body_util::Limited::new(body, MAX_BODY));
-        match tokio::time::timeout(deadline, collect).await {
-            Err(_) => Err(BodyError::TooSlow(deadline)),
-            Ok(Ok(b)) => Ok(b.to_bytes()),
-            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-            Ok(Err(e)) => Err(BodyError::Broken(e.to_string())),
         }
     }
 }
@@ -679,7 +610,7 @@ impl Api {
         write: bool,
         body: RequestBody,
         read: impl FnOnce(&[u8]) -> Result<T, String>,
-    ) -> Result<(LeaseAsk<T>, crate::auth::Caller), NotServed> {
+    ) -> Result<(LeaseAsk<T>, Caller), NotServed> {
         self.admit_with_body(source, headers, body, |body| {
             Ok(LeaseAsk {
                 at: lease_ref(id)?,
@@ -696,7 +627,7 @@ impl Api {
         source: IpAddr,
         headers: &http::HeaderMap,
         read: impl FnOnce() -> Result<T, String>,
-    ) -> Result<(T, crate::auth::Caller), NotServed> {
+    ) -> Result<(T, Caller), NotServed> {
         self.admit_with_body(source, headers, RequestBody::none(), |_| read())
             .await
     }
@@ -712,7 +643,7 @@ impl Api {
         headers: &http::HeaderMap,
         body: RequestBody,
         read: impl FnOnce(&[u8]) -> Result<T, String>,
-    ) -> Result<(T, crate::auth::Caller), NotServed> {
+    ) -> Result<(T, Caller), NotServed> {
         let said = |r: Refusal| {
             tracing::debug!(status = r.status().as_u16(), "refused: {r}");
             NotServed::Refused(r)
@@ -733,7 +664,7 @@ impl Api {
     }
 
     /// Lets a scraper of `/metrics` through, or answers why not: its token reviewed as a
-    /// scraper's (see [`crate::auth::Reviewer::authenticate_scraper`]).
+    /// scraper's (see [`auth::Reviewer::authenticate_scraper`]).
     async fn admit_scraper(
         &self,
         source: std::net::IpAddr,
@@ -789,155 +720,8 @@ fn accepts_openmetrics(headers: &http::HeaderMap) -> bool {
         })
 }
 
-/// What one client may hold of the server: without a timer hyper waits for a request head for
-/// ever, so idle and slow clients would pile up until the process is killed for memory.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// A request head must arrive whole within this, counted from when the connection is ready
-    /// for it (accepted, or done with its last response): a bound on idle keep-alive
-    /// connections and on clients that trickle a head byte by byte.
-    pub header_read_timeout: std::time::Duration,
-    /// Connections served at once; the next ones wait in the listen backlog.
-    pub max_connections: usize,
-    /// A request body must arrive whole within this once its caller is authenticated (408
-    /// past it).
-    pub body_read_timeout: std::time::Duration,
-    /// A response write that makes no progress for this long ends the connection: a client
-    /// that never reads its answer would otherwise hold its slot for as long as the kernel
-    /// keeps the socket (nginx's `send_timeout`, between two successive writes).
-    pub write_timeout: std::time::Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            header_read_timeout: std::time::Duration::from_secs(10),
-            max_connections: 1024,
-            body_read_timeout: std::time::Duration::from_secs(10),
-            write_timeout: std::time::Duration::from_secs(10),
-        }
-    }
-}
-
-/// Connections a listener queues before they are accepted. The standard library's and
-/// tokio's `bind` ask for 128: a burst of a few hundred clients connecting at once overflows
-/// that, and each connection over it waits out a SYN retransmission (a second). The kernel
-/// caps it at `net.core.somaxconn` (4096 by default).
-pub const BACKLOG: u32 = 4096;
-
-/// A listener on `addr` with [`BACKLOG`].
-pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(BACKLOG)
-}
-
 pub async fn serve(listener: TcpListener, api: Arc<Api>) {
     serve_limited(listener, api, Limits::default()).await
-}
-
-/// A connection [`accept_bounded`] accepted: its socket, holding the listener's slot until
-/// it is dropped, wherever it goes. A connection whose socket is handed on past its serving
-/// future (hyper gives a CONNECT's or an upgrade's socket back, and a tunnel relays on it)
-/// still counts until it closes.
-#[derive(Debug)]
-pub struct Counted {
-    stream: tokio::net::TcpStream,
-    slot: tokio::sync::OwnedSemaphorePermit,
-}
-
-/// A listener's slot, held apart from the socket it came with.
-#[derive(Debug)]
-pub struct Slot {
-    _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl Counted {
-    /// The socket and its slot, for a caller that keeps both as long as it keeps the socket.
-    pub fn into_parts(self) -> (tokio::net::TcpStream, Slot) {
-        (self.stream, Slot { _permit: self.slot })
-    }
-}
-
-impl std::ops::Deref for Counted {
-    type Target = tokio::net::TcpStream;
-    fn deref(&self) -> &Self::Target {
-        &self.stream
-    }
-}
-
-impl tokio::io::AsyncRead for Counted {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Counted {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
-    }
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-/// Accepts on `listener` and runs `serve` on each connection in a task of its own, at most
-/// `max` at once: a slot is taken before accepting, so a full server leaves the next ones in
-/// the listen backlog rather than accepting and dropping them. The slot goes with the socket
-/// ([`Counted`]) and is given back when the socket closes, not when `serve`'s future ends. An
-/// accept error (out of descriptors, most likely) waits a moment for connections to end.
-pub async fn accept_bounded<F, Fut>(listener: TcpListener, max: usize, what: &str, serve: F)
-where
-    F: Fn(Counted) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let slots = Arc::new(tokio::sync::Semaphore::new(max.max(1)));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
-            Err(e) => {
-                tracing::warn!("{what} listener: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        tokio::spawn(serve(Counted { stream, slot }));
-    }
 }
 
 /// Serves the API in plain HTTP (where a deploy chose it, or a test).
@@ -956,7 +740,7 @@ pub async fn serve_over(
     accept_bounded(listener, limits.max_connections, "HTTP", |stream| {
         let api = api.clone();
         let transport = transport.clone();
-        let source = crate::auth::source_of(&stream);
+        let source = auth::source_of(&stream);
         async move {
             let Some(stream) = transport
                 .accept(stream, limits.header_read_timeout, "HTTP")
@@ -970,6 +754,7 @@ pub async fn serve_over(
                     let (parts, body) = req.into_parts();
                     let body = RequestBody::Unread {
                         body,
+                        max: MAX_BODY,
                         deadline: limits.body_read_timeout,
                     };
                     let r = api
@@ -989,26 +774,6 @@ pub async fn serve_over(
         }
     })
     .await
-}
-
-/// Serves one connection under `limits`: the request head within its timeout, a head of at
-/// most 64 KiB, and a client that stops reading its answer dropped at the write timeout.
-pub(crate) async fn serve_connection<S, Svc>(stream: S, svc: Svc, limits: Limits, what: &str)
-where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
-    Svc: hyper::service::HttpService<Incoming, ResBody = Full<Bytes>>,
-    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let stream = WriteDeadline::new(stream, limits.write_timeout);
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout)
-        .max_buf_size(64 * 1024)
-        .serve_connection(TokioIo::new(stream), svc)
-        .await
-    {
-        tracing::debug!("{what} connection: {e}");
-    }
 }
 
 /// Probe connections served at once on the probes' own listener: the kubelet opens one or two
@@ -1051,109 +816,6 @@ pub async fn serve_probes(listener: TcpListener, api: Arc<Api>) {
     .await
 }
 
-/// A socket whose writes fail with `TimedOut` once none has made progress for `timeout`.
-/// hyper's server has no write timeout of its own.
-pub struct WriteDeadline<S> {
-    inner: S,
-    timeout: std::time::Duration,
-    /// Armed when a write found the socket full, disarmed by the next write that moves.
-    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl<S> WriteDeadline<S> {
-    pub fn new(inner: S, timeout: std::time::Duration) -> Self {
-        Self {
-            inner,
-            timeout,
-            stalled: None,
-        }
-    }
-
-    /// The socket, for a caller that takes it over (a tunnel's relay).
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-
-    /// What a write that is `pending` comes to: still pending, or timed out.
-    fn wait<T>(
-        &mut self,
-        cx: &mut std::task::Context<'_>,
-        polled: std::task::Poll<std::io::Result<T>>,
-    ) -> std::task::Poll<std::io::Result<T>> {
-        use std::future::Future;
-        use std::task::Poll;
-        if polled.is_ready() {
-            self.stalled = None;
-            return polled;
-        }
-        let timeout = self.timeout;
-        let stalled = self
-            .stalled
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
-        match stalled.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("the client read nothing of its answer for {timeout:?}"),
-            ))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-}
-
-impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<S> {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<S> {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
-        this.wait(cx, polled)
-    }
-
-    fn poll_write_vectored(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = std::pin::Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.wait(cx, polled)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let polled = std::pin::Pin::new(&mut this.inner).poll_flush(cx);
-        this.wait(cx, polled)
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let polled = std::pin::Pin::new(&mut this.inner).poll_shutdown(cx);
-        this.wait(cx, polled)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -1175,9 +837,9 @@ mod tests {
 
     /// A guard that lets one token see everything.
     fn guard() -> Arc<Guard> {
-        let file = crate::auth::tokens::TokenFile::parse(&format!(
+        let file = auth::tokens::TokenFile::parse(&format!(
             "tokens: [{{name: all, sha256: {}, allNamespaces: true, metrics: true}}]",
-            crate::auth::tokens::sha256_hex(TOKEN)
+            auth::tokens::sha256_hex(TOKEN)
         ))
         .unwrap();
         Arc::new(Guard::new(Arc::new(file)))
@@ -1707,43 +1369,5 @@ mod tests {
             started.elapsed()
         );
         drop(reader);
-    }
-
-    /// A connection counts against the bound until its socket closes, wherever the socket
-    /// went: one handed on past the serving future (as an upgrade hands a tunnel on) keeps
-    /// its slot, and the next connection waits in the backlog until it is dropped.
-    #[tokio::test]
-    async fn a_connection_handed_on_keeps_its_slot_until_it_closes() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (handed, mut held) = tokio::sync::mpsc::unbounded_channel();
-        let server = tokio::spawn(accept_bounded(listener, 1, "test", move |stream| {
-            // The serving future ends at once; the socket lives on elsewhere.
-            let _ = handed.send(stream);
-            async {}
-        }));
-        let _clients: Vec<tokio::net::TcpStream> =
-            futures::future::join_all((0..3).map(|_| tokio::net::TcpStream::connect(addr)))
-                .await
-                .into_iter()
-                .map(Result::unwrap)
-                .collect();
-        let first = tokio::time::timeout(std::time::Duration::from_secs(5), held.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        // A second is not accepted while the first is open.
-        let waited = tokio::time::timeout(std::time::Duration::from_millis(300), held.recv()).await;
-        assert!(
-            waited.is_err(),
-            "a second connection was accepted with the first open"
-        );
-        drop(first);
-        let second = tokio::time::timeout(std::time::Duration::from_secs(5), held.recv()).await;
-        assert!(
-            second.is_ok_and(|s| s.is_some()),
-            "the next connection is accepted once the first closed"
-        );
-        server.abort();
     }
 }

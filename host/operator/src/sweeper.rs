@@ -10,9 +10,9 @@
 //! providers still sweep.
 
 use crate::context::Context;
-use crate::crd::{ProviderHealth, ProviderHealthSpec, Proxy};
 use egress_core::gc::{self, Verdict};
 use egress_core::proxy::Condition;
+use egress_k8s_api::crd::{ProviderHealth, ProviderHealthSpec, Proxy};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
@@ -222,7 +222,7 @@ pub async fn run_with(ctx: std::sync::Arc<Context>, schedule: Schedule) {
             Err(e) => {
                 tracing::warn!(
                     "sweep skipped: cannot list Proxies: {}",
-                    crate::controller::brief(&e)
+                    egress_k8s_api::api_error_summary(&e)
                 );
                 // Nothing was swept; the due providers keep their place.
                 for (_, at) in retries.values_mut() {
@@ -277,7 +277,7 @@ async fn record_condition(
         tracing::warn!(
             provider,
             "ProviderHealth condition not written: {}",
-            crate::controller::brief(&e)
+            egress_k8s_api::api_error_summary(&e)
         );
     }
 }

@@ -16,9 +16,10 @@
 //! credential (the crate's README, "Validation at admission").
 
 use crate::context::Loaded;
-use crate::crd::ProxyPool;
-use crate::server::{Limits, accept_bounded, serve_connection};
 use egress_core::pool;
+use egress_k8s_api::crd::ProxyPool;
+use egress_serve::tls::Transport;
+use egress_serve::{Limits, accept_bounded, serve_connection};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
@@ -230,8 +231,6 @@ fn denied(response: AdmissionResponse, problems: Vec<String>) -> AdmissionRespon
     r
 }
 
-pub use crate::tls::{CertificateError, Certificates};
-
 /// What the webhook answers with: the environment of the providers config loaded now.
 pub type EnvironmentSource = Arc<dyn Fn() -> PoolEnvironment + Send + Sync>;
 
@@ -245,7 +244,7 @@ pub async fn serve(
     env: EnvironmentSource,
     limits: Limits,
 ) {
-    let transport = crate::tls::Transport::tls(tls);
+    let transport = Transport::tls(tls);
     let judges = Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS_IN_FLIGHT));
     accept_bounded(listener, limits.max_connections, "webhook", |stream| {
         let transport = transport.clone();

@@ -9,11 +9,11 @@
 mod support;
 
 use egress_core::discovery::{Discovered, Filter};
-use egress_operator::auth::kube::KubeReviewer;
-use egress_operator::auth::tokens::{TokenFile, sha256_hex};
-use egress_operator::auth::{CachePolicy, Guard, Now, Reviewer};
 use egress_operator::metrics::Metrics;
 use egress_operator::server::{self, Api, ProxySource, Readiness};
+use egress_serve::auth::kube::KubeReviewer;
+use egress_serve::auth::tokens::{TokenFile, sha256_hex};
+use egress_serve::auth::{CachePolicy, Guard, Now, Reviewer};
 use http::Method;
 use kube_double::model::ApiError;
 use kube_double::{Config, Double, Fault, Route};
@@ -164,7 +164,7 @@ async fn kube() -> Kube {
     // Crawlers present projected tokens made for egress-proxies; the scraper its
     // ServiceAccount's token Secret, made for the API server. Those that also call the other
     // endpoint (to be refused by RBAC there) hold a token made for both.
-    let ours = egress_operator::auth::AUDIENCE;
+    let ours = egress_serve::auth::AUDIENCE;
     let both = [ours, kube_double::DEFAULT_AUDIENCE];
     let callers = Callers {
         spider: d.projected_token("crawlers", "spider", &both),
@@ -378,18 +378,15 @@ async fn a_token_serves_only_the_audience_it_was_made_for() {
     let k = kube().await;
     let mounted = k.d.service_account_token("crawlers", "spider");
     let projected =
-        k.d.projected_token("crawlers", "spider", &[egress_operator::auth::AUDIENCE]);
+        k.d.projected_token("crawlers", "spider", &[egress_serve::auth::AUDIENCE]);
     let (code, why) = get_as(k.addr, "/v1/proxies?namespace=crawlers", &mounted).await;
     assert_eq!(code, 401, "{why}");
     let (code, body) = get_as(k.addr, "/v1/proxies?namespace=crawlers", &projected).await;
     assert_eq!((code, names(&body)), (200, vec!["p1".into(), "p2".into()]));
     let scraper = k.d.service_account_token("monitoring", "prometheus");
     assert_eq!(get_as(k.addr, "/metrics", &scraper).await.0, 200);
-    let projected_scraper = k.d.projected_token(
-        "monitoring",
-        "prometheus",
-        &[egress_operator::auth::AUDIENCE],
-    );
+    let projected_scraper =
+        k.d.projected_token("monitoring", "prometheus", &[egress_serve::auth::AUDIENCE]);
     assert_eq!(get_as(k.addr, "/metrics", &projected_scraper).await.0, 401);
     assert_eq!(
         get_as(k.addr, "/v1/proxies?namespace=crawlers", &projected_scraper)
@@ -401,7 +398,7 @@ async fn a_token_serves_only_the_audience_it_was_made_for() {
     // Told to admit the API server's own audience too, the mounted token serves.
     let migrating = serve(
         Arc::new(KubeReviewer::new(k.d.client()).with_audiences(vec![
-            egress_operator::auth::AUDIENCE.into(),
+            egress_serve::auth::AUDIENCE.into(),
             kube_double::DEFAULT_AUDIENCE.into(),
         ])),
         &k.clock,
@@ -643,13 +640,13 @@ async fn the_cache_is_bounded_by_its_capacity() {
     );
     let here = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
     for i in 0..100 {
-        let token = egress_operator::auth::Token::new(format!("guess-{i}"));
+        let token = egress_serve::auth::Token::new(format!("guess-{i}"));
         assert!(guard.authenticate(here, &token).await.is_err());
     }
-    let token = egress_operator::auth::Token::new(FILE_TOKENS[0]);
+    let token = egress_serve::auth::Token::new(FILE_TOKENS[0]);
     let caller = guard.authenticate(here, &token).await.unwrap();
     for i in 0..100 {
-        let access = egress_operator::auth::Access::Proxies {
+        let access = egress_serve::auth::Access::Proxies {
             namespace: Some(format!("ns-{i}")),
             pool: None,
         };
@@ -744,10 +741,10 @@ async fn the_crawler_role_grants_the_leases_of_its_namespace() {
     let k = kube().await;
     let reviewer = KubeReviewer::new(k.d.client());
     let caller = reviewer
-        .authenticate(&egress_operator::auth::Token::new(k.callers.spider.clone()))
+        .authenticate(&egress_serve::auth::Token::new(k.callers.spider.clone()))
         .await
         .unwrap();
-    let lease = |namespace: &str, write: bool| egress_operator::auth::Access::Leases {
+    let lease = |namespace: &str, write: bool| egress_serve::auth::Access::Leases {
         namespace: namespace.into(),
         pool: "web".into(),
         write,

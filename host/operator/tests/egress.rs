@@ -14,9 +14,9 @@
 mod support;
 
 use egress_core::egress::{CheckReason, CheckResult, Settings};
+use egress_k8s_api::crd::Proxy;
 use egress_operator::context::{Context, Loaded};
 use egress_operator::controller::{FINALIZER, reconcile};
-use egress_operator::crd::Proxy;
 use egress_operator::metrics::Metrics;
 use egress_operator::server::{self, ProxySource, Readiness, StoreSource};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
@@ -283,7 +283,7 @@ impl Env {
             .for_each(|_| async {}),
         );
         store.wait_until_ready().await.unwrap();
-        let (secrets, credential_watch) = egress_operator::credential_watch(self.d.client());
+        let (secrets, credential_watch) = egress_k8s_api::watch::credential_watch(self.d.client());
         tokio::spawn(credential_watch);
         secrets.wait_until_ready().await.unwrap();
         let source = Arc::new(StoreSource::new(store.clone()).with_credentials(secrets));
@@ -310,9 +310,9 @@ impl Env {
             None,
         )
         .await;
-        let token =
-            self.d
-                .projected_token("crawlers", "spider", &[egress_operator::auth::AUDIENCE]);
+        let token = self
+            .d
+            .projected_token("crawlers", "spider", &[egress_serve::auth::AUDIENCE]);
         tokio::spawn(server::serve(
             listener,
             Arc::new(server::Api {
@@ -943,7 +943,7 @@ async fn no_proxy_password_reaches_the_log() {
             .for_each(|_| async {}),
     );
     store.wait_until_ready().await.unwrap();
-    let (secrets, credential_watch) = egress_operator::credential_watch(e.d.client());
+    let (secrets, credential_watch) = egress_k8s_api::watch::credential_watch(e.d.client());
     tokio::spawn(credential_watch);
     secrets.wait_until_ready().await.unwrap();
     let source = Arc::new(StoreSource::new(store).with_credentials(secrets));
@@ -952,7 +952,7 @@ async fn no_proxy_password_reaches_the_log() {
     support::deploy_cluster_role(&e.d, "egress-proxies-crawler").await;
     support::bind(&e.d, "egress-proxies-crawler", "crawlers", "spider", None).await;
     let token =
-        e.d.projected_token("crawlers", "spider", &[egress_operator::auth::AUDIENCE]);
+        e.d.projected_token("crawlers", "spider", &[egress_serve::auth::AUDIENCE]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server::serve(
@@ -965,7 +965,7 @@ async fn no_proxy_password_reaches_the_log() {
             leases: Some(Arc::new(egress_operator::leases::KubeLeases::new(
                 e.d.client(),
                 source.clone(),
-                egress_operator::pool::system_clock(),
+                egress_time::now::system_clock(),
                 e.ctx.metrics.clone(),
             ))),
         }),
@@ -982,14 +982,14 @@ async fn no_proxy_password_reaches_the_log() {
     }
     assert!(listed.contains("\"password\""), "{listed}");
     // p1 as a member of pool web: a lease is taken of a pool's own Proxies.
-    let pool: egress_operator::crd::ProxyPool = serde_json::from_value(json!({
+    let pool: egress_k8s_api::crd::ProxyPool = serde_json::from_value(json!({
         "apiVersion": "crawl.example.com/v1alpha1", "kind": "ProxyPool",
         "metadata": {"name": "web", "namespace": "crawlers"},
         "spec": {"replicas": 1, "template": {"port": 3128},
                  "placements": [{"provider": "cluster", "weight": 1}]},
     }))
     .unwrap();
-    let pool = Api::<egress_operator::crd::ProxyPool>::namespaced(e.d.client(), "crawlers")
+    let pool = Api::<egress_k8s_api::crd::ProxyPool>::namespaced(e.d.client(), "crawlers")
         .create(&PostParams::default(), &pool)
         .await
         .unwrap();

@@ -8,9 +8,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use egress_core::discovery::{Discovered, Filter};
-use egress_operator::auth::Guard;
 use egress_operator::metrics::Metrics;
-use egress_operator::server::{Api, Limits, ProxySource, Readiness};
+use egress_operator::server::{Api, ProxySource, Readiness};
+use egress_serve::Limits;
+use egress_serve::auth::Guard;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use std::alloc::System;
 use std::sync::Arc;
@@ -59,7 +60,7 @@ async fn thousands_of_idle_sockets_leave_the_api_answering_and_are_closed_at_the
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.yaml");
     std::fs::write(&tokens, "tokens: []\n").unwrap();
-    let reviewer = Arc::new(egress_operator::auth::tokens::TokensFile::load(&tokens).unwrap());
+    let reviewer = Arc::new(egress_serve::auth::tokens::TokensFile::load(&tokens).unwrap());
     let ready = Readiness::default();
     ready.set(true);
     let api = Arc::new(Api {
@@ -69,14 +70,14 @@ async fn thousands_of_idle_sockets_leave_the_api_answering_and_are_closed_at_the
         guard: Arc::new(Guard::new(reviewer)),
         leases: None,
     });
-    let listener = egress_operator::server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = egress_serve::listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = listener.local_addr().unwrap();
     let timeout = Duration::from_secs(2);
     let limits = Limits {
         header_read_timeout: timeout,
         ..Limits::default()
     };
-    let probes = egress_operator::server::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let probes = egress_serve::listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let probe_addr = probes.local_addr().unwrap();
     tokio::spawn(egress_operator::server::serve_probes(probes, api.clone()));
     tokio::spawn(egress_operator::server::serve_limited(

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use egress_operator::crd::Proxy;
+use egress_k8s_api::crd::Proxy;
 use egress_runtime::egress::StatusFleet;
 use futures::StreamExt;
 use kube::runtime::controller::Action;

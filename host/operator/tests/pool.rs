@@ -13,14 +13,15 @@ mod support;
 
 use egress_core::egress::{CheckReason, CheckResult, Settings};
 use egress_core::pool::SHARED_EGRESS_LIMIT;
+use egress_k8s_api::crd::{Proxy, ProxyPool};
 use egress_operator::context::{Context, Loaded};
-use egress_operator::crd::{Proxy, ProxyPool};
 use egress_operator::metrics::Metrics;
-use egress_operator::pool::{Clock, PoolContext};
+use egress_operator::pool::PoolContext;
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
 use egress_runtime::egress::{
     CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
 };
+use egress_time::now::Clock;
 use futures::StreamExt;
 use http::Method;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -600,7 +601,8 @@ async fn a_template_change_rolls_every_proxy_without_going_below_the_floor() {
 /// floor.
 #[tokio::test(start_paused = true)]
 async fn members_admit_the_gateway_credential_and_older_ones_are_rolled_within_the_budget() {
-    use egress_operator::credentials::{GATEWAY_CREDENTIAL_ANNOTATION, GatewayCredential};
+    use egress_k8s_api::secrets::GATEWAY_CREDENTIAL_ANNOTATION;
+    use egress_operator::credentials::ensure_gateway_credential;
     let mut r = start().await;
     r.create_pool("web", spec_of(3)).await;
     r.settled("web", 3).await;
@@ -610,8 +612,8 @@ async fn members_admit_the_gateway_credential_and_older_ones_are_rolled_within_t
     // Two replicas making it at once settle on one.
     let client = r.client();
     let (a, b) = tokio::join!(
-        GatewayCredential::ensure(&client, NS),
-        GatewayCredential::ensure(&client, NS)
+        ensure_gateway_credential(&client, NS),
+        ensure_gateway_credential(&client, NS)
     );
     let gateway = a.unwrap();
     assert_eq!(b.unwrap(), gateway);
@@ -660,8 +662,7 @@ async fn members_admit_the_gateway_credential_and_older_ones_are_rolled_within_t
             .iter()
             .find(|o| {
                 o["kind"] == "Secret"
-                    && o["metadata"]["name"]
-                        == egress_operator::credentials::secret_name(name).as_str()
+                    && o["metadata"]["name"] == egress_k8s_api::secrets::secret_name(name).as_str()
             })
             .unwrap();
         let htpasswd = objects
@@ -693,7 +694,7 @@ async fn members_admit_the_gateway_credential_and_older_ones_are_rolled_within_t
         );
     }
     for o in objects {
-        if o["metadata"]["name"] != egress_operator::credentials::GATEWAY_SECRET {
+        if o["metadata"]["name"] != egress_k8s_api::secrets::GATEWAY_SECRET {
             assert!(
                 !o.to_string().contains(&gateway.credential.password),
                 "{}",
@@ -1068,9 +1069,9 @@ fn scrape(metrics: Arc<Metrics>) -> String {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
             // A scraper's named token that may read /metrics.
-            let tokens = egress_operator::auth::tokens::TokenFile::parse(&format!(
+            let tokens = egress_serve::auth::tokens::TokenFile::parse(&format!(
                 "tokens: [{{name: prometheus, sha256: {}, metrics: true}}]",
-                egress_operator::auth::tokens::sha256_hex("scraper-token")
+                egress_serve::auth::tokens::sha256_hex("scraper-token")
             ))
             .unwrap();
             tokio::spawn(egress_operator::server::serve(
@@ -1079,7 +1080,7 @@ fn scrape(metrics: Arc<Metrics>) -> String {
                     metrics,
                     ready: Arc::new(egress_operator::server::Readiness::default()),
                     source: Arc::new(NoProxies),
-                    guard: Arc::new(egress_operator::auth::Guard::new(Arc::new(tokens))),
+                    guard: Arc::new(egress_serve::auth::Guard::new(Arc::new(tokens))),
                     leases: None,
                 }),
             ));
@@ -1285,12 +1286,12 @@ async fn kubectl_scale_and_an_autoscaler_drive_a_pool_through_its_scale_subresou
 /// the guard and the book; no socket, so paused time stays paused): `spider` may lease the
 /// pools of NS (and so may `rival` and `third`), `intruder` those of another namespace.
 fn lease_api(r: &Run) -> egress_operator::server::Api {
-    let tokens = egress_operator::auth::tokens::TokenFile::parse(&format!(
+    let tokens = egress_serve::auth::tokens::TokenFile::parse(&format!(
         "tokens: [{{name: spider, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: rival, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: third, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: intruder, sha256: {}, namespaces: [{{name: other}}]}}]",
-        egress_operator::auth::tokens::sha256_hex("spider-token"),
-        egress_operator::auth::tokens::sha256_hex("rival-token"),
-        egress_operator::auth::tokens::sha256_hex("third-token"),
-        egress_operator::auth::tokens::sha256_hex("intruder-token"),
+        egress_serve::auth::tokens::sha256_hex("spider-token"),
+        egress_serve::auth::tokens::sha256_hex("rival-token"),
+        egress_serve::auth::tokens::sha256_hex("third-token"),
+        egress_serve::auth::tokens::sha256_hex("intruder-token"),
     ))
     .unwrap();
     let (store, _writer) = kube::runtime::reflector::store::<Proxy>();
@@ -1300,7 +1301,7 @@ fn lease_api(r: &Run) -> egress_operator::server::Api {
         metrics: r.ctx.metrics.clone(),
         ready: Arc::new(egress_operator::server::Readiness::default()),
         source: source.clone(),
-        guard: Arc::new(egress_operator::auth::Guard::new(Arc::new(tokens))),
+        guard: Arc::new(egress_serve::auth::Guard::new(Arc::new(tokens))),
         leases: Some(Arc::new(egress_operator::leases::KubeLeases::new(
             r.client(),
             source,

@@ -5,8 +5,8 @@
 
 mod support;
 
+use egress_k8s_api::crd::ProviderHealth;
 use egress_operator::context::{Context, Loaded};
-use egress_operator::crd::ProviderHealth;
 use egress_operator::metrics::Metrics;
 use egress_operator::sweeper::{self, SWEPT, Schedule};
 use kube::api::Api;

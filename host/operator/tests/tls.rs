@@ -6,11 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use egress_operator::auth::Guard;
-use egress_operator::auth::tokens::{TokenFile, sha256_hex};
 use egress_operator::metrics::Metrics;
-use egress_operator::server::{self, Api, Limits, ProxySource, Readiness};
-use egress_operator::tls::Mode;
+use egress_operator::server::{self, Api, ProxySource, Readiness};
+use egress_serve::Limits;
+use egress_serve::auth::Guard;
+use egress_serve::auth::tokens::{TokenFile, sha256_hex};
+use egress_serve::tls::Mode;
 use egress_test_pki::TestCa;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -6,8 +6,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use egress_operator::server::Limits;
-use egress_operator::webhook::{self, Certificates, PoolEnvironment};
+use egress_operator::webhook::{self, PoolEnvironment};
+use egress_serve::Limits;
+use egress_serve::tls::Certificates;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use rustls::pki_types::ServerName;
 use serde_json::{Value, json};

@@ -180,8 +180,8 @@ pub async fn bind(d: &Double, role: &str, sa_namespace: &str, sa: &str, namespac
 
 /// A guard that asks `d`'s API server (TokenReview, SubjectAccessReview).
 #[allow(dead_code)]
-pub fn kube_guard(d: &Double) -> Arc<egress_operator::auth::Guard> {
-    Arc::new(egress_operator::auth::Guard::new(Arc::new(
-        egress_operator::auth::kube::KubeReviewer::new(d.client()),
+pub fn kube_guard(d: &Double) -> Arc<egress_serve::auth::Guard> {
+    Arc::new(egress_serve::auth::Guard::new(Arc::new(
+        egress_serve::auth::kube::KubeReviewer::new(d.client()),
     )))
 }

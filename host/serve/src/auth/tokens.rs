@@ -283,7 +283,7 @@ impl TokensFile {
     /// Reads the file again every `interval` until dropped with the task running it; on a
     /// change, `guard` forgets what it cached, so a revoked token is refused from then on.
     pub async fn watch(self: Arc<Self>, guard: Arc<super::Guard>, interval: std::time::Duration) {
-        crate::reload_every(
+        crate::reload::reload_every(
             interval,
             || self.reload(),
             || {

@@ -1,9 +1,10 @@
-//! Who may call the operator's HTTP API. A caller presents `Authorization: Bearer <token>`;
-//! a [`Reviewer`] says whose token it is and whether that caller may have what it asks: in a
-//! cluster the API server (TokenReview, then SubjectAccessReview against RBAC, [`kube`]), out
-//! of one a file of named tokens ([`tokens`]). The [`Guard`] in front of it reads the header
-//! and keeps each answer briefly, keyed by the token's SHA-256, so a crawler polling discovery
-//! costs the API server two reviews per TTL, not per request.
+//! Who may call an HTTP API of egress-proxies (the operator's, the CLI's) or its gateway. A
+//! caller presents `Authorization: Bearer <token>`; a [`Reviewer`] says whose token it is and
+//! whether that caller may have what it asks: in a cluster the API server (TokenReview, then
+//! SubjectAccessReview against RBAC, [`kube`]), out of one a file of named tokens ([`tokens`]).
+//! The [`Guard`] in front of it reads the header and keeps each answer briefly, keyed by the
+//! token's SHA-256, so a crawler polling discovery costs the API server two reviews per TTL,
+//! not per request.
 //!
 //! A caller without a token can send any string, and each new one would cost a review: the
 //! guard refuses a token no reviewer could accept (not a JWT's shape, for the API server)

@@ -71,7 +71,7 @@ impl Certificates {
     /// Reads the files again every `interval`, for as long as the task runs.
     pub async fn watch(self: Arc<Self>, interval: Duration) {
         let cert = self.cert.display().to_string();
-        crate::reload_every(
+        crate::reload::reload_every(
             interval,
             || self.reload(),
             || tracing::info!(%cert, "the certificate changed: the new one serves"),
