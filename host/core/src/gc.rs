@@ -1,7 +1,7 @@
 //! Garbage-collection decisions, shared by the CLI's sweep and the operator's sweeper (the
 //! seeds' Sweeper.sweep), with the installation guard the seeds lacked.
 
-use crate::instance::Instance;
+use crate::model::instance::Instance;
 use std::collections::BTreeSet;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub use egress_time::{format_rfc3339, parse_rfc3339};
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::instance::InstanceState;
+    use crate::model::instance::InstanceState;
 
     fn inst(uid: &str, installation: &str) -> Instance {
         Instance {

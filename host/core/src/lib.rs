@@ -3,19 +3,18 @@
 //! observations in and carry the decisions out.
 
 pub mod config;
-pub mod credential;
 pub mod discovery;
 pub mod egress;
 pub mod gc;
-pub mod instance;
 pub mod lease;
-pub mod name;
+pub mod model;
 pub mod pool;
-pub mod proxy;
 pub mod reconcile;
 pub mod settle;
 
-pub use instance::{
+pub use model::{credential, instance, name, proxy};
+
+pub use model::instance::{
     CreateRequest, ErrorClass, Instance, InstanceState, OwnerReference, ProviderError, TargetStatus,
 };
-pub use proxy::{Condition, InstanceSpec, Placement, Proxy, ProxySpec, ProxyStatus};
+pub use model::proxy::{Condition, InstanceSpec, Placement, Proxy, ProxySpec, ProxyStatus};
