@@ -9,8 +9,8 @@ fn binding(id: &str, holder: &str, mode: LeaseMode, ends_in: i64) -> LeaseBindin
         id: id.into(),
         holder: holder.into(),
         mode,
-        acquired_at: egress_time::format_rfc3339(NOW - 60),
-        expires_at: egress_time::format_rfc3339(NOW + ends_in),
+        acquired_at: crate::gc::format_rfc3339(NOW - 60),
+        expires_at: crate::gc::format_rfc3339(NOW + ends_in),
         count: 1,
         ip: None,
     }
@@ -310,7 +310,7 @@ fn ban_reports_count_distinct_holders_at_a_bounded_rate() {
     let pool: Vec<BanReport> = (0..BAN_REPORTS_PER_WINDOW)
         .map(|k| BanReport {
             reporter: holder_digest("spider"),
-            at: egress_time::format_rfc3339(NOW - 60 * k as i64),
+            at: crate::gc::format_rfc3339(NOW - 60 * k as i64),
         })
         .collect();
     assert_eq!(report_ban(&[], &pool, "spider", NOW), BanVerdict::OverRate);
@@ -327,7 +327,7 @@ fn ban_reports_count_distinct_holders_at_a_bounded_rate() {
     let many: Vec<BanReport> = (0..BAN_REPORTS_KEPT)
         .map(|k| BanReport {
             reporter: format!("r{k}"),
-            at: egress_time::format_rfc3339(NOW),
+            at: crate::gc::format_rfc3339(NOW),
         })
         .collect();
     match report_ban(&many, &many, "spider", NOW) {
@@ -408,7 +408,7 @@ fn what_a_lease_lost_is_its_holders_and_never_what_it_holds() {
         lease: "l-a".into(),
         proxy: proxy.into(),
         reason: "Rotated: drained until drainTimeout".into(),
-        at: egress_time::format_rfc3339(NOW),
+        at: crate::gc::format_rfc3339(NOW),
         holder: Some(holder_digest(holder)),
     };
     let pool_lost = [

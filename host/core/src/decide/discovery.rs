@@ -2,10 +2,6 @@
 //! by the operator's `GET /v1/proxies` and the CLI's `proxies` command, so both list exactly
 //! the Ready proxies (verified, where the egress check is configured), nothing cordoned.
 
-pub use crate::model::labels::{
-    CORDON_ANNOTATION, POOL_LABEL, RETIRE_AT_ANNOTATION, RETIRE_REASON_ANNOTATION,
-};
-
 use crate::model::conditions::ready_is_true;
 use crate::model::proxy::ProxyStatus;
 use serde::Serialize;

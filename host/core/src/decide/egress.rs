@@ -4,7 +4,7 @@
 //! checker itself or a whole provider is failing). No I/O: the caller probes and passes the
 //! result in, with the time.
 
-pub use crate::model::conditions::EGRESS_VERIFIED;
+use crate::model::conditions::EGRESS_VERIFIED;
 
 use crate::config::{IntOrPercent, parse_duration};
 use crate::model::proxy::{Condition, ProxyStatus};

@@ -641,7 +641,7 @@ fn a_spec_edit_the_instance_cannot_follow_replaces_it() {
     member
         .metadata
         .labels
-        .insert(crate::model::labels::POOL_LABEL.into(), "web".into());
+        .insert(crate::discovery::POOL_LABEL.into(), "web".into());
     assert!(matches!(
         decide(obs(&member, &created.status, &rev), NOW),
         Step::Get { .. }

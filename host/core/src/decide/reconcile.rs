@@ -5,7 +5,7 @@
 //! and folds the result back with [`after_create`], [`after_get`] or [`after_delete`]. Nothing
 //! here performs I/O or reads a clock: `now` is passed in.
 
-pub use crate::model::conditions::{PROVISIONED, READY, ready_is_true, reason};
+use crate::model::conditions::{PROVISIONED, READY, ready_is_true, reason};
 
 use crate::model::instance::{ErrorClass, Instance, InstanceState, ProviderError};
 use crate::model::proxy::{Condition, Proxy, ProxyStatus};
@@ -33,7 +33,7 @@ pub struct Observation<'a> {
     pub provider: &'a ProviderLookup,
     /// The egress check is configured, with its thresholds: Ready then also needs a verified
     /// check, and stays through fewer failed checks in a row than `readiness`.
-    pub egress_check: Option<crate::egress::Thresholds>,
+    pub egress_check: Option<crate::decide::egress::Thresholds>,
 }
 
 /// What to do next.
@@ -284,7 +284,7 @@ pub fn after_get(
         Err(err) if err.class == ErrorClass::NotFound => {
             // The instance is gone: forget it and create a new one at once.
             let mut status = obs.status.clone();
-            crate::egress::forget_instance(&mut status);
+            crate::decide::egress::forget_instance(&mut status);
             status.provider_id = None;
             status.state = None;
             status.ip = None;
@@ -354,7 +354,7 @@ fn success_delete(
     generation: i64,
 ) -> Outcome {
     let mut status = obs.status.clone();
-    crate::egress::forget_instance(&mut status);
+    crate::decide::egress::forget_instance(&mut status);
     status.provider_id = None;
     status.state = None;
     status.ip = None;
@@ -451,7 +451,7 @@ fn observed(
 pub fn refresh_egress_ready(
     proxy: &Proxy,
     status: &mut ProxyStatus,
-    thresholds: crate::egress::Thresholds,
+    thresholds: crate::decide::egress::Thresholds,
     now: &str,
 ) {
     if status.state == Some(InstanceState::Running) && status.ip.is_some() {
@@ -468,7 +468,7 @@ pub fn refresh_egress_ready(
 fn egress_readiness(
     status: &ProxyStatus,
     port: u16,
-    thresholds: crate::egress::Thresholds,
+    thresholds: crate::decide::egress::Thresholds,
 ) -> (&'static str, &'static str, String) {
     let check = status.condition(crate::model::conditions::EGRESS_VERIFIED);
     let verified = status.egress_verified_at.is_some();

@@ -7,7 +7,7 @@
 //!
 //! "Available" is not "Ready this instant": a member counts from its first verified check until
 //! it has failed the egress check's `failureThreshold` checks in a row (see
-//! [`crate::egress::available`]), so a blip, an API error or an echo outage moves nothing. A
+//! [`crate::decide::egress::available`]), so a blip, an API error or an echo outage moves nothing. A
 //! member that never served (still starting) or that failed past the threshold is disposable.
 //!
 //! A placement whose creates keep failing (a permanent failure at once; quota or capacity after
@@ -20,8 +20,8 @@
 //! the current revision of each placement and the time in; creates, deletes and the status out.
 //! The operator and the CLI carry them out.
 
-pub use crate::model::labels::{PLACEMENT_LABEL, REVISION_ANNOTATION};
-pub use crate::model::pool::*;
+use crate::model::labels::{PLACEMENT_LABEL, REVISION_ANNOTATION};
+use crate::model::pool::*;
 
 use crate::model::proxy::{Condition, Placement};
 use sha2::{Digest, Sha256};
@@ -1116,7 +1116,7 @@ pub fn member(
     status: &crate::model::proxy::ProxyStatus,
     created_at: Option<i64>,
     deleting: bool,
-    egress: Option<crate::egress::Thresholds>,
+    egress: Option<crate::decide::egress::Thresholds>,
 ) -> Member {
     use crate::model::conditions::{READY, ready_is_true, reason};
     let meta = &proxy.metadata;
@@ -1136,7 +1136,7 @@ pub fn member(
     let running =
         status.state == Some(crate::model::instance::InstanceState::Running) && status.ip.is_some();
     let available = match egress {
-        Some(t) => running && failure.is_none() && crate::egress::available(status, t),
+        Some(t) => running && failure.is_none() && crate::decide::egress::available(status, t),
         None => ready_is_true(status),
     };
     Member {
@@ -1164,7 +1164,7 @@ pub fn member(
             .get(crate::model::labels::CORDON_ANNOTATION)
             .is_some_and(|v| v == "true"),
         deleting,
-        drifted: crate::reconcile::spec_drift(proxy, status).is_some(),
+        drifted: crate::decide::reconcile::spec_drift(proxy, status).is_some(),
         egress_ip: status.egress_ip.clone(),
         failure,
         leases: status

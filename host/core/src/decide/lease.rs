@@ -1,6 +1,6 @@
 //! Leases: a crawler holds some of a pool's proxies for a while, alone (`Exclusive`) or with a
 //! bounded number of others (`Shared`), and rotation retires a leased proxy in steps instead
-//! of pulling it from under its holder (see [`crate::pool::decide`]'s drains).
+//! of pulling it from under its holder (see [`crate::decide::pool::decide`]'s drains).
 //!
 //! A lease is a binding recorded on each leased Proxy's status (`status.leases`), as a DRA
 //! claim's `reservedFor`: whoever writes a binding writes it on the condition that the Proxy is
@@ -12,9 +12,9 @@
 //! Everything here is a function of the bindings and `now` (Unix seconds); the operator and the
 //! CLI carry the writes out.
 
-pub use crate::model::lease::*;
+use crate::model::lease::*;
 
-use crate::discovery::Discovered;
+use crate::decide::discovery::Discovered;
 
 use serde::Serialize;
 use std::time::Duration;
@@ -437,7 +437,7 @@ pub struct LeaseView {
 #[derive(Debug, Clone)]
 pub struct Held<'a> {
     /// Its status carries the bindings (`status.leases`) and `ban_reports`.
-    pub proxy: crate::discovery::Candidate<'a>,
+    pub proxy: crate::decide::discovery::Candidate<'a>,
     /// When it goes and why, once it drains (`pool::retiring`).
     pub retiring: Option<(i64, crate::model::pool::DeleteReason)>,
     /// Unix seconds: when the Proxy was created.
@@ -640,7 +640,7 @@ pub fn view(
         .iter()
         .filter_map(|(h, b)| {
             Some(LeasedProxy {
-                proxy: crate::discovery::describe(&h.proxy, false)?,
+                proxy: crate::decide::discovery::describe(&h.proxy, false)?,
                 ready: crate::model::conditions::ready_is_true(h.proxy.status),
                 expires_at: b.expires_at.clone(),
                 retire_at: h.retiring.map(|(at, _)| egress_time::format_rfc3339(at)),

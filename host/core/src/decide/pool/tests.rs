@@ -627,19 +627,16 @@ fn a_proxy_reads_as_a_member() {
     let mut proxy = member_proxy(&pool, &create, &name);
     assert_eq!(proxy.spec.provider, "p0");
     assert_eq!(proxy.spec.placement.zone.as_deref(), Some("z1"));
-    assert_eq!(
-        proxy.metadata.labels[crate::model::labels::POOL_LABEL],
-        "web"
-    );
-    proxy.metadata.annotations.insert(
-        crate::model::labels::CORDON_ANNOTATION.into(),
-        "true".into(),
-    );
+    assert_eq!(proxy.metadata.labels[crate::discovery::POOL_LABEL], "web");
+    proxy
+        .metadata
+        .annotations
+        .insert(crate::discovery::CORDON_ANNOTATION.into(), "true".into());
     let status = crate::ProxyStatus {
         conditions: vec![crate::Condition {
-            type_: crate::model::conditions::READY.into(),
+            type_: crate::reconcile::READY.into(),
             status: "False".into(),
-            reason: crate::model::conditions::reason::PERMANENT_FAILURE.into(),
+            reason: crate::reconcile::reason::PERMANENT_FAILURE.into(),
             message: "refused".into(),
             observed_generation: None,
             last_transition_time: String::new(),
@@ -842,7 +839,7 @@ fn degraded_prior(sp: &PoolSpec, i: usize) -> PoolStatus {
             .enumerate()
             .map(|(j, p)| PlacementStatus {
                 provider: p.provider.clone(),
-                degraded_since: (j == i).then(|| egress_time::format_rfc3339(NOW - 3600)),
+                degraded_since: (j == i).then(|| crate::gc::format_rfc3339(NOW - 3600)),
                 ..Default::default()
             })
             .collect(),
@@ -1595,10 +1592,10 @@ fn a_lease_on_a_replaced_instance_is_recorded_lost() {
         (lost.lease.as_str(), lost.proxy.as_str()),
         ("l-a", leased.as_str())
     );
-    assert_eq!(lost.reason, crate::model::lease::INSTANCE_REPLACED);
+    assert_eq!(lost.reason, crate::lease::INSTANCE_REPLACED);
     assert_eq!(
         lost.holder.as_deref(),
-        Some(crate::model::lease::holder_digest("spider").as_str())
+        Some(crate::lease::holder_digest("spider").as_str())
     );
     // Recorded once.
     s.step();
@@ -1608,12 +1605,12 @@ fn a_lease_on_a_replaced_instance_is_recorded_lost() {
     // member not going (a deletion recorded first that then did not happen).
     let held = s.members[0].name.clone();
     s.members[0].leases = vec![MemberLease::held("l-b", NOW + 86_400, "rival")];
-    s.status.lost_leases.push(crate::model::lease::LostProxy {
+    s.status.lost_leases.push(crate::lease::LostProxy {
         lease: "l-b".into(),
         proxy: held.clone(),
         reason: "Rotated: drained until drainTimeout".into(),
-        at: egress_time::format_rfc3339(s.now),
-        holder: Some(crate::model::lease::holder_digest("rival")),
+        at: crate::gc::format_rfc3339(s.now),
+        holder: Some(crate::lease::holder_digest("rival")),
     });
     s.step();
     assert!(
@@ -1673,7 +1670,7 @@ fn a_huge_replica_count_is_bounded_work_and_refused() {
     // Other counts of the spec are bounded too.
     let mut sp = spec(3, &[1; MAX_PLACEMENTS + 1]);
     sp.placements[0].zones = (0..=MAX_ZONES).map(|z| format!("z{z}")).collect();
-    sp.leases = Some(crate::model::lease::LeasePolicy {
+    sp.leases = Some(crate::lease::LeasePolicy {
         cordon_after_bans: 1000,
         max_per_holder: IntOrPercent::Percent("150%".into()),
         ..Default::default()
@@ -1867,7 +1864,7 @@ fn over_every_state_drains_and_deletions_keep_the_floor() {
 fn lease_and_drain_settings_are_checked_naming_the_field() {
     let mut sp = spec(1, &[1]);
     sp.drain_timeout = Some("0s".into());
-    sp.leases = Some(crate::model::lease::LeasePolicy {
+    sp.leases = Some(crate::lease::LeasePolicy {
         max_shared: 0,
         max_ttl: "5m".into(),
         default_ttl: "10m".into(),
@@ -1884,7 +1881,7 @@ fn lease_and_drain_settings_are_checked_naming_the_field() {
         ]
     );
     sp.drain_timeout = Some("later".into());
-    sp.leases = Some(crate::model::lease::LeasePolicy {
+    sp.leases = Some(crate::lease::LeasePolicy {
         max_ttl: "ever".into(),
         ..Default::default()
     });
