@@ -1,19 +1,55 @@
 #![doc = include_str!("../README.md")]
 
 pub mod config;
-pub mod credential;
-pub mod discovery;
-pub mod egress;
-pub mod gc;
-pub mod instance;
-pub mod lease;
-pub mod name;
-pub mod pool;
-pub mod proxy;
-pub mod reconcile;
-pub mod settle;
+pub mod decide;
+pub mod model;
 
-pub use instance::{
-    CreateRequest, ErrorClass, Instance, InstanceState, OwnerReference, ProviderError, TargetStatus,
+// The paths other crates use, kept while they move to `model::` and `decide::`.
+pub use decide::settle;
+pub use model::{credential, instance, name, proxy};
+
+pub use model::instance::{
+    CreateRequest, ErrorClass, Instance, InstanceState, OwnerReference, Placement, ProviderError,
+    TargetStatus,
 };
-pub use proxy::{Condition, InstanceSpec, Placement, Proxy, ProxySpec, ProxyStatus};
+pub use model::proxy::{Condition, InstanceSpec, Proxy, ProxySpec, ProxyStatus};
+
+/// [`decide::discovery`] and the labels it reads.
+pub mod discovery {
+    pub use crate::decide::discovery::*;
+    pub use crate::model::labels::{
+        CORDON_ANNOTATION, POOL_LABEL, RETIRE_AT_ANNOTATION, RETIRE_REASON_ANNOTATION,
+    };
+}
+
+/// [`decide::egress`] and the condition it writes.
+pub mod egress {
+    pub use crate::decide::egress::*;
+    pub use crate::model::conditions::EGRESS_VERIFIED;
+}
+
+/// [`decide::gc`], and the RFC 3339 helpers other crates still take from here (within this
+/// crate, time comes from `egress_time`).
+pub mod gc {
+    pub use crate::decide::gc::*;
+    pub use egress_time::{format_rfc3339, parse_rfc3339};
+}
+
+/// [`model::lease`] and [`decide::lease`].
+pub mod lease {
+    pub use crate::decide::lease::*;
+    pub use crate::model::lease::*;
+}
+
+/// [`model::pool`], its labels, and [`decide::pool`].
+pub mod pool {
+    pub use crate::decide::pool::*;
+    pub use crate::model::labels::{PLACEMENT_LABEL, REVISION_ANNOTATION};
+    pub use crate::model::pool::*;
+}
+
+/// [`decide::reconcile`] and the conditions it writes.
+pub mod reconcile {
+    pub use crate::decide::reconcile::*;
+    pub use crate::model::conditions::{PROVISIONED, READY, ready_is_true, reason};
+}

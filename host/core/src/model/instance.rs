@@ -1,5 +1,6 @@
 //! What a provider reports about an instance, and how its failures are classified.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -99,7 +100,7 @@ pub struct CreateRequest {
     pub namespace: String,
     pub uid: String,
     pub port: u16,
-    pub placement: crate::proxy::Placement,
+    pub placement: Placement,
     /// Secret: never logged, never in an error, event or plan.
     pub cloud_init: Option<String>,
     pub installation: String,
@@ -117,33 +118,6 @@ pub struct OwnerReference {
     pub uid: String,
 }
 
-impl CreateRequest {
-    /// The request for a Proxy, with the cloud-init resolved by the caller.
-    pub fn for_proxy(
-        proxy: &crate::proxy::Proxy,
-        installation: &str,
-        cloud_init: Option<String>,
-    ) -> Self {
-        let uid = proxy.uid();
-        Self {
-            name: crate::name::instance_name(&uid),
-            namespace: proxy.metadata.namespace.clone(),
-            uid: uid.clone(),
-            port: proxy.spec.port,
-            placement: proxy.spec.placement.clone(),
-            cloud_init,
-            installation: installation.to_string(),
-            owner: Some(OwnerReference {
-                api_version: crate::proxy::API_VERSION.to_string(),
-                kind: crate::proxy::KIND.to_string(),
-                name: proxy.metadata.name.clone(),
-                uid,
-            }),
-            htpasswd: None,
-        }
-    }
-}
-
 /// One health target as a provider's check reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -153,4 +127,30 @@ pub struct TargetStatus {
     pub reason: String,
     pub message: String,
     pub details: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Placement {
+    /// The zone (gcp: `europe-west1-b`; kvm/kvm2: a host's zone label; kubernetes: the
+    /// node zone the Pod is pinned to). Empty: the provider's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The region, where the provider has regions (gcp); derived from the zone when empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The machine type or size (gcp: `e2-small`; kvm/kvm2: a size the provider entry
+    /// defines). Empty: the provider entry's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_type: Option<String>,
+    /// The image (gcp: an image or family URL; kvm2: a cloud image URL; kubernetes: the
+    /// Squid container image). Empty: the provider entry's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+impl Placement {
+    pub fn is_empty(&self) -> bool {
+        *self == Placement::default()
+    }
 }

@@ -1,7 +1,7 @@
 //! Garbage-collection decisions, shared by the CLI's sweep and the operator's sweeper (the
 //! seeds' Sweeper.sweep), with the installation guard the seeds lacked.
 
-use crate::instance::Instance;
+use crate::model::instance::Instance;
 use std::collections::BTreeSet;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,15 +46,12 @@ pub fn judge(
     Verdict::Orphan
 }
 
-/// The RFC 3339 timestamps providers report (`2026-01-02T03:04:05Z`, with optional fraction
-/// and offset) as Unix seconds, and back.
-pub use egress_time::{format_rfc3339, parse_rfc3339};
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::instance::InstanceState;
+    use crate::model::instance::InstanceState;
+    use egress_time::{format_rfc3339, parse_rfc3339};
 
     fn inst(uid: &str, installation: &str) -> Instance {
         Instance {

@@ -2,19 +2,9 @@
 //! by the operator's `GET /v1/proxies` and the CLI's `proxies` command, so both list exactly
 //! the Ready proxies (verified, where the egress check is configured), nothing cordoned.
 
-use crate::proxy::ProxyStatus;
-use crate::reconcile::ready_is_true;
+use crate::model::conditions::ready_is_true;
+use crate::model::proxy::ProxyStatus;
 use serde::Serialize;
-
-/// The label a ProxyPool puts on the Proxies it owns.
-pub const POOL_LABEL: &str = "crawl.example.com/pool";
-/// The annotation that takes a Proxy out of discovery at once (and makes its pool replace it).
-pub const CORDON_ANNOTATION: &str = "crawl.example.com/cordon";
-/// RFC 3339: the pool drains this Proxy (out of discovery, no new leases) and deletes it once
-/// its leases end, or at this time, whichever is first.
-pub const RETIRE_AT_ANNOTATION: &str = "crawl.example.com/retire-at";
-/// Why the pool drains it ([`crate::pool::DeleteReason`]).
-pub const RETIRE_REASON_ANNOTATION: &str = "crawl.example.com/retire-reason";
 
 /// One Proxy as discovery sees it.
 #[derive(Debug, Clone)]
@@ -32,7 +22,7 @@ pub struct Candidate<'a> {
     pub exclusively_leased: bool,
     pub status: &'a ProxyStatus,
     /// The proxy's credential, when the caller may have it.
-    pub credential: Option<&'a crate::credential::ProxyCredential>,
+    pub credential: Option<&'a crate::model::credential::ProxyCredential>,
 }
 
 impl Candidate<'_> {
@@ -179,7 +169,7 @@ pub fn json(list: &[Discovered]) -> serde_json::Value {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::proxy::Condition;
+    use crate::model::proxy::Condition;
 
     fn status(ready: bool, ip: &str) -> ProxyStatus {
         ProxyStatus {
@@ -218,9 +208,9 @@ mod tests {
     #[test]
     fn discovery_advertises_the_instance_not_a_later_spec() {
         let mut served = status(true, "10.0.0.1");
-        let made = |port: u16, zone: Option<&str>| crate::proxy::InstanceSpec {
+        let made = |port: u16, zone: Option<&str>| crate::model::proxy::InstanceSpec {
             port,
-            placement: crate::proxy::Placement {
+            placement: crate::model::proxy::Placement {
                 zone: zone.map(str::to_string),
                 ..Default::default()
             },
@@ -257,7 +247,7 @@ mod tests {
     fn a_known_credential_goes_into_the_url() {
         let ready = status(true, "10.0.0.1");
         let v6 = status(true, "fd00::7");
-        let cred = crate::credential::ProxyCredential::from_entropy("a", &[9u8; 24]);
+        let cred = crate::model::credential::ProxyCredential::from_entropy("a", &[9u8; 24]);
         let mut a = cand("a", "k8s", &ready);
         a.credential = Some(&cred);
         let mut b = cand("v6", "k8s", &v6);

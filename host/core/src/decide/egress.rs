@@ -4,13 +4,12 @@
 //! checker itself or a whole provider is failing). No I/O: the caller probes and passes the
 //! result in, with the time.
 
-use crate::config::{IntOrPercent, parse_duration};
-use crate::gc::{format_rfc3339, parse_rfc3339};
-use crate::proxy::{Condition, ProxyStatus};
-use std::time::Duration;
+use crate::model::conditions::EGRESS_VERIFIED;
 
-/// The condition a check writes.
-pub const EGRESS_VERIFIED: &str = "EgressVerified";
+use crate::config::{IntOrPercent, parse_duration};
+use crate::model::proxy::{Condition, ProxyStatus};
+use egress_time::{format_rfc3339, parse_rfc3339};
+use std::time::Duration;
 
 /// Why a check ended as it did; the condition's reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,6 +1,8 @@
 //! The Proxy object: what a user asks for, and the status the reconciler reports.
 
-use crate::instance::InstanceState;
+pub use crate::model::instance::Placement;
+
+use crate::model::instance::{CreateRequest, InstanceState, OwnerReference};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -66,26 +68,6 @@ pub struct ProxySpec {
 
 fn default_port() -> u16 {
     DEFAULT_PORT
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Placement {
-    /// The zone (gcp: `europe-west1-b`; kvm/kvm2: a host's zone label; kubernetes: the
-    /// node zone the Pod is pinned to). Empty: the provider's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub zone: Option<String>,
-    /// The region, where the provider has regions (gcp); derived from the zone when empty.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub region: Option<String>,
-    /// The machine type or size (gcp: `e2-small`; kvm/kvm2: a size the provider entry
-    /// defines). Empty: the provider entry's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub machine_type: Option<String>,
-    /// The image (gcp: an image or family URL; kvm2: a cloud image URL; kubernetes: the
-    /// Squid container image). Empty: the provider entry's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -166,7 +148,7 @@ pub struct ProxyStatus {
     /// write on the condition that the Proxy is still the version it read, so two writers
     /// never hand it to two exclusive holders; the controllers never write it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub leases: Vec<crate::lease::LeaseBinding>,
+    pub leases: Vec<crate::model::lease::LeaseBinding>,
     /// How many holders reported that a target banned the proxy's address (each once); at the
     /// pool's `leases.cordonAfterBans` the proxy is cordoned. Written with the leases.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -174,7 +156,7 @@ pub struct ProxyStatus {
     /// Those reports: who (a digest of the holder, naming no one) and when, the newest 32. A
     /// holder's second report of the proxy is not counted again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ban_reporters: Vec<crate::lease::BanReport>,
+    pub ban_reporters: Vec<crate::model::lease::BanReport>,
 }
 
 /// The status fields the lease API owns: a controller's status write leaves them out, so it
@@ -198,12 +180,6 @@ impl InstanceSpec {
             port: spec.port,
             placement: spec.placement.clone(),
         }
-    }
-}
-
-impl Placement {
-    pub fn is_empty(&self) -> bool {
-        *self == Placement::default()
     }
 }
 
@@ -236,7 +212,7 @@ impl Proxy {
     /// The UID, derived from namespace/name when the manifest has none.
     pub fn uid(&self) -> String {
         self.metadata.uid.clone().unwrap_or_else(|| {
-            crate::name::derived_uid(&self.metadata.namespace, &self.metadata.name)
+            crate::model::name::derived_uid(&self.metadata.namespace, &self.metadata.name)
         })
     }
 
@@ -262,7 +238,7 @@ impl Proxy {
     pub fn pool(&self) -> Option<&str> {
         self.metadata
             .labels
-            .get(crate::discovery::POOL_LABEL)
+            .get(crate::model::labels::POOL_LABEL)
             .map(String::as_str)
     }
 }
@@ -316,4 +292,28 @@ pub fn validate(proxy: &Proxy) -> Vec<String> {
         problems.push("spec: cloudInit and cloudInitSecretRef are exclusive".to_string());
     }
     problems
+}
+
+// Here rather than in instance.rs so that instance.rs, below the Proxy, names no Proxy.
+impl CreateRequest {
+    /// The request for a Proxy, with the cloud-init resolved by the caller.
+    pub fn for_proxy(proxy: &Proxy, installation: &str, cloud_init: Option<String>) -> Self {
+        let uid = proxy.uid();
+        Self {
+            name: crate::model::name::instance_name(&uid),
+            namespace: proxy.metadata.namespace.clone(),
+            uid: uid.clone(),
+            port: proxy.spec.port,
+            placement: proxy.spec.placement.clone(),
+            cloud_init,
+            installation: installation.to_string(),
+            owner: Some(OwnerReference {
+                api_version: API_VERSION.to_string(),
+                kind: KIND.to_string(),
+                name: proxy.metadata.name.clone(),
+                uid,
+            }),
+            htpasswd: None,
+        }
+    }
 }

@@ -5,30 +5,11 @@
 //! and folds the result back with [`after_create`], [`after_get`] or [`after_delete`]. Nothing
 //! here performs I/O or reads a clock: `now` is passed in.
 
-use crate::instance::{ErrorClass, Instance, InstanceState, ProviderError};
-use crate::proxy::{Condition, Proxy, ProxyStatus};
+use crate::model::conditions::{PROVISIONED, READY, ready_is_true, reason};
+
+use crate::model::instance::{ErrorClass, Instance, InstanceState, ProviderError};
+use crate::model::proxy::{Condition, Proxy, ProxyStatus};
 use std::time::Duration;
-
-pub const READY: &str = "Ready";
-pub const PROVISIONED: &str = "Provisioned";
-
-/// Reasons on the Ready condition.
-pub mod reason {
-    pub const RUNNING: &str = "Running";
-    pub const PROVISIONING: &str = "Provisioning";
-    pub const REPLACING: &str = "Replacing";
-    pub const INSTANCE_LOST: &str = "InstanceLost";
-    pub const PROVIDER_NOT_FOUND: &str = "ProviderNotFound";
-    pub const PERMANENT_FAILURE: &str = "PermanentFailure";
-    pub const QUOTA_EXCEEDED: &str = "QuotaExceeded";
-    pub const TRANSIENT_FAILURE: &str = "TransientFailure";
-    pub const DELETING: &str = "Deleting";
-    pub const DELETION_FAILED: &str = "DeletionFailed";
-    pub const CREATED: &str = "Created";
-    pub const NOT_CREATED: &str = "NotCreated";
-    pub const AWAITING_EGRESS_CHECK: &str = "AwaitingEgressCheck";
-    pub const EGRESS_CHECK_FAILED: &str = "EgressCheckFailed";
-}
 
 /// How often a provisioning instance is polled.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
@@ -52,7 +33,7 @@ pub struct Observation<'a> {
     pub provider: &'a ProviderLookup,
     /// The egress check is configured, with its thresholds: Ready then also needs a verified
     /// check, and stays through fewer failed checks in a row than `readiness`.
-    pub egress_check: Option<crate::egress::Thresholds>,
+    pub egress_check: Option<crate::decide::egress::Thresholds>,
 }
 
 /// What to do next.
@@ -111,10 +92,6 @@ impl Outcome {
             Next::Now => false,
         }
     }
-}
-
-pub fn ready_is_true(status: &ProxyStatus) -> bool {
-    status.condition(READY).is_some_and(|c| c.status == "True")
 }
 
 /// The delay before retry `attempt` (1-based) of a failure of `class`: exponential, capped.
@@ -223,7 +200,7 @@ pub fn decide(obs: Observation<'_>, now: &str) -> Step {
 pub fn spec_drift(proxy: &Proxy, status: &ProxyStatus) -> Option<String> {
     let was = status.instance_spec.as_ref()?;
     status.provider_id.as_ref()?;
-    let now = crate::proxy::InstanceSpec::of(&proxy.spec);
+    let now = crate::model::proxy::InstanceSpec::of(&proxy.spec);
     if *was == now {
         return None;
     }
@@ -278,7 +255,7 @@ pub fn after_create(
             let mut status = obs.status.clone();
             status.provider_id = Some(instance.provider_id.clone());
             status.instance_name = Some(instance.name.clone());
-            status.instance_spec = Some(crate::proxy::InstanceSpec::of(&obs.proxy.spec));
+            status.instance_spec = Some(crate::model::proxy::InstanceSpec::of(&obs.proxy.spec));
             status.set_condition(
                 cond(
                     PROVISIONED,
@@ -307,7 +284,7 @@ pub fn after_get(
         Err(err) if err.class == ErrorClass::NotFound => {
             // The instance is gone: forget it and create a new one at once.
             let mut status = obs.status.clone();
-            crate::egress::forget_instance(&mut status);
+            crate::decide::egress::forget_instance(&mut status);
             status.provider_id = None;
             status.state = None;
             status.ip = None;
@@ -377,7 +354,7 @@ fn success_delete(
     generation: i64,
 ) -> Outcome {
     let mut status = obs.status.clone();
-    crate::egress::forget_instance(&mut status);
+    crate::decide::egress::forget_instance(&mut status);
     status.provider_id = None;
     status.state = None;
     status.ip = None;
@@ -412,7 +389,7 @@ fn observed(
     status.provider_revision = None;
     if status.instance_spec.is_none() {
         // Recorded before instances carried it: it was made from the spec as it is.
-        status.instance_spec = Some(crate::proxy::InstanceSpec::of(&obs.proxy.spec));
+        status.instance_spec = Some(crate::model::proxy::InstanceSpec::of(&obs.proxy.spec));
     }
     let port = obs.proxy.served_port(&status);
     let serving = instance.state == InstanceState::Running && instance.ip.is_some();
@@ -474,7 +451,7 @@ fn observed(
 pub fn refresh_egress_ready(
     proxy: &Proxy,
     status: &mut ProxyStatus,
-    thresholds: crate::egress::Thresholds,
+    thresholds: crate::decide::egress::Thresholds,
     now: &str,
 ) {
     if status.state == Some(InstanceState::Running) && status.ip.is_some() {
@@ -491,9 +468,9 @@ pub fn refresh_egress_ready(
 fn egress_readiness(
     status: &ProxyStatus,
     port: u16,
-    thresholds: crate::egress::Thresholds,
+    thresholds: crate::decide::egress::Thresholds,
 ) -> (&'static str, &'static str, String) {
-    let check = status.condition(crate::egress::EGRESS_VERIFIED);
+    let check = status.condition(crate::model::conditions::EGRESS_VERIFIED);
     let verified = status.egress_verified_at.is_some();
     if verified && status.egress_failures < thresholds.readiness {
         let egress = status.egress_ip.as_deref().unwrap_or("?");

@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::config::IntOrPercent;
 
 const NOW: i64 = 1_767_225_600;
 

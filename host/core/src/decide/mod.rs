@@ -1,0 +1,20 @@
+//! The decisions: pure functions from the model as observed (and the time, passed in) to what
+//! should happen. The CLI and the operator observe, ask here, and carry the answer out.
+//!
+//! - [`reconcile`]: what to do with one Proxy (create, get, delete, replace), and how a provider's
+//!   answer changes its status.
+//! - [`egress`]: what an egress check's result means for a Proxy, when the next is due, and when
+//!   a Proxy that stopped serving may be replaced.
+//! - [`pool`]: a ProxyPool's creates, deletes, drains and status.
+//! - [`lease`]: which proxies a lease gets, renewals, releases, ban reports, lost proxies.
+//! - [`discovery`]: which Proxies a caller may be told of, and how they are described.
+//! - [`gc`]: which instances no Proxy owns any more.
+//! - [`settle`]: a value that counts only once it held still.
+
+pub mod discovery;
+pub mod egress;
+pub mod gc;
+pub mod lease;
+pub mod pool;
+pub mod reconcile;
+pub mod settle;
