@@ -40,6 +40,12 @@ static PYTHON: Polyglot = Polyglot {
     built: OnceLock::new(),
 };
 
+static JAVASCRIPT: Polyglot = Polyglot {
+    dir: "providers-polyglot/js-examplecloud",
+    module: "build/provider_examplecloud_js.wasm",
+    built: OnceLock::new(),
+};
+
 impl Polyglot {
     fn dir(&self) -> PathBuf {
         root().join(self.dir)
@@ -131,4 +137,14 @@ async fn the_python_provider_passes_the_suite() {
 #[tokio::test]
 async fn the_python_provider_plans_a_proxy_from_its_providers_config() {
     plans_a_proxy(&PYTHON, "python").await;
+}
+
+#[tokio::test]
+async fn the_javascript_provider_passes_the_suite() {
+    passes_the_suite(&JAVASCRIPT).await;
+}
+
+#[tokio::test]
+async fn the_javascript_provider_plans_a_proxy_from_its_providers_config() {
+    plans_a_proxy(&JAVASCRIPT, "javascript").await;
 }
