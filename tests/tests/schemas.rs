@@ -740,3 +740,220 @@ fn the_admission_webhook_component_builds_onto_the_deploy() {
         "the NetworkPolicy does not admit the webhook port: {policy:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// schemas/wit/COMPATIBILITY.md: which hosts load which contract versions, from the WIT's
+// `@since` markers.
+
+/// One addition to the contract: an item marked `@since(version = ...)`.
+#[derive(Debug, PartialEq)]
+struct Addition {
+    version: String,
+    /// `interface lock`, `function clock.call-deadline-millis`, `export listing` (of the world).
+    what: String,
+}
+
+/// The contract's version (`package egress:provider@X;`) and every `@since` addition in order,
+/// with the world's imports and exports of the first version under an empty version.
+fn contract_additions(wit: &str) -> (String, Vec<Addition>) {
+    let version = wit
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("package egress:provider@"))
+        .and_then(|v| v.strip_suffix(';'))
+        .expect("the WIT names its package")
+        .to_string();
+    let mut additions = Vec::new();
+    let mut since: Option<String> = None;
+    // The interface or world being read, for functions and world items.
+    let mut scope = String::new();
+    for line in wit.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("@since(version = ") {
+            since = Some(rest.trim_end_matches(')').to_string());
+            continue;
+        }
+        if line.starts_with("///") || line.is_empty() {
+            continue;
+        }
+        let word = |prefix: &str| {
+            line.strip_prefix(prefix)
+                .map(|r| r.trim_end_matches(['{', ';', ' ']).trim().to_string())
+        };
+        let what = if let Some(name) = word("interface ") {
+            scope = name.clone();
+            Some(format!("interface `{name}`"))
+        } else if let Some(name) = word("world ") {
+            scope = name;
+            None
+        } else if let Some(name) = word("import ") {
+            Some(format!("`{scope}` imports `{name}`"))
+        } else if let Some(name) = word("export ") {
+            Some(format!("`{scope}` exports `{name}`"))
+        } else {
+            line.split_once(": func(")
+                .map(|(name, _)| format!("function `{scope}.{name}`"))
+        };
+        let in_world = line.starts_with("import ") || line.starts_with("export ");
+        match (since.take(), what) {
+            (Some(version), Some(what)) => additions.push(Addition { version, what }),
+            // What the world held from the start: the first version's row.
+            (None, Some(what)) if in_world => additions.push(Addition {
+                version: String::new(),
+                what,
+            }),
+            _ => {}
+        }
+    }
+    (version, additions)
+}
+
+/// What a host serving a later contract does with a module built before `what` was added.
+/// Every addition needs a line here: a new `@since` item fails the test until it has one.
+fn host_handling(what: &str) -> &'static str {
+    match what {
+        "interface `lock`" | "`provider-module` imports `lock`" => {
+            "the module does not import it; nothing changes"
+        }
+        "function `clock.call-deadline-millis`" => {
+            "the module does not import it; the host still ends the call at its deadline"
+        }
+        "function `kube.list-objects-page`"
+        | "function `libvirt.list-domains-after`"
+        | "function `libvirt.domains-defined`"
+        | "function `libvirt.pool-list-volumes-after`" => {
+            "the module does not import it; it lists through the unpaged calls"
+        }
+        "interface `listing`" | "`provider-module` exports `listing`" => {
+            "the host lists the module through `list-by-tag` in one call (host/runtime/src/call.rs)"
+        }
+        "interface `credentials`" | "`provider-module` imports `credentials`" => {
+            "the module deploys a Squid the host gave no credential; the egress check sees it \
+             answer without one and does not verify it"
+        }
+        other => panic!(
+            "{other} was added to the contract: say in host_handling (tests/tests/schemas.rs) \
+             what a host does with a module built before it"
+        ),
+    }
+}
+
+fn compatibility_table(wit: &str) -> String {
+    let (current, additions) = contract_additions(wit);
+    let (minor, _) = current.rsplit_once('.').expect("a version a.b.c");
+    let patch: u32 = current.rsplit_once('.').unwrap().1.parse().unwrap();
+    let versions: Vec<String> = (0..=patch).map(|p| format!("{minor}.{p}")).collect();
+    let mut out = String::new();
+    out.push_str(
+        "<!-- Generated from schemas/wit/provider.wit's @since markers by tests/tests/schemas.rs;\n     \
+         regenerate with EGRESS_BLESS=1 cargo test -p egress-tests --test schemas -->\n",
+    );
+    out.push_str("# Contract compatibility\n\n");
+    out.push_str(&format!(
+        "The host in this tree serves contract `egress:provider@{current}`. A module is \
+         built against one contract version; within `{minor}.x` a later contract only adds \
+         (`@since`), so a host loads every module built against its own version or an older \
+         one. A module built against a newer contract than its host serves is not promised \
+         to load.\n\n"
+    ));
+    out.push_str("Host, by the contract it serves, against the module's contract:\n\n");
+    out.push_str("| host serves \\ module built against |");
+    for v in &versions {
+        out.push_str(&format!(" {v} |"));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(versions.len()));
+    out.push('\n');
+    for (h, host) in versions.iter().enumerate() {
+        let this = if *host == current { " (this tree)" } else { "" };
+        out.push_str(&format!("| {host}{this} |"));
+        for m in 0..versions.len() {
+            out.push_str(if m <= h {
+                " loads |"
+            } else {
+                " not promised |"
+            });
+        }
+        out.push('\n');
+    }
+    out.push_str(
+        "\nWhat each version added, and what a host serving a later contract does with a \
+         module built before the addition:\n\n| version | added | a module built before it |\n|---|---|---|\n",
+    );
+    for a in additions.iter().filter(|a| a.version.is_empty()) {
+        out.push_str(&format!("| {minor}.0 | {} | – |\n", a.what));
+    }
+    for v in versions.iter().skip(1) {
+        for a in additions.iter().filter(|a| &a.version == v) {
+            out.push_str(&format!(
+                "| {v} | {} | {} |\n",
+                a.what,
+                host_handling(&a.what)
+            ));
+        }
+    }
+    let unknown: Vec<_> = additions
+        .iter()
+        .filter(|a| !a.version.is_empty() && !versions.contains(&a.version))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "@since outside {minor}.0..={current}: {unknown:?}"
+    );
+    out
+}
+
+#[test]
+fn the_compatibility_table_is_fresh() {
+    let wit_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas/wit");
+    let wit = std::fs::read_to_string(wit_dir.join("provider.wit")).unwrap();
+    let fresh = compatibility_table(&wit);
+    let path = wit_dir.join("COMPATIBILITY.md");
+    if std::env::var_os("EGRESS_BLESS").is_some() {
+        std::fs::write(&path, &fresh).unwrap();
+        return;
+    }
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        current == fresh,
+        "{} is stale; regenerate with EGRESS_BLESS=1 cargo test -p egress-tests --test schemas",
+        path.display()
+    );
+}
+
+/// The generator reads what the markers say: each addition under its version, in its scope.
+#[test]
+fn the_compatibility_table_follows_the_markers() {
+    let wit = "package egress:provider@0.1.2;\ninterface clock {\n    now: func() -> u64;\n    \
+               @since(version = 0.1.1)\n    /// A deadline.\n    call-deadline-millis: func() -> u64;\n}\n\
+               @since(version = 0.1.2)\ninterface listing {\n    list-page: func();\n}\n\
+               world provider-module {\n    import clock;\n    @since(version = 0.1.2)\n    export listing;\n}\n";
+    let (version, additions) = contract_additions(wit);
+    assert_eq!(version, "0.1.2");
+    let got: Vec<(&str, &str)> = additions
+        .iter()
+        .map(|a| (a.version.as_str(), a.what.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("0.1.1", "function `clock.call-deadline-millis`"),
+            ("0.1.2", "interface `listing`"),
+            ("", "`provider-module` imports `clock`"),
+            ("0.1.2", "`provider-module` exports `listing`"),
+        ]
+    );
+    let table = compatibility_table(wit);
+    assert!(
+        table.contains("| 0.1.2 (this tree) | loads | loads | loads |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| 0.1.0 | loads | not promised | not promised |"),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "| 0.1.2 | interface `listing` | the host lists the module through `list-by-tag`"
+        ),
+        "{table}"
+    );
+}

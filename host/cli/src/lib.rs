@@ -248,16 +248,28 @@ fn backends_for(
         }
         None => World::for_config(cfg, &image_urls(inputs)),
     };
-    let sim = world.build().map_err(|source| CliError::Config {
-        what: "world".into(),
-        source,
-    })?;
+    let sim = build_world(&world)?;
     Ok(Reach {
         backends: sim.backends,
         virtual_clock: Some(sim.clock),
         sim_egress: Some(sim.egress),
         world: Some(world),
     })
+}
+
+/// A dry-run's simulated backends: the world's, with the Example Cloud double answering at its
+/// own host beside the Compute Engine one, so a module written against the provider template's
+/// API (examples/provider-template, providers-polyglot/) plans like the built-in types.
+fn build_world(world: &World) -> Result<egress_runtime::world::SimWorld, CliError> {
+    let mut sim = world.build().map_err(|source| CliError::Config {
+        what: "world".into(),
+        source,
+    })?;
+    sim.backends.http = Arc::new(egress_conformance::sim::ExampleCloudBeside::new(
+        sim.backends.http.clone(),
+        sim.backends.clock.clone(),
+    ));
+    Ok(sim)
 }
 
 /// The egress check of a run, when the providers config has one: against the simulated
@@ -706,10 +718,7 @@ async fn run_lanes(
     } = deal_to_lanes(providers, inputs, prior);
     let mut running = Vec::new();
     for ((names, part), prior) in lanes.iter().zip(parts).zip(priors) {
-        let sim = world.build().map_err(|source| CliError::Config {
-            what: "world".into(),
-            source,
-        })?;
+        let sim = build_world(world)?;
         let recorder = Arc::new(PlanRecorder::new());
         let own = providers
             .rebound(

@@ -518,3 +518,35 @@ impl HttpBackend for ExampleCloudSim {
         })
     }
 }
+
+/// The host the Example Cloud double answers at in a dry-run's world: the provider template's
+/// default endpoint (`https://api.examplecloud.test/v1`), a name under `.test` that no real
+/// network resolves.
+pub const EXAMPLE_CLOUD_HOST: &str = "api.examplecloud.test";
+
+/// A dry-run world's http: requests to [`EXAMPLE_CLOUD_HOST`] answered by the Example Cloud
+/// double, every other by `other` (the world's Compute Engine double), so a module written
+/// against the template's API, in whatever language, plans like the built-in types.
+pub struct ExampleCloudBeside {
+    example: ExampleCloudSim,
+    other: Arc<dyn HttpBackend>,
+}
+
+impl ExampleCloudBeside {
+    pub fn new(other: Arc<dyn HttpBackend>, clock: Arc<dyn ClockBackend>) -> Self {
+        Self {
+            example: ExampleCloudSim::new(clock),
+            other,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpBackend for ExampleCloudBeside {
+    async fn send(&self, req: HttpRequest, grant: &HttpGrant) -> Result<HttpResponse, HttpError> {
+        match url_host(&req.url) {
+            Some((host, _)) if host == EXAMPLE_CLOUD_HOST => self.example.send(req, grant).await,
+            _ => self.other.send(req, grant).await,
+        }
+    }
+}

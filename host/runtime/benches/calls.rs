@@ -34,7 +34,8 @@ fn req() -> CreateRequest {
         cloud_init: None,
         installation: "bench".into(),
         owner: None,
-        htpasswd: None,
+        // The kubernetes provider refuses a create without the proxy's credential.
+        htpasswd: Some("bench:$6$rounds=5000$c2FsdHNhbHQ$aGFzaA".into()),
     }
 }
 
@@ -102,6 +103,56 @@ async fn wasm<F: std::future::Future<Output = ()>>(mut f: impl FnMut() -> F) -> 
         v.push(t.elapsed());
     }
     v
+}
+
+/// The Example Cloud provider's modules: the Rust template, then the Python and JavaScript
+/// ones where their build.sh has built them.
+fn polyglot_modules() -> Vec<(&'static str, Vec<u8>)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../providers-polyglot");
+    let mut modules = vec![(
+        "Rust (template)",
+        egress_test_modules::EXAMPLE_TEMPLATE.to_vec(),
+    )];
+    for (name, path) in [
+        (
+            "Python",
+            "python-examplecloud/build/provider_examplecloud_py.wasm",
+        ),
+        (
+            "JavaScript",
+            "js-examplecloud/build/provider_examplecloud_js.wasm",
+        ),
+    ] {
+        match std::fs::read(root.join(path)) {
+            Ok(bytes) => modules.push((name, bytes)),
+            Err(e) => eprintln!("{name}: {path} not built ({e}); run its build.sh"),
+        }
+    }
+    modules
+}
+
+/// Example Cloud answering every request with one running instance, at once: the calls' cost
+/// is the sandbox and the module's own work.
+struct InstanceAnswer;
+
+#[async_trait::async_trait]
+impl egress_runtime::capabilities::http::HttpBackend for InstanceAnswer {
+    async fn send(
+        &self,
+        req: egress_runtime::capabilities::http::HttpRequest,
+        _grant: &egress_core::config::HttpGrant,
+    ) -> Result<
+        egress_runtime::capabilities::http::HttpResponse,
+        egress_runtime::capabilities::http::HttpError,
+    > {
+        let body = br#"{"name":"proxy-3f2b9c1e7a44","labels":{"egress-proxies.crawl.example.com/managed":"true","egress-proxies.crawl.example.com/uid":"3f2b9c1e-7a44-4d0e-9a51-0c2e8f6b1d23","egress-proxies.crawl.example.com/installation":"bench"},"status":"running","ip":"203.0.113.2","createdAt":"2026-01-01T00:00:00Z"}"#;
+        Ok(egress_runtime::capabilities::http::HttpResponse {
+            status: 200,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.to_vec(),
+            final_url: req.url,
+        })
+    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -221,6 +272,74 @@ async fn main() {
             "| {label} | 1000 concurrent kubernetes gets, 2 workers | {:.1} ms total | | |",
             started.elapsed().as_secs_f64() * 1e3
         ));
+    }
+
+    // The same provider in three languages: Example Cloud in Rust (the template), Python and
+    // JavaScript (providers-polyglot/, each built beforehand by its build.sh; a row is left out
+    // when its module is not built). One get: one http call, answered at once.
+    let polyglot = polyglot_modules();
+    {
+        // The tests' module cache: a Python component takes minutes to compile in a dev build.
+        let runtime = Runtime::new(RuntimeOptions {
+            cache_dir: Some(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../target/test-module-cache"),
+            ),
+            pooling: true,
+            max_concurrent_calls: 128,
+        })
+        .unwrap();
+        let label = if runtime.pooling() {
+            "pooling"
+        } else {
+            "on-demand"
+        };
+        for (name, bytes) in &polyglot {
+            let path = dir.path().join(format!("{name}.wasm"));
+            std::fs::write(&path, bytes).unwrap();
+            let cfg = ProvidersConfig::from_yaml(&format!(
+                "installation: bench\nproviders:\n- name: ec\n  type: examplecloud\n  module: {}\n  config: {{project: proxies}}\n  grants: {{http: {{hosts: [api.examplecloud.test]}}}}\n",
+                path.display()
+            ))
+            .unwrap();
+            let mut backends = World::default().build().unwrap().backends;
+            backends.http = std::sync::Arc::new(InstanceAnswer);
+            let ps = Providers::load(
+                &runtime,
+                &cfg,
+                LoadOptions {
+                    base_dir: dir.path(),
+                    builtin: &egress_builtins::module_for_type,
+                    backends,
+                    recorder: None,
+                },
+            )
+            .await
+            .unwrap();
+            let ec = ps.get("ec").unwrap().clone();
+            let get = wasm(|| {
+                let ec = ec.clone();
+                async move {
+                    ec.get("bench", "proxy-3f2b9c1e7a44").await.unwrap();
+                }
+            })
+            .await;
+            let (gm, gp) = stats(get);
+            let module = ec.module.clone();
+            let describe = wasm(|| {
+                let runtime = runtime.clone();
+                let module = module.clone();
+                async move {
+                    runtime.describe(&module).await.unwrap();
+                }
+            })
+            .await;
+            let (dm, dp) = stats(describe);
+            rows.push(format!(
+                "| {label} | Example Cloud get, one http call: {name} ({} KiB) | {gm:.1} µs (p99 {gp:.1}) | | instantiate + describe {dm:.1} µs (p99 {dp:.1}) |",
+                bytes.len() / 1024
+            ));
+        }
     }
 
     // Compile: cold (no cache) against a load from the on-disk cache in a fresh engine.

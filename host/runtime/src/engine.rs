@@ -102,18 +102,25 @@ fn base_config(opts: &RuntimeOptions) -> Result<Config, RuntimeError> {
     Ok(config)
 }
 
+/// The core instances one component may hold. A Rust module holds two or three; a Python one
+/// (componentize-py: libc, libpython and its runtime linked dynamically, an adapter for each
+/// WASI interface) 38. A core instance is no reservation of the pool (its context is allocated
+/// at instantiation, only memories, tables and stacks are pooled): this bounds a count, and
+/// the total is this for every call slot, so no call fails for the want of one.
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 64;
+
 /// How much of each pooled linear memory stays resident between calls (see `pooling_config`).
 const KEEP_RESIDENT_BYTES: usize = 512 << 10;
 
 fn pooling_config(slots: u32) -> PoolingAllocationConfig {
     let mut p = PoolingAllocationConfig::default();
     p.total_component_instances(slots)
-        .total_core_instances(slots * 4)
+        .total_core_instances(slots.saturating_mul(MAX_CORE_INSTANCES_PER_COMPONENT))
         .total_memories(slots * 2)
         .total_tables(slots * 4)
         .total_stacks(slots)
         .max_memory_size(MAX_MEMORY_BYTES)
-        .max_core_instances_per_component(20)
+        .max_core_instances_per_component(MAX_CORE_INSTANCES_PER_COMPONENT)
         .max_memories_per_component(4)
         .max_tables_per_component(8)
         // A reused slot keeps its first 512 KiB resident, zeroed with memset, instead of
