@@ -14,9 +14,9 @@
 //! The files and what they name make a graph; a circle is a strongly connected set of more than
 //! one file (each reaches each other), reported with the steps between its files and the first
 //! path that makes each step.
-//! The crates in [`WITHOUT_CIRCLES`] must have none; every other workspace member is read too
-//! and its circles printed without failing, as the work still to do. A crate joins the list
-//! once it has none.
+//! Every workspace member must have none, but the crates in [`STILL_WITH_CIRCLES`], whose
+//! circles are printed without failing, as the work still to do: a crate leaves that list once
+//! it has none, and a new crate is held from the start.
 //!
 //! What it does not see: paths inside macro invocations, paths through a glob-imported module
 //! name, and `#[path]` on a `mod` (no crate uses one). It errs by missing an edge, never by inventing one.
@@ -28,8 +28,19 @@ use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
 
-/// Crates (directories under the workspace root) whose files must import in no circle.
-const WITHOUT_CIRCLES: &[&str] = &["host/core"];
+/// Crates (directories under the workspace root) whose files still import in circles; every
+/// other crate's files must import in none.
+const STILL_WITH_CIRCLES: &[&str] = &[
+    "guest-sdk",
+    "host/cli",
+    "host/conformance",
+    "host/egress-check",
+    "host/gateway",
+    "host/operator",
+    "host/runtime",
+    "providers-wasm/libvirt",
+    "tests/fuzz",
+];
 
 /// A module's path from the crate root (`["model", "pool"]`).
 type ModPath = Vec<String>;
@@ -317,15 +328,15 @@ fn workspace_members() -> Vec<String> {
         .collect()
 }
 
-/// Reads every workspace member (its library and binary) and checks those in
-/// [`WITHOUT_CIRCLES`]; the other crates' circles are printed for the steps still to come (run
+/// Reads every workspace member (its library and binary) and checks those not in
+/// [`STILL_WITH_CIRCLES`]; those crates' circles are printed for the steps still to come (run
 /// with `--nocapture`).
 #[test]
 fn the_crates_held_to_no_circle_have_none() {
     let (mut held, mut others) = (Vec::new(), Vec::new());
     let members = workspace_members();
     assert!(members.len() > 10, "the workspace's members were not read");
-    for member in WITHOUT_CIRCLES {
+    for member in STILL_WITH_CIRCLES {
         assert!(
             members.iter().any(|m| m == member),
             "{member} is not a workspace member"
@@ -338,10 +349,10 @@ fn the_crates_held_to_no_circle_have_none() {
             } else {
                 vec![]
             };
-            let to = if WITHOUT_CIRCLES.contains(&member.as_str()) {
-                &mut held
-            } else {
+            let to = if STILL_WITH_CIRCLES.contains(&member.as_str()) {
                 &mut others
+            } else {
+                &mut held
             };
             to.extend(circles.into_iter().map(|c| format!("{member}: {c}")));
         }
