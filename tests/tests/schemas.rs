@@ -5,21 +5,27 @@
 
 use std::path::Path;
 
-fn check(name: &str, schema: schemars::Schema) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../schemas")
-        .join(name);
-    let fresh = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+/// Fails when the checked-in `path` differs from what was generated; `EGRESS_BLESS=1` rewrites
+/// it instead.
+fn fresh_or_bless(path: &Path, fresh: &str) {
     if std::env::var_os("EGRESS_BLESS").is_some() {
-        std::fs::write(&path, &fresh).unwrap();
+        std::fs::write(path, fresh).unwrap();
         return;
     }
-    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    let current = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         current == fresh,
         "{} is stale; regenerate with EGRESS_BLESS=1 cargo test -p egress-tests --test schemas",
         path.display()
     );
+}
+
+fn check(name: &str, schema: schemars::Schema) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../schemas")
+        .join(name);
+    let fresh = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+    fresh_or_bless(&path, &fresh);
 }
 
 #[test]
@@ -62,16 +68,7 @@ fn check_yaml(name: &str, value: &impl serde::Serialize) {
         "# Generated from host/k8s-api/src/crd.rs; regenerate with\n# EGRESS_BLESS=1 cargo test -p egress-tests --test schemas\n{}",
         serde_yaml::to_string(value).unwrap()
     );
-    if std::env::var_os("EGRESS_BLESS").is_some() {
-        std::fs::write(&path, &fresh).unwrap();
-        return;
-    }
-    let current = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        current == fresh,
-        "{} is stale; regenerate with EGRESS_BLESS=1 cargo test -p egress-tests --test schemas",
-        path.display()
-    );
+    fresh_or_bless(&path, &fresh);
 }
 
 #[test]
@@ -907,16 +904,7 @@ fn the_compatibility_table_is_fresh() {
     let wit = std::fs::read_to_string(wit_dir.join("provider.wit")).unwrap();
     let fresh = compatibility_table(&wit);
     let path = wit_dir.join("COMPATIBILITY.md");
-    if std::env::var_os("EGRESS_BLESS").is_some() {
-        std::fs::write(&path, &fresh).unwrap();
-        return;
-    }
-    let current = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        current == fresh,
-        "{} is stale; regenerate with EGRESS_BLESS=1 cargo test -p egress-tests --test schemas",
-        path.display()
-    );
+    fresh_or_bless(&path, &fresh);
 }
 
 /// The generator reads what the markers say: each addition under its version, in its scope.
