@@ -1124,17 +1124,19 @@ pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport:
         let source = egress_serve::auth::source_of(&stream);
         let sources = sources.clone();
         let transport = transport.clone();
+        // Admitted here, in the order the listener accepts, not in the spawned task: a
+        // source's next connection is judged after every earlier one is counted, and a refused
+        // one costs no task.
+        let admitted = stream.peer_addr().map(|peer| sources.admit(peer.ip()));
         async move {
             let limits = gateway.limits;
-            let pending = match stream.peer_addr() {
-                Ok(peer) => match sources.admit(peer.ip()) {
-                    Some(p) => p,
-                    None => {
-                        gateway.metrics.error(None, None, ErrorKind::Overloaded);
-                        let _ = stream.try_write(TOO_MANY_FROM_SOURCE);
-                        return;
-                    }
-                },
+            let pending = match admitted {
+                Ok(Some(p)) => p,
+                Ok(None) => {
+                    gateway.metrics.error(None, None, ErrorKind::Overloaded);
+                    let _ = stream.try_write(TOO_MANY_FROM_SOURCE);
+                    return;
+                }
                 // Already gone.
                 Err(_) => return,
             };
