@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use async_trait::async_trait;
+use egress_control::world::World;
 use egress_core::config::ProvidersConfig;
 use egress_proxies::parse_proxies;
 use egress_proxies::reconcile::{Driver, DriverOptions, Time};
@@ -11,7 +12,6 @@ use egress_proxies::state::StateFile;
 use egress_runtime::Backends;
 use egress_runtime::capabilities::clock::{ClockBackend, SystemClock};
 use egress_runtime::capabilities::kube::{KubeBackend, KubeError, KubeRef, Object, ObjectPage};
-use egress_runtime::world::World;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -119,7 +119,7 @@ async fn due_proxies_are_reconciled_at_once_within_the_limit() {
         time: Time::Real(clock),
         egress: None,
         credentials: std::sync::Arc::new(
-            egress_runtime::credential_store::SimulatedCredentials::default(),
+            egress_control::credential_store::SimulatedCredentials::default(),
         ),
         options: DriverOptions {
             installation: "test".into(),

@@ -180,7 +180,7 @@ async fn a_real_squid_is_verified_listed_and_an_announcing_one_replaced() {
 
     // Discovery from the state file lists the verified one only.
     let state = egress_proxies::state::StateFile::read(&dir.path().join("state.yaml")).unwrap();
-    let credentials = egress_runtime::credential_store::FileCredentials::open(
+    let credentials = egress_control::credential_store::FileCredentials::open(
         dir.path().join("state.yaml.credentials"),
     )
     .unwrap();

@@ -69,7 +69,7 @@ async fn run_on(spec: &Spec, keep: &[&str], max_rounds: u32) -> (Report, Report)
         time: Time::Virtual(sim.world.clock.clone()),
         egress: None,
         credentials: std::sync::Arc::new(
-            egress_runtime::credential_store::SimulatedCredentials::default(),
+            egress_control::credential_store::SimulatedCredentials::default(),
         ),
         options: DriverOptions {
             installation: "scale".into(),

@@ -40,7 +40,7 @@ fn providers_config_schema_is_fresh() {
 fn world_schema_is_fresh() {
     check(
         "world.schema.json",
-        schemars::schema_for!(egress_runtime::world::World),
+        schemars::schema_for!(egress_control::world::World),
     );
 }
 

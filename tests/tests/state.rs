@@ -39,7 +39,7 @@ fn driver<'a>(e: &'a Env, state: &Path, max_rounds: u32) -> Driver<'a> {
         time: Time::Virtual(e.world.clock.clone()),
         egress: None,
         credentials: std::sync::Arc::new(
-            egress_runtime::credential_store::SimulatedCredentials::default(),
+            egress_control::credential_store::SimulatedCredentials::default(),
         ),
         options: DriverOptions {
             installation: "test".into(),

@@ -13,6 +13,7 @@
 
 use crate::CliError;
 use crate::state::{StateFile, StoredProxy};
+use egress_control::credential_store::FileCredentials;
 use egress_core::discovery::{Discovered, Filter};
 use egress_core::lease::{
     self, BanReport, Held, LeaseBinding, LeasePolicy, LeaseRef, LeaseRequest, LeaseView, LostProxy,
@@ -20,7 +21,6 @@ use egress_core::lease::{
 };
 use egress_operator::leases::{LeaseBook, LeaseRefusal, count_call};
 use egress_operator::metrics::Metrics;
-use egress_runtime::credential_store::FileCredentials;
 use egress_time::now::Clock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -83,7 +83,7 @@ impl LeaseFile {
 
     fn write(&self, path: &Path) -> Result<(), String> {
         let text = serde_yaml::to_string(self).map_err(|e| e.to_string())?;
-        egress_runtime::private_file::replace(path, text.as_bytes())
+        egress_control::private_file::replace(path, text.as_bytes())
             .map_err(|e| format!("writing the lease file {}: {e}", path.display()))
     }
 
@@ -405,7 +405,7 @@ impl Board {
             return Err(LeaseRefusal::BadRequest(problems.join("; ")));
         }
         let entropy =
-            egress_runtime::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
+            egress_control::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
         let id = lease::new_id(&at.namespace, &at.pool, &entropy);
         let mut inner = self.lock();
         let policy = Self::policy(&inner, at);

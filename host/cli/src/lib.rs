@@ -13,10 +13,10 @@ pub mod reconcile;
 pub mod state;
 pub mod telemetry;
 
+use egress_control::world::World;
 use egress_core::Proxy;
 use egress_core::config::{ConfigError, ProvidersConfig};
 use egress_runtime::capabilities::clock::ClockBackend;
-use egress_runtime::world::World;
 use egress_runtime::{Backends, LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
 use reconcile::{Driver, DriverOptions, Report, Time};
 use std::path::{Path, PathBuf};
@@ -202,7 +202,7 @@ fn load_config(src: &Source) -> Result<(ProvidersConfig, String), CliError> {
 struct Reach {
     backends: Backends,
     virtual_clock: Option<Arc<egress_runtime::capabilities::clock::VirtualClock>>,
-    sim_egress: Option<Arc<egress_runtime::egress::SimEgress>>,
+    sim_egress: Option<Arc<egress_control::egress::SimEgress>>,
     /// A dry-run's world, which each lane builds again for itself.
     world: Option<World>,
 }
@@ -260,7 +260,7 @@ fn backends_for(
 /// A dry-run's simulated backends: the world's, with the Example Cloud double answering at its
 /// own host beside the Compute Engine one, so a module written against the provider template's
 /// API (examples/provider-template, providers-polyglot/) plans like the built-in types.
-fn build_world(world: &World) -> Result<egress_runtime::world::SimWorld, CliError> {
+fn build_world(world: &World) -> Result<egress_control::world::SimWorld, CliError> {
     let mut sim = world.build().map_err(|source| CliError::Config {
         what: "world".into(),
         source,
@@ -278,7 +278,7 @@ fn checker_for(
     cfg: &ProvidersConfig,
     what: &str,
     reach: &Reach,
-) -> Result<Option<Arc<egress_runtime::egress::EgressChecker>>, CliError> {
+) -> Result<Option<Arc<egress_control::egress::EgressChecker>>, CliError> {
     checker_on(cfg, what, reach.sim_egress.as_ref(), &reach.backends)
 }
 
@@ -287,31 +287,31 @@ fn checker_for(
 fn checker_on(
     cfg: &ProvidersConfig,
     what: &str,
-    sim: Option<&Arc<egress_runtime::egress::SimEgress>>,
+    sim: Option<&Arc<egress_control::egress::SimEgress>>,
     backends: &Backends,
-) -> Result<Option<Arc<egress_runtime::egress::EgressChecker>>, CliError> {
+) -> Result<Option<Arc<egress_control::egress::EgressChecker>>, CliError> {
     let Some(c) = &cfg.egress_check else {
         return Ok(None);
     };
     let checker = match sim {
-        Some(sim) => egress_runtime::egress::EgressChecker::new(
+        Some(sim) => egress_control::egress::EgressChecker::new(
             egress_core::egress::Settings::from_config(c),
             sim.clone(),
             backends.clock.clone(),
         ),
         // Through the network, checks run in the background on their own concurrency, each
         // finished one waking its Proxy's next step (see `Driver::run_concurrent`).
-        None => egress_runtime::egress::network_checker(c, backends.clock.clone())
+        None => egress_control::egress::network_checker(c, backends.clock.clone())
             .map_err(|message| CliError::Input {
                 what: what.to_string(),
                 message,
             })?
-            .in_background(Arc::new(egress_runtime::egress::CheckWakes::default())),
+            .in_background(Arc::new(egress_control::egress::CheckWakes::default())),
     };
     // The run tracks every Proxy's status: the outage rule counts those (a rerun after a crash
     // counts what the state file holds), not only the checks this run made.
     Ok(Some(Arc::new(checker.with_fleet(Arc::new(
-        egress_runtime::egress::StatusFleet::default(),
+        egress_control::egress::StatusFleet::default(),
     )))))
 }
 
@@ -496,11 +496,11 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
 
 /// Where a real run keeps its Proxies' credentials: the file beside its state file, or,
 /// without one, memory (random, lost with the run). A dry-run derives them
-/// ([`egress_runtime::credential_store::SimulatedCredentials`]).
+/// ([`egress_control::credential_store::SimulatedCredentials`]).
 fn credentials_for(
     state: Option<&Path>,
-) -> Result<Arc<dyn egress_runtime::credential_store::CredentialSource>, CliError> {
-    use egress_runtime::credential_store::{FileCredentials, MemoryCredentials};
+) -> Result<Arc<dyn egress_control::credential_store::CredentialSource>, CliError> {
+    use egress_control::credential_store::{FileCredentials, MemoryCredentials};
     Ok(match state {
         Some(path) => Arc::new(
             FileCredentials::open(FileCredentials::path_for(path)).map_err(CliError::Runtime)?,
@@ -513,7 +513,7 @@ fn credentials_for(
 /// credentials file it shares with them, and the server task.
 struct Api {
     board: Arc<leases::Board>,
-    credentials: Arc<dyn egress_runtime::credential_store::CredentialSource>,
+    credentials: Arc<dyn egress_control::credential_store::CredentialSource>,
     server: Server,
 }
 
@@ -523,7 +523,7 @@ fn serve_api(
     serving: Serving,
     state: &state::StateFile,
 ) -> Result<Api, CliError> {
-    use egress_runtime::credential_store::FileCredentials;
+    use egress_control::credential_store::FileCredentials;
     let listen = |message: &str| CliError::Input {
         what: "--listen".into(),
         message: message.into(),
@@ -761,7 +761,7 @@ async fn run_lanes(
                         time: Time::Virtual(sim.clock.clone()),
                         egress,
                         credentials: Arc::new(
-                            egress_runtime::credential_store::SimulatedCredentials::default(),
+                            egress_control::credential_store::SimulatedCredentials::default(),
                         ),
                         options,
                     };
@@ -919,9 +919,9 @@ pub async fn run_reconcile_watch_serving(
     // A changed proxies file is acted on once two polls in a row read the same text.
     let mut proxies_file = egress_core::settle::Settle::default();
     // One store for every pass, so a Proxy keeps its credential from pass to pass.
-    let mut credentials: Arc<dyn egress_runtime::credential_store::CredentialSource> =
+    let mut credentials: Arc<dyn egress_control::credential_store::CredentialSource> =
         if req.dry_run {
-            Arc::new(egress_runtime::credential_store::SimulatedCredentials::default())
+            Arc::new(egress_control::credential_store::SimulatedCredentials::default())
         } else {
             credentials_for(req.state.as_deref())?
         };

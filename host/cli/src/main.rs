@@ -286,11 +286,11 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
         }
         Command::Proxies(a) => {
             match egress_proxies::state::StateFile::read(&a.state).and_then(|state| {
-                let path = egress_runtime::credential_store::FileCredentials::path_for(&a.state);
+                let path = egress_control::credential_store::FileCredentials::path_for(&a.state);
                 let leases = egress_proxies::leases::LeaseFile::read(
                     &egress_proxies::leases::LeaseFile::path_for(&a.state),
                 )?;
-                egress_runtime::credential_store::FileCredentials::open(path)
+                egress_control::credential_store::FileCredentials::open(path)
                     .map(|c| (state, c, leases))
                     .map_err(egress_proxies::CliError::Runtime)
             }) {

@@ -313,7 +313,7 @@ impl Progress {
 /// The spans and events the layer follows.
 fn wanted(meta: &Metadata<'_>) -> bool {
     let t = meta.target();
-    (t == "egress_runtime::reconciler" && meta.name() == "reconcile")
+    (t == "egress_control::reconciler" && meta.name() == "reconcile")
         || (t == "egress_runtime::provider" && meta.name().starts_with("provider."))
         || (t.starts_with("libvirt_rpc::transfer") && meta.is_event())
         || t == RUN_TARGET
@@ -876,7 +876,7 @@ mod tests {
 
     /// What the runtime's spans look like, by target and name.
     fn step(proxy: &str, op: &str, fail: Option<&str>) {
-        let step = tracing::info_span!(target: "egress_runtime::reconciler", "reconcile", proxy, provider = "kvm", deleting = false);
+        let step = tracing::info_span!(target: "egress_control::reconciler", "reconcile", proxy, provider = "kvm", deleting = false);
         let _in = step.enter();
         let call = tracing::info_span!(target: "egress_runtime::provider", "provider.create", provider = "kvm", error.type = tracing::field::Empty);
         if op == "create" {

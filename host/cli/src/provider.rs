@@ -3,8 +3,8 @@
 
 use crate::cli::{ProviderNewArgs, ProviderTestArgs, TestFormat};
 use egress_conformance::{BlockFile, ModuleSource, Suite, SuiteError, template};
+use egress_control::world::World;
 use egress_runtime::RuntimeOptions;
-use egress_runtime::world::World;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]

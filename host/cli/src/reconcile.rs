@@ -9,13 +9,13 @@ pub use pools::{PoolReport, PoolSample};
 
 pub mod lanes;
 mod pools;
+use egress_control::egress::{CheckWakes, EgressChecker};
+use egress_control::reconciler::{InlineCloudInit, ReconcileEnv, Wait, reconcile_proxy};
 use egress_core::config::ProvidersConfig;
 use egress_core::gc::{self, Verdict};
 use egress_core::reconcile;
 use egress_core::{Proxy, ProxyStatus};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::egress::{CheckWakes, EgressChecker};
-use egress_runtime::reconciler::{InlineCloudInit, ReconcileEnv, Wait, reconcile_proxy};
 use egress_runtime::{PlanRecorder, PlanStep, Providers};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -280,7 +280,7 @@ pub struct Driver<'a> {
     /// The egress check, when the providers config has one.
     pub egress: Option<Arc<EgressChecker>>,
     /// Each Proxy's credential: beside the state file in real mode, in memory in a dry-run.
-    pub credentials: Arc<dyn egress_runtime::credential_store::CredentialSource>,
+    pub credentials: Arc<dyn egress_control::credential_store::CredentialSource>,
     pub options: DriverOptions,
 }
 
@@ -735,7 +735,7 @@ impl Driver<'_> {
             t.deleting,
             key,
         )
-        .instrument(egress_runtime::reconciler::reconcile_span(
+        .instrument(egress_control::reconciler::reconcile_span(
             &t.proxy, t.deleting,
         ))
         .await;

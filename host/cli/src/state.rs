@@ -127,7 +127,7 @@ impl StoredProxy {
 /// when it has one.
 pub fn discover<'a>(
     proxies: impl Iterator<Item = &'a StoredProxy>,
-    credentials: &egress_runtime::credential_store::FileCredentials,
+    credentials: &egress_control::credential_store::FileCredentials,
     filter: &egress_core::discovery::Filter,
     now: i64,
 ) -> Vec<egress_core::discovery::Discovered> {
@@ -148,7 +148,7 @@ impl StateFile {
     /// draining is not listed.
     pub fn discover(
         &self,
-        credentials: &egress_runtime::credential_store::FileCredentials,
+        credentials: &egress_control::credential_store::FileCredentials,
         leases: &crate::leases::LeaseFile,
         filter: &egress_core::discovery::Filter,
     ) -> Vec<egress_core::discovery::Discovered> {
@@ -307,11 +307,11 @@ impl StateFile {
     }
 
     /// Writes the whole file through a synced temporary file of a fresh name, its owner's only
-    /// from the start, renamed into place ([`egress_runtime::private_file`]): a reader never
+    /// from the start, renamed into place ([`egress_control::private_file`]): a reader never
     /// sees half of it.
     pub fn write(&self, path: &Path) -> Result<(), crate::CliError> {
         let text = serde_yaml::to_string(self).map_err(|e| output_error(path, e))?;
-        egress_runtime::private_file::replace(path, text.as_bytes())
+        egress_control::private_file::replace(path, text.as_bytes())
             .map_err(|e| output_error(path, e))
     }
 }
@@ -331,7 +331,7 @@ impl StateLock {
         name.push(".lock");
         let path = state.with_file_name(name);
         let file =
-            egress_runtime::private_file::open_append(&path).map_err(|e| output_error(&path, e))?;
+            egress_control::private_file::open_append(&path).map_err(|e| output_error(&path, e))?;
         match file.try_lock() {
             Ok(()) => Ok(Self { _file: file }),
             Err(std::fs::TryLockError::WouldBlock) => Err(input_error(
@@ -416,7 +416,7 @@ impl StateWriter {
         let journal = match &mut self.journal {
             Some(f) => f,
             None => {
-                let f = egress_runtime::private_file::open_append(&journal_path(&self.path))
+                let f = egress_control::private_file::open_append(&journal_path(&self.path))
                     .map_err(|e| output_error(&self.path, e))?;
                 self.journal.insert(f)
             }

@@ -6,10 +6,10 @@ pub mod faults;
 pub mod sim;
 pub mod template;
 
+use egress_control::world::World;
 use egress_core::Placement;
 use egress_core::config::{ConfigError, Grants};
 use egress_runtime::RuntimeOptions;
-use egress_runtime::world::World;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;

@@ -4,6 +4,7 @@
 //! backend-side view the cases need: stop an instance, list what remains of one.
 
 use crate::faults::{FaultPlan, FaultyHttp, FaultyKube, FaultyLibvirt};
+use egress_control::world::World;
 use egress_core::config::HttpGrant;
 use egress_runtime::Backends;
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
@@ -13,7 +14,6 @@ use egress_runtime::capabilities::http::{
 use egress_runtime::capabilities::kube::{KubeBackend, KubeRef};
 use egress_runtime::capabilities::libvirt::LibvirtBackend;
 use egress_runtime::capabilities::libvirt_sim::SimUrl;
-use egress_runtime::world::World;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

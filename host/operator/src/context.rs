@@ -2,10 +2,10 @@
 //! loaded (swapped whole on reload), the installation identity, metrics and backoff counters.
 
 use crate::metrics::Metrics;
+use egress_control::egress::EgressChecker;
 use egress_core::ErrorClass;
 use egress_core::config::ProvidersConfig;
 use egress_runtime::Providers;
-use egress_runtime::egress::EgressChecker;
 use kube::runtime::events::{Recorder, Reporter};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};

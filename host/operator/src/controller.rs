@@ -3,10 +3,10 @@
 //! replacement, deletion and failure; requeue by what the decisions say.
 
 use crate::context::Context;
+use egress_control::reconciler::{CloudInitSource, ReconcileEnv, Wait, reconcile_proxy};
 use egress_k8s_api::api_error_summary;
 use egress_k8s_api::crd::Proxy;
 use egress_k8s_api::patch::status_patch;
-use egress_runtime::reconciler::{CloudInitSource, ReconcileEnv, Wait, reconcile_proxy};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -120,7 +120,7 @@ pub fn release_patch(proxy: &Proxy) -> Result<Option<json_patch::Patch>, Error> 
 // A span per reconcile that follows the future across awaits (an entered guard held across
 // them would leave it entered on whichever reconcile the thread runs next).
 pub async fn reconcile(proxy: Arc<Proxy>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let span = egress_runtime::reconciler::reconcile_span(
+    let span = egress_control::reconciler::reconcile_span(
         &proxy.to_core(),
         proxy.metadata.deletion_timestamp.is_some(),
     );

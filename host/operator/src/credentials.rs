@@ -10,13 +10,13 @@
 //! so the process that parses every crawler's untrusted input may read no Secret of the
 //! crawlers' namespaces at all.
 
+use egress_control::credential_store::CredentialSource;
 use egress_core::credential::ProxyCredential;
 use egress_k8s_api::api_error_summary;
 use egress_k8s_api::secrets::{
     CREDENTIAL_OF_LABEL, GATEWAY_CREDENTIAL_ANNOTATION, GATEWAY_SECRET, GatewayCredential,
     from_secret, secret_name,
 };
-use egress_runtime::credential_store::CredentialSource;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::Api;
@@ -29,9 +29,9 @@ const GATEWAY_ID_BYTES: usize = 5;
 /// A fresh gateway credential, from the operating system's randomness.
 pub fn fresh_gateway_credential() -> Result<GatewayCredential, String> {
     // Hex: what an annotation value and a user name take as they are.
-    let id_bytes: [u8; GATEWAY_ID_BYTES] = egress_runtime::credential_store::entropy()?;
+    let id_bytes: [u8; GATEWAY_ID_BYTES] = egress_control::credential_store::entropy()?;
     let id = hex::encode(id_bytes);
-    let entropy = egress_runtime::credential_store::entropy()?;
+    let entropy = egress_control::credential_store::entropy()?;
     let mut credential = ProxyCredential::from_entropy("gateway", &entropy);
     credential.username = GatewayCredential::username_for(&id);
     Ok(GatewayCredential { id, credential })
@@ -188,7 +188,7 @@ impl CredentialSource for SecretCredentials {
             Ok(None) => {}
             Err(e) => return Err(summary(&what, &e)),
         }
-        let made = egress_runtime::credential_store::fresh(proxy)?;
+        let made = egress_control::credential_store::fresh(proxy)?;
         let secret = Secret {
             metadata: ObjectMeta {
                 name: Some(name.clone()),

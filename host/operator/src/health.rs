@@ -2,11 +2,11 @@
 //! each bounded by its entry's check timeout, written to one ProviderHealth per provider.
 
 use crate::context::Context;
+use egress_control::egress::EgressChecker;
 use egress_core::egress::CheckReason;
 use egress_k8s_api::crd::{
     ProviderEgress, ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, TargetHealth,
 };
-use egress_runtime::egress::EgressChecker;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use std::time::Duration;

@@ -448,7 +448,7 @@ impl KubeLeases {
         let policy = pool.spec.leases.clone().unwrap_or_default();
         let ttl = lease::ttl(req.ttl.as_deref(), &policy).map_err(LeaseRefusal::BadRequest)?;
         let entropy =
-            egress_runtime::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
+            egress_control::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
         let id = lease::new_id(&at.namespace, &at.pool, &entropy);
         for _ in 0..ATTEMPTS {
             let members = self.members(&pool).await?;

@@ -13,12 +13,12 @@ pub mod sweeper;
 pub mod webhook;
 
 use context::{Context, Loaded};
+use egress_control::egress::{CheckWakes, EgressChecker, StatusFleet};
 use egress_core::config::ProvidersConfig;
 use egress_k8s_api::crd;
 use egress_k8s_api::watch::{credential_watch, proxy_watch_config};
 use egress_runtime::capabilities::clock::ClockBackend;
 use egress_runtime::capabilities::kube::RealKube;
-use egress_runtime::egress::{CheckWakes, EgressChecker, StatusFleet};
 use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
 use egress_serve::{auth, tls};
 use futures::StreamExt;
@@ -420,7 +420,7 @@ pub fn checker_for(
     {
         return Ok(Some(e.clone()));
     }
-    let checker = egress_runtime::egress::network_checker(check, clock.clone())?;
+    let checker = egress_control::egress::network_checker(check, clock.clone())?;
     Ok(Some(Arc::new(
         checker
             .with_observer(metrics.clone())

@@ -13,6 +13,9 @@
 
 mod support;
 
+use egress_control::egress::{
+    CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
+};
 use egress_core::egress::{CheckReason, CheckResult, Settings};
 use egress_k8s_api::crd::Proxy;
 use egress_operator::context::{Context, Loaded};
@@ -20,9 +23,6 @@ use egress_operator::controller::{FINALIZER, reconcile};
 use egress_operator::metrics::Metrics;
 use egress_operator::server::{self, ProxySource, Readiness, StoreSource};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::egress::{
-    CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
-};
 use futures::StreamExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::controller::Action;

@@ -6,8 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use egress_control::egress::StatusFleet;
 use egress_k8s_api::crd::Proxy;
-use egress_runtime::egress::StatusFleet;
 use futures::StreamExt;
 use kube::runtime::controller::Action;
 use kube_double::{Config, Double};

@@ -11,6 +11,9 @@
 
 mod support;
 
+use egress_control::egress::{
+    CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
+};
 use egress_core::egress::{CheckReason, CheckResult, Settings};
 use egress_core::pool::SHARED_EGRESS_LIMIT;
 use egress_k8s_api::crd::{Proxy, ProxyPool};
@@ -18,9 +21,6 @@ use egress_operator::context::{Context, Loaded};
 use egress_operator::metrics::Metrics;
 use egress_operator::pool::PoolContext;
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::egress::{
-    CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
-};
 use egress_time::now::Clock;
 use futures::StreamExt;
 use http::Method;
@@ -1149,8 +1149,8 @@ async fn a_pools_metrics_follow_it_pass_promtool_and_carry_what_the_alerts_and_d
     // runtime's call observer, the egress checker's, the sweeper and the health monitor;
     // their own tests drive them): a family is served once it has a sample.
     {
+        use egress_control::egress::CheckObserver;
         use egress_runtime::CallObserver;
-        use egress_runtime::egress::CheckObserver;
         let m = &r.ctx.metrics;
         m.observe("east", "create", Duration::from_millis(40), None);
         m.observe(

@@ -8,9 +8,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use egress_control::world::World;
 use egress_core::config::ProvidersConfig;
 use egress_core::{CreateRequest, Placement};
-use egress_runtime::world::World;
 use egress_runtime::{LoadOptions, Providers, Runtime, RuntimeOptions};
 use guest_sdk::Provider as _;
 use std::time::{Duration, Instant};

@@ -2,17 +2,12 @@
 
 pub mod bindings;
 pub mod capabilities;
-pub mod credential_store;
-pub mod egress;
 pub mod engine;
 pub mod grants;
 pub mod plan;
-pub mod private_file;
 pub mod provider;
-pub mod reconciler;
 pub mod redact;
 pub mod reload;
-pub mod world;
 
 mod call;
 

@@ -4,9 +4,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use egress_control::world::World;
 use egress_core::{CreateRequest, Placement};
 use egress_runtime::capabilities::clock::SystemClock;
-use egress_runtime::world::World;
 use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
 use std::path::Path;
 use std::sync::Arc;

@@ -3,10 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use egress_control::world::World;
 use egress_core::config::ProvidersConfig;
 use egress_core::{CreateRequest, ErrorClass, InstanceState, Placement};
 use egress_runtime::capabilities::clock::VirtualClock;
-use egress_runtime::world::World;
 use egress_runtime::{LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

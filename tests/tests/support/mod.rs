@@ -4,8 +4,8 @@
 // Each test binary uses only part of it.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use egress_control::world::{SimWorld, World};
 use egress_core::config::ProvidersConfig;
-use egress_runtime::world::{SimWorld, World};
 use egress_runtime::{Backends, LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
 use std::path::Path;
 use std::sync::Arc;

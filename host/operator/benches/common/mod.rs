@@ -1,12 +1,12 @@
 //! What the operator's benches share: the operator's Context on the real kubernetes module
 //! against an API server at a URL, and the process's memory.
 
+use egress_control::egress::EgressChecker;
 use egress_core::config::ProvidersConfig;
 use egress_operator::context::{Context, Loaded};
 use egress_operator::metrics::Metrics;
 use egress_runtime::capabilities::clock::ClockBackend;
 use egress_runtime::capabilities::kube::RealKube;
-use egress_runtime::egress::EgressChecker;
 use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
 use kube::runtime::events::Reporter;
 use std::path::Path;

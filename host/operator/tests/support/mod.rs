@@ -1,9 +1,9 @@
 //! What the operator's tests share: providers loaded as in a cluster, their Pods in the
 //! API double.
 
+use egress_control::world::World;
 use egress_core::config::ProvidersConfig;
 use egress_runtime::capabilities::kube::RealKube;
-use egress_runtime::world::World;
 use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
 use kube_double::Double;
 use std::path::Path;

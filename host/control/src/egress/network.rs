@@ -2,8 +2,8 @@
 
 use super::checker::EgressChecker;
 use super::probe::{Chosen, EchoLook, EgressProbe};
-use crate::capabilities::clock::ClockBackend;
 use egress_core::egress::{CheckReason, CheckResult, Settings};
+use egress_runtime::capabilities::clock::ClockBackend;
 use std::sync::Arc;
 
 /// The checker of real runs: a [`NetworkProbe`] with the config's settings and TLS trust.

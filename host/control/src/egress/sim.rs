@@ -1,8 +1,8 @@
 //! The simulated proxies and echoes of a dry-run, from the world file's `egress` section.
 
 use super::probe::{Chosen, EchoLook, EgressProbe, is_https};
-use crate::capabilities::clock::ClockBackend;
 use egress_core::egress::{CheckReason, CheckResult, Settings};
+use egress_runtime::capabilities::clock::ClockBackend;
 use std::sync::Arc;
 
 /// The simulated proxies' behaviour, from the world file's `egress` section.

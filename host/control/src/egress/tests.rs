@@ -10,9 +10,9 @@ use std::time::Duration;
 fn auth() -> Option<String> {
     Some("Basic c2ltOnNpbQ==".into())
 }
-use crate::capabilities::clock::VirtualClock;
 use egress_core::config::IntOrPercent;
 use egress_core::proxy::{ObjectMeta, ProxySpec};
+use egress_runtime::capabilities::clock::VirtualClock;
 
 fn settings() -> Settings {
     Settings {

@@ -3,9 +3,9 @@
 //! Shared by the CLI's loop and the operator's controller.
 
 use crate::egress::{Due, EgressChecker};
-use crate::provider::Providers;
 use egress_core::reconcile::{self, DeletePurpose, Next, Observation, ProviderLookup, Step};
 use egress_core::{CreateRequest, ErrorClass, InstanceState, Proxy, ProxyStatus};
+use egress_runtime::provider::Providers;
 use std::time::Duration;
 
 /// How long the Proxy waits before its next reconcile.
@@ -26,7 +26,7 @@ pub struct ProxyEvent {
     pub message: String,
     /// RFC 3339: when it happened.
     pub at: String,
-    /// Its place among the run's events and plan steps (see [`crate::plan::next_seq`]).
+    /// Its place among the run's events and plan steps (see [`egress_runtime::plan::next_seq`]).
     pub seq: u64,
 }
 
@@ -72,7 +72,7 @@ fn event(at: String, warning: bool, reason: &str, message: String) -> ProxyEvent
         reason: reason.to_string(),
         message,
         at,
-        seq: crate::plan::next_seq(),
+        seq: egress_runtime::plan::next_seq(),
     }
 }
 

@@ -25,7 +25,7 @@ pub trait CredentialSource: Send + Sync {
 
     /// The htpasswd line of `credential` for a create of `proxy`: under a fresh salt.
     fn htpasswd(&self, _proxy: &Proxy, credential: &ProxyCredential) -> Option<String> {
-        crate::capabilities::credentials::htpasswd(credential)
+        egress_runtime::capabilities::credentials::htpasswd(credential)
     }
 }
 
@@ -88,7 +88,7 @@ pub fn entropy<const N: usize>() -> Result<[u8; N], String> {
 
 /// A new random credential for `proxy`; the error says the system had no randomness.
 pub fn fresh(proxy: &Proxy) -> Result<ProxyCredential, String> {
-    crate::capabilities::credentials::fresh(&proxy.metadata.name)
+    egress_runtime::capabilities::credentials::fresh(&proxy.metadata.name)
         .ok_or_else(|| "the operating system gave no randomness for a password".to_string())
 }
 

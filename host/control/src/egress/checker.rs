@@ -3,9 +3,9 @@
 
 use super::fleet::Fleet;
 use super::probe::{CheckObserver, ECHO_LOOK_TTL_MS, EchoLook, EgressProbe, STATUS_REFRESH};
-use crate::capabilities::clock::ClockBackend;
 use egress_core::egress::{self, CheckOutcome, CheckReason, CheckResult, Settings};
 use egress_core::{Proxy, ProxyStatus};
+use egress_runtime::capabilities::clock::ClockBackend;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

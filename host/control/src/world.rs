@@ -1,12 +1,12 @@
 //! The world file: the state the simulated backends start from, so a dry-run plans against a
 //! realistic backend (existing Pods, faults to inject, start time and seed).
 
-use crate::Backends;
-use crate::capabilities::clock::{ClockBackend, VirtualClock};
-use crate::capabilities::gce_sim::{SimGce, SimGceSpec};
-use crate::capabilities::kube::{SimKube, SimKubeSpec};
-use crate::capabilities::libvirt_sim::{SimLibvirt, SimLibvirtSpec};
 use egress_core::config::ConfigError;
+use egress_runtime::Backends;
+use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
+use egress_runtime::capabilities::gce_sim::{SimGce, SimGceSpec};
+use egress_runtime::capabilities::kube::{SimKube, SimKubeSpec};
+use egress_runtime::capabilities::libvirt_sim::{SimLibvirt, SimLibvirtSpec};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
@@ -217,7 +217,7 @@ impl World {
     /// the configured sha256 or one derived from the URL; the Compute API and the cluster
     /// accept any zone and image, as they do by default.
     pub fn for_config(cfg: &egress_core::config::ProvidersConfig, image_urls: &[String]) -> Self {
-        use crate::capabilities::libvirt_sim::{SimHostSpec, SimUrl};
+        use egress_runtime::capabilities::libvirt_sim::{SimHostSpec, SimUrl};
         use sha2::Digest;
         let mut world = World::default();
         let mut hosts: Vec<SimHostSpec> = Vec::new();
