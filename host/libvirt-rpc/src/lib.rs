@@ -7,6 +7,7 @@ pub mod codes;
 pub mod doctor;
 #[cfg(feature = "client")]
 pub mod error;
+pub mod image_hosts;
 #[cfg(feature = "client")]
 pub mod pool;
 #[cfg(feature = "client")]

@@ -7,6 +7,7 @@ use guest_sdk::squid::{
     SourceRange, check_allowed_destinations, check_allowed_ranges, private_ranges,
 };
 use guest_sdk::{Placement, ProviderError, permanent};
+use libvirt_rpc::image_hosts::is_host_entry;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -185,34 +186,6 @@ pub fn is_http_url(s: &str) -> bool {
         .strip_prefix("https://")
         .or_else(|| s.strip_prefix("http://"));
     matches!(rest, Some(r) if !r.is_empty() && !r.starts_with('/') && !s.chars().any(char::is_whitespace))
-}
-
-/// `host`, `host:port`, `[ipv6]`, `[ipv6]:port` or a bare IPv6 address; the host a DNS name or
-/// an IP address, the port 1-65535.
-pub fn is_host_entry(s: &str) -> bool {
-    let port_ok = |p: &str| p.parse::<u16>().is_ok_and(|p| p > 0);
-    let name_ok = |h: &str| {
-        !h.is_empty()
-            && !h.starts_with('.')
-            && h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
-    };
-    if let Some(rest) = s.strip_prefix('[') {
-        return match rest.split_once(']') {
-            Some((h, "")) => h.parse::<std::net::Ipv6Addr>().is_ok(),
-            Some((h, p)) => {
-                h.parse::<std::net::Ipv6Addr>().is_ok() && p.strip_prefix(':').is_some_and(port_ok)
-            }
-            None => false,
-        };
-    }
-    match s.matches(':').count() {
-        0 => name_ok(s),
-        1 => s
-            .split_once(':')
-            .is_some_and(|(h, p)| name_ok(h) && port_ok(p)),
-        _ => s.parse::<std::net::Ipv6Addr>().is_ok(),
-    }
 }
 
 fn is_path(s: &str) -> bool {

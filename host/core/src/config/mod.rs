@@ -147,7 +147,7 @@ impl ProvidersConfig {
                 .and_then(|g| g.libvirt.as_ref())
                 .map_or(&[][..], |l| l.image_hosts.as_slice());
             for (j, h) in image_hosts.iter().enumerate() {
-                if !is_host_entry(h) {
+                if !libvirt_rpc::image_hosts::is_host_entry(h) {
                     return Err(ConfigError::new(
                         format!("{at}.grants.libvirt.imageHosts[{j}]"),
                         format!("{h:?} is not host, host:port or [ipv6]:port"),
