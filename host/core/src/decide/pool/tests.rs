@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::IntOrPercent;
+use std::time::Duration;
 
 const NOW: i64 = 1_767_225_600;
 
