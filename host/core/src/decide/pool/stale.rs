@@ -7,8 +7,9 @@ use super::observed::Observed;
 use crate::model::pool::*;
 use std::collections::BTreeMap;
 
-/// Why each stale member is stale, by name. Built here, then added to by each step that marks
-/// members for replacement ([`mark`]); the removal steps read it.
+/// Why each stale member is stale, by name: the rollout's reasons ([`rollout_reasons`]), to
+/// which [`super::decide`] adds what steps 3 to 5 return ([`mark`]); the removal steps read
+/// it. No step changes it itself.
 pub(super) type Stale<'a> = BTreeMap<&'a str, DeleteReason>;
 
 /// The live members a rollout replaces whatever the placements' shares: a cordoned one, one of

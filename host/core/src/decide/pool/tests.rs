@@ -4,6 +4,8 @@ use super::*;
 use crate::config::IntOrPercent;
 use std::time::Duration;
 
+mod steps;
+
 const NOW: i64 = 1_767_225_600;
 
 fn spec(replicas: u32, weights: &[u32]) -> PoolSpec {
