@@ -20,24 +20,24 @@
 //! the current revision of each placement and the time in; creates, deletes and the status out.
 //! The operator and the CLI carry them out.
 //!
-//! [`decide`] reads as its steps, each a function of its own file:
+//! [`decide`] reads as its steps, each a function of its own module:
 //!
-//! 1. [`health`]: each placement's health, degraded while its creates fail;
-//! 2. [`shares`]: the placements' shares, a degraded one lending what of it does not serve;
-//! 3. [`replace`]: a member in a permanent failure past its backoff, and with distinctEgress
+//! 1. `health`: each placement's health, degraded while its creates fail;
+//! 2. `shares`: the placements' shares, a degraded one lending what of it does not serve;
+//! 3. `replace`: a member in a permanent failure past its backoff, and with distinctEgress
 //!    one on an address an older member has, make way for new ones;
-//! 4. [`probe`]: a degraded placement keeps one member trying;
-//! 5. [`scale`]: the members beyond `replicas`, and the serving ones beyond their placement's
+//! 4. `probe`: a degraded placement keeps one member trying;
+//! 5. `scale`: the members beyond `replicas`, and the serving ones beyond their placement's
 //!    share;
-//! 6. [`rollout`] and [`scale`]: the stale members that serve no one go, then the scaled-down
+//! 6. `rollout` and `scale`: the stale members that serve no one go, then the scaled-down
 //!    ones within the floor;
-//! 7. [`rollout`]: the stale members that serve go within the floor, the leased ones draining;
+//! 7. `rollout`: the stale members that serve go within the floor, the leased ones draining;
 //!    drains end;
-//! 8. [`create`]: new members within maxSurge, and the probes.
+//! 8. `create`: new members within maxSurge, and the probes.
 //!
-//! Then [`status`], the record of lost leases ([`lost`]) and when to decide again
-//! ([`requeue`]). Why a member is stale ([`stale`]) starts with the rollout's reasons and is
-//! added to by steps 3 to 5; every step reads the members through one [`observed`] view and
+//! Then `status`, the record of lost leases (`lost`) and when to decide again
+//! (`requeue`). Why a member is stale (`stale`) starts with the rollout's reasons and is
+//! added to by steps 3 to 5; every step reads the members through one `observed` view and
 //! returns what it decides, which [`decide`] alone puts together.
 
 mod budgets;

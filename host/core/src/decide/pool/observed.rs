@@ -5,7 +5,7 @@
 use crate::model::pool::*;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The members of one decision, sorted once.
+/// The members of one decision, told apart once: live or draining, and which share an address.
 pub(super) struct Observed<'a> {
     pub spec: &'a PoolSpec,
     /// Unix seconds.
