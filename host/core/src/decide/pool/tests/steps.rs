@@ -3,6 +3,7 @@
 
 use super::super::create::{Room, new_members};
 use super::super::health::{Health, placement_health};
+use super::super::lost::lost_record;
 use super::super::observed::Observed;
 use super::super::probe::keep_probes;
 use super::super::removals::Removals;
@@ -12,6 +13,7 @@ use super::super::rollout;
 use super::super::scale;
 use super::super::shares::lent_shares;
 use super::super::stale::{Stale, rollout_reasons};
+use super::super::status::{Counts, status};
 use super::*;
 
 /// A placement that creates, as step 1 would say.
@@ -455,4 +457,101 @@ fn requeue_is_the_soonest_of_a_rotation_a_held_back_replacement_and_a_drain() {
     let stale: Stale = [("a", DeleteReason::OutOfDate)].into_iter().collect();
     let later = requeue_after(&seen, &stale, 600, None, &none, NOW + 30);
     assert_eq!(later, None);
+}
+
+#[test]
+fn status_a_degraded_placement_says_what_it_lent_and_to_whom() {
+    let sp = spec(4, &[1, 1]);
+    let r = revs(&sp);
+    let members = vec![
+        member("a", 0, &r[0], true, NOW - 600),
+        member("b", 0, "old", true, NOW - 600),
+        member("c", 1, &r[1], true, NOW - 600),
+    ];
+    let seen = Observed::new(&sp, &members, NOW);
+    // "a" and "c" are being replaced for failing, "b" for its revision: only "b" is out of
+    // date.
+    let mut stale = rollout_reasons(&seen, &r);
+    stale.insert("a", DeleteReason::Failed);
+    stale.insert("c", DeleteReason::Failed);
+    let counts = Counts::of(&seen, &members, &stale, 4, 0);
+    assert_eq!((counts.ready, counts.available, counts.updated), (3, 3, 2));
+    let health = [
+        healthy(),
+        Health {
+            failure: Some("PermanentFailure: image 404".into()),
+            ..degraded()
+        },
+    ];
+    let st = status(
+        &seen,
+        &PoolStatus::default(),
+        counts,
+        &health,
+        &[3, 1],
+        &[],
+        &[],
+    );
+    let cond = |t: &str| st.condition(t).unwrap().clone();
+    assert_eq!(
+        cond("PlacementDegraded").message,
+        "placements[1] (p1): PermanentFailure: image 404; 1 of its 2 lent: 1 to placements[0] (p0)"
+    );
+    assert_eq!(cond("PlacementDegraded").reason, "ShareLent");
+    assert_eq!(
+        cond("Available").message,
+        "3 of 4 available (3 ready); at least 4 must be"
+    );
+    assert_eq!(cond("Available").status, "False");
+    assert_eq!(cond("Progressing").reason, "RollingOut");
+    assert_eq!(
+        st.placements
+            .iter()
+            .map(|p| (p.replicas, p.target_replicas, p.degraded_since.is_some()))
+            .collect::<Vec<_>>(),
+        vec![(2, 3, false), (1, 1, true)]
+    );
+}
+
+#[test]
+fn lost_the_record_keeps_an_hour_drops_what_the_world_contradicts_and_counts_each_once() {
+    let sp = spec(1, &[1]);
+    let r = revs(&sp);
+    let lost = |lease: &str, proxy: &str, at: i64| crate::model::lease::LostProxy {
+        lease: lease.into(),
+        proxy: proxy.into(),
+        reason: "Rotated: drained until drainTimeout".into(),
+        at: crate::gc::format_rfc3339(at),
+        holder: None,
+    };
+    let prior = PoolStatus {
+        lost_leases: vec![
+            lost("l-old", "gone", NOW - 3600),
+            lost("l-recent", "gone", NOW - 3599),
+            // Recorded before a deletion that did not happen: the lease still holds "kept".
+            lost("l-kept", "kept", NOW - 60),
+        ],
+        ..Default::default()
+    };
+    let kept = Member {
+        leases: vec![MemberLease::held("l-kept", NOW + 600, "spider")],
+        ..member("kept", 0, &r[0], true, NOW - 600)
+    };
+    let members = vec![kept];
+    let new = vec![lost("l-recent", "gone", NOW), lost("l-new", "gone", NOW)];
+    let record = lost_record(&prior, &members, &[], new.clone(), NOW);
+    assert_eq!(
+        record
+            .iter()
+            .map(|l| (l.lease.as_str(), l.at.as_str()))
+            .collect::<Vec<_>>(),
+        vec![
+            ("l-recent", prior.lost_leases[1].at.as_str()),
+            ("l-new", new[1].at.as_str()),
+        ]
+    );
+    // Deleted now, the lease on "kept" is lost after all.
+    let going = [("kept".to_string(), DeleteReason::Rotated)];
+    let record = lost_record(&prior, &members, &going, Vec::new(), NOW);
+    assert!(record.iter().any(|l| l.lease == "l-kept"), "{record:?}");
 }
