@@ -2,6 +2,9 @@
 
 use super::*;
 use crate::config::IntOrPercent;
+use std::time::Duration;
+
+mod steps;
 
 const NOW: i64 = 1_767_225_600;
 
