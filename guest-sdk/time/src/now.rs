@@ -14,8 +14,13 @@ pub fn system_clock() -> Clock {
 
 /// The system clock, Unix seconds (0 for a clock set before 1970).
 pub fn unix_now() -> i64 {
+    (unix_now_millis() / 1000) as i64
+}
+
+/// The system clock, Unix milliseconds (0 for a clock set before 1970).
+pub fn unix_now_millis() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
+        .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
 }

@@ -184,7 +184,8 @@ struct RunLine {
     at: Instant,
     next_step_ms: Option<u64>,
     deadline_ms: u64,
-    deadline_wall: std::time::SystemTime,
+    /// Unix milliseconds.
+    deadline_wall_ms: u64,
 }
 
 impl Progress {
@@ -519,10 +520,8 @@ fn rate(bytes: u64, elapsed: Duration) -> String {
 
 /// The local wall-clock time of `at` as HH:MM:SS UTC, for a deadline a person compares with
 /// a clock.
-fn clock(at: std::time::SystemTime) -> String {
-    let secs = at
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+fn clock(at_ms: u64) -> String {
+    let secs = at_ms / 1000;
     let day = secs % 86_400;
     format!(
         "{:02}:{:02}:{:02} UTC",
@@ -689,7 +688,7 @@ impl State {
             at: Instant::now(),
             next_step_ms: f.next_step_ms,
             deadline_ms,
-            deadline_wall: std::time::SystemTime::now() + Duration::from_millis(deadline_ms),
+            deadline_wall_ms: egress_time::now::unix_now_millis().saturating_add(deadline_ms),
         };
         if matches!(self.out, Some(Out::Plain(_))) {
             let due = match self.plain_run {
@@ -769,7 +768,7 @@ impl RunLine {
         let _ = write!(
             s,
             "; deadline {} (in {})",
-            clock(self.deadline_wall),
+            clock(self.deadline_wall_ms),
             human(Duration::from_millis(left))
         );
         s

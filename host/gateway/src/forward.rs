@@ -629,9 +629,7 @@ async fn until_ended(
 
 /// How long until Unix second `at` by the wall clock (zero once it passed).
 fn retire_wait(at: i64) -> Duration {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = Duration::from_millis(egress_time::now::unix_now_millis());
     let at = Duration::from_secs(at.max(0) as u64);
     at.saturating_sub(now)
 }

@@ -6,6 +6,7 @@
 //! the lease: it stops (and is restarted) before another replica can take the lease. A 500,
 //! a conflict on its own lease or a stalled request is one failed try, not the end.
 
+use egress_time::now::unix_now_millis as now_ms;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -60,13 +61,6 @@ fn micro_now(now_ms: u64) -> String {
 /// A 404 about the namespace (`namespaces "x" not found`), not about the Lease.
 fn names_namespace(s: &kube::core::Status) -> bool {
     s.details.as_ref().is_some_and(|d| d.kind == "namespaces")
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 impl LeaseLock {

@@ -5,7 +5,7 @@ use crate::bindings::egress::provider::clock as wit;
 use crate::call::CallState;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 #[async_trait::async_trait]
 pub trait ClockBackend: Send + Sync {
@@ -45,10 +45,7 @@ impl Default for SystemClock {
 #[async_trait::async_trait]
 impl ClockBackend for SystemClock {
     fn now_millis(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
+        egress_time::now::unix_now_millis()
     }
     async fn sleep_millis(&self, ms: u64) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
