@@ -1,0 +1,489 @@
+//! The lease API's flow, written once over a [`LeaseStore`]: a lease is a binding on each
+//! leased Proxy (`egress_core::lease` decides them), each write conditioned on the version of
+//! the Proxy it was decided on. Two callers racing for the last free proxy both write on the
+//! version they read; the store keeps the first and refuses the second, which reads again and
+//! finds the proxy taken. A lease of several proxies is all or none: bindings already written
+//! are taken back when a later one cannot be.
+//!
+//! The stores: Proxy statuses in a cluster ([`kube::KubeProxies`]), or the CLI's lease file
+//! beside its state. A lease id names its namespace and pool (`LeaseRef`), so a call is
+//! authorised before anything is read.
+
+pub mod kube;
+
+use crate::metrics::Metrics;
+use egress_core::ProxyStatus;
+use egress_core::lease::{
+    self, BanReport, Held, LeaseBinding, LeasePolicy, LeaseRef, LeaseRequest, LeaseView, LostProxy,
+    Outcome, ReleaseRequest, RenewRequest,
+};
+use egress_time::now::Clock;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a lease call is not served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseRefusal {
+    /// 400: the request is malformed (the field at fault named).
+    BadRequest(String),
+    /// 404: no such pool, or no such live lease of the caller's (and what it lost, if it lost
+    /// proxies). Another's lease is answered as one that does not exist.
+    NotFound(String),
+    /// 429: the caller holds as many of the pool's proxies as `leases.maxPerHolder` allows.
+    TooMany(String),
+    /// 503 with Retry-After: no proxy free now, and why.
+    Unavailable {
+        reason: String,
+        retry_after: Duration,
+    },
+    /// 503 with a short Retry-After: the API server failed or the proxies kept changing.
+    Busy(String),
+}
+
+impl LeaseRefusal {
+    /// Why a lease of pool `at` (under `policy`) is not granted: 503 when not enough is free,
+    /// with when to ask again; 429 beyond the holder's share.
+    pub fn refused(at: &LeaseRef, policy: &lease::LeasePolicy, r: lease::Refused) -> Self {
+        let reason = r.reason(&at.namespace, &at.pool, policy);
+        match r {
+            lease::Refused::Shortage(s) => LeaseRefusal::Unavailable {
+                reason,
+                retry_after: s.retry_after,
+            },
+            lease::Refused::PerHolder { .. } => LeaseRefusal::TooMany(reason),
+        }
+    }
+}
+
+/// What the HTTP API asks of leases ([`Leases`] over a store answers it).
+#[async_trait::async_trait]
+pub trait LeaseBook: Send + Sync {
+    async fn acquire(&self, holder: &str, req: &LeaseRequest) -> Result<LeaseView, LeaseRefusal>;
+    async fn renew(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &RenewRequest,
+    ) -> Result<LeaseView, LeaseRefusal>;
+    async fn release(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &ReleaseRequest,
+    ) -> Result<(), LeaseRefusal>;
+    async fn view(&self, holder: &str, at: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal>;
+    async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal>;
+}
+
+/// What a pool's leases go by.
+#[derive(Debug, Clone)]
+pub struct PoolFacts<'a> {
+    /// `spec.leases`.
+    pub policy: LeasePolicy,
+    /// `spec.replicas`, which `leases.maxPerHolder` may be a percentage of.
+    pub replicas: u32,
+    /// What its leases lost (`status.lostLeases`).
+    pub lost: &'a [LostProxy],
+}
+
+/// Where the bindings are kept: what differs between a cluster and the CLI. Each member is
+/// read with a version, and a write lands only on the version it was decided on.
+#[async_trait::async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// A pool as read.
+    type Pool: Send + Sync;
+    /// One of its Proxies as read, with its version and its credential.
+    type Member: Clone + Send + Sync;
+
+    /// Pool `at`, or 404 naming it.
+    async fn pool(&self, at: &LeaseRef) -> Result<Self::Pool, LeaseRefusal>;
+    fn facts(pool: &Self::Pool) -> PoolFacts<'_>;
+    /// Its Proxies now (not those being deleted).
+    async fn members(
+        &self,
+        at: &LeaseRef,
+        pool: &Self::Pool,
+    ) -> Result<Vec<Self::Member>, LeaseRefusal>;
+    /// `m` as the core's lease functions read it.
+    fn held(m: &Self::Member, now: i64) -> Held<'_>;
+    /// Its status: its bindings and ban reports.
+    fn status(m: &Self::Member) -> &ProxyStatus;
+    /// Whether it carries the cordon mark already.
+    fn cordoned(m: &Self::Member) -> bool;
+    /// `namespace/name`, for what is said about it.
+    fn key(m: &Self::Member) -> String;
+    /// Writes `bindings` (and the ban reports `bans`) as the records of `m` on the condition
+    /// that it is the version read, keeping its live bindings of a replaced instance (their
+    /// holders' record of the loss). `Ok(None)`: it changed since, or is gone.
+    async fn write(
+        &self,
+        m: &Self::Member,
+        bindings: Vec<LeaseBinding>,
+        bans: Option<Vec<BanReport>>,
+        now: i64,
+    ) -> Result<Option<Self::Member>, LeaseRefusal>;
+    /// `m` as it is now, after a write found it changed; None when it is gone.
+    async fn reread(&self, m: &Self::Member) -> Result<Option<Self::Member>, LeaseRefusal>;
+    /// Cordons a proxy enough of its holders reported banned (`bans` of them): out of discovery
+    /// and leases, to be replaced through the pool's budget. Best effort, said when it fails.
+    async fn cordon(&self, m: &Self::Member, bans: usize);
+    /// A release landed on `m` (a draining proxy may go now).
+    fn released(&self, _m: &Self::Member) {}
+}
+
+/// Counts lease call `op` on the pool of `at` by how it ended
+/// (`egress_proxies_leases_total`).
+fn count_call(metrics: &Metrics, at: &LeaseRef, op: &str, r: &Result<impl Sized, LeaseRefusal>) {
+    let result = match r {
+        Ok(_) => "granted",
+        Err(LeaseRefusal::Unavailable { .. }) => "unavailable",
+        Err(LeaseRefusal::Busy(_)) => "conflict",
+        Err(_) => "refused",
+    };
+    metrics.lease_call(&at.namespace, &at.pool, op, result);
+}
+
+/// Writes of one lease call tried at most this many times against a changing pool.
+const ATTEMPTS: usize = 5;
+
+/// The lease flow over store `S`: the [`LeaseBook`] the API calls.
+pub struct Leases<S> {
+    store: Arc<S>,
+    now: Clock,
+    metrics: Arc<Metrics>,
+}
+
+/// A member's change: its new bindings and, when they changed, its ban reports.
+type Change = Option<(Vec<LeaseBinding>, Option<Vec<BanReport>>)>;
+
+impl<S: LeaseStore> Leases<S> {
+    pub fn with_store(store: Arc<S>, now: Clock, metrics: Arc<Metrics>) -> Self {
+        Self {
+            store,
+            now,
+            metrics,
+        }
+    }
+
+    /// The store the leases are kept in.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// Lease `id` as its holder `holder` is told, from the members that hold it and what the
+    /// pool says it lost; None when it holds none for `holder`.
+    fn describe(
+        at: &LeaseRef,
+        pool: &S::Pool,
+        members: &[S::Member],
+        id: &str,
+        holder: &str,
+        now: i64,
+    ) -> Option<LeaseView> {
+        let held: Vec<Held<'_>> = members.iter().map(|m| S::held(m, now)).collect();
+        lease::view(
+            &at.namespace,
+            &at.pool,
+            &held,
+            S::facts(pool).lost,
+            id,
+            holder,
+            now,
+        )
+    }
+
+    /// 404 for lease `id`, saying what it lost when the pool (or a Proxy whose instance was
+    /// replaced) remembers and it was `holder`'s.
+    fn gone(
+        pool: &S::Pool,
+        members: &[S::Member],
+        id: &str,
+        holder: &str,
+        now: i64,
+    ) -> LeaseRefusal {
+        let held: Vec<Held<'_>> = members.iter().map(|m| S::held(m, now)).collect();
+        LeaseRefusal::NotFound(lease::gone(&held, S::facts(pool).lost, id, holder, now))
+    }
+
+    /// Applies `change` to member `first` until the write lands on the version it was decided
+    /// on (reading again after each conflict), or the change says there is nothing to do
+    /// (`Ok(None)`).
+    async fn settle(
+        &self,
+        first: S::Member,
+        change: impl Fn(&S::Member) -> Result<Change, LeaseRefusal> + Send + Sync,
+    ) -> Result<Option<S::Member>, LeaseRefusal> {
+        let key = S::key(&first);
+        let mut current = first;
+        for _ in 0..ATTEMPTS {
+            let Some((bindings, bans)) = change(&current)? else {
+                return Ok(None);
+            };
+            let now = (self.now)();
+            if let Some(updated) = self.store.write(&current, bindings, bans, now).await? {
+                return Ok(Some(updated));
+            }
+            current = match self.store.reread(&current).await? {
+                Some(m) => m,
+                None => return Ok(None),
+            };
+        }
+        Err(LeaseRefusal::Busy(format!(
+            "Proxy {key} kept changing while its lease was written"
+        )))
+    }
+
+    /// Takes lease `id` off every member of `written` (an acquisition that could not have all
+    /// it asked for). Best effort: a binding left behind expires with its ttl.
+    async fn take_back(&self, written: Vec<S::Member>, id: &str) {
+        for m in written {
+            let now = (self.now)();
+            let r = self
+                .settle(m, |m| {
+                    let b = S::held(m, now).bindings();
+                    Ok(b.iter()
+                        .any(|x| x.id == id)
+                        .then(|| (lease::without(&b, id, now), None)))
+                })
+                .await;
+            if let Err(e) = r {
+                tracing::warn!(
+                    lease = id,
+                    "a binding of an abandoned lease stays until its ttl: {e:?}"
+                );
+            }
+        }
+    }
+
+    /// Whether a live binding of lease `id` of `holder` holds `m`.
+    fn holds(m: &S::Member, id: &str, holder: &str, now: i64) -> bool {
+        S::held(m, now)
+            .bindings()
+            .iter()
+            .any(|b| b.id == id && b.holder == holder && b.live(now))
+    }
+
+    async fn acquire_in(
+        &self,
+        holder: &str,
+        req: &LeaseRequest,
+        at: &LeaseRef,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let problems = lease::validate(req);
+        if !problems.is_empty() {
+            return Err(LeaseRefusal::BadRequest(problems.join("; ")));
+        }
+        let pool = self.store.pool(at).await?;
+        let facts = S::facts(&pool);
+        let ttl =
+            lease::ttl(req.ttl.as_deref(), &facts.policy).map_err(LeaseRefusal::BadRequest)?;
+        let entropy = crate::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
+        let id = lease::new_id(&at.namespace, &at.pool, &entropy);
+        for _ in 0..ATTEMPTS {
+            let members = self.store.members(at, &pool).await?;
+            let now = (self.now)();
+            let granted = {
+                let held: Vec<Held<'_>> = members.iter().map(|m| S::held(m, now)).collect();
+                lease::grant(
+                    &held,
+                    req,
+                    &facts.policy,
+                    facts.replicas,
+                    holder,
+                    &id,
+                    ttl,
+                    now,
+                )
+                .map_err(|r| LeaseRefusal::refused(at, &facts.policy, r))?
+            };
+            let mut written: Vec<S::Member> = Vec::new();
+            let mut conflicted = false;
+            for (i, bindings) in granted {
+                match self.store.write(&members[i], bindings, None, now).await {
+                    Ok(Some(updated)) => written.push(updated),
+                    Ok(None) => {
+                        conflicted = true;
+                        break;
+                    }
+                    Err(e) => {
+                        self.take_back(written, &id).await;
+                        return Err(e);
+                    }
+                }
+            }
+            if conflicted {
+                // Another writer changed one of them: take back what was written, and choose
+                // again from what the store has now.
+                self.take_back(written, &id).await;
+                continue;
+            }
+            return Self::describe(at, &pool, &written, &id, holder, now).ok_or_else(|| {
+                LeaseRefusal::Busy("the lease was written but reads back empty".into())
+            });
+        }
+        Err(LeaseRefusal::Busy(format!(
+            "pool {}/{}: its proxies kept changing while the lease was written",
+            at.namespace, at.pool
+        )))
+    }
+
+    async fn renew_in(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &RenewRequest,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let pool = self.store.pool(at).await?;
+        let ttl = lease::ttl(req.ttl.as_deref(), &S::facts(&pool).policy)
+            .map_err(LeaseRefusal::BadRequest)?;
+        let members = self.store.members(at, &pool).await?;
+        let now = (self.now)();
+        let mut renewed = Vec::new();
+        for m in members.iter().filter(|m| Self::holds(m, id, holder, now)) {
+            let done = self
+                .settle(m.clone(), |m| {
+                    let h = S::held(m, now);
+                    let cap = h.retiring.map(|(at, _)| at);
+                    match lease::renew(&h.bindings(), id, holder, ttl, cap, now) {
+                        Ok(b) => Ok(Some((b, None))),
+                        // Ended on this one since it was read.
+                        Err(lease::LeaseError::NotFound(_)) => Ok(None),
+                    }
+                })
+                .await?;
+            renewed.extend(done);
+        }
+        if renewed.is_empty() {
+            return Err(Self::gone(&pool, &members, id, holder, now));
+        }
+        let mut view = Self::describe(at, &pool, &renewed, id, holder, now)
+            .ok_or_else(|| Self::gone(&pool, &members, id, holder, now))?;
+        // What it lost, over every member (the renewed ones hold; others may have gone).
+        let held: Vec<Held<'_>> = members.iter().map(|m| S::held(m, now)).collect();
+        view.lost = lease::lost(&held, S::facts(&pool).lost, id, holder, now);
+        Ok(view)
+    }
+
+    async fn release_in(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &ReleaseRequest,
+    ) -> Result<(), LeaseRefusal> {
+        let pool = self.store.pool(at).await?;
+        let policy = S::facts(&pool).policy;
+        let banned = req.outcome == Some(Outcome::Banned);
+        let members = self.store.members(at, &pool).await?;
+        let now = (self.now)();
+        // Every ban report on the pool's proxies: a holder's reports count at a bounded rate.
+        let mut in_pool: Vec<BanReport> = members
+            .iter()
+            .flat_map(|m| S::status(m).ban_reporters.iter().cloned())
+            .collect();
+        let mut released = 0;
+        for m in members.iter().filter(|m| Self::holds(m, id, holder, now)) {
+            let counted = &in_pool;
+            let done = self
+                .settle(m.clone(), |m| {
+                    match lease::release(&S::held(m, now).bindings(), id, holder, now) {
+                        Ok(b) => {
+                            let reports = &S::status(m).ban_reporters;
+                            let bans = match banned
+                                .then(|| lease::report_ban(reports, counted, holder, now))
+                            {
+                                Some(lease::BanVerdict::Counted(r)) => Some(r),
+                                _ => None,
+                            };
+                            Ok(Some((b, bans)))
+                        }
+                        Err(lease::LeaseError::NotFound(_)) => Ok(None),
+                    }
+                })
+                .await?;
+            let Some(updated) = done else { continue };
+            released += 1;
+            let reports = S::status(&updated).ban_reporters.clone();
+            // This release's own report, for the rate of the next proxy it releases.
+            let who = lease::holder_digest(holder);
+            let at = egress_core::gc::format_rfc3339(now);
+            in_pool.extend(
+                reports
+                    .iter()
+                    .filter(|r| r.reporter == who && r.at == at)
+                    .cloned(),
+            );
+            if banned && lease::cordons(&reports, &policy) && !S::cordoned(&updated) {
+                self.store.cordon(&updated, reports.len()).await;
+            }
+            self.store.released(&updated);
+        }
+        if released == 0 {
+            return Err(Self::gone(&pool, &members, id, holder, now));
+        }
+        if banned {
+            self.metrics
+                .lease_call(&at.namespace, &at.pool, "release", "banned");
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: LeaseStore> LeaseBook for Leases<S> {
+    async fn acquire(&self, holder: &str, req: &LeaseRequest) -> Result<LeaseView, LeaseRefusal> {
+        let at = LeaseRef {
+            namespace: req.namespace.clone(),
+            pool: req.pool.clone(),
+        };
+        let r = self.acquire_in(holder, req, &at).await;
+        count_call(&self.metrics, &at, "acquire", &r);
+        r
+    }
+
+    async fn renew(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &RenewRequest,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let r = self.renew_in(holder, at, id, req).await;
+        count_call(&self.metrics, at, "renew", &r);
+        r
+    }
+
+    async fn release(
+        &self,
+        holder: &str,
+        at: &LeaseRef,
+        id: &str,
+        req: &ReleaseRequest,
+    ) -> Result<(), LeaseRefusal> {
+        let r = self.release_in(holder, at, id, req).await;
+        count_call(&self.metrics, at, "release", &r);
+        r
+    }
+
+    async fn view(&self, holder: &str, at: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal> {
+        let pool = self.store.pool(at).await?;
+        let members = self.store.members(at, &pool).await?;
+        let now = (self.now)();
+        Self::describe(at, &pool, &members, id, holder, now)
+            .ok_or_else(|| Self::gone(&pool, &members, id, holder, now))
+    }
+
+    async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal> {
+        let pool = self.store.pool(at).await?;
+        let members = self.store.members(at, &pool).await?;
+        let now = (self.now)();
+        let held: Vec<Held<'_>> = members.iter().map(|m| S::held(m, now)).collect();
+        Ok(lease::held_by(&held, holder, now)
+            .into_iter()
+            .filter_map(|id| Self::describe(at, &pool, &members, &id, holder, now))
+            .collect())
+    }
+}
