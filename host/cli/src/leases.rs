@@ -764,6 +764,63 @@ mod tests {
         }
     }
 
+    /// A write lands only on the version of the record it was decided on: a second writer
+    /// that read the same version (another call racing for the proxy), or a write decided
+    /// before a run published the Proxy again, is refused and changes nothing; read again, it
+    /// lands.
+    #[tokio::test]
+    async fn a_write_decided_on_an_older_version_is_refused() {
+        let f = Fixture::new();
+        let b = f.board(&[member("a", "10.0.0.1")], 3);
+        let board = b.store();
+        let pool = board.pool(&at()).await.unwrap();
+        let read = board.members(&at(), &pool).await.unwrap();
+        let binding = |holder: &str| LeaseBinding {
+            id: format!("ns_web_l-{}", holder.repeat(24)),
+            holder: holder.into(),
+            mode: lease::LeaseMode::Exclusive,
+            acquired_at: egress_core::gc::format_rfc3339(NOW),
+            expires_at: egress_core::gc::format_rfc3339(NOW + 600),
+            count: 1,
+            ip: Some("10.0.0.1".into()),
+        };
+        let first = board
+            .write(&read[0], vec![binding("a")], None, NOW)
+            .await
+            .unwrap();
+        assert!(first.is_some());
+        let rival = board
+            .write(&read[0], vec![binding("b")], None, NOW)
+            .await
+            .unwrap();
+        assert!(rival.is_none(), "a write on a version already written past");
+        let record = board.leases_of("ns/a", "uid-a").unwrap();
+        assert_eq!(record.leases, vec![binding("a")]);
+
+        // A run publishes the Proxy again: what was read before is stale.
+        let read = board.members(&at(), &pool).await.unwrap();
+        board
+            .publish("ns/a", Some(&member("a", "10.0.0.1")))
+            .unwrap();
+        assert!(
+            board
+                .write(&read[0], vec![binding("b")], None, NOW)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let again = board.reread(&read[0]).await.unwrap().unwrap();
+        assert!(
+            board
+                .write(&again, vec![binding("b")], None, NOW)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        let record = board.leases_of("ns/a", "uid-a").unwrap();
+        assert_eq!(record.leases, vec![binding("b")]);
+    }
+
     /// Before a run said which pools there are, the board is not synced (readiness waits);
     /// a pool it does not know is a 404 naming it.
     #[tokio::test]
