@@ -487,3 +487,218 @@ impl<S: LeaseStore> LeaseBook for Leases<S> {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::sync::Mutex;
+
+    const NOW: i64 = 1_800_000_000;
+
+    /// A Proxy as the test store keeps it.
+    #[derive(Clone)]
+    struct Member {
+        name: String,
+        status: ProxyStatus,
+        version: u64,
+    }
+
+    /// What the next write of a member meets.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Next {
+        Lands,
+        /// Another writer changed it since it was read.
+        Changed,
+        /// The store failed.
+        Fails,
+    }
+
+    /// Members kept in memory, each write landing on its version; `next` says what the next
+    /// write of a named member meets.
+    struct Memory {
+        members: Mutex<Vec<Member>>,
+        next: Mutex<Vec<(String, Next)>>,
+        writes: Mutex<Vec<String>>,
+        policy: LeasePolicy,
+    }
+
+    impl Memory {
+        fn new(names: &[&str]) -> Self {
+            let ready = ProxyStatus {
+                ip: Some("10.0.0.1".into()),
+                conditions: vec![egress_core::Condition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    reason: "Running".into(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: egress_core::gc::format_rfc3339(NOW - 30),
+                }],
+                ..Default::default()
+            };
+            Self {
+                members: Mutex::new(
+                    names
+                        .iter()
+                        .map(|n| Member {
+                            name: n.to_string(),
+                            status: ready.clone(),
+                            version: 0,
+                        })
+                        .collect(),
+                ),
+                next: Mutex::new(Vec::new()),
+                writes: Mutex::new(Vec::new()),
+                policy: serde_json::from_str(r#"{"maxPerHolder": "100%"}"#).unwrap(),
+            }
+        }
+
+        fn bindings(&self, name: &str) -> Vec<LeaseBinding> {
+            let members = self.members.lock().unwrap();
+            let m = members.iter().find(|m| m.name == name).unwrap();
+            m.status.leases.clone()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl LeaseStore for Memory {
+        type Pool = LeasePolicy;
+        type Member = Member;
+
+        async fn pool(&self, _: &LeaseRef) -> Result<LeasePolicy, LeaseRefusal> {
+            Ok(self.policy.clone())
+        }
+        fn facts(pool: &LeasePolicy) -> PoolFacts<'_> {
+            PoolFacts {
+                policy: pool.clone(),
+                replicas: 2,
+                lost: &[],
+            }
+        }
+        async fn members(
+            &self,
+            _: &LeaseRef,
+            _: &LeasePolicy,
+        ) -> Result<Vec<Member>, LeaseRefusal> {
+            Ok(self.members.lock().unwrap().clone())
+        }
+        fn held(m: &Member, now: i64) -> Held<'_> {
+            Held {
+                proxy: egress_core::discovery::Candidate {
+                    namespace: "ns",
+                    name: &m.name,
+                    provider: "p",
+                    port: 3128,
+                    zone: None,
+                    pool: Some("web"),
+                    cordoned: false,
+                    draining: false,
+                    exclusively_leased: lease::exclusively_leased(
+                        &m.status.leases,
+                        m.status.ip.as_deref(),
+                        now,
+                    ),
+                    status: &m.status,
+                    credential: None,
+                },
+                retiring: None,
+                created_at: Some(NOW - 60),
+            }
+        }
+        fn status(m: &Member) -> &ProxyStatus {
+            &m.status
+        }
+        fn cordoned(_: &Member) -> bool {
+            false
+        }
+        fn key(m: &Member) -> String {
+            format!("ns/{}", m.name)
+        }
+        async fn write(
+            &self,
+            m: &Member,
+            bindings: Vec<LeaseBinding>,
+            _: Option<Vec<BanReport>>,
+            now: i64,
+        ) -> Result<Option<Member>, LeaseRefusal> {
+            self.writes.lock().unwrap().push(m.name.clone());
+            let meets = {
+                let mut next = self.next.lock().unwrap();
+                match next.iter().position(|(n, _)| *n == m.name) {
+                    Some(i) => next.remove(i).1,
+                    None => Next::Lands,
+                }
+            };
+            let mut members = self.members.lock().unwrap();
+            let stored = members.iter_mut().find(|s| s.name == m.name).unwrap();
+            match meets {
+                Next::Fails => return Err(LeaseRefusal::Busy("the store failed".into())),
+                Next::Changed => stored.version += 1,
+                Next::Lands => {}
+            }
+            if stored.version != m.version {
+                return Ok(None);
+            }
+            stored.status.leases = lease::with_replaced(
+                &stored.status.leases,
+                stored.status.ip.as_deref(),
+                bindings,
+                now,
+            );
+            stored.version += 1;
+            Ok(Some(stored.clone()))
+        }
+        async fn reread(&self, m: &Member) -> Result<Option<Member>, LeaseRefusal> {
+            let members = self.members.lock().unwrap();
+            Ok(members.iter().find(|s| s.name == m.name).cloned())
+        }
+        async fn cordon(&self, _: &Member, _: usize) {}
+    }
+
+    fn leases(store: Memory) -> Leases<Memory> {
+        Leases::with_store(Arc::new(store), Arc::new(|| NOW), Arc::new(Metrics::new()))
+    }
+
+    fn ask(count: u32) -> LeaseRequest {
+        serde_json::from_value(serde_json::json!({
+            "namespace": "ns", "pool": "web", "count": count, "mode": "Exclusive", "ttl": "10m"
+        }))
+        .unwrap()
+    }
+
+    /// A lease of two whose second proxy changed after it was read: the binding already
+    /// written on the first is taken back, both are read again, and the lease is granted on
+    /// what the store has then, each proxy holding it once.
+    #[tokio::test]
+    async fn a_conflict_on_a_later_proxy_takes_back_the_earlier_and_chooses_again() {
+        let store = Memory::new(&["a", "b"]);
+        store.next.lock().unwrap().push(("b".into(), Next::Changed));
+        let l = leases(store);
+        let view = l.acquire("spider", &ask(2)).await.unwrap();
+        assert_eq!(view.proxies.len(), 2);
+        let store = l.store();
+        // a, b (refused), a taken back, then a and b again.
+        assert_eq!(*store.writes.lock().unwrap(), ["a", "b", "a", "a", "b"]);
+        for name in ["a", "b"] {
+            let ids: Vec<_> = store.bindings(name).into_iter().map(|b| b.id).collect();
+            assert_eq!(ids, std::slice::from_ref(&view.id), "{name}");
+        }
+    }
+
+    /// A store that fails while a lease of two is written: what was written is taken back, and
+    /// the call is answered with the failure.
+    #[tokio::test]
+    async fn a_store_failure_mid_lease_takes_back_what_was_written() {
+        let store = Memory::new(&["a", "b"]);
+        store.next.lock().unwrap().push(("b".into(), Next::Fails));
+        let l = leases(store);
+        assert_eq!(
+            l.acquire("spider", &ask(2)).await,
+            Err(LeaseRefusal::Busy("the store failed".into()))
+        );
+        for name in ["a", "b"] {
+            assert!(l.store().bindings(name).is_empty(), "{name}");
+        }
+    }
+}
