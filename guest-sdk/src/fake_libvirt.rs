@@ -16,8 +16,8 @@ use egress_sim::libvirt::{self as model, document_name};
 use std::cell::RefCell;
 use std::rc::Rc;
 
-pub use egress_sim::codes;
 pub use egress_sim::libvirt::{Backing, Domain, GIB, Host, MIB, Pool, Volume};
+pub use libvirt_rpc::codes;
 
 egress_sim::libvirt_bindings!(crate::bindings::egress::provider::libvirt);
 

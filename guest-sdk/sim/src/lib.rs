@@ -1,6 +1,5 @@
 #![doc = include_str!("../README.md")]
 
-pub mod codes;
 pub mod faults;
 pub mod gce;
 pub mod kube;

@@ -272,47 +272,26 @@ fn build_world(world: &World) -> Result<egress_control::world::SimWorld, CliErro
     Ok(sim)
 }
 
-/// The egress check of a run, when the providers config has one: against the simulated
-/// proxies in a dry-run, through the network otherwise.
-fn checker_for(
-    cfg: &ProvidersConfig,
-    what: &str,
-    reach: &Reach,
-) -> Result<Option<Arc<egress_control::egress::EgressChecker>>, CliError> {
-    checker_on(cfg, what, reach.sim_egress.as_ref(), &reach.backends)
-}
-
 /// The egress check against `sim` (a dry-run's simulated proxies) or, without one, through
-/// the network, on the clock of `backends`.
+/// the network, on the clock of `backends`. Through the network, each finished check wakes
+/// its Proxy's next step (see `Driver::run_concurrent`).
 fn checker_on(
     cfg: &ProvidersConfig,
     what: &str,
     sim: Option<&Arc<egress_control::egress::SimEgress>>,
     backends: &Backends,
 ) -> Result<Option<Arc<egress_control::egress::EgressChecker>>, CliError> {
-    let Some(c) = &cfg.egress_check else {
-        return Ok(None);
+    let wiring = egress_control::egress::Wiring {
+        fleet: Arc::default(),
+        wakes: Arc::default(),
+        observer: None,
     };
-    let checker = match sim {
-        Some(sim) => egress_control::egress::EgressChecker::new(
-            egress_core::egress::Settings::from_config(c),
-            sim.clone(),
-            backends.clock.clone(),
-        ),
-        // Through the network, checks run in the background on their own concurrency, each
-        // finished one waking its Proxy's next step (see `Driver::run_concurrent`).
-        None => egress_control::egress::network_checker(c, backends.clock.clone())
-            .map_err(|message| CliError::Input {
-                what: what.to_string(),
-                message,
-            })?
-            .in_background(Arc::new(egress_control::egress::CheckWakes::default())),
-    };
-    // The run tracks every Proxy's status: the outage rule counts those (a rerun after a crash
-    // counts what the state file holds), not only the checks this run made.
-    Ok(Some(Arc::new(checker.with_fleet(Arc::new(
-        egress_control::egress::StatusFleet::default(),
-    )))))
+    egress_control::egress::checker_for(cfg, sim, backends.clock.clone(), wiring).map_err(
+        |message| CliError::Input {
+            what: what.to_string(),
+            message,
+        },
+    )
 }
 
 async fn load_providers(
@@ -461,7 +440,7 @@ pub async fn run_reconcile(req: ReconcileRequest) -> Result<Report, CliError> {
         return out;
     }
     // A dry-run has a world and went through the lanes: this is a real run.
-    let egress = checker_for(&cfg, &cfg_what, &reach)?;
+    let egress = checker_on(&cfg, &cfg_what, reach.sim_egress.as_ref(), &reach.backends)?;
     let backends = reach.backends;
     let recorder = Arc::new(PlanRecorder::new());
     let providers = load_providers(
@@ -1007,8 +986,12 @@ pub async fn run_reconcile_watch_serving(
                     Some(c) => Time::Virtual(c.clone()),
                     None => Time::Real(reach.backends.clock.clone()),
                 };
-                let egress = match checker_for(&cfg, &providers_path.display().to_string(), &reach)
-                {
+                let egress = match checker_on(
+                    &cfg,
+                    &providers_path.display().to_string(),
+                    reach.sim_egress.as_ref(),
+                    &reach.backends,
+                ) {
                     Ok(c) => c,
                     Err(e) => {
                         refused(&format!("providers config refused: {e}"));

@@ -87,11 +87,6 @@ pub fn reconcile_span(proxy: &Proxy, deleting: bool) -> tracing::Span {
     )
 }
 
-/// Running with an address: what the egress check probes.
-fn serving(status: &ProxyStatus) -> bool {
-    status.state == Some(InstanceState::Running) && status.ip.is_some()
-}
-
 /// Steady where the egress check runs: Ready, and not in the middle of failed checks (a proxy
 /// still Ready through a blip is not settled until it passes again or is replaced).
 fn checked_steady(status: &ProxyStatus) -> bool {
@@ -198,34 +193,44 @@ async fn reconcile_steps(
         None => ProviderLookup::Missing,
     };
     let mut events = Vec::new();
-    // A steady, running Proxy whose instance was looked at within the resync interval needs
-    // only its egress check: no backend call.
-    if let (Some(checker), Some(_)) = (egress, provider)
-        && !deleting
-        && serving(&status)
-        && status.replace_requested.is_none()
-        && status.provider_revision.is_none()
-        && reconcile::spec_drift(proxy, &status).is_none()
-        && checker.observed_within(&proxy.key(), reconcile::RESYNC_INTERVAL)
-    {
-        let key = proxy.key();
-        match checker.check_if_due(proxy, &status, authorization).await {
-            Due::Not => {}
-            Due::Pending => {
-                // Under way in the background: this Proxy is woken when it finishes. Not
-                // steady until it is folded, so a run does not end with its checks unread.
-                let until_resync = checker.until_resync(&key, reconcile::RESYNC_INTERVAL);
-                return StepResult {
-                    steady: false,
-                    status,
-                    wait: Wait::After(until_resync.min(checker.pending_wait())),
-                    released: false,
-                    events,
-                };
-            }
-            Due::Checked(out) => {
-                let replace = take_check(proxy, checker, *out, &mut status, &mut events, &now);
-                if !replace {
+    let mut looked_at_recently =
+        egress.is_some_and(|c| c.observed_within(&proxy.key(), reconcile::RESYNC_INTERVAL));
+    // A follow-up (`Next::Now`) runs at once; the bound keeps a confused provider from
+    // spinning here.
+    let mut calls = 0;
+    loop {
+        let obs = Observation {
+            proxy,
+            status: &status,
+            deleting,
+            provider: &lookup,
+            egress_check: egress.map(|c| c.settings().thresholds()),
+            looked_at_recently,
+        };
+        let step = reconcile::decide(obs, &now());
+        looked_at_recently = false;
+        if let (Step::CheckEgress, Some(checker)) = (&step, egress) {
+            let key = proxy.key();
+            match checker.check_if_due(proxy, &status, authorization).await {
+                // Decide again, as not looked at recently.
+                Due::Not => continue,
+                Due::Pending => {
+                    // Under way in the background: this Proxy is woken when it finishes. Not
+                    // steady until it is folded, so a run does not end with its checks unread.
+                    let until_resync = checker.until_resync(&key, reconcile::RESYNC_INTERVAL);
+                    return StepResult {
+                        steady: false,
+                        status,
+                        wait: Wait::After(until_resync.min(checker.pending_wait())),
+                        released: false,
+                        events,
+                    };
+                }
+                Due::Checked(out) => {
+                    if take_check(proxy, checker, *out, &mut status, &mut events, &now) {
+                        // decide() now names the replacement.
+                        continue;
+                    }
                     let until_check = checker
                         .next_due_ms(&key, &status)
                         .saturating_sub(checker.now_ms());
@@ -242,19 +247,12 @@ async fn reconcile_steps(
                 }
             }
         }
-    }
-    // A follow-up (`Next::Now`) runs at once; the bound keeps a confused provider from
-    // spinning here.
-    for _ in 0..8 {
-        let obs = Observation {
-            proxy,
-            status: &status,
-            deleting,
-            provider: &lookup,
-            egress_check: egress.map(|c| c.settings().thresholds()),
-        };
+        if calls == 8 {
+            break;
+        }
+        calls += 1;
         let before = status.condition(reconcile::READY).map(|c| c.reason.clone());
-        let outcome = match (reconcile::decide(obs, &now()), provider) {
+        let outcome = match (step, provider) {
             (Step::Release, _) => {
                 return StepResult {
                     status,
@@ -385,8 +383,9 @@ async fn reconcile_steps(
                 }
                 reconcile::after_delete(obs, purpose, result, &now())
             }
-            // decide() names a call only when the provider is present.
-            (Step::Create | Step::Get { .. } | Step::Delete { .. }, None) => {
+            // decide() names a call only when the provider is present, and the egress check
+            // only when there is a checker.
+            (Step::Create | Step::Get { .. } | Step::Delete { .. } | Step::CheckEgress, _) => {
                 return StepResult {
                     status,
                     wait: Wait::AwaitChange,
@@ -405,7 +404,7 @@ async fn reconcile_steps(
             Next::AwaitChange => Wait::AwaitChange,
         };
         if let (Some(checker), Wait::After(d), false) = (egress, wait, deleting)
-            && serving(&status)
+            && reconcile::serving(&status)
         {
             let key = proxy.key();
             match checker.check_if_due(proxy, &status, authorization).await {

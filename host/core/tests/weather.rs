@@ -165,6 +165,7 @@ fn step_member(
             deleting: false,
             provider: &lookup,
             egress_check: Some(t),
+            looked_at_recently: false,
         };
         match reconcile::decide(obs, &at) {
             Step::Create => {

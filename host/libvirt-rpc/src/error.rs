@@ -101,7 +101,7 @@ fn remote_message(e: &RemoteError) -> &str {
 }
 
 /// libvirt's virErrorNumber values, from the one table the hypervisor model answers with.
-pub use egress_sim::codes;
+pub use crate::codes;
 
 impl Error {
     pub(crate) fn dial(stage: DialStage, message: impl Into<String>) -> Self {

@@ -1,6 +1,6 @@
 //! The operator's egress checks at scale, on the path `egress-proxies run` takes: the Proxy
 //! controller over the API double (kubernetes provider module, watch included), the checker
-//! `checker_for` builds (the network probe, in the background, `egressCheck.concurrency` at
+//! `egress_checker` builds (the network probe, in the background, `egressCheck.concurrency` at
 //! once, a loop per running instance waking its Proxy through `checks_finished` when a check
 //! changes something), the fleet fed by the watch of every Proxy as discovery keeps it.
 //!
@@ -326,7 +326,7 @@ async fn run(proxies: usize, concurrency: Option<u32>) -> Run {
     let fleet = Arc::new(StatusFleet::default());
     let wakes = Arc::new(CheckWakes::default());
     let egress =
-        egress_operator::checker_for(&config, None, &clock, &metrics, &fleet, &wakes).unwrap();
+        egress_operator::egress_checker(&config, None, &clock, &metrics, &fleet, &wakes).unwrap();
     let ctx = common::context(&client, config, providers, egress, metrics.clone());
     let (store, watch) = egress_operator::discovery_watch(client.clone(), fleet);
     tokio::spawn(watch);

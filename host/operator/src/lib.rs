@@ -186,7 +186,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let (store, discovery_watch) = discovery_watch(client.clone(), fleet.clone());
     tokio::spawn(discovery_watch);
     let loaded = Loaded {
-        egress: checker_for(&config, None, &clock, &metrics, &fleet, &wakes).map_err(
+        egress: egress_checker(&config, None, &clock, &metrics, &fleet, &wakes).map_err(
             |message| Error::Config {
                 path: opts.providers.display().to_string(),
                 message,
@@ -404,7 +404,7 @@ pub fn proxy_controller(client: kube::Client, concurrency: u16) -> Controller<cr
 /// same (so what it learned carries over), else a new one on the network, its checks counted
 /// in the metrics, run in the background and told to `wakes` as they finish. Errors name the
 /// field at fault.
-pub fn checker_for(
+pub fn egress_checker(
     config: &ProvidersConfig,
     before: Option<&Loaded>,
     clock: &Arc<dyn ClockBackend>,
@@ -412,22 +412,19 @@ pub fn checker_for(
     fleet: &Arc<StatusFleet>,
     wakes: &Arc<CheckWakes>,
 ) -> Result<Option<Arc<EgressChecker>>, String> {
-    let Some(check) = &config.egress_check else {
-        return Ok(None);
-    };
     if let Some(b) = before
+        && let Some(check) = &config.egress_check
         && b.config.egress_check.as_ref() == Some(check)
         && let Some(e) = &b.egress
     {
         return Ok(Some(e.clone()));
     }
-    let checker = egress_control::egress::network_checker(check, clock.clone())?;
-    Ok(Some(Arc::new(
-        checker
-            .with_observer(metrics.clone())
-            .with_fleet(fleet.clone())
-            .in_background(wakes.clone()),
-    )))
+    let wiring = egress_control::egress::Wiring {
+        fleet: fleet.clone(),
+        wakes: wakes.clone(),
+        observer: Some(metrics.clone()),
+    };
+    egress_control::egress::checker_for(config, None, clock.clone(), wiring)
 }
 
 /// The Proxies whose checks finished in the background, as `wakes` learns them: each is
@@ -542,15 +539,21 @@ async fn reload_loop(
         let config = reloader.config();
         let check_changed = before.config.egress_check != config.egress_check;
         if !out.swapped.is_empty() || !out.removed.is_empty() || check_changed {
-            let egress =
-                match checker_for(&config, Some(&before), &clock, &ctx.metrics, &fleet, &wakes) {
-                    Ok(e) => e,
-                    Err(message) => {
-                        ctx.metrics.reload("", "rejected");
-                        tracing::error!("providers config refused: {message}");
-                        continue;
-                    }
-                };
+            let egress = match egress_checker(
+                &config,
+                Some(&before),
+                &clock,
+                &ctx.metrics,
+                &fleet,
+                &wakes,
+            ) {
+                Ok(e) => e,
+                Err(message) => {
+                    ctx.metrics.reload("", "rejected");
+                    tracing::error!("providers config refused: {message}");
+                    continue;
+                }
+            };
             ctx.swap(Loaded {
                 config,
                 providers: reloader.current(),

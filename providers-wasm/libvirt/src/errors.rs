@@ -5,7 +5,7 @@ use guest_sdk::libvirt::{DialStage, LibvirtError};
 use guest_sdk::{ErrorClass, ProviderError};
 
 /// virErrorNumber values, from the one table the hypervisor model answers with.
-pub use egress_sim::codes as code;
+pub use libvirt_rpc::codes as code;
 
 pub fn is_code(e: &LibvirtError, c: i32) -> bool {
     e.stage.is_none() && !e.timeout && !e.denied && e.code == c

@@ -33,10 +33,10 @@ pub use types::{
     PoolInfo, ProbeResult, ProbeTarget, Transfer, VolumeInfo,
 };
 
-use crate::codes::{self, from};
 use crate::faults::{FaultClass, RateFaults};
 use crate::xml::{self, Element};
 use host::Definition;
+use libvirt_rpc::codes::{self, from};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

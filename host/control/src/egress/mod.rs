@@ -14,9 +14,11 @@ mod probe;
 mod sim;
 #[cfg(test)]
 mod tests;
+mod wiring;
 
 pub use checker::{CheckWakes, Due, EgressChecker, Latest};
 pub use fleet::{Fleet, PEERS_SHOWN, StatusFleet};
 pub use network::{NetworkProbe, network_checker, trust_of};
 pub use probe::{CheckObserver, Chosen, EchoLook, EgressProbe, STATUS_REFRESH};
 pub use sim::{SimEchoDown, SimEgress, SimEgressSpec, SimProxy, SimTunnel, SimWindow};
+pub use wiring::{Wiring, checker_for};

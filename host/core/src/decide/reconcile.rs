@@ -34,11 +34,19 @@ pub struct Observation<'a> {
     /// The egress check is configured, with its thresholds: Ready then also needs a verified
     /// check, and stays through fewer failed checks in a row than `readiness`.
     pub egress_check: Option<crate::decide::egress::Thresholds>,
+    /// The instance was looked at (a `get`) within [`RESYNC_INTERVAL`] before this pass, as
+    /// the caller's egress checker remembers. True only for a pass's first decision: what the
+    /// pass itself does is in the status.
+    pub looked_at_recently: bool,
 }
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
+    /// No provider call: a steady, running Proxy whose instance was looked at recently needs
+    /// only its egress check. If the check is not due, or finds what calls for a replacement,
+    /// decide again (no longer as looked at recently).
+    CheckEgress,
     /// Call `create` with the request built from the Proxy.
     Create,
     /// Call `get` on the instance.
@@ -104,8 +112,31 @@ pub fn backoff(class: ErrorClass, attempt: u32) -> Duration {
     base.saturating_mul(factor).min(cap)
 }
 
+/// Whether only the egress check is due: checked, present, not deleting, serving, nothing
+/// asked of it (no replacement, no provider revision to follow, no spec it has drifted from),
+/// and looked at within the resync interval.
+fn only_egress_check_due(obs: &Observation<'_>) -> bool {
+    let status = obs.status;
+    obs.looked_at_recently
+        && obs.egress_check.is_some()
+        && matches!(obs.provider, ProviderLookup::Present { .. })
+        && !obs.deleting
+        && serving(status)
+        && status.replace_requested.is_none()
+        && status.provider_revision.is_none()
+        && spec_drift(obs.proxy, status).is_none()
+}
+
+/// Running with an address: a proxy that can be checked.
+pub fn serving(status: &ProxyStatus) -> bool {
+    status.state == Some(InstanceState::Running) && status.ip.is_some()
+}
+
 /// Decides the next step for a Proxy.
 pub fn decide(obs: Observation<'_>, now: &str) -> Step {
+    if only_egress_check_due(&obs) {
+        return Step::CheckEgress;
+    }
     let generation = obs.proxy.generation();
     let status = obs.status;
 

@@ -187,6 +187,7 @@ fn obs<'a>(p: &'a Proxy, s: &'a ProxyStatus, l: &'a ProviderLookup) -> Observati
         deleting: false,
         provider: l,
         egress_check: Some(settings().thresholds()),
+        looked_at_recently: false,
     }
 }
 
@@ -311,4 +312,60 @@ fn a_replacement_the_check_decided_is_a_delete_then_a_fresh_instance() {
     assert_eq!(out.status.egress_failures, 0);
     assert!(out.status.condition(EGRESS_VERIFIED).is_none());
     assert_eq!(decide(obs(&p, &out.status, &l), "now"), Step::Create);
+}
+
+/// Only the egress check is due for a steady, running Proxy looked at recently; anything that
+/// asks more of it (a deletion, a replacement, a provider revision, a spec it drifted from),
+/// or a pass where it was not looked at, or no checker or provider, decides as before.
+#[test]
+fn only_the_egress_check_is_due_for_a_steady_proxy_looked_at_recently() {
+    let p = proxy();
+    let present = ProviderLookup::Present {
+        revision: "r1".into(),
+    };
+    let mut steady = running();
+    steady.instance_spec = Some(crate::proxy::InstanceSpec::of(&p.spec));
+    let recent = |s| Observation {
+        looked_at_recently: true,
+        ..obs(&p, s, &present)
+    };
+    let now = format_rfc3339(T0 + 10);
+    assert_eq!(decide(recent(&steady), &now), Step::CheckEgress);
+
+    let not_recent = obs(&p, &steady, &present);
+    assert_ne!(decide(not_recent, &now), Step::CheckEgress);
+    let deleting = Observation {
+        deleting: true,
+        ..recent(&steady)
+    };
+    assert_ne!(decide(deleting, &now), Step::CheckEgress);
+    let unchecked = Observation {
+        egress_check: None,
+        ..recent(&steady)
+    };
+    assert_ne!(decide(unchecked, &now), Step::CheckEgress);
+    let missing = Observation {
+        provider: &ProviderLookup::Missing,
+        ..recent(&steady)
+    };
+    assert_ne!(decide(missing, &now), Step::CheckEgress);
+
+    let mut no_address = steady.clone();
+    no_address.ip = None;
+    let mut replacing = steady.clone();
+    replacing.replace_requested = Some("asked".into());
+    let mut following = steady.clone();
+    following.provider_revision = Some("r0".into());
+    let mut drifted = steady.clone();
+    let mut other = p.spec.clone();
+    other.port = 3129;
+    drifted.instance_spec = Some(crate::proxy::InstanceSpec::of(&other));
+    for (what, s) in [
+        ("no address", &no_address),
+        ("a replacement asked", &replacing),
+        ("a provider revision to follow", &following),
+        ("a drifted spec", &drifted),
+    ] {
+        assert_ne!(decide(recent(s), &now), Step::CheckEgress, "{what}");
+    }
 }

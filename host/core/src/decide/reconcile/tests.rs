@@ -38,6 +38,7 @@ fn obs<'a>(p: &'a Proxy, s: &'a ProxyStatus, l: &'a ProviderLookup) -> Observati
         deleting: false,
         provider: l,
         egress_check: None,
+        looked_at_recently: false,
     }
 }
 
