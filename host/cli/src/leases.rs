@@ -6,21 +6,18 @@
 //! journal: the API writes them while a run writes the state, and one writer per file keeps
 //! either from overwriting the other's news. A run reads them when its pools decide (a leased
 //! member drains rather than goes) and publishes every Proxy it records to the [`Board`], which
-//! answers the API. Each lease call holds the board's lock from its read to its write, and the
-//! file is written (a synced temporary file renamed into place) before the call answers: a
-//! granted lease survives a restart, and two callers can never take one proxy. A record of a
+//! answers the API: it is the store the lease flow of `egress_control::leases` runs over. A
+//! write of a Proxy's record lands only on the version of the record it was decided on (two
+//! callers can never take one proxy), and the file is written (a synced temporary file renamed
+//! into place) before the write answers: a granted lease survives a restart. A record of a
 //! Proxy whose UID changed or that left the state is dropped with it.
 
 use crate::CliError;
 use crate::state::{StateFile, StoredProxy};
 use egress_control::credential_store::FileCredentials;
+use egress_control::leases::{LeaseRefusal, LeaseStore, PoolFacts};
 use egress_core::discovery::{Discovered, Filter};
-use egress_core::lease::{
-    self, BanReport, Held, LeaseBinding, LeasePolicy, LeaseRef, LeaseRequest, LeaseView, LostProxy,
-    Outcome, ReleaseRequest, RenewRequest,
-};
-use egress_operator::leases::{LeaseBook, LeaseRefusal, count_call};
-use egress_operator::metrics::Metrics;
+use egress_core::lease::{self, BanReport, Held, LeaseBinding, LeasePolicy, LeaseRef, LostProxy};
 use egress_time::now::Clock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -111,9 +108,9 @@ impl LeaseFile {
     }
 }
 
-/// What the API needs of a pool beyond its members.
+/// What the lease flow needs of a pool beyond its members.
 #[derive(Debug, Clone, Default)]
-struct PoolFacts {
+pub struct KnownPool {
     policy: LeasePolicy,
     /// `spec.replicas`, which `leases.maxPerHolder` may be a percentage of.
     replicas: u32,
@@ -123,15 +120,47 @@ struct PoolFacts {
 struct Inner {
     /// Every Proxy as last recorded, with the lease file overlaid.
     proxies: BTreeMap<String, StoredProxy>,
+    /// The version of each Proxy's record: a lease write lands only on the version it was
+    /// decided on.
+    versions: BTreeMap<String, u64>,
+    /// The last version given.
+    version: u64,
     /// The pools of the run, by `namespace/name`.
-    pools: BTreeMap<String, PoolFacts>,
+    pools: BTreeMap<String, KnownPool>,
     file: LeaseFile,
     /// A run has told which pools there are.
     synced: bool,
 }
 
+impl Inner {
+    /// Proxy `key` changed: a write decided on what it was is refused.
+    fn touch(&mut self, key: &str) {
+        self.version += 1;
+        self.versions.insert(key.to_string(), self.version);
+    }
+
+    /// Sets the record of Proxy `key`, writes the lease file to `path`, and only then shows
+    /// it: a write that fails changes nothing.
+    fn commit(&mut self, path: &Path, key: &str, record: ProxyLeases) -> Result<(), String> {
+        let before = self.file.proxies.insert(key.to_string(), record);
+        if let Err(e) = self.file.write(path) {
+            match before {
+                Some(b) => self.file.proxies.insert(key.to_string(), b),
+                None => self.file.proxies.remove(key),
+            };
+            return Err(e);
+        }
+        if let Some(p) = self.proxies.get_mut(key) {
+            self.file.overlay(p);
+        }
+        self.touch(key);
+        Ok(())
+    }
+}
+
 /// What `reconcile --watch --listen` answers from: the Proxies its runs recorded, their pools'
-/// lease settings, and the lease file, which it keeps.
+/// lease settings, and the lease file, which it keeps (the [`LeaseStore`] the lease flow of
+/// `egress_control` runs over).
 pub struct Board {
     inner: Mutex<Inner>,
     /// A release or a cordon that a pool's decision may act on (a drain that may end).
@@ -139,7 +168,6 @@ pub struct Board {
     path: PathBuf,
     credentials: Arc<FileCredentials>,
     now: Clock,
-    metrics: Arc<Metrics>,
 }
 
 impl Board {
@@ -150,13 +178,12 @@ impl Board {
         state: &StateFile,
         credentials: Arc<FileCredentials>,
         now: Clock,
-        metrics: Arc<Metrics>,
     ) -> Result<Self, CliError> {
         let path = LeaseFile::path_for(state_path);
         let mut file = LeaseFile::read(&path)?;
         file.proxies
             .retain(|key, l| state.proxies.get(key).is_some_and(|p| p.uid == l.uid));
-        let proxies = state
+        let proxies: BTreeMap<String, StoredProxy> = state
             .proxies
             .iter()
             .map(|(k, p)| {
@@ -167,7 +194,9 @@ impl Board {
             .collect();
         Ok(Self {
             inner: Mutex::new(Inner {
+                versions: proxies.keys().map(|k| (k.clone(), 0)).collect(),
                 proxies,
+                version: 0,
                 pools: BTreeMap::new(),
                 file,
                 synced: false,
@@ -176,7 +205,6 @@ impl Board {
             path,
             credentials,
             now,
-            metrics,
         })
     }
 
@@ -218,6 +246,7 @@ impl Board {
                 inner.proxies.remove(key);
             }
         }
+        inner.touch(key);
         Ok(())
     }
 
@@ -239,7 +268,7 @@ impl Board {
             .map(|(key, spec, status)| {
                 (
                     key,
-                    PoolFacts {
+                    KnownPool {
                         policy: spec.lease_policy(),
                         replicas: spec.replicas,
                         lost: status.lost_leases.clone(),
@@ -261,360 +290,166 @@ impl Board {
     pub fn leases_of(&self, key: &str, uid: &str) -> Option<ProxyLeases> {
         self.lock().file.of(key, uid).cloned()
     }
-}
 
-/// The members of pool `at` on `inner`, by key, or 404.
-fn members<'a>(inner: &'a Inner, at: &LeaseRef) -> Result<Vec<&'a StoredProxy>, LeaseRefusal> {
-    let key = format!("{}/{}", at.namespace, at.pool);
-    if !inner.pools.contains_key(&key) {
-        return Err(LeaseRefusal::NotFound(format!("no ProxyPool {key}")));
-    }
-    let prefix = format!("{}/", at.namespace);
-    Ok(inner
-        .proxies
-        .values()
-        .filter(|p| p.key.starts_with(&prefix) && p.pool.as_deref() == Some(at.pool.as_str()))
-        .collect())
-}
-
-/// `members` as the core's lease functions read them, with `credentials[i]` the credential of
-/// `members[i]`.
-fn held<'a>(
-    members: &[&'a StoredProxy],
-    credentials: &'a [Option<egress_core::credential::ProxyCredential>],
-    now: i64,
-) -> Vec<Held<'a>> {
-    members
-        .iter()
-        .zip(credentials)
-        .map(|(p, c)| Held {
-            proxy: p.candidate(c.as_ref(), now),
-            retiring: p.retiring(),
-            created_at: p
-                .created_at
-                .as_deref()
-                .and_then(egress_core::gc::parse_rfc3339),
+    /// Proxy `key` as the lease flow reads it, if it is still the one of `uid`.
+    fn member(&self, inner: &Inner, key: &str, uid: &str) -> Option<Member> {
+        let p = inner.proxies.get(key).filter(|p| p.uid == uid)?;
+        Some(Member {
+            credential: self.credentials.get(&p.uid),
+            version: inner.versions.get(key).copied().unwrap_or_default(),
+            proxy: p.clone(),
         })
-        .collect()
+    }
 }
 
-impl Board {
-    fn credentials_of(
-        &self,
-        members: &[&StoredProxy],
-    ) -> Vec<Option<egress_core::credential::ProxyCredential>> {
-        members
-            .iter()
-            .map(|p| self.credentials.get(&p.uid))
-            .collect()
-    }
-
-    fn policy(inner: &Inner, at: &LeaseRef) -> LeasePolicy {
-        inner
-            .pools
-            .get(&format!("{}/{}", at.namespace, at.pool))
-            .map(|p| p.policy.clone())
-            .unwrap_or_default()
-    }
-
-    fn replicas(inner: &Inner, at: &LeaseRef) -> u32 {
-        inner
-            .pools
-            .get(&format!("{}/{}", at.namespace, at.pool))
-            .map_or(0, |p| p.replicas)
-    }
-
-    fn lost<'a>(inner: &'a Inner, at: &LeaseRef) -> &'a [LostProxy] {
-        inner
-            .pools
-            .get(&format!("{}/{}", at.namespace, at.pool))
-            .map_or(&[][..], |p| p.lost.as_slice())
-    }
-
-    /// Lease `id` as `holder` is told; 404 (saying what it lost, when it was the holder's)
-    /// when it holds nothing for `holder`.
-    fn view_of(
-        &self,
-        inner: &Inner,
-        at: &LeaseRef,
-        id: &str,
-        holder: &str,
-        now: i64,
-    ) -> Result<LeaseView, LeaseRefusal> {
-        let members = members(inner, at)?;
-        let credentials = self.credentials_of(&members);
-        let views = held(&members, &credentials, now);
-        let lost = Self::lost(inner, at);
-        lease::view(&at.namespace, &at.pool, &views, lost, id, holder, now)
-            .ok_or_else(|| LeaseRefusal::NotFound(lease::gone(&views, lost, id, holder, now)))
-    }
-
-    /// Sets the bindings (and ban reports) of the Proxies `changes` names, writes the lease
-    /// file, and only then shows them: a write that fails changes nothing.
-    fn commit(
-        &self,
-        inner: &mut Inner,
-        changes: Vec<(String, ProxyLeases)>,
-    ) -> Result<(), LeaseRefusal> {
-        let before = inner.file.clone();
-        for (key, l) in changes {
-            inner.file.proxies.insert(key, l);
-        }
-        if let Err(e) = inner.file.write(&self.path) {
-            inner.file = before;
-            return Err(LeaseRefusal::Busy(e));
-        }
-        let Inner { proxies, file, .. } = inner;
-        for p in proxies.values_mut() {
-            file.overlay(p);
-        }
-        Ok(())
-    }
-
-    /// The lease record Proxy `p` would have with `bindings`, keeping its reports and its
-    /// live bindings of a replaced instance (their holders' record of the loss).
-    fn record(
-        inner: &Inner,
-        p: &StoredProxy,
-        bindings: Vec<LeaseBinding>,
-        now: i64,
-    ) -> ProxyLeases {
-        let prior = inner.file.of(&p.key, &p.uid);
-        ProxyLeases {
-            uid: p.uid.clone(),
-            leases: lease::with_replaced(
-                prior.map_or(&[][..], |l| l.leases.as_slice()),
-                p.status.ip.as_deref(),
-                bindings,
-                now,
-            ),
-            ban_reports: prior.map_or(0, |l| l.ban_reports),
-            ban_reporters: prior.map(|l| l.ban_reporters.clone()).unwrap_or_default(),
-            cordoned: prior.is_some_and(|l| l.cordoned),
-        }
-    }
-
-    fn acquire_in(
-        &self,
-        holder: &str,
-        req: &LeaseRequest,
-        at: &LeaseRef,
-    ) -> Result<LeaseView, LeaseRefusal> {
-        let problems = lease::validate(req);
-        if !problems.is_empty() {
-            return Err(LeaseRefusal::BadRequest(problems.join("; ")));
-        }
-        let entropy =
-            egress_control::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
-        let id = lease::new_id(&at.namespace, &at.pool, &entropy);
-        let mut inner = self.lock();
-        let policy = Self::policy(&inner, at);
-        let ttl = lease::ttl(req.ttl.as_deref(), &policy).map_err(LeaseRefusal::BadRequest)?;
-        let now = (self.now)();
-        let replicas = Self::replicas(&inner, at);
-        let changes = {
-            let members = members(&inner, at)?;
-            let credentials = self.credentials_of(&members);
-            let views = held(&members, &credentials, now);
-            lease::grant(&views, req, &policy, replicas, holder, &id, ttl, now)
-                .map_err(|r| LeaseRefusal::refused(at, &policy, r))?
-                .into_iter()
-                .map(|(i, bindings)| {
-                    let p = members[i];
-                    (p.key.clone(), Self::record(&inner, p, bindings, now))
-                })
-                .collect()
-        };
-        self.commit(&mut inner, changes)?;
-        self.view_of(&inner, at, &id, holder, now)
-    }
-
-    /// The new records of the members lease `id` of `holder` holds, each what `change` makes
-    /// of it (from its record as the lease file has it), or 404 when the lease holds none
-    /// for `holder` (another's lease reads as none).
-    fn on_holders(
-        &self,
-        inner: &Inner,
-        at: &LeaseRef,
-        id: &str,
-        holder: &str,
-        now: i64,
-        mut change: impl FnMut(
-            &StoredProxy,
-            &Held<'_>,
-            ProxyLeases,
-        ) -> Result<ProxyLeases, LeaseRefusal>,
-    ) -> Result<Vec<(String, ProxyLeases)>, LeaseRefusal> {
-        let members = members(inner, at)?;
-        let credentials = self.credentials_of(&members);
-        let views = held(&members, &credentials, now);
-        let mut changes = Vec::new();
-        let ours = |h: &Held<'_>| {
-            h.bindings()
-                .iter()
-                .any(|b| b.id == id && b.holder == holder && b.live(now))
-        };
-        for (p, h) in members.iter().zip(&views).filter(|(_, h)| ours(h)) {
-            let record = Self::record(inner, p, h.bindings(), now);
-            changes.push((p.key.clone(), change(p, h, record)?));
-        }
-        if changes.is_empty() {
-            return Err(LeaseRefusal::NotFound(lease::gone(
-                &views,
-                Self::lost(inner, at),
-                id,
-                holder,
-                now,
-            )));
-        }
-        Ok(changes)
-    }
-
-    fn renew_in(
-        &self,
-        holder: &str,
-        at: &LeaseRef,
-        id: &str,
-        req: &RenewRequest,
-    ) -> Result<LeaseView, LeaseRefusal> {
-        let mut inner = self.lock();
-        let policy = Self::policy(&inner, at);
-        let ttl = lease::ttl(req.ttl.as_deref(), &policy).map_err(LeaseRefusal::BadRequest)?;
-        let now = (self.now)();
-        let changes = self.on_holders(&inner, at, id, holder, now, |p, h, mut record| {
-            let cap = h.retiring.map(|(at, _)| at);
-            let renewed = lease::renew(&h.bindings(), id, holder, ttl, cap, now)
-                .map_err(LeaseRefusal::from_lease)?;
-            record.leases =
-                lease::with_replaced(&record.leases, p.status.ip.as_deref(), renewed, now);
-            Ok(record)
-        })?;
-        self.commit(&mut inner, changes)?;
-        self.view_of(&inner, at, id, holder, now)
-    }
-
-    fn release_in(
-        &self,
-        holder: &str,
-        at: &LeaseRef,
-        id: &str,
-        req: &ReleaseRequest,
-    ) -> Result<(), LeaseRefusal> {
-        let banned = req.outcome == Some(Outcome::Banned);
-        let mut inner = self.lock();
-        let policy = Self::policy(&inner, at);
-        let now = (self.now)();
-        let mut wake = false;
-        // Every ban report on the pool's proxies: a holder's reports count at a bounded rate.
-        let mut in_pool: Vec<BanReport> = members(&inner, at)?
-            .iter()
-            .flat_map(|p| p.status.ban_reporters.iter().cloned())
-            .collect();
-        let changes = self.on_holders(&inner, at, id, holder, now, |p, h, mut record| {
-            let released =
-                lease::release(&h.bindings(), id, holder, now).map_err(LeaseRefusal::from_lease)?;
-            record.leases =
-                lease::with_replaced(&record.leases, p.status.ip.as_deref(), released, now);
-            if banned
-                && let lease::BanVerdict::Counted(reports) =
-                    lease::report_ban(&record.ban_reporters, &in_pool, holder, now)
-            {
-                if let Some(mine) = reports.last() {
-                    in_pool.push(mine.clone());
-                }
-                record.ban_reports = reports.len() as u32;
-                record.ban_reporters = reports;
-                if lease::cordons(&record.ban_reporters, &policy) && !record.cordoned {
-                    record.cordoned = true;
-                    tracing::info!(
-                        proxy = %p.key,
-                        bans = record.ban_reports,
-                        "cordoned: its lease holders reported it banned"
-                    );
-                }
-            }
-            // A draining proxy may go now, and a cordoned one is to be replaced.
-            wake |= p.retire_at.is_some() || record.cordoned;
-            Ok(record)
-        })?;
-        self.commit(&mut inner, changes)?;
-        drop(inner);
-        if banned {
-            self.metrics
-                .lease_call(&at.namespace, &at.pool, "release", "banned");
-        }
-        if wake {
-            self.changed.notify_one();
-        }
-        Ok(())
-    }
+/// A Proxy as the lease flow read it: with the lease file overlaid, its credential, and the
+/// version of its record.
+#[derive(Clone)]
+pub struct Member {
+    proxy: StoredProxy,
+    credential: Option<egress_core::credential::ProxyCredential>,
+    version: u64,
 }
 
 #[async_trait::async_trait]
-impl LeaseBook for Board {
-    async fn acquire(&self, holder: &str, req: &LeaseRequest) -> Result<LeaseView, LeaseRefusal> {
-        let at = LeaseRef {
-            namespace: req.namespace.clone(),
-            pool: req.pool.clone(),
-        };
-        let r = self.acquire_in(holder, req, &at);
-        count_call(&self.metrics, &at, "acquire", &r);
-        r
+impl LeaseStore for Board {
+    type Pool = KnownPool;
+    type Member = Member;
+
+    async fn pool(&self, at: &LeaseRef) -> Result<KnownPool, LeaseRefusal> {
+        let key = format!("{}/{}", at.namespace, at.pool);
+        self.lock()
+            .pools
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| LeaseRefusal::NotFound(format!("no ProxyPool {key}")))
     }
 
-    async fn renew(
-        &self,
-        holder: &str,
-        at: &LeaseRef,
-        id: &str,
-        req: &RenewRequest,
-    ) -> Result<LeaseView, LeaseRefusal> {
-        let r = self.renew_in(holder, at, id, req);
-        count_call(&self.metrics, at, "renew", &r);
-        r
+    fn facts(pool: &KnownPool) -> PoolFacts<'_> {
+        PoolFacts {
+            policy: pool.policy.clone(),
+            replicas: pool.replicas,
+            lost: &pool.lost,
+        }
     }
 
-    async fn release(
-        &self,
-        holder: &str,
-        at: &LeaseRef,
-        id: &str,
-        req: &ReleaseRequest,
-    ) -> Result<(), LeaseRefusal> {
-        let r = self.release_in(holder, at, id, req);
-        count_call(&self.metrics, at, "release", &r);
-        r
-    }
-
-    async fn view(&self, holder: &str, at: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal> {
+    async fn members(&self, at: &LeaseRef, _: &KnownPool) -> Result<Vec<Member>, LeaseRefusal> {
         let inner = self.lock();
-        self.view_of(&inner, at, id, holder, (self.now)())
-    }
-
-    async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal> {
-        let inner = self.lock();
-        let now = (self.now)();
-        let members = members(&inner, at)?;
-        let credentials = self.credentials_of(&members);
-        let views = held(&members, &credentials, now);
-        Ok(lease::held_by(&views, holder, now)
-            .into_iter()
-            .filter_map(|id| {
-                lease::view(
-                    &at.namespace,
-                    &at.pool,
-                    &views,
-                    Self::lost(&inner, at),
-                    &id,
-                    holder,
-                    now,
-                )
-            })
+        let prefix = format!("{}/", at.namespace);
+        Ok(inner
+            .proxies
+            .values()
+            .filter(|p| p.key.starts_with(&prefix) && p.pool.as_deref() == Some(at.pool.as_str()))
+            .filter_map(|p| self.member(&inner, &p.key, &p.uid))
             .collect())
+    }
+
+    fn held(m: &Member, now: i64) -> Held<'_> {
+        Held {
+            proxy: m.proxy.candidate(m.credential.as_ref(), now),
+            retiring: m.proxy.retiring(),
+            created_at: m
+                .proxy
+                .created_at
+                .as_deref()
+                .and_then(egress_core::gc::parse_rfc3339),
+        }
+    }
+
+    fn status(m: &Member) -> &egress_core::ProxyStatus {
+        &m.proxy.status
+    }
+
+    fn cordoned(m: &Member) -> bool {
+        m.proxy.cordoned
+    }
+
+    fn key(m: &Member) -> String {
+        m.proxy.key.clone()
+    }
+
+    /// Lands when the Proxy's record is the version read, and the lease file is written
+    /// (a synced temporary file renamed into place) before it answers: a granted lease
+    /// survives a restart.
+    async fn write(
+        &self,
+        m: &Member,
+        bindings: Vec<LeaseBinding>,
+        bans: Option<Vec<BanReport>>,
+        now: i64,
+    ) -> Result<Option<Member>, LeaseRefusal> {
+        let p = &m.proxy;
+        let mut inner = self.lock();
+        if inner.versions.get(&p.key) != Some(&m.version)
+            || inner.proxies.get(&p.key).is_none_or(|s| s.uid != p.uid)
+        {
+            return Ok(None);
+        }
+        let prior = inner
+            .file
+            .of(&p.key, &p.uid)
+            .cloned()
+            .unwrap_or(ProxyLeases {
+                uid: p.uid.clone(),
+                leases: Vec::new(),
+                ban_reports: 0,
+                ban_reporters: Vec::new(),
+                cordoned: false,
+            });
+        let (ban_reports, ban_reporters) = match bans {
+            Some(b) => (b.len() as u32, b),
+            None => (prior.ban_reports, prior.ban_reporters),
+        };
+        let record = ProxyLeases {
+            uid: p.uid.clone(),
+            leases: lease::with_replaced(&prior.leases, p.status.ip.as_deref(), bindings, now),
+            ban_reports,
+            ban_reporters,
+            cordoned: prior.cordoned,
+        };
+        inner
+            .commit(&self.path, &p.key, record)
+            .map_err(LeaseRefusal::Busy)?;
+        Ok(self.member(&inner, &p.key, &p.uid))
+    }
+
+    async fn reread(&self, m: &Member) -> Result<Option<Member>, LeaseRefusal> {
+        let inner = self.lock();
+        Ok(self.member(&inner, &m.proxy.key, &m.proxy.uid))
+    }
+
+    /// Marks its record cordoned, which the next run of its pool acts on.
+    async fn cordon(&self, m: &Member, bans: usize) {
+        let key = &m.proxy.key;
+        let written = {
+            let mut inner = self.lock();
+            match inner.file.of(key, &m.proxy.uid).cloned() {
+                Some(mut record) => {
+                    record.cordoned = true;
+                    inner.commit(&self.path, key, record)
+                }
+                None => Err(format!("Proxy {key} has no lease record")),
+            }
+        };
+        match written {
+            Ok(()) => {
+                tracing::info!(proxy = %key, bans, "cordoned: its lease holders reported it banned");
+                self.changed.notify_one();
+            }
+            Err(e) => tracing::warn!(proxy = %key, "cordoning a banned proxy failed: {e}"),
+        }
+    }
+
+    /// A draining proxy may go now, and a cordoned one is to be replaced: the pool decides
+    /// again.
+    fn released(&self, m: &Member) {
+        if m.proxy.retire_at.is_some() || m.proxy.cordoned {
+            self.changed.notify_one();
+        }
     }
 }
 
-impl egress_operator::server::ProxySource for Board {
+impl egress_control::api::ProxySource for Board {
     fn discover(&self, filter: &Filter) -> Vec<Discovered> {
         let inner = self.lock();
         crate::state::discover(
@@ -635,7 +470,10 @@ impl egress_operator::server::ProxySource for Board {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use egress_operator::server::ProxySource;
+    use egress_control::api::ProxySource;
+    use egress_control::leases::{LeaseBook, Leases};
+    use egress_control::metrics::Metrics;
+    use egress_core::lease::{LeaseRequest, ReleaseRequest};
     use std::sync::atomic::{AtomicI64, Ordering};
 
     const NOW: i64 = 1_800_000_000;
@@ -700,30 +538,24 @@ mod tests {
             }
         }
 
-        fn board(&self, members: &[StoredProxy], cordon_after_bans: u32) -> Board {
+        fn board(&self, members: &[StoredProxy], cordon_after_bans: u32) -> Leases<Board> {
             self.board_with(
                 members,
                 &format!("{{cordonAfterBans: {cordon_after_bans}}}"),
             )
         }
 
-        fn board_with(&self, members: &[StoredProxy], leases: &str) -> Board {
+        fn board_with(&self, members: &[StoredProxy], leases: &str) -> Leases<Board> {
             let state_path = self.dir.path().join("state.yaml");
             let credentials =
                 Arc::new(FileCredentials::open(FileCredentials::path_for(&state_path)).unwrap());
             let clock = self.clock.clone();
-            let b = Board::open(
-                &state_path,
-                &state(members),
-                credentials,
-                Arc::new(move || clock.load(Ordering::SeqCst)),
-                Arc::new(Metrics::new()),
-            )
-            .unwrap();
+            let now: Clock = Arc::new(move || clock.load(Ordering::SeqCst));
+            let b = Board::open(&state_path, &state(members), credentials, now.clone()).unwrap();
             let spec = pool(leases);
             let status = egress_core::pool::PoolStatus::default();
             b.publish_pools([("ns/web".to_string(), &spec, &status)]);
-            b
+            Leases::with_store(Arc::new(b), now, Arc::new(Metrics::new()))
         }
     }
 
@@ -741,8 +573,9 @@ mod tests {
         }
     }
 
-    fn listed(b: &Board) -> Vec<String> {
-        b.discover(&Filter::default())
+    fn listed(b: &Leases<Board>) -> Vec<String> {
+        b.store()
+            .discover(&Filter::default())
             .into_iter()
             .map(|d| d.name)
             .collect()
@@ -851,7 +684,7 @@ mod tests {
                 .await
                 .unwrap();
             b.release(holder, &at(), &l.id, &banned).await.unwrap();
-            let record = b.leases_of("ns/a", "uid-a").unwrap();
+            let record = b.store().leases_of("ns/a", "uid-a").unwrap();
             assert_eq!(record.ban_reports, reports, "{holder}");
             assert_eq!(record.cordoned, reports == 2, "after {reports} holders");
         }
@@ -867,15 +700,15 @@ mod tests {
             Err(LeaseRefusal::Unavailable { .. })
         ));
         // The release that cordoned it woke the pool.
-        tokio::time::timeout(std::time::Duration::from_secs(1), b.changed())
+        tokio::time::timeout(std::time::Duration::from_secs(1), b.store().changed())
             .await
             .unwrap();
 
         // Replaced under its name (a new UID): its record goes, in the file too.
         let mut made_again = member("a", "10.0.0.9");
         made_again.uid = "uid-a2".into();
-        b.publish("ns/a", Some(&made_again)).unwrap();
-        assert!(b.leases_of("ns/a", "uid-a").is_none());
+        b.store().publish("ns/a", Some(&made_again)).unwrap();
+        assert!(b.store().leases_of("ns/a", "uid-a").is_none());
         assert_eq!(listed(&b), vec!["a"]);
         let file = LeaseFile::read(&LeaseFile::path_for(&f.dir.path().join("state.yaml"))).unwrap();
         assert!(file.proxies.is_empty(), "{file:?}");
@@ -915,11 +748,13 @@ mod tests {
             .acquire("spider", &ask(1, lease::LeaseMode::Exclusive))
             .await
             .unwrap();
-        b.publish("ns/a", Some(&member("a", "10.0.0.9"))).unwrap();
+        b.store()
+            .publish("ns/a", Some(&member("a", "10.0.0.9")))
+            .unwrap();
         b.acquire("rival", &ask(1, lease::LeaseMode::Exclusive))
             .await
             .unwrap();
-        let record = b.leases_of("ns/a", "uid-a").unwrap();
+        let record = b.store().leases_of("ns/a", "uid-a").unwrap();
         assert_eq!(record.leases.len(), 2, "{record:?}");
         match b.view("spider", &at(), &first.id).await {
             Err(LeaseRefusal::NotFound(m)) => {
@@ -929,13 +764,70 @@ mod tests {
         }
     }
 
+    /// A write lands only on the version of the record it was decided on: a second writer
+    /// that read the same version (another call racing for the proxy), or a write decided
+    /// before a run published the Proxy again, is refused and changes nothing; read again, it
+    /// lands.
+    #[tokio::test]
+    async fn a_write_decided_on_an_older_version_is_refused() {
+        let f = Fixture::new();
+        let b = f.board(&[member("a", "10.0.0.1")], 3);
+        let board = b.store();
+        let pool = board.pool(&at()).await.unwrap();
+        let read = board.members(&at(), &pool).await.unwrap();
+        let binding = |holder: &str| LeaseBinding {
+            id: format!("ns_web_l-{}", holder.repeat(24)),
+            holder: holder.into(),
+            mode: lease::LeaseMode::Exclusive,
+            acquired_at: egress_core::gc::format_rfc3339(NOW),
+            expires_at: egress_core::gc::format_rfc3339(NOW + 600),
+            count: 1,
+            ip: Some("10.0.0.1".into()),
+        };
+        let first = board
+            .write(&read[0], vec![binding("a")], None, NOW)
+            .await
+            .unwrap();
+        assert!(first.is_some());
+        let rival = board
+            .write(&read[0], vec![binding("b")], None, NOW)
+            .await
+            .unwrap();
+        assert!(rival.is_none(), "a write on a version already written past");
+        let record = board.leases_of("ns/a", "uid-a").unwrap();
+        assert_eq!(record.leases, vec![binding("a")]);
+
+        // A run publishes the Proxy again: what was read before is stale.
+        let read = board.members(&at(), &pool).await.unwrap();
+        board
+            .publish("ns/a", Some(&member("a", "10.0.0.1")))
+            .unwrap();
+        assert!(
+            board
+                .write(&read[0], vec![binding("b")], None, NOW)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let again = board.reread(&read[0]).await.unwrap().unwrap();
+        assert!(
+            board
+                .write(&again, vec![binding("b")], None, NOW)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        let record = board.leases_of("ns/a", "uid-a").unwrap();
+        assert_eq!(record.leases, vec![binding("b")]);
+    }
+
     /// Before a run said which pools there are, the board is not synced (readiness waits);
     /// a pool it does not know is a 404 naming it.
     #[tokio::test]
     async fn an_unknown_pool_is_named() {
         let f = Fixture::new();
         let b = f.board(&[], 3);
-        assert!(b.synced());
+        assert!(b.store().synced());
         let mut req = ask(1, lease::LeaseMode::Exclusive);
         req.pool = "nope".into();
         match b.acquire("spider", &req).await {

@@ -528,24 +528,27 @@ fn serve_api(
     let files = Arc::new(
         FileCredentials::open(FileCredentials::path_for(state_path)).map_err(CliError::Runtime)?,
     );
-    let metrics = Arc::new(egress_operator::metrics::Metrics::new());
+    let metrics = Arc::new(egress_control::metrics::Metrics::new());
     let board = Arc::new(leases::Board::open(
         state_path,
         state,
         files.clone(),
         egress_time::now::system_clock(),
-        metrics.clone(),
     )?);
-    let ready = Arc::new(egress_operator::server::Readiness::default());
+    let ready = Arc::new(egress_control::api::Readiness::default());
     ready.set(true);
     let tokens = Arc::new(tokens);
     let guard = Arc::new(egress_serve::auth::Guard::new(tokens.clone()));
-    let api = Arc::new(egress_operator::server::Api {
-        metrics,
+    let api = Arc::new(egress_control::api::Api {
+        metrics: metrics.clone(),
         ready,
         source: board.clone(),
         guard: guard.clone(),
-        leases: Some(board.clone()),
+        leases: Some(Arc::new(egress_control::leases::Leases::with_store(
+            board.clone(),
+            egress_time::now::system_clock(),
+            metrics.clone(),
+        ))),
     });
     let transport = serving
         .tls
@@ -558,7 +561,7 @@ fn serve_api(
     // takes effect without a restart), until the watch ends.
     let server = Server(tokio::spawn(async move {
         tokio::join!(
-            egress_operator::server::serve_over(
+            egress_control::api::serve_over(
                 serving.listener,
                 api,
                 egress_serve::Limits::default(),

@@ -27,7 +27,7 @@ pub const DEFAULT_SERVICE_NAME: &str = "egress-proxies";
 /// capability call is there. Nothing from the crates beneath: kube-runtime's per-object span
 /// would become a second root around a reconcile, and the HTTP stack's and the SDK's own
 /// would trace the export itself.
-const EXPORTED: &str = "off,egress_runtime=debug,egress_operator=debug,egress_serve=debug,egress_proxies=debug,egress_core=debug,libvirt_rpc=debug";
+const EXPORTED: &str = "off,egress_control=debug,egress_runtime=debug,egress_operator=debug,egress_serve=debug,egress_proxies=debug,egress_core=debug,libvirt_rpc=debug";
 
 /// How long an ending process waits for its last spans to reach the collector. The exporter's
 /// own timeout (OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default) bounds each export; this bounds the

@@ -1,7 +1,10 @@
 #![doc = include_str!("../README.md")]
 
+pub mod api;
 pub mod credential_store;
 pub mod egress;
+pub mod leases;
+pub mod metrics;
 pub mod private_file;
 pub mod reconciler;
 pub mod world;

@@ -9,9 +9,9 @@
 
 mod common;
 
+use egress_control::metrics::Metrics;
 use egress_core::config::ProvidersConfig;
 use egress_k8s_api::crd::Proxy;
-use egress_operator::metrics::Metrics;
 use futures::StreamExt;
 use kube::api::{Api, ListParams, PostParams};
 use kube_double::model::{Kubelet, Options};

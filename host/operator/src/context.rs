@@ -1,8 +1,8 @@
 //! What the controller, the sweeper and the monitor share: the client, the providers as last
 //! loaded (swapped whole on reload), the installation identity, metrics and backoff counters.
 
-use crate::metrics::Metrics;
 use egress_control::egress::EgressChecker;
+use egress_control::metrics::Metrics;
 use egress_core::ErrorClass;
 use egress_core::config::ProvidersConfig;
 use egress_runtime::Providers;

@@ -5,8 +5,6 @@ pub mod controller;
 pub mod credentials;
 pub mod health;
 pub mod leader;
-pub mod leases;
-pub mod metrics;
 pub mod pool;
 pub mod server;
 pub mod sweeper;
@@ -162,7 +160,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let clock = backends.clock.clone();
     let runtime =
         Runtime::new(RuntimeOptions::default()).map_err(|e| Error::Runtime(e.to_string()))?;
-    let metrics = Arc::new(metrics::Metrics::new());
+    let metrics = Arc::new(egress_control::metrics::Metrics::new());
     runtime.set_observer(metrics.clone());
     let reloader = Reloader::new(
         runtime,
@@ -225,7 +223,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     tokio::spawn(source.clone().track_sync());
     let _ = source.context.set(ctx.clone());
 
-    let ready = Arc::new(server::Readiness::default());
+    let ready = Arc::new(egress_control::api::Readiness::default());
     let listener = egress_serve::listen(opts.listen).map_err(|e| Error::Listen {
         addr: opts.listen.to_string(),
         message: e.to_string(),
@@ -253,21 +251,24 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     if let Some(t) = tokens {
         tokio::spawn(t.watch(guard.clone(), opts.reload_interval));
     }
-    let api = Arc::new(server::Api {
+    let api = Arc::new(egress_control::api::Api {
         metrics: metrics.clone(),
         ready: ready.clone(),
         source: source.clone(),
         guard,
-        leases: Some(Arc::new(leases::KubeLeases::new(
+        leases: Some(Arc::new(egress_control::leases::kube::KubeLeases::new(
             client.clone(),
             source,
             egress_time::now::system_clock(),
             metrics.clone(),
         ))),
     });
-    tokio::spawn(server::serve_probes(probe_listener, api.clone()));
+    tokio::spawn(egress_control::api::serve_probes(
+        probe_listener,
+        api.clone(),
+    ));
     let transport = opts.api_tls.start(opts.reload_interval, "the HTTP API")?;
-    tokio::spawn(server::serve_over(
+    tokio::spawn(egress_control::api::serve_over(
         listener,
         api,
         egress_serve::Limits::default(),
@@ -407,7 +408,7 @@ pub fn egress_checker(
     config: &ProvidersConfig,
     before: Option<&Loaded>,
     clock: &Arc<dyn ClockBackend>,
-    metrics: &Arc<metrics::Metrics>,
+    metrics: &Arc<egress_control::metrics::Metrics>,
     fleet: &Arc<StatusFleet>,
     wakes: &Arc<CheckWakes>,
 ) -> Result<Option<Arc<EgressChecker>>, String> {

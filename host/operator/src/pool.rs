@@ -433,7 +433,7 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
 /// controller's own cache): a deleted pool is never reconciled again, so nothing else would.
 pub async fn forget_gone_pools(
     store: reflector::Store<ProxyPool>,
-    metrics: Arc<crate::metrics::Metrics>,
+    metrics: Arc<egress_control::metrics::Metrics>,
     every: Duration,
 ) {
     loop {

@@ -8,9 +8,9 @@
 
 mod support;
 
+use egress_control::api::{self, Api, ProxySource, Readiness};
+use egress_control::metrics::Metrics;
 use egress_core::discovery::{Discovered, Filter};
-use egress_operator::metrics::Metrics;
-use egress_operator::server::{self, Api, ProxySource, Readiness};
 use egress_serve::auth::kube::KubeReviewer;
 use egress_serve::auth::tokens::{TokenFile, sha256_hex};
 use egress_serve::auth::{CachePolicy, Guard, Now, Reviewer};
@@ -86,7 +86,7 @@ async fn serve(reviewer: Arc<dyn Reviewer>, clock: &Clock) -> SocketAddr {
     ready.set(true);
     let metrics = Metrics::new();
     metrics.reconciled("ok");
-    tokio::spawn(server::serve(
+    tokio::spawn(api::serve(
         listener,
         Arc::new(Api {
             metrics: Arc::new(metrics),

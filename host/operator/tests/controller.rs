@@ -7,11 +7,11 @@
 
 mod support;
 
+use egress_control::metrics::Metrics;
 use egress_core::reconcile::{POLL_INTERVAL, RESYNC_INTERVAL};
 use egress_k8s_api::crd::Proxy;
 use egress_operator::context::{Context, Loaded};
 use egress_operator::controller::{FINALIZER, reconcile};
-use egress_operator::metrics::Metrics;
 use http::Method;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;

@@ -13,15 +13,16 @@
 
 mod support;
 
+use egress_control::api::{self, ProxySource, Readiness};
 use egress_control::egress::{
     CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
 };
+use egress_control::metrics::Metrics;
 use egress_core::egress::{CheckReason, CheckResult, Settings};
 use egress_k8s_api::crd::Proxy;
 use egress_operator::context::{Context, Loaded};
 use egress_operator::controller::{FINALIZER, reconcile};
-use egress_operator::metrics::Metrics;
-use egress_operator::server::{self, ProxySource, Readiness, StoreSource};
+use egress_operator::server::StoreSource;
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
 use futures::StreamExt;
 use kube::api::{Api, PostParams};
@@ -313,9 +314,9 @@ impl Env {
         let token = self
             .d
             .projected_token("crawlers", "spider", &[egress_serve::auth::AUDIENCE]);
-        tokio::spawn(server::serve(
+        tokio::spawn(api::serve(
             listener,
-            Arc::new(server::Api {
+            Arc::new(api::Api {
                 metrics: self.ctx.metrics.clone(),
                 ready: Arc::new(Readiness::default()),
                 source,
@@ -955,14 +956,14 @@ async fn no_proxy_password_reaches_the_log() {
         e.d.projected_token("crawlers", "spider", &[egress_serve::auth::AUDIENCE]);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(server::serve(
+    tokio::spawn(api::serve(
         listener,
-        Arc::new(server::Api {
+        Arc::new(api::Api {
             metrics: e.ctx.metrics.clone(),
             ready: Arc::new(Readiness::default()),
             source: source.clone(),
             guard: support::kube_guard(&e.d),
-            leases: Some(Arc::new(egress_operator::leases::KubeLeases::new(
+            leases: Some(Arc::new(egress_control::leases::kube::KubeLeases::new(
                 e.d.client(),
                 source.clone(),
                 egress_time::now::system_clock(),

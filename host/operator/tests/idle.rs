@@ -7,9 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use egress_control::api::{Api, ProxySource, Readiness};
+use egress_control::metrics::Metrics;
 use egress_core::discovery::{Discovered, Filter};
-use egress_operator::metrics::Metrics;
-use egress_operator::server::{Api, ProxySource, Readiness};
 use egress_serve::Limits;
 use egress_serve::auth::Guard;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
@@ -79,10 +79,8 @@ async fn thousands_of_idle_sockets_leave_the_api_answering_and_are_closed_at_the
     };
     let probes = egress_serve::listen("127.0.0.1:0".parse().unwrap()).unwrap();
     let probe_addr = probes.local_addr().unwrap();
-    tokio::spawn(egress_operator::server::serve_probes(probes, api.clone()));
-    tokio::spawn(egress_operator::server::serve_limited(
-        listener, api, limits,
-    ));
+    tokio::spawn(egress_control::api::serve_probes(probes, api.clone()));
+    tokio::spawn(egress_control::api::serve_limited(listener, api, limits));
     healthz_within(addr, Duration::from_secs(2)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
 

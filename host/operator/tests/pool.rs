@@ -14,11 +14,11 @@ mod support;
 use egress_control::egress::{
     CheckWakes, Chosen, EchoLook, EgressChecker, EgressProbe, StatusFleet,
 };
+use egress_control::metrics::Metrics;
 use egress_core::egress::{CheckReason, CheckResult, Settings};
 use egress_core::pool::SHARED_EGRESS_LIMIT;
 use egress_k8s_api::crd::{Proxy, ProxyPool};
 use egress_operator::context::{Context, Loaded};
-use egress_operator::metrics::Metrics;
 use egress_operator::pool::PoolContext;
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
 use egress_time::now::Clock;
@@ -1048,7 +1048,7 @@ fn declares(exposition: &str, series: &str) -> bool {
 
 struct NoProxies;
 
-impl egress_operator::server::ProxySource for NoProxies {
+impl egress_control::api::ProxySource for NoProxies {
     fn discover(
         &self,
         _: &egress_core::discovery::Filter,
@@ -1074,11 +1074,11 @@ fn scrape(metrics: Arc<Metrics>) -> String {
                 egress_serve::auth::tokens::sha256_hex("scraper-token")
             ))
             .unwrap();
-            tokio::spawn(egress_operator::server::serve(
+            tokio::spawn(egress_control::api::serve(
                 listener,
-                Arc::new(egress_operator::server::Api {
+                Arc::new(egress_control::api::Api {
                     metrics,
-                    ready: Arc::new(egress_operator::server::Readiness::default()),
+                    ready: Arc::new(egress_control::api::Readiness::default()),
                     source: Arc::new(NoProxies),
                     guard: Arc::new(egress_serve::auth::Guard::new(Arc::new(tokens))),
                     leases: None,
@@ -1285,7 +1285,7 @@ async fn kubectl_scale_and_an_autoscaler_drive_a_pool_through_its_scale_subresou
 /// The lease API of `r`'s operator, answering as over HTTP (the request goes through routing,
 /// the guard and the book; no socket, so paused time stays paused): `spider` may lease the
 /// pools of NS (and so may `rival` and `third`), `intruder` those of another namespace.
-fn lease_api(r: &Run) -> egress_operator::server::Api {
+fn lease_api(r: &Run) -> egress_control::api::Api {
     let tokens = egress_serve::auth::tokens::TokenFile::parse(&format!(
         "tokens: [{{name: spider, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: rival, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: third, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: intruder, sha256: {}, namespaces: [{{name: other}}]}}]",
         egress_serve::auth::tokens::sha256_hex("spider-token"),
@@ -1297,12 +1297,12 @@ fn lease_api(r: &Run) -> egress_operator::server::Api {
     let (store, _writer) = kube::runtime::reflector::store::<Proxy>();
     let source = Arc::new(egress_operator::server::StoreSource::new(store));
     let clock = r.clock.clone();
-    egress_operator::server::Api {
+    egress_control::api::Api {
         metrics: r.ctx.metrics.clone(),
-        ready: Arc::new(egress_operator::server::Readiness::default()),
+        ready: Arc::new(egress_control::api::Readiness::default()),
         source: source.clone(),
         guard: Arc::new(egress_serve::auth::Guard::new(Arc::new(tokens))),
-        leases: Some(Arc::new(egress_operator::leases::KubeLeases::new(
+        leases: Some(Arc::new(egress_control::leases::kube::KubeLeases::new(
             r.client(),
             source,
             clock,
@@ -1313,7 +1313,7 @@ fn lease_api(r: &Run) -> egress_operator::server::Api {
 
 /// One call of the API as `token`: the status, the Retry-After header, and the body as JSON.
 async fn call(
-    api: &egress_operator::server::Api,
+    api: &egress_control::api::Api,
     method: Method,
     path: &str,
     token: &str,
@@ -1349,7 +1349,7 @@ fn lease_body(count: u32, mode: &str) -> String {
 
 /// A lease `token` asks for with `body`, which must be granted: its id and its first proxy's
 /// name.
-async fn granted(api: &egress_operator::server::Api, token: &str, body: &str) -> (String, String) {
+async fn granted(api: &egress_control::api::Api, token: &str, body: &str) -> (String, String) {
     let (code, _, lease) = call(api, Method::POST, "/v1/leases", token, body).await;
     assert_eq!(code, 201, "{lease}");
     (

@@ -5,9 +5,9 @@
 
 mod support;
 
+use egress_control::metrics::Metrics;
 use egress_k8s_api::crd::ProviderHealth;
 use egress_operator::context::{Context, Loaded};
-use egress_operator::metrics::Metrics;
 use egress_operator::sweeper::{self, SWEPT, Schedule};
 use kube::api::Api;
 use kube::runtime::events::Reporter;

@@ -6,8 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use egress_operator::metrics::Metrics;
-use egress_operator::server::{self, Api, ProxySource, Readiness};
+use egress_control::api::{self, Api, ProxySource, Readiness};
+use egress_control::metrics::Metrics;
 use egress_serve::Limits;
 use egress_serve::auth::Guard;
 use egress_serve::auth::tokens::{TokenFile, sha256_hex};
@@ -49,12 +49,7 @@ async fn serve(mode: Mode) -> SocketAddr {
         leases: None,
     });
     let transport = mode.start(Duration::from_millis(50), "the API").unwrap();
-    tokio::spawn(server::serve_over(
-        listener,
-        api,
-        Limits::default(),
-        transport,
-    ));
+    tokio::spawn(api::serve_over(listener, api, Limits::default(), transport));
     addr
 }
 

@@ -2,9 +2,9 @@
 //! against an API server at a URL, and the process's memory.
 
 use egress_control::egress::EgressChecker;
+use egress_control::metrics::Metrics;
 use egress_core::config::ProvidersConfig;
 use egress_operator::context::{Context, Loaded};
-use egress_operator::metrics::Metrics;
 use egress_runtime::capabilities::clock::ClockBackend;
 use egress_runtime::capabilities::kube::RealKube;
 use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};

@@ -437,7 +437,7 @@ impl Metrics {
     }
 }
 
-impl egress_control::egress::CheckObserver for Metrics {
+impl crate::egress::CheckObserver for Metrics {
     fn checked(
         &self,
         provider: &str,
