@@ -199,7 +199,7 @@ fn load_config(src: &Source) -> Result<(ProvidersConfig, String), CliError> {
 
 /// The backends a run reaches: the real ones, or a simulated world with its virtual clock
 /// and the egress check's simulated proxies.
-struct Reach {
+struct RunBackends {
     backends: Backends,
     virtual_clock: Option<Arc<egress_runtime::capabilities::clock::VirtualClock>>,
     sim_egress: Option<Arc<egress_control::egress::SimEgress>>,
@@ -229,9 +229,9 @@ fn backends_for(
     world: Option<&Source>,
     cfg: &ProvidersConfig,
     inputs: &Inputs,
-) -> Result<Reach, CliError> {
+) -> Result<RunBackends, CliError> {
     if !dry_run {
-        return Ok(Reach {
+        return Ok(RunBackends {
             backends: Backends::real(),
             virtual_clock: None,
             sim_egress: None,
@@ -249,7 +249,7 @@ fn backends_for(
         None => World::for_config(cfg, &image_urls(inputs)),
     };
     let sim = build_world(&world)?;
-    Ok(Reach {
+    Ok(RunBackends {
         backends: sim.backends,
         virtual_clock: Some(sim.clock),
         sim_egress: Some(sim.egress),
@@ -579,7 +579,7 @@ fn serve_api(
 
 /// A dry-run's inputs dealt to its lanes: each lane's provider names, Proxies and pools, and
 /// stored statuses; and the pools' order in the input, which the merged report keeps.
-struct Dealt {
+struct LaneInputs {
     lanes: Vec<Vec<String>>,
     parts: Vec<Inputs>,
     priors: Vec<state::StateFile>,
@@ -587,7 +587,7 @@ struct Dealt {
 }
 
 /// Lanes of the providers (see [`reconcile::lanes::partition`]), and what each one plans.
-fn deal_to_lanes(providers: &Providers, inputs: Inputs, prior: state::StateFile) -> Dealt {
+fn deal_to_lanes(providers: &Providers, inputs: Inputs, prior: state::StateFile) -> LaneInputs {
     let pool_key =
         |p: &egress_core::pool::ProxyPool| format!("{}/{}", p.metadata.namespace, p.metadata.name);
     let placements = |p: &egress_core::pool::ProxyPool| -> Vec<String> {
@@ -602,9 +602,9 @@ fn deal_to_lanes(providers: &Providers, inputs: Inputs, prior: state::StateFile)
         .iter()
         .map(|p| (pool_key(p), placements(p)))
         .collect();
-    let reaches: Vec<reconcile::lanes::Reach<'_>> = providers
+    let reaches: Vec<reconcile::lanes::ProviderBackends<'_>> = providers
         .iter()
-        .map(|p| reconcile::lanes::Reach {
+        .map(|p| reconcile::lanes::ProviderBackends {
             provider: &p.name,
             keys: p.reaches(),
         })
@@ -671,7 +671,7 @@ fn deal_to_lanes(providers: &Providers, inputs: Inputs, prior: state::StateFile)
         priors[i].pools.insert(key, stored);
     }
 
-    Dealt {
+    LaneInputs {
         lanes,
         parts,
         priors,
@@ -692,7 +692,7 @@ async fn run_lanes(
     prior: state::StateFile,
     options: DriverOptions,
 ) -> Result<Report, CliError> {
-    let Dealt {
+    let LaneInputs {
         lanes,
         parts,
         priors,

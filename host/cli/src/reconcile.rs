@@ -366,10 +366,10 @@ impl Driver<'_> {
             proxies: prior.proxies,
             pools: prior.pools,
         };
-        let mut sink = Sink {
+        let mut sink = StatusOutput {
             store: match &self.options.state_path {
-                Some(path) => Store::File(StateWriter::open(path, state)?),
-                None => Store::Memory(state),
+                Some(path) => StatusStorage::File(StateWriter::open(path, state)?),
+                None => StatusStorage::Memory(state),
             },
             board: self.options.leases.clone(),
             unrecorded: Default::default(),
@@ -461,7 +461,7 @@ impl Driver<'_> {
         clock: &VirtualClock,
         tracked: &mut BTreeMap<String, Tracked>,
         pools: &mut [PoolRun],
-        sink: &mut Sink,
+        sink: &mut StatusOutput,
         started_ms: u64,
     ) -> Result<u32, crate::CliError> {
         let end_ms = self
@@ -542,7 +542,7 @@ impl Driver<'_> {
         &self,
         tracked: &mut BTreeMap<String, Tracked>,
         pools: &mut [PoolRun],
-        sink: &mut Sink,
+        sink: &mut StatusOutput,
         deadline_ms: u64,
     ) -> Result<u32, crate::CliError> {
         let limit = self.options.concurrency.max(1);
@@ -689,7 +689,7 @@ impl Driver<'_> {
     fn refresh_peers(
         &self,
         tracked: &mut BTreeMap<String, Tracked>,
-        sink: &mut Sink,
+        sink: &mut StatusOutput,
     ) -> Result<(), crate::CliError> {
         let Some(c) = &self.egress else {
             return Ok(());
@@ -869,24 +869,25 @@ async fn sleep_or_never(d: Option<Duration>) {
 
 /// Where a run's statuses go: a state file (real mode with `--state`), or memory only; and,
 /// when the run serves the API, the board that answers it.
-struct Sink {
-    store: Store,
+struct StatusOutput {
+    store: StatusStorage,
     board: Option<Arc<crate::leases::Board>>,
     /// In memory with nothing served, no one reads a record before the run ends, and only
     /// each Proxy's last one counts: the Proxies stepped since, whose records are made once
-    /// from what they are at the end ([`Sink::finish`]) rather than after each of the
+    /// from what they are at the end ([`StatusOutput::finish`]) rather than after each of the
     /// thousands of steps of a long dry-run.
     unrecorded: std::collections::HashSet<String>,
 }
 
-enum Store {
+/// Where the statuses are kept: the state file, or memory.
+enum StatusStorage {
     File(StateWriter),
     Memory(StateFile),
 }
 
-impl Sink {
+impl StatusOutput {
     fn record(&mut self, key: &str, t: &Tracked) -> Result<(), crate::CliError> {
-        if self.board.is_none() && matches!(self.store, Store::Memory(_)) {
+        if self.board.is_none() && matches!(self.store, StatusStorage::Memory(_)) {
             if !self.unrecorded.contains(key) {
                 self.unrecorded.insert(key.to_string());
             }
@@ -897,8 +898,8 @@ impl Sink {
             b.publish(key, stored.as_ref())?;
         }
         match &mut self.store {
-            Store::File(w) => w.record(key, stored),
-            Store::Memory(s) => {
+            StatusStorage::File(w) => w.record(key, stored),
+            StatusStorage::Memory(s) => {
                 s.set(key, stored);
                 Ok(())
             }
@@ -915,8 +916,8 @@ impl Sink {
             status: Some(run.status.clone()),
         };
         match &mut self.store {
-            Store::File(w) => w.record_pool(&run.key(), stored),
-            Store::Memory(s) => {
+            StatusStorage::File(w) => w.record_pool(&run.key(), stored),
+            StatusStorage::Memory(s) => {
                 s.pools.insert(run.key(), stored);
                 Ok(())
             }
@@ -926,11 +927,11 @@ impl Sink {
     /// The state as the run leaves it, the records put off made from `tracked`.
     fn finish(self, tracked: &BTreeMap<String, Tracked>) -> Result<StateFile, crate::CliError> {
         match self.store {
-            Store::File(mut w) => {
+            StatusStorage::File(mut w) => {
                 w.compact()?;
                 Ok(w.into_state())
             }
-            Store::Memory(mut s) => {
+            StatusStorage::Memory(mut s) => {
                 for key in &self.unrecorded {
                     // Every stepped Proxy is back in the map when the run ends (a step under
                     // way is waited for).
@@ -1071,8 +1072,8 @@ mod tests {
             StateFile::record_of(false, &gone.proxy, &gone.status, gone.created_ms),
         );
         let mut every_step = state.clone();
-        let mut sink = Sink {
-            store: Store::Memory(state),
+        let mut sink = StatusOutput {
+            store: StatusStorage::Memory(state),
             board: None,
             unrecorded: Default::default(),
         };

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 /// One provider as the partition sees it: its name and the backend keys it reaches.
-pub struct Reach<'a> {
+pub struct ProviderBackends<'a> {
     pub provider: &'a str,
     pub keys: Vec<String>,
 }
@@ -18,7 +18,7 @@ pub struct Reach<'a> {
 /// own, where it is reported as not configured). Lanes are sorted sets of names, in the order
 /// of their first name.
 pub fn partition<'a>(
-    providers: &[Reach<'a>],
+    providers: &[ProviderBackends<'a>],
     links: impl IntoIterator<Item = Vec<&'a str>>,
 ) -> Vec<Vec<String>> {
     let mut sets = DisjointSets::default();
@@ -93,8 +93,8 @@ impl<'a> DisjointSets<'a> {
 mod tests {
     use super::*;
 
-    fn reach<'a>(provider: &'a str, keys: &[&str]) -> Reach<'a> {
-        Reach {
+    fn reach<'a>(provider: &'a str, keys: &[&str]) -> ProviderBackends<'a> {
+        ProviderBackends {
             provider,
             keys: keys.iter().map(|k| k.to_string()).collect(),
         }

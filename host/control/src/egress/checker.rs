@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// The latest check of one Proxy, as discovery shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Latest {
+pub struct LastCheck {
     pub provider: String,
     pub reason: CheckReason,
     pub egress_ip: Option<String>,
@@ -25,7 +25,7 @@ pub struct Latest {
 /// checking it and the results waiting to be folded.
 #[derive(Default)]
 struct CheckRecords {
-    latest: HashMap<String, Latest>,
+    latest: HashMap<String, LastCheck>,
     /// When each Proxy's instance was last looked at (a Get), Unix ms.
     observed: HashMap<String, u64>,
     /// Proxies whose checks a loop runs in the background, for the instance it went through.
@@ -257,7 +257,7 @@ impl Probing {
         };
         table.latest.insert(
             key.to_string(),
-            Latest {
+            LastCheck {
                 provider: provider.to_string(),
                 reason: result.reason,
                 egress_ip: result.egress_ip.clone(),
@@ -631,7 +631,7 @@ impl EgressChecker {
     }
 
     /// The latest check of every Proxy this process checked.
-    pub fn latest(&self) -> BTreeMap<String, Latest> {
+    pub fn latest(&self) -> BTreeMap<String, LastCheck> {
         self.table()
             .latest
             .iter()

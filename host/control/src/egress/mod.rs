@@ -16,7 +16,7 @@ mod sim;
 mod tests;
 mod wiring;
 
-pub use checker::{CheckWakes, Due, EgressChecker, Latest};
+pub use checker::{CheckWakes, Due, EgressChecker, LastCheck};
 pub use fleet::{Fleet, PEERS_SHOWN, StatusFleet};
 pub use network::{NetworkProbe, network_checker, trust_of};
 pub use probe::{CheckObserver, Chosen, EchoLook, EgressProbe, STATUS_REFRESH};

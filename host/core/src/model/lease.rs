@@ -40,7 +40,7 @@ pub struct LeaseBinding {
     /// RFC 3339: when it ends unless renewed.
     pub expires_at: String,
     /// How many proxies the lease asked for, so its holder learns when one was lost.
-    #[serde(default = "one")]
+    #[serde(default = "one_proxy")]
     pub count: u32,
     /// The address the proxy had when the lease took it. An instance replaced under the Proxy
     /// (it failed its check) has another: the binding no longer holds, and its holder is told
@@ -49,7 +49,8 @@ pub struct LeaseBinding {
     pub ip: Option<String>,
 }
 
-fn one() -> u32 {
+/// A lease takes one proxy unless it asks for more.
+fn one_proxy() -> u32 {
     1
 }
 
@@ -183,7 +184,7 @@ pub const MAX_BINDINGS: usize = 32;
 pub struct LeaseRequest {
     pub namespace: String,
     pub pool: String,
-    #[serde(default = "one")]
+    #[serde(default = "one_proxy")]
     pub count: u32,
     #[serde(default)]
     pub mode: LeaseMode,

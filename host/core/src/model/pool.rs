@@ -146,7 +146,7 @@ pub struct PoolPlacement {
     /// A provider entry's name.
     pub provider: String,
     /// Its share of the replicas, relative to the other placements' (default 1).
-    #[serde(default = "one")]
+    #[serde(default = "equal_weight")]
     pub weight: u32,
     /// Zones its proxies are spread over, round robin; empty: the template's zone.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -163,7 +163,8 @@ pub struct PoolPlacement {
     pub max_replicas: Option<u32>,
 }
 
-fn one() -> u32 {
+/// Placements share a pool equally unless weighted.
+fn equal_weight() -> u32 {
     1
 }
 

@@ -109,7 +109,7 @@ pub struct SimGceFault {
     pub method: String,
     #[serde(default)]
     pub url_contains: String,
-    #[serde(default = "one")]
+    #[serde(default = "once")]
     pub times: u32,
     pub status: u16,
     /// The error's reason, e.g. `rateLimitExceeded`, `backendError`.
@@ -118,7 +118,8 @@ pub struct SimGceFault {
     pub message: String,
 }
 
-fn one() -> u32 {
+/// A fault happens once unless it says how many times.
+fn once() -> u32 {
     1
 }
 fn running() -> String {

@@ -37,7 +37,7 @@ pub struct SimKubeSpec {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct SimFault {
     pub call: String,
-    #[serde(default = "one")]
+    #[serde(default = "once")]
     pub times: u32,
     pub status: u16,
     pub reason: String,
@@ -45,7 +45,8 @@ pub struct SimFault {
     pub message: String,
 }
 
-fn one() -> u32 {
+/// A fault happens once unless it says how many times.
+fn once() -> u32 {
     1
 }
 fn default_version() -> String {

@@ -139,7 +139,7 @@ pub struct SimLibvirtFault {
     /// Only on this host (default: any).
     #[serde(default)]
     pub host: Option<String>,
-    #[serde(default = "one")]
+    #[serde(default = "once")]
     pub times: u32,
     /// virErrorNumber; 0 for a transport failure.
     #[serde(default)]
@@ -153,7 +153,8 @@ pub struct SimLibvirtFault {
     pub timeout: bool,
 }
 
-fn one() -> u32 {
+/// A fault happens once unless it says how many times.
+fn once() -> u32 {
     1
 }
 fn yes() -> bool {
