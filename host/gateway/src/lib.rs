@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod admission;
 pub mod ask;
 pub mod authority;
 pub mod cluster;
