@@ -249,6 +249,19 @@ fn no_route(r: &NoRoute) -> Failure {
 }
 
 /// What was decided about a request before a member is dialled.
+/// A tunnel its member opened (it answered `200` to the gateway's CONNECT), waiting for the
+/// crawler's side: what [`Gateway::carry`] relays and counts.
+struct Opened {
+    on_upgrade: hyper::upgrade::OnUpgrade,
+    /// The member's socket, and what it sent past its `200`.
+    member: tokio::net::TcpStream,
+    early: Bytes,
+    labels: metrics::Labels,
+    fate: tokio::sync::watch::Receiver<crate::members::Fate>,
+    pool: PoolKey,
+    member_id: String,
+}
+
 struct Admitted {
     pool: PoolKey,
     options: Options,
@@ -531,107 +544,16 @@ impl Gateway {
                         .connections
                         .get_or_create(&metrics::with(labels.clone(), "kind", "connect"))
                         .inc();
-                    let fate = entry.slot.fate();
-                    let gateway = self.clone();
-                    let pool = a.pool.clone();
-                    let member_id = entry.member.id();
-                    tokio::spawn(async move {
-                        let _active = active;
-                        let Ok(upgraded) = on_upgrade.await else {
-                            return;
-                        };
-                        // The crawler's own socket back from hyper (with what it read past the
-                        // CONNECT head): the relay then moves bytes socket to socket, with no
-                        // layer of hyper's between. `serve` hands hyper that very type, so the
-                        // downcast holds; a transport that is not (a caller serving `handle`
-                        // some other way) ends its tunnels loudly rather than in silence. The
-                        // socket's listener slot is kept until the tunnel ends: a tunnel counts
-                        // against `max_connections` for as long as it is open.
-                        let Ok(parts) = upgraded.downcast::<TokioIo<CrawlerIo>>() else {
-                            tracing::warn!(
-                                "a tunnel's connection is not a TCP socket; the gateway relays \
-                                 only the sockets its own listener accepted"
-                            );
-                            gateway.metrics.error(
-                                Some(&pool),
-                                Some(&member_id),
-                                ErrorKind::MemberFailed,
-                            );
-                            return;
-                        };
-                        let tunnels = gateway.metrics.tunnels.get_or_create(&labels).clone();
-                        tunnels.inc();
-                        gateway.open.fetch_add(1, Ordering::SeqCst);
-                        // The member's byte counters, added to as the relay moves bytes, so a
-                        // long tunnel shows in them while it runs.
-                        let meter = |dir| {
-                            forward::Meter::new(
-                                gateway
-                                    .metrics
-                                    .bytes
-                                    .get_or_create(&metrics::with(labels.clone(), "direction", dir))
-                                    .clone(),
-                            )
-                        };
-                        let carried = Carried {
-                            up: meter("up"),
-                            down: meter("down"),
-                        };
-                        let (unread, io) = parts.io.into_inner().into_parts();
-                        // The crawler's bytes past its CONNECT head: any left of those the
-                        // gateway read ahead, then those hyper read.
-                        let client_early = if unread.is_empty() {
-                            parts.read_buf
-                        } else {
-                            let mut b = Vec::with_capacity(unread.len() + parts.read_buf.len());
-                            b.extend_from_slice(&unread);
-                            b.extend_from_slice(&parts.read_buf);
-                            Bytes::from(b)
-                        };
-                        let idle = gateway.limits.timeouts.idle;
-                        let ended = match io.into_inner() {
-                            // A socket of its own: kernel to kernel.
-                            Stream::Plain(counted) => {
-                                let (crawler, _slot) = counted.into_parts();
-                                forward::relay(
-                                    crawler,
-                                    stream,
-                                    early,
-                                    client_early,
-                                    idle,
-                                    fate,
-                                    &carried,
-                                )
-                                .await
-                            }
-                            // TLS to the crawler: the bytes are decrypted and encrypted here, so
-                            // they come up to user space (the slot goes with the socket inside).
-                            Stream::Tls(tls) => {
-                                forward::relay_copied(
-                                    *tls,
-                                    stream,
-                                    early,
-                                    client_early,
-                                    idle,
-                                    fate,
-                                    &carried,
-                                )
-                                .await
-                            }
-                        };
-                        tunnels.dec();
-                        gateway.open.fetch_sub(1, Ordering::SeqCst);
-                        gateway.ended.notify_waiters();
-                        gateway
-                            .metrics
-                            .ended
-                            .get_or_create(&metrics::with(
-                                metrics::pool_labels(&pool),
-                                "reason",
-                                ended.label(),
-                            ))
-                            .inc();
-                    });
+                    let opened = Opened {
+                        on_upgrade,
+                        member: stream,
+                        early,
+                        labels,
+                        fate: entry.slot.fate(),
+                        pool: a.pool.clone(),
+                        member_id: entry.member.id(),
+                    };
+                    tokio::spawn(self.clone().carry(opened, active));
                     let mut r = Response::new(full(Bytes::new()));
                     served_by(r.headers_mut(), &entry);
                     return r;
@@ -652,6 +574,104 @@ impl Gateway {
             }
         }
         self.error(Some(&a.pool), &exhausted(last))
+    }
+
+    /// A tunnel the member opened, once hyper hands over the crawler's socket: the relay,
+    /// socket to socket where the crawler's is plain, with the tunnel counted while it runs
+    /// and its end recorded. `_active` counts it against its member until it ends.
+    async fn carry(self: Arc<Self>, opened: Opened, _active: Active) {
+        let Ok(upgraded) = opened.on_upgrade.await else {
+            return;
+        };
+        // The crawler's own socket back from hyper (with what it read past the
+        // CONNECT head): the relay then moves bytes socket to socket, with no
+        // layer of hyper's between. `serve` hands hyper that very type, so the
+        // downcast holds; a transport that is not (a caller serving `handle`
+        // some other way) ends its tunnels loudly rather than in silence. The
+        // socket's listener slot is kept until the tunnel ends: a tunnel counts
+        // against `max_connections` for as long as it is open.
+        let Ok(parts) = upgraded.downcast::<TokioIo<CrawlerIo>>() else {
+            tracing::warn!(
+                "a tunnel's connection is not a TCP socket; the gateway relays \
+                 only the sockets its own listener accepted"
+            );
+            self.metrics.error(
+                Some(&opened.pool),
+                Some(&opened.member_id),
+                ErrorKind::MemberFailed,
+            );
+            return;
+        };
+        let tunnels = self.metrics.tunnels.get_or_create(&opened.labels).clone();
+        tunnels.inc();
+        self.open.fetch_add(1, Ordering::SeqCst);
+        // The member's byte counters, added to as the relay moves bytes, so a
+        // long tunnel shows in them while it runs.
+        let meter = |dir| {
+            forward::Meter::new(
+                self.metrics
+                    .bytes
+                    .get_or_create(&metrics::with(opened.labels.clone(), "direction", dir))
+                    .clone(),
+            )
+        };
+        let carried = Carried {
+            up: meter("up"),
+            down: meter("down"),
+        };
+        let (unread, io) = parts.io.into_inner().into_parts();
+        // The crawler's bytes past its CONNECT head: any left of those the
+        // gateway read ahead, then those hyper read.
+        let client_early = if unread.is_empty() {
+            parts.read_buf
+        } else {
+            let mut b = Vec::with_capacity(unread.len() + parts.read_buf.len());
+            b.extend_from_slice(&unread);
+            b.extend_from_slice(&parts.read_buf);
+            Bytes::from(b)
+        };
+        let idle = self.limits.timeouts.idle;
+        let ended = match io.into_inner() {
+            // A socket of its own: kernel to kernel.
+            Stream::Plain(counted) => {
+                let (crawler, _slot) = counted.into_parts();
+                forward::relay(
+                    crawler,
+                    opened.member,
+                    opened.early,
+                    client_early,
+                    idle,
+                    opened.fate,
+                    &carried,
+                )
+                .await
+            }
+            // TLS to the crawler: the bytes are decrypted and encrypted here, so
+            // they come up to user space (the slot goes with the socket inside).
+            Stream::Tls(tls) => {
+                forward::relay_copied(
+                    *tls,
+                    opened.member,
+                    opened.early,
+                    client_early,
+                    idle,
+                    opened.fate,
+                    &carried,
+                )
+                .await
+            }
+        };
+        tunnels.dec();
+        self.open.fetch_sub(1, Ordering::SeqCst);
+        self.ended.notify_waiters();
+        self.metrics
+            .ended
+            .get_or_create(&metrics::with(
+                metrics::pool_labels(&opened.pool),
+                "reason",
+                ended.label(),
+            ))
+            .inc();
     }
 
     /// A plain-HTTP request in absolute form, sent on through a member.
