@@ -87,6 +87,20 @@ pub fn reconcile_span(proxy: &Proxy, deleting: bool) -> tracing::Span {
     )
 }
 
+/// The wait before the next look at a Proxy whose check was just folded: `within` (its next
+/// resync or the step's own wait), or sooner when its next check falls due first.
+fn next_look(
+    checker: &EgressChecker,
+    key: &str,
+    status: &ProxyStatus,
+    within: Duration,
+) -> Duration {
+    let until_check = checker
+        .next_due_ms(key, status)
+        .saturating_sub(checker.now_ms());
+    within.min(Duration::from_millis(until_check.max(1)))
+}
+
 /// Steady where the egress check runs: Ready, and not in the middle of failed checks (a proxy
 /// still Ready through a blip is not settled until it passes again or is replaced).
 fn checked_steady(status: &ProxyStatus) -> bool {
@@ -231,16 +245,11 @@ async fn reconcile_steps(
                         // decide() now names the replacement.
                         continue;
                     }
-                    let until_check = checker
-                        .next_due_ms(&key, &status)
-                        .saturating_sub(checker.now_ms());
                     let until_resync = checker.until_resync(&key, reconcile::RESYNC_INTERVAL);
                     return StepResult {
                         steady: checked_steady(&status),
+                        wait: Wait::After(next_look(checker, &key, &status, until_resync)),
                         status,
-                        wait: Wait::After(
-                            until_resync.min(Duration::from_millis(until_check.max(1))),
-                        ),
                         released: false,
                         events,
                     };
@@ -425,10 +434,7 @@ async fn reconcile_steps(
                     }
                 }
             }
-            let until_check = checker
-                .next_due_ms(&key, &status)
-                .saturating_sub(checker.now_ms());
-            wait = Wait::After(d.min(Duration::from_millis(until_check.max(1))));
+            wait = Wait::After(next_look(checker, &key, &status, d));
             steady = checked_steady(&status);
         }
         return StepResult {
