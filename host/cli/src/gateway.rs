@@ -203,7 +203,7 @@ pub async fn run(
             message: e.to_string(),
         })?;
     tracing::info!(listen = %a.listen, admin = %a.admin_listen, scheme = tls.scheme(), "gateway serving");
-    tokio::spawn(egress_gateway::server::serve_admin_over(
+    tokio::spawn(egress_gateway::admin::serve_admin_over(
         admin,
         gateway.clone(),
         transport.clone(),

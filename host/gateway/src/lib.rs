@@ -1,15 +1,21 @@
 #![doc = include_str!("../README.md")]
 
+pub mod admin;
 pub mod admission;
+pub mod answers;
 pub mod ask;
 pub mod authority;
+pub mod body;
 pub mod cluster;
 pub mod forward;
+pub mod hash;
 pub mod members;
 pub mod metrics;
+pub mod plain;
 pub mod route;
 pub mod server;
 pub mod status;
 
+pub use admin::{serve_admin, serve_admin_over};
 pub use members::{Member, MemberKey, PoolKey, Table};
-pub use server::{Gateway, Limits, listen, serve, serve_admin};
+pub use server::{Gateway, Limits, listen, serve, serve_over};

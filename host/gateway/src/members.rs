@@ -88,6 +88,13 @@ pub struct MemberKey {
     pub addr: SocketAddr,
 }
 
+impl MemberKey {
+    /// The member's place in rendezvous hashing, from what identifies its instance.
+    pub fn rendezvous_hash(&self) -> u64 {
+        crate::hash::stable_hash(&[&self.namespace, &self.name, &self.addr.to_string()])
+    }
+}
+
 impl std::fmt::Display for MemberKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
@@ -290,7 +297,7 @@ impl Slot {
 pub struct Entry {
     pub member: Arc<Member>,
     pub slot: Arc<Slot>,
-    /// [`crate::route::member_hash`] of its key, once per snapshot rather than per session.
+    /// [`MemberKey::rendezvous_hash`] of its key, once per snapshot rather than per session.
     pub hash: u64,
 }
 
@@ -369,7 +376,7 @@ impl Table {
                 Some(at) => Fate::RetireAt(at),
                 None => Fate::Serving,
             });
-            let hash = crate::route::member_hash(&key);
+            let hash = key.rendezvous_hash();
             kept.insert(key, slot.clone());
             pools.entry(pool).or_default().push(Entry {
                 member: Arc::new(m),
@@ -387,6 +394,22 @@ impl Table {
         drop(slots);
         *self.now.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(Snapshot { pools, synced });
         self.changed.send_modify(|n| *n += 1);
+    }
+}
+
+/// Counts a member's work under way while it lives.
+pub struct Active(Entry);
+
+impl Active {
+    pub fn new(e: &Entry) -> Self {
+        e.slot.active.fetch_add(1, Ordering::Relaxed);
+        Self(e.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.slot.active.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

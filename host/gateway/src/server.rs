@@ -1,22 +1,24 @@
-//! The gateway's listeners: the forward proxy crawlers point `HTTPS_PROXY` at, and the admin
-//! listener with the probes and `/metrics`.
+//! The forward proxy crawlers point `HTTPS_PROXY` at: its listener, the admission of each
+//! request (who asks, on which pool, with what options), the choice of a member, and CONNECT
+//! tunnels. Plain requests are carried by [`crate::plain`], answers that refuse are made by
+//! [`crate::answers`], the admin listener is [`crate::admin`].
 
 use crate::admission::{
     Connection, HEAD_TOO_LARGE, Prefixed, TOO_MANY_FROM_SOURCE, Unauthenticated, first_head,
 };
-use crate::ask::{self, AskError, Options, Sent};
+use crate::answers::{ask_failure, exhausted, failed, no_route, refusal};
+use crate::ask::{self, Options};
 use crate::authority::{self, Destination};
+use crate::body::{Body, full};
 use crate::forward::{self, Carried, HopError, Timeouts};
-use crate::members::{Entry, MemberKey, Outliers, PoolKey, Table};
+use crate::members::{Active, Entry, MemberKey, Outliers, PoolKey, Table};
 use crate::metrics::{self, Metrics};
 use crate::route::{self, NoRoute, Sessions};
-use crate::status::{EGRESS_IP_HEADER, ErrorKind, Failure, MEMBER_HEADER};
+use crate::status::{ErrorKind, Failure, served_by};
 use egress_serve::auth::{Access, Guard, Refusal};
 use egress_serve::tls::{Stream, Transport};
 use egress_serve::{Counted, accept_bounded};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -26,10 +28,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tracing::Instrument;
-
-/// A body's error: hyper's, or the gateway's own idle timeout.
-pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
-pub type Body = BoxBody<Bytes, BodyError>;
 
 /// What one crawler connection may hold of the gateway.
 #[derive(Debug, Clone, Copy)]
@@ -96,159 +94,6 @@ pub struct Gateway {
     ended: tokio::sync::Notify,
 }
 
-/// Headers that concern one hop only (RFC 9110 §7.6.1), never passed on either way.
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "proxy-connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "proxy-authorization",
-];
-
-/// Counts a member's work under way while it lives.
-struct Active(Entry);
-
-impl Active {
-    fn new(e: &Entry) -> Self {
-        e.slot.active.fetch_add(1, Ordering::Relaxed);
-        Self(e.clone())
-    }
-}
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        self.0.slot.active.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-fn full(body: impl Into<Bytes>) -> Body {
-    Full::new(body.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// A body that fails once no frame came for `idle`: a member trickling its answer, or a
-/// crawler its upload, holds the exchange no longer than that between two frames.
-struct IdleBody<B> {
-    inner: B,
-    idle: Duration,
-    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
-}
-
-impl<B> IdleBody<B> {
-    fn new(inner: B, idle: Duration) -> Self {
-        Self {
-            inner,
-            idle,
-            deadline: Box::pin(tokio::time::sleep(idle)),
-        }
-    }
-}
-
-impl<B> hyper::body::Body for IdleBody<B>
-where
-    B: hyper::body::Body<Data = Bytes> + Unpin,
-    B::Error: Into<BodyError>,
-{
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, BodyError>>> {
-        use std::future::Future;
-        use std::task::Poll;
-        match std::pin::Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(frame) => {
-                let next = tokio::time::Instant::now() + self.idle;
-                self.deadline.as_mut().reset(next);
-                Poll::Ready(frame.map(|f| f.map_err(Into::into)))
-            }
-            Poll::Pending => match self.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(format!(
-                    "no byte of the body came for {:?}",
-                    self.idle
-                )
-                .into()))),
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-fn failed(f: &Failure) -> Response<Body> {
-    f.response().map(full)
-}
-
-/// The answer to a refusal of the guard's; a token that is no one's is spoken of as it was
-/// `sent`.
-fn refusal(r: &Refusal, sent: Sent) -> Failure {
-    match r {
-        Refusal::Unauthenticated(_) => Failure::new(
-            ErrorKind::Unauthenticated,
-            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-            sent.not_valid(),
-        ),
-        Refusal::Forbidden(why) => Failure::new(ErrorKind::Forbidden, StatusCode::FORBIDDEN, why),
-        Refusal::Unavailable(why) => {
-            let mut f = Failure::new(
-                ErrorKind::AuthUnavailable,
-                StatusCode::SERVICE_UNAVAILABLE,
-                *why,
-            );
-            f.retry_after = Some(2);
-            f
-        }
-    }
-}
-
-fn no_route(r: &NoRoute) -> Failure {
-    match r {
-        NoRoute::Pool(m) => Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m),
-        NoRoute::NoMember {
-            reason,
-            retry_after,
-        } => {
-            let mut f = Failure::new(ErrorKind::NoMember, StatusCode::SERVICE_UNAVAILABLE, reason);
-            f.retry_after = Some(*retry_after);
-            f
-        }
-        NoRoute::SessionGone { member, .. } => {
-            let mut f = Failure::new(
-                ErrorKind::SessionGone,
-                StatusCode::SERVICE_UNAVAILABLE,
-                r.to_string(),
-            );
-            f.member = Some(member.clone());
-            f
-        }
-        NoRoute::LeaseGone(_) => {
-            Failure::new(ErrorKind::LeaseGone, StatusCode::GONE, r.to_string())
-        }
-        NoRoute::PoolNotYours(name) if name.is_empty() => Failure::new(
-            ErrorKind::Forbidden,
-            StatusCode::FORBIDDEN,
-            "this credential may use no pool served here",
-        ),
-        NoRoute::PoolNotYours(_) => {
-            Failure::new(ErrorKind::Forbidden, StatusCode::FORBIDDEN, r.to_string())
-        }
-    }
-}
-
-/// What was decided about a request before a member is dialled.
 /// A tunnel its member opened (it answered `200` to the gateway's CONNECT), waiting for the
 /// crawler's side: what [`Gateway::carry`] relays and counts.
 struct Opened {
@@ -262,10 +107,11 @@ struct Opened {
     member_id: String,
 }
 
-struct Admitted {
-    pool: PoolKey,
-    options: Options,
-    caller: String,
+/// What was decided about a request before a member is dialled.
+pub(crate) struct Admitted {
+    pub(crate) pool: PoolKey,
+    pub(crate) options: Options,
+    pub(crate) caller: String,
 }
 
 impl Gateway {
@@ -309,7 +155,7 @@ impl Gateway {
     fn random(&self) -> u64 {
         // Two picks spread over the members need no cryptographic randomness: a counter
         // through SplitMix64's mixing does.
-        route::mix(
+        crate::hash::mix(
             self.counter
                 .fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed),
         )
@@ -380,7 +226,7 @@ impl Gateway {
     }
 
     /// How many members one request may try.
-    fn attempts(&self, options: &Options) -> usize {
+    pub(crate) fn attempts(&self, options: &Options) -> usize {
         if options.session.is_some() || options.lease.is_some() {
             1
         } else {
@@ -389,7 +235,7 @@ impl Gateway {
     }
 
     /// `entry` served `a`: its passive health is good, and `a`'s session sticks to it.
-    fn served(&self, a: &Admitted, entry: &Entry) {
+    pub(crate) fn served(&self, a: &Admitted, entry: &Entry) {
         entry.slot.served();
         route::bind(
             &self.sessions,
@@ -406,7 +252,7 @@ impl Gateway {
 
     /// `entry` failed `a`'s hop with `h`: counted against its passive health when the member
     /// itself refused or broke off.
-    fn hop_failed(&self, a: &Admitted, entry: &Entry, h: &HopError) {
+    pub(crate) fn hop_failed(&self, a: &Admitted, entry: &Entry, h: &HopError) {
         if !h.down {
             return;
         }
@@ -443,7 +289,7 @@ impl Gateway {
 
     /// The member to try next, or the answer when there is none: the last member's failure
     /// when a retry found no other, else why none serves.
-    fn next_member(
+    pub(crate) fn next_member(
         &self,
         a: &Admitted,
         exclude: &[MemberKey],
@@ -455,7 +301,7 @@ impl Gateway {
         })
     }
 
-    fn error(&self, pool: Option<&PoolKey>, f: &Failure) -> Response<Body> {
+    pub(crate) fn error(&self, pool: Option<&PoolKey>, f: &Failure) -> Response<Body> {
         self.metrics.error(pool, f.member.as_deref(), f.kind);
         // The details go to the crawler only: a username's options may hold what a crawler
         // mistook for them (a token pasted as the username), which the log must not keep.
@@ -673,141 +519,6 @@ impl Gateway {
             ))
             .inc();
     }
-
-    /// A plain-HTTP request in absolute form, sent on through a member.
-    async fn plain(self: Arc<Self>, a: Admitted, req: Request<Incoming>) -> Response<Body> {
-        let (mut parts, body) = req.into_parts();
-        strip(&mut parts.headers);
-        let mut exclude: Vec<MemberKey> = Vec::new();
-        let attempts = self.attempts(&a.options);
-        let mut last: Option<HopError> = None;
-        // The body can be sent once: only the dial is retried, before anything was sent.
-        let mut body = Some(body);
-        for _ in 0..attempts {
-            let entry = match self.next_member(&a, &exclude, &mut last) {
-                Ok(e) => e,
-                Err(f) => return self.error(Some(&a.pool), &f),
-            };
-            tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
-            let _active = Active::new(&entry);
-            let stream = match forward::dial(&entry.member, &self.limits.timeouts).await {
-                Ok(s) => s,
-                Err(h) => {
-                    self.hop_failed(&a, &entry, &h);
-                    self.metrics
-                        .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
-                    exclude.push(entry.member.key());
-                    last = Some(h);
-                    continue;
-                }
-            };
-            let Some(body) = body.take() else {
-                break;
-            };
-            // Bytes counted as frames pass, both ways, into the member's byte counters.
-            let labels = metrics::member_labels(&entry);
-            let counter = |dir| {
-                self.metrics
-                    .bytes
-                    .get_or_create(&metrics::with(labels.clone(), "direction", dir))
-                    .clone()
-            };
-            let (up, down) = (counter("up"), counter("down"));
-            let idle = self.limits.body_idle_timeout;
-            let body = IdleBody::new(body, idle).map_frame(move |frame| {
-                if let Some(d) = frame.data_ref() {
-                    up.inc_by(d.len() as u64);
-                }
-                frame
-            });
-            let mut out = Request::from_parts(parts.clone(), body);
-            *out.version_mut() = http::Version::HTTP_11;
-            if let Some(c) = &entry.member.credential
-                && let Ok(v) = HeaderValue::from_str(&c.authorization())
-            {
-                out.headers_mut()
-                    .insert(http::header::PROXY_AUTHORIZATION, v);
-            }
-            self.metrics
-                .connections
-                .get_or_create(&metrics::with(
-                    metrics::member_labels(&entry),
-                    "kind",
-                    "http",
-                ))
-                .inc();
-            let member = entry.member.clone();
-            let exchange = async {
-                let (mut sender, conn) =
-                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-                sender.send_request(out).await
-            };
-            return match tokio::time::timeout(self.limits.timeouts.answer, exchange).await {
-                Ok(Ok(resp)) => {
-                    self.served(&a, &entry);
-                    let status = resp.status();
-                    if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
-                        let h = forward::answered(&member, 407, "request");
-                        return self.error(Some(&a.pool), &h.failure);
-                    }
-                    let (mut rparts, rbody) = resp.into_parts();
-                    strip(&mut rparts.headers);
-                    served_by(&mut rparts.headers, &entry);
-                    let rbody = IdleBody::new(rbody, idle).map_frame(move |frame| {
-                        if let Some(d) = frame.data_ref() {
-                            down.inc_by(d.len() as u64);
-                        }
-                        frame
-                    });
-                    Response::from_parts(rparts, rbody.boxed())
-                }
-                Ok(Err(e)) => {
-                    let mut h = forward::member_failed(
-                        &member,
-                        "http_protocol_error",
-                        format!("member {} failed the request: {e}", member.id()),
-                    );
-                    h.down = true;
-                    self.hop_failed(&a, &entry, &h);
-                    self.error(Some(&a.pool), &h.failure)
-                }
-                Err(_) => {
-                    let h = forward::member_timed_out(
-                        &member,
-                        "http_response_timeout",
-                        format!(
-                            "member {} did not answer within {:?}",
-                            member.id(),
-                            self.limits.timeouts.answer
-                        ),
-                    );
-                    self.error(Some(&a.pool), &h.failure)
-                }
-            };
-        }
-        self.error(Some(&a.pool), &exhausted(last))
-    }
-}
-
-/// The answer to a credential or options that could not be read.
-fn ask_failure(e: &AskError) -> Failure {
-    match e {
-        AskError::NoCredential(_) => Failure::new(
-            ErrorKind::Unauthenticated,
-            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-            e.to_string(),
-        ),
-        // The username's options are part of the credential.
-        AskError::Username(_) => Failure::new(
-            ErrorKind::BadRequest,
-            StatusCode::PROXY_AUTHENTICATION_REQUIRED,
-            e.to_string(),
-        ),
-        AskError::Header(m) => Failure::new(ErrorKind::BadRequest, StatusCode::BAD_REQUEST, m),
-    }
 }
 
 /// Where a request goes: a CONNECT's authority, or the host and port of a plain request's
@@ -829,81 +540,6 @@ fn destination(req: &Request<Incoming>) -> Result<Destination, Failure> {
             "a request through the gateway names an absolute http:// URL; https goes through CONNECT"
                 .into(),
         )),
-    }
-}
-
-/// The answer once every attempt failed: the last member's failure.
-fn exhausted(last: Option<HopError>) -> Failure {
-    last.map(|h| h.failure).unwrap_or_else(|| {
-        Failure::new(
-            ErrorKind::MemberFailed,
-            StatusCode::BAD_GATEWAY,
-            "no member served it",
-        )
-    })
-}
-
-/// The message's `Transfer-Encoding` when it holds codings before `chunked`: those are end to
-/// end (a gzip-coded body stays gzip-coded through every hop), and only the framing
-/// (`chunked`) is the hop's. hyper keeps a `Transfer-Encoding` given to it that ends in
-/// `chunked`, and frames the body with it.
-fn end_to_end_codings(headers: &http::HeaderMap) -> Option<HeaderValue> {
-    let codings: Vec<String> = headers
-        .get_all(http::header::TRANSFER_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|c| c.trim().to_ascii_lowercase())
-        .filter(|c| !c.is_empty())
-        .collect();
-    match codings.split_last() {
-        Some((last, before)) if last == "chunked" && !before.is_empty() => {
-            HeaderValue::from_str(&codings.join(", ")).ok()
-        }
-        _ => None,
-    }
-}
-
-/// Removes the hop's own headers, those `Connection` names, and the gateway's options; codings
-/// applied before `chunked` are kept.
-fn strip(headers: &mut http::HeaderMap) {
-    let codings = end_to_end_codings(headers);
-    let named: Vec<String> = headers
-        .get_all(http::header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(|s| s.trim().to_ascii_lowercase())
-        .filter(|s| !s.is_empty())
-        .collect();
-    for h in HOP_BY_HOP {
-        headers.remove(h);
-    }
-    for h in &named {
-        headers.remove(h.as_str());
-    }
-    let ours: Vec<http::HeaderName> = headers
-        .keys()
-        .filter(|k| k.as_str().starts_with(ask::HEADER_PREFIX))
-        .cloned()
-        .collect();
-    for k in ours {
-        headers.remove(k);
-    }
-    if let Some(codings) = codings {
-        headers.insert(http::header::TRANSFER_ENCODING, codings);
-    }
-}
-
-/// Which member served, and from which egress address.
-fn served_by(headers: &mut http::HeaderMap, e: &Entry) {
-    if let Ok(v) = HeaderValue::from_str(&e.member.id()) {
-        headers.insert(MEMBER_HEADER, v);
-    }
-    if let Some(ip) = &e.member.egress_ip
-        && let Ok(v) = HeaderValue::from_str(ip)
-    {
-        headers.insert(EGRESS_IP_HEADER, v);
     }
 }
 
@@ -1025,79 +661,4 @@ pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport:
         }
     })
     .await
-}
-
-/// Admin connections served at once: probes and scrapers are few, and a bound keeps idle
-/// clients from piling up here too.
-const ADMIN_CONNECTIONS: usize = 64;
-
-/// The admin listener: `/healthz` (alive), `/readyz` (the members have been read), and
-/// `/metrics` for a caller the guard lets read them.
-pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
-    serve_admin_over(listener, gateway, Transport::Plaintext).await
-}
-
-/// [`serve_admin`] over `transport` (a scraper presents a token: the gateway's own TLS).
-pub async fn serve_admin_over(listener: TcpListener, gateway: Arc<Gateway>, transport: Transport) {
-    let timeout = Duration::from_secs(10);
-    accept_bounded(listener, ADMIN_CONNECTIONS, "gateway admin", |stream| {
-        let gateway = gateway.clone();
-        let source = egress_serve::auth::source_of(&stream);
-        let transport = transport.clone();
-        async move {
-            let Some(stream) = transport.accept(stream, timeout, "gateway admin").await else {
-                return;
-            };
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let gateway = gateway.clone();
-                async move {
-                    Ok::<_, std::convert::Infallible>(
-                        gateway.admin(req.uri().path(), req.headers(), source).await,
-                    )
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(timeout)
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-        }
-    })
-    .await
-}
-
-impl Gateway {
-    async fn admin(&self, path: &str, headers: &http::HeaderMap, source: IpAddr) -> Response<Body> {
-        let text = |status: StatusCode, body: String| {
-            let mut r = Response::new(full(body));
-            *r.status_mut() = status;
-            r
-        };
-        match path {
-            "/healthz" => text(StatusCode::OK, "ok\n".into()),
-            "/readyz" if self.table.snapshot().synced => text(StatusCode::OK, "ready\n".into()),
-            "/readyz" => text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the members have not been read yet\n".into(),
-            ),
-            "/metrics" => {
-                let allowed = async {
-                    let token = Guard::bearer(headers)?;
-                    let caller = self.guard.authenticate_scraper(source, &token).await?;
-                    self.guard
-                        .authorize(&token, &caller, &Access::Metrics)
-                        .await
-                };
-                match allowed.await {
-                    Ok(()) => {
-                        self.metrics
-                            .observe(&self.table.snapshot(), egress_time::now::unix_now());
-                        text(StatusCode::OK, self.metrics.encode())
-                    }
-                    Err(r) => text(r.status(), format!("{r}\n")),
-                }
-            }
-            _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
-        }
-    }
 }

@@ -179,6 +179,18 @@ pub fn sf_string(s: &str) -> String {
     out
 }
 
+/// Which member served, and from which egress address.
+pub fn served_by(headers: &mut http::HeaderMap, e: &crate::members::Entry) {
+    if let Ok(v) = HeaderValue::from_str(&e.member.id()) {
+        headers.insert(MEMBER_HEADER, v);
+    }
+    if let Some(ip) = &e.member.egress_ip
+        && let Ok(v) = HeaderValue::from_str(ip)
+    {
+        headers.insert(EGRESS_IP_HEADER, v);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -1559,7 +1559,7 @@ async fn over_tls_curl_reaches_the_echo_through_an_https_proxy() {
         gw.clone(),
         transport.clone(),
     ));
-    tokio::spawn(egress_gateway::server::serve_admin_over(
+    tokio::spawn(egress_gateway::admin::serve_admin_over(
         admin, gw, transport,
     ));
 

@@ -1,0 +1,204 @@
+//! A plain-HTTP request in absolute form (`GET http://host/path`), carried through a member:
+//! the hop's own headers stripped both ways, only the dial retried, bodies bounded by the time
+//! between their frames and counted into the member's bytes.
+
+use crate::answers::exhausted;
+use crate::ask;
+use crate::body::{Body, IdleBody};
+use crate::forward::{self, HopError};
+use crate::members::{Active, MemberKey};
+use crate::metrics;
+use crate::server::{Admitted, Gateway};
+use crate::status::served_by;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::sync::Arc;
+
+/// Headers that concern one hop only (RFC 9110 §7.6.1), never passed on either way.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-authorization",
+];
+
+impl Gateway {
+    /// A plain-HTTP request in absolute form, sent on through a member.
+    pub(crate) async fn plain(
+        self: Arc<Self>,
+        a: Admitted,
+        req: Request<Incoming>,
+    ) -> Response<Body> {
+        let (mut parts, body) = req.into_parts();
+        strip(&mut parts.headers);
+        let mut exclude: Vec<MemberKey> = Vec::new();
+        let attempts = self.attempts(&a.options);
+        let mut last: Option<HopError> = None;
+        // The body can be sent once: only the dial is retried, before anything was sent.
+        let mut body = Some(body);
+        for _ in 0..attempts {
+            let entry = match self.next_member(&a, &exclude, &mut last) {
+                Ok(e) => e,
+                Err(f) => return self.error(Some(&a.pool), &f),
+            };
+            tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
+            let _active = Active::new(&entry);
+            let stream = match forward::dial(&entry.member, &self.limits.timeouts).await {
+                Ok(s) => s,
+                Err(h) => {
+                    self.hop_failed(&a, &entry, &h);
+                    self.metrics
+                        .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
+                    exclude.push(entry.member.key());
+                    last = Some(h);
+                    continue;
+                }
+            };
+            let Some(body) = body.take() else {
+                break;
+            };
+            // Bytes counted as frames pass, both ways, into the member's byte counters.
+            let labels = metrics::member_labels(&entry);
+            let counter = |dir| {
+                self.metrics
+                    .bytes
+                    .get_or_create(&metrics::with(labels.clone(), "direction", dir))
+                    .clone()
+            };
+            let (up, down) = (counter("up"), counter("down"));
+            let idle = self.limits.body_idle_timeout;
+            let body = IdleBody::new(body, idle).map_frame(move |frame| {
+                if let Some(d) = frame.data_ref() {
+                    up.inc_by(d.len() as u64);
+                }
+                frame
+            });
+            let mut out = Request::from_parts(parts.clone(), body);
+            *out.version_mut() = http::Version::HTTP_11;
+            if let Some(c) = &entry.member.credential
+                && let Ok(v) = HeaderValue::from_str(&c.authorization())
+            {
+                out.headers_mut()
+                    .insert(http::header::PROXY_AUTHORIZATION, v);
+            }
+            self.metrics
+                .connections
+                .get_or_create(&metrics::with(
+                    metrics::member_labels(&entry),
+                    "kind",
+                    "http",
+                ))
+                .inc();
+            let member = entry.member.clone();
+            let exchange = async {
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                sender.send_request(out).await
+            };
+            return match tokio::time::timeout(self.limits.timeouts.answer, exchange).await {
+                Ok(Ok(resp)) => {
+                    self.served(&a, &entry);
+                    let status = resp.status();
+                    if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+                        let h = forward::answered(&member, 407, "request");
+                        return self.error(Some(&a.pool), &h.failure);
+                    }
+                    let (mut rparts, rbody) = resp.into_parts();
+                    strip(&mut rparts.headers);
+                    served_by(&mut rparts.headers, &entry);
+                    let rbody = IdleBody::new(rbody, idle).map_frame(move |frame| {
+                        if let Some(d) = frame.data_ref() {
+                            down.inc_by(d.len() as u64);
+                        }
+                        frame
+                    });
+                    Response::from_parts(rparts, rbody.boxed())
+                }
+                Ok(Err(e)) => {
+                    let mut h = forward::member_failed(
+                        &member,
+                        "http_protocol_error",
+                        format!("member {} failed the request: {e}", member.id()),
+                    );
+                    h.down = true;
+                    self.hop_failed(&a, &entry, &h);
+                    self.error(Some(&a.pool), &h.failure)
+                }
+                Err(_) => {
+                    let h = forward::member_timed_out(
+                        &member,
+                        "http_response_timeout",
+                        format!(
+                            "member {} did not answer within {:?}",
+                            member.id(),
+                            self.limits.timeouts.answer
+                        ),
+                    );
+                    self.error(Some(&a.pool), &h.failure)
+                }
+            };
+        }
+        self.error(Some(&a.pool), &exhausted(last))
+    }
+}
+
+/// The message's `Transfer-Encoding` when it holds codings before `chunked`: those are end to
+/// end (a gzip-coded body stays gzip-coded through every hop), and only the framing
+/// (`chunked`) is the hop's. hyper keeps a `Transfer-Encoding` given to it that ends in
+/// `chunked`, and frames the body with it.
+fn end_to_end_codings(headers: &http::HeaderMap) -> Option<HeaderValue> {
+    let codings: Vec<String> = headers
+        .get_all(http::header::TRANSFER_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|c| c.trim().to_ascii_lowercase())
+        .filter(|c| !c.is_empty())
+        .collect();
+    match codings.split_last() {
+        Some((last, before)) if last == "chunked" && !before.is_empty() => {
+            HeaderValue::from_str(&codings.join(", ")).ok()
+        }
+        _ => None,
+    }
+}
+
+/// Removes the hop's own headers, those `Connection` names, and the gateway's options; codings
+/// applied before `chunked` are kept.
+fn strip(headers: &mut http::HeaderMap) {
+    let codings = end_to_end_codings(headers);
+    let named: Vec<String> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|s| s.trim().to_ascii_lowercase())
+        .filter(|s| !s.is_empty())
+        .collect();
+    for h in HOP_BY_HOP {
+        headers.remove(h);
+    }
+    for h in &named {
+        headers.remove(h.as_str());
+    }
+    let ours: Vec<http::HeaderName> = headers
+        .keys()
+        .filter(|k| k.as_str().starts_with(ask::HEADER_PREFIX))
+        .cloned()
+        .collect();
+    for k in ours {
+        headers.remove(k);
+    }
+    if let Some(codings) = codings {
+        headers.insert(http::header::TRANSFER_ENCODING, codings);
+    }
+}
