@@ -180,7 +180,7 @@ impl LeaseLock {
 
     /// Waits until this replica holds the lease. A namespace that does not exist is an error:
     /// waiting would never end.
-    pub async fn acquire(&self) -> Result<(), crate::Error> {
+    pub async fn acquire(&self) -> Result<(), crate::error::Error> {
         loop {
             match self.try_acquire_or_renew().await {
                 Ok(true) => {
@@ -189,7 +189,7 @@ impl LeaseLock {
                 }
                 Ok(false) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 && names_namespace(&s) => {
-                    return Err(crate::Error::LeaseNamespace(self.namespace.clone()));
+                    return Err(crate::error::Error::LeaseNamespace(self.namespace.clone()));
                 }
                 Err(e) => tracing::warn!(
                     "lease {}: {}",
@@ -240,7 +240,7 @@ impl LeaseLock {
 /// API requests, reconciles) can delay a renewal: a client made on the operator's runtime
 /// would drive its requests there.
 pub struct Election {
-    acquired: Option<tokio::sync::oneshot::Receiver<Result<(), crate::Error>>>,
+    acquired: Option<tokio::sync::oneshot::Receiver<Result<(), crate::error::Error>>>,
     lost: tokio::sync::oneshot::Receiver<()>,
 }
 
@@ -255,7 +255,7 @@ impl Election {
         name: &str,
         identity: &str,
         duration: Duration,
-    ) -> Result<Self, crate::Error> {
+    ) -> Result<Self, crate::error::Error> {
         let (acquired_tx, acquired) = tokio::sync::oneshot::channel();
         let (lost_tx, lost) = tokio::sync::oneshot::channel();
         let (namespace, name, identity) = (
@@ -266,7 +266,9 @@ impl Election {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| crate::Error::Runtime(format!("the leader election's runtime: {e}")))?;
+            .map_err(|e| {
+                crate::error::Error::Runtime(format!("the leader election's runtime: {e}"))
+            })?;
         std::thread::Builder::new()
             .name("leader-election".into())
             .spawn(move || {
@@ -274,7 +276,7 @@ impl Election {
                     let lock = match client() {
                         Ok(c) => LeaseLock::new(c, &namespace, &name, &identity, duration),
                         Err(e) => {
-                            let _ = acquired_tx.send(Err(crate::Error::Kube(e)));
+                            let _ = acquired_tx.send(Err(crate::error::Error::Kube(e)));
                             return;
                         }
                     };
@@ -288,7 +290,9 @@ impl Election {
                     let _ = lost_tx.send(());
                 })
             })
-            .map_err(|e| crate::Error::Runtime(format!("the leader election's thread: {e}")))?;
+            .map_err(|e| {
+                crate::error::Error::Runtime(format!("the leader election's thread: {e}"))
+            })?;
         Ok(Self {
             acquired: Some(acquired),
             lost,
@@ -297,12 +301,12 @@ impl Election {
 
     /// Once this replica holds the lease; an error when it never can (the lease's namespace
     /// does not exist, the client could not be made).
-    pub async fn leading(&mut self) -> Result<(), crate::Error> {
+    pub async fn leading(&mut self) -> Result<(), crate::error::Error> {
         let Some(acquired) = self.acquired.take() else {
             return Ok(());
         };
         acquired.await.unwrap_or_else(|_| {
-            Err(crate::Error::Runtime(
+            Err(crate::error::Error::Runtime(
                 "the leader election's thread ended".into(),
             ))
         })

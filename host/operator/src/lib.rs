@@ -3,12 +3,15 @@
 pub mod context;
 pub mod controller;
 pub mod credentials;
+pub mod error;
 pub mod health;
 pub mod leader;
 pub mod pool;
 pub mod server;
 pub mod sweeper;
 pub mod webhook;
+
+pub use error::Error;
 
 use context::{Context, Loaded};
 use egress_control::egress::{CheckWakes, EgressChecker, StatusFleet};
@@ -81,30 +84,6 @@ pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 
 /// The reconciles running at once unless `--concurrency` says otherwise.
 pub const DEFAULT_CONCURRENCY: u16 = 16;
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kube: {0}")]
-    Kube(#[from] kube::Error),
-    #[error("providers config {path}: {message}")]
-    Config { path: String, message: String },
-    #[error("runtime: {0}")]
-    Runtime(String),
-    #[error("listening on {addr}: {message}")]
-    Listen { addr: String, message: String },
-    #[error("the gateway credential: {0}")]
-    GatewayCredential(String),
-    #[error("lost the lease {0}")]
-    LostLease(String),
-    #[error("{0}")]
-    ApiTokens(#[from] auth::tokens::TokenFileError),
-    #[error("{0}")]
-    Certificate(#[from] tls::CertificateError),
-    #[error(
-        "the Lease namespace {0:?} does not exist: create it, or name the operator's namespace with --namespace"
-    )]
-    LeaseNamespace(String),
-}
 
 /// The installation identity: the config's, or the UID of the kube-system namespace, which
 /// identifies the cluster for as long as it lives.
