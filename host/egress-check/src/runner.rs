@@ -79,7 +79,7 @@ pub struct Round<K> {
 /// The echoes to ask for ([`crate::choose_echoes`]); None when a scheme that is configured
 /// has no echo available.
 pub fn choose(echoes: &[EchoStatus]) -> Option<Vec<EchoUrl>> {
-    crate::choose_echoes(echoes, |e| e.url.is_https(), |e| e.available)
+    crate::choice::choose_echoes(echoes, |e| e.url.is_https(), |e| e.available)
         .ok()
         .map(|chosen| chosen.into_iter().map(|e| e.url.clone()).collect())
 }

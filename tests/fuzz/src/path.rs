@@ -1,6 +1,8 @@
 //! Whether an error's field path (`providers[1].kvm.hosts[0].name`) names a node of the
 //! document it was reported for.
 
+use crate::tree::Node;
+
 /// A parsed document reduced to its shape: what a path can walk through.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Tree {
@@ -27,12 +29,12 @@ impl From<&serde_json::Value> for Tree {
 
 /// The generated document itself, repeated keys and all (a parsed JSON value keeps only the
 /// last of them, while a struct's deserializer sees each).
-impl From<&crate::Node> for Tree {
-    fn from(n: &crate::Node) -> Self {
+impl From<&Node> for Tree {
+    fn from(n: &Node) -> Self {
         match n {
-            crate::Node::Plain(_) | crate::Node::Text(_) => Tree::Leaf,
-            crate::Node::Seq(items) => Tree::Seq(items.iter().map(Tree::from).collect()),
-            crate::Node::Map(entries) => Tree::Map(
+            Node::Plain(_) | Node::Text(_) => Tree::Leaf,
+            Node::Seq(items) => Tree::Seq(items.iter().map(Tree::from).collect()),
+            Node::Map(entries) => Tree::Map(
                 entries
                     .iter()
                     .map(|(k, v)| (Some(k.clone()), Tree::from(v)))
