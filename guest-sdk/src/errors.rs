@@ -1,6 +1,6 @@
 //! Helpers that classify a failure at its source.
 
-use crate::{ErrorClass, ProviderError};
+use crate::bindings::egress::provider::types::{ErrorClass, ProviderError};
 
 fn error(class: ErrorClass, reason: &str, message: impl Into<String>) -> ProviderError {
     ProviderError {

@@ -4,7 +4,8 @@
 //! insert's operation is DONE, and its instance RUNNING, after the model's seconds of the
 //! provider's sleeps). It keeps every request it answered. Clones share one state.
 
-use crate::fakes::{FakeClock, FakeHost};
+use crate::fake_clock::FakeClock;
+use crate::fakes::FakeHost;
 use crate::{HttpRequest, HttpResponse};
 use egress_sim::gce::{CONTENT_TYPE, Compute};
 use serde_json::Value;

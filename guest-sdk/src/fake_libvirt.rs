@@ -6,7 +6,7 @@
 //! clock (a provider's sleep is time passing for the hypervisor: a started domain has its
 //! address `bootSeconds` later).
 
-use crate::fakes::FakeClock;
+use crate::fake_clock::FakeClock;
 use crate::host::Libvirt;
 use crate::libvirt::{
     AddressSource, DialStage, DomainState, InterfaceAddresses, LibvirtError, NodeInfo, PoolInfo,

@@ -3,6 +3,7 @@
 //! resourceVersion, generation, finalizers, the status subresource, selectors); faults can be
 //! queued per call; every log line is captured so a test can assert what was (not) logged.
 
+pub use crate::fake_clock::FakeClock;
 use crate::fake_libvirt::FakeLibvirt;
 use crate::host::{Clock, Held, Host, Http, Kube, Libvirt, Locks, Log};
 use crate::libvirt::{
@@ -16,7 +17,6 @@ use egress_sim::kube::{
 use serde_json::{Value, json};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::rc::Rc;
 
 /// A captured log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,39 +57,6 @@ impl Default for FakeKube {
 
 /// A fake HTTP capability: a handler answers every request.
 pub type HttpHandler = Box<dyn Fn(&HttpRequest) -> Result<HttpResponse, HttpError>>;
-
-/// Simulated time: what a [`FakeHost`]'s clock capability reads and its sleeps advance. Fake
-/// backends given the same clock (clones share it) see time pass with the provider's sleeps.
-#[derive(Debug, Clone)]
-pub struct FakeClock(Rc<Cell<u64>>);
-
-impl FakeClock {
-    /// 2026-01-01T00:00:00Z: fixed, so snapshots are stable.
-    pub const START_MS: u64 = 1_767_225_600_000;
-
-    pub fn new() -> Self {
-        Self(Rc::new(Cell::new(Self::START_MS)))
-    }
-
-    /// Now, in Unix milliseconds.
-    pub fn get(&self) -> u64 {
-        self.0.get()
-    }
-
-    pub fn set(&self, ms: u64) {
-        self.0.set(ms);
-    }
-
-    pub fn advance(&self, ms: u64) {
-        self.0.set(self.0.get().saturating_add(ms));
-    }
-}
-
-impl Default for FakeClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 /// Capabilities in memory. Libvirt and HTTP answer `Denied` unless a test installs a handler.
 pub struct FakeHost {

@@ -2,11 +2,15 @@
 //! real imports ([`WasmHost`]) or the native fakes ([`crate::fakes::FakeHost`]).
 
 use crate::bindings::egress::provider as wit;
-use crate::libvirt::{
+use crate::bindings::egress::provider::http::{
+    HttpError, Request as HttpRequest, Response as HttpResponse,
+};
+use crate::bindings::egress::provider::kube::{KubeError, ListOptions, ObjectRef};
+use crate::bindings::egress::provider::libvirt::{
     AddressSource, DomainState, InterfaceAddresses, LibvirtError, NodeInfo, PoolInfo, ProbeResult,
     ProbeTarget, Transfer, VolumeInfo,
 };
-use crate::{HttpError, HttpRequest, HttpResponse, KubeError, Level, ListOptions, ObjectRef};
+use crate::bindings::egress::provider::log::Level;
 
 pub trait Log {
     fn log(&self, level: Level, message: &str, fields: &[(&str, &str)]);
