@@ -2,7 +2,7 @@
 //! connection closed afterwards, so a health round never disturbs the pooled connection a
 //! create is using. Details are filled as far as the probe got.
 
-use crate::Call;
+use crate::call::Call;
 use crate::errors::{code, stage_name};
 use guest_sdk::TargetStatus;
 use guest_sdk::libvirt::{DialStage, LibvirtError, ProbeTarget};

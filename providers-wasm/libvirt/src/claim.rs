@@ -7,7 +7,7 @@
 //! holding the in-process image lock (the writer would hold that lock), or a base that has not
 //! grown for the stall timeout while the claim stood (a live transfer keeps writing).
 
-use crate::Call;
+use crate::call::Call;
 use crate::config::ImageFormat;
 use crate::errors::{Op, classify, code, is_code};
 use crate::volume::{VolumeSpec, volume_xml};

@@ -4,17 +4,19 @@
 //! image cache (under the image's lock and claim), the overlay (reused only when it matches),
 //! the seed (always rebuilt), define, start and a bounded wait for running.
 
+use crate::call::{Call, instance_lock_key};
 use crate::config::{ImageFormat, Resolved, is_domain_name};
 use crate::errors::{Op, classify, code, is_code};
 use crate::get::{inspect, read_mark};
 use crate::metadata::{Mark, VolumeMark};
 use crate::state::state_name;
+use crate::storage::{read_volume_mark, remove_volume};
 use crate::volume::{
     VolumeFacts, VolumeSpec, base_name, mark_name, overlay_name, parse_volume_xml, seed_name,
     volume_xml,
 };
 use crate::xml::{DomainSpec, domain_xml};
-use crate::{Call, image, seed, time};
+use crate::{image, seed, time};
 use guest_sdk::libvirt::DomainState;
 use guest_sdk::{
     CreateRequest, Instance, Level, ProviderError, permanent, quota_exceeded, transient,
@@ -31,14 +33,6 @@ pub const QEMU_OVERHEAD_BYTES: u64 = 64 * MIB;
 /// How long Create waits for a started domain to report running, and how often it looks.
 pub const RUNNING_WAIT_MS: u64 = 15_000;
 pub const RUNNING_POLL_MS: u64 = 500;
-/// Marker volumes are tiny; reading more than this means the volume is not a marker.
-pub const MARK_MAX_BYTES: u64 = 4096;
-
-/// The in-process lock key of one instance name on a host, taken by create and delete.
-pub fn instance_lock_key(host: &str, name: &str) -> String {
-    format!("instance/{host}/{name}")
-}
-
 pub fn create(call: &Call<'_>, req: &CreateRequest) -> Result<Instance, ProviderError> {
     if !is_domain_name(&req.name) {
         return Err(permanent(
@@ -218,30 +212,6 @@ fn build(
     inspect(call, Op::Create, host, name)
 }
 
-fn trimmed(bytes: &[u8]) -> &[u8] {
-    let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
-    &bytes[..end]
-}
-
-/// Reads a marker volume; Ok(None) when it does not exist.
-pub fn read_volume_mark(
-    call: &Call<'_>,
-    op: Op,
-    host: &str,
-    pool: &str,
-    volume: &str,
-) -> Result<Option<Option<VolumeMark>>, ProviderError> {
-    match call
-        .host
-        .libvirt()
-        .volume_download(host, pool, volume, MARK_MAX_BYTES)
-    {
-        Ok(bytes) => Ok(Some(VolumeMark::parse(trimmed(&bytes)))),
-        Err(e) if is_code(&e, code::NO_STORAGE_VOL) => Ok(None),
-        Err(e) => Err(classify(op, &format!("read marker {volume}"), &e)),
-    }
-}
-
 /// The marker volume that ties the volumes named after this domain to the request, written
 /// before any of them so GC can find them if the create stops half way. A resumed create
 /// keeps the first attempt's createdAt.
@@ -374,7 +344,7 @@ fn write_seed(
     let lv = call.host.libvirt();
     let htpasswd = guest_sdk::squid::htpasswd_unless_own(call.host, req)?;
     let volume = seed_name(&req.name);
-    crate::delete::remove_volume(call, Op::Create, host, pool, &volume)?;
+    remove_volume(call, Op::Create, host, pool, &volume)?;
     let files = seed::seed_files(
         &req.name,
         &req.name,

@@ -1,10 +1,12 @@
 //! Delete: idempotent at every step; when it returns success nothing of the instance is left
 //! (domain, NVRAM, overlay, seed, marker). The base image is shared and kept.
 
+use crate::call::{Call, instance_lock_key};
 use crate::errors::{Op, classify, code, is_code};
+use crate::id;
 use crate::state::is_active;
+use crate::storage::remove_volume;
 use crate::volume::{mark_name, overlay_name, seed_name};
-use crate::{Call, id};
 use guest_sdk::{Level, ProviderError};
 
 pub fn delete(call: &Call<'_>, provider_id: &str) -> Result<(), ProviderError> {
@@ -18,7 +20,7 @@ pub fn delete(call: &Call<'_>, provider_id: &str) -> Result<(), ProviderError> {
         );
         return Ok(());
     };
-    let _instance = call.hold(&crate::create::instance_lock_key(host, name))?;
+    let _instance = call.hold(&instance_lock_key(host, name))?;
     remove_domain(call, host, name)?;
     // The marker goes last: while any volume is left, GC can still find them.
     for volume in [overlay_name(name), seed_name(name), mark_name(name)] {
@@ -79,29 +81,5 @@ fn remove_domain(call: &Call<'_>, host: &str, name: &str) -> Result<(), Provider
             &format!("undefine domain {host}/{name}"),
             &e,
         )),
-    }
-}
-
-/// Deletes a volume if it exists; a volume or pool already gone is success.
-pub fn remove_volume(
-    call: &Call<'_>,
-    op: Op,
-    host: &str,
-    pool: &str,
-    volume: &str,
-) -> Result<(), ProviderError> {
-    let lv = call.host.libvirt();
-    let gone = |e: &guest_sdk::libvirt::LibvirtError| {
-        is_code(e, code::NO_STORAGE_VOL) || is_code(e, code::NO_STORAGE_POOL)
-    };
-    match lv.volume_lookup(host, pool, volume) {
-        Ok(_) => {}
-        Err(e) if gone(&e) => return Ok(()),
-        Err(e) => return Err(classify(op, &format!("look up volume {volume}"), &e)),
-    }
-    match lv.volume_delete(host, pool, volume) {
-        Ok(()) => Ok(()),
-        Err(e) if gone(&e) => Ok(()),
-        Err(e) => Err(classify(op, &format!("delete volume {volume}"), &e)),
     }
 }

@@ -1,10 +1,11 @@
 //! Get: only "no domain" is NotFound; state per the seeds' table; the address from the guest
 //! agent, then the DHCP lease, then ARP; UID and createdAt read back on every call.
 
+use crate::call::Call;
 use crate::errors::{Op, classify, code, is_code};
+use crate::id;
 use crate::metadata::{Mark, parse_mark};
 use crate::state::{first_ipv4, is_active, map_state, state_name};
-use crate::{Call, id};
 use guest_sdk::libvirt::{AddressSource, DomainState};
 use guest_sdk::{Instance, InstanceState, Level, ProviderError, not_found};
 

@@ -5,7 +5,7 @@
 //! does. Bytes move through the host's streamed url -> volume transfer and never enter the
 //! module.
 
-use crate::Call;
+use crate::call::Call;
 use crate::claim::{self, Claim, Taken, Watch};
 use crate::config::{ImageFormat, ResolvedImage};
 use crate::errors::{Op, classify, classify_transfer, code, is_code};
@@ -109,7 +109,7 @@ fn delete_if_present(
     pool: &str,
     name: &str,
 ) -> Result<(), ProviderError> {
-    crate::delete::remove_volume(call, Op::Create, host, pool, name)
+    crate::storage::remove_volume(call, Op::Create, host, pool, name)
 }
 
 /// Makes the image cached in `base`, fetching it unless another writer does. Called with the

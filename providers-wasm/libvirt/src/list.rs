@@ -15,12 +15,13 @@
 //! (domains, then volumes) and the last name of the batch; a name defined or removed between
 //! pages is seen or not as its place in the order falls, and moves no other.
 
-use crate::create::read_volume_mark;
+use crate::call::Call;
 use crate::errors::{Op, classify, code, is_code};
 use crate::get::read_mark;
+use crate::id;
 use crate::state::map_state;
+use crate::storage::read_volume_mark;
 use crate::volume::domain_of_mark;
-use crate::{Call, id};
 use guest_sdk::libvirt::DomainState;
 use guest_sdk::{ErrorClass, Instance, InstanceState, Level, ProviderError, transient};
 use serde::{Deserialize, Serialize};

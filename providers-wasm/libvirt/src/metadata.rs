@@ -2,7 +2,7 @@
 //! (uid, installation, createdAt), and the same facts as a small JSON marker volume for the
 //! volumes a create leaves before its domain exists.
 
-use crate::Flavor;
+use crate::call::Flavor;
 use crate::time::checked_rfc3339;
 use guest_sdk::{ProviderError, permanent};
 use quick_xml::Reader;
