@@ -5,8 +5,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::client::PoolInfo;
 use crate::error::{DialStage, Error};
+use crate::procedures::PoolInfo;
 use crate::ssh::{self, DialTrace, HostKeyPolicy, SshTarget, StageRecord};
 
 /// What to check.

@@ -11,6 +11,8 @@ pub mod image_hosts;
 #[cfg(feature = "client")]
 pub mod pool;
 #[cfg(feature = "client")]
+pub mod procedures;
+#[cfg(feature = "client")]
 pub mod proto;
 #[cfg(feature = "client")]
 pub mod ssh;
@@ -20,16 +22,18 @@ pub mod transfer;
 pub mod xdr;
 
 #[cfg(feature = "client")]
-pub use client::{
-    AddressSource, Client, DomainState, Download, InterfaceAddresses, IpAddress, NodeInfo,
-    PoolInfo, Upload, VolumeInfo,
-};
+pub use client::{Client, Download, Upload};
 #[cfg(feature = "client")]
 pub use doctor::{DoctorOptions, DoctorReport, doctor};
 #[cfg(feature = "client")]
 pub use error::{DialStage, Error, ErrorRecord};
 #[cfg(feature = "client")]
 pub use pool::{HostConfig, Pool, PoolOptions, ProbeResult, ProbeTarget};
+#[cfg(feature = "client")]
+pub use procedures::{
+    AddressSource, DomainState, InterfaceAddresses, IpAddress, NodeInfo, PoolInfo, UNDEFINE_ALL,
+    VolumeInfo,
+};
 #[cfg(feature = "client")]
 pub use proto::{Domain, RemoteError, StoragePool, StorageVol};
 #[cfg(feature = "client")]

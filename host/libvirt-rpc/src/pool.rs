@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
-use crate::client::{
-    AddressSource, Client, DomainState, InterfaceAddresses, NodeInfo, PoolInfo, UNDEFINE_ALL,
-    VolumeInfo,
-};
+use crate::client::Client;
 use crate::error::Error;
+use crate::procedures::{
+    AddressSource, DomainState, InterfaceAddresses, NodeInfo, PoolInfo, UNDEFINE_ALL, VolumeInfo,
+};
 use crate::proto::StorageVol;
 use crate::ssh::{self, SshTarget};
 use crate::transfer::{self, Transfer, UrlGrant};

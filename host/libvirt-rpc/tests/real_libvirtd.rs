@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use libvirt_rpc::client::AddressSource;
+use libvirt_rpc::procedures::AddressSource;
 use libvirt_rpc::{
     Client, DialStage, DoctorOptions, DomainState, Error, HostConfig, HostKeyPolicy, Pool,
     PoolOptions, ProbeTarget, SshTarget, UrlGrant,
