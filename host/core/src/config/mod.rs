@@ -124,6 +124,15 @@ impl ProvidersConfig {
                     ),
                 ));
             }
+            if let Some(pin) = &p.sha256 {
+                if p.module.is_none() {
+                    return Err(ConfigError::new(
+                        format!("{at}.sha256"),
+                        "pins the file named in `module`; a built-in module is part of the binary",
+                    ));
+                }
+                parse_module_pin(pin).map_err(|m| ConfigError::new(format!("{at}.sha256"), m))?;
+            }
             // Exactly the block matching the type may be present.
             let blocks = [
                 ("kubernetes", p.kubernetes.is_some()),
@@ -450,6 +459,55 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.providers[0].block().0, "config");
+    }
+
+    #[test]
+    fn a_module_pin_is_checked_at_parse_and_against_the_bytes() {
+        use sha2::Digest;
+        let entry = |pin: &str| {
+            format!("providers:\n- name: a\n  type: acme\n  module: acme.wasm\n  sha256: {pin:?}\n")
+        };
+        let bytes = b"\0asm a module";
+        let digest = hex::encode(sha2::Sha256::digest(bytes));
+        let cfg = ProvidersConfig::from_yaml(&entry(&format!("sha256:{digest}"))).unwrap();
+        cfg.providers[0]
+            .verify_module("providers[0]", bytes)
+            .unwrap();
+        let err = cfg.providers[0]
+            .verify_module("providers[0]", b"\0asm another")
+            .unwrap_err();
+        assert_eq!(err.path, "providers[0].sha256");
+        assert!(
+            err.message
+                .contains(&format!("not the pinned sha256:{digest}")),
+            "{err}"
+        );
+        assert!(
+            err.message
+                .contains(&hex::encode(sha2::Sha256::digest(b"\0asm another"))),
+            "{err}"
+        );
+        // No pin: any bytes.
+        let open =
+            ProvidersConfig::from_yaml("providers:\n- {name: a, type: acme, module: a.wasm}\n")
+                .unwrap();
+        open.providers[0]
+            .verify_module("providers[0]", b"anything")
+            .unwrap();
+        for bad in [
+            digest.clone(),
+            format!("sha256:{}", &digest[1..]),
+            format!("sha256:{}", digest.to_uppercase()),
+            format!("sha512:{digest}"),
+        ] {
+            let err = ProvidersConfig::from_yaml(&entry(&bad)).unwrap_err();
+            assert_eq!(err.path, "providers[0].sha256", "{bad}");
+        }
+        let err = ProvidersConfig::from_yaml(&format!(
+            "providers:\n- name: k\n  type: kubernetes\n  sha256: sha256:{digest}\n"
+        ))
+        .unwrap_err();
+        assert_eq!(err.path, "providers[0].sha256");
     }
 
     #[test]

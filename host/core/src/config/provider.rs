@@ -1,6 +1,7 @@
 //! One provider's entry: its type, module, block and limits.
 
 use super::grants::Grants;
+use super::text::ConfigError;
 use super::text::parse_duration;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -20,6 +21,11 @@ pub struct ProviderEntry {
     /// A path to a provider module (`.wasm` component) instead of the built-in one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
+    /// The SHA-256 the file named in `module` must have (`sha256:` and 64 hex digits): a file
+    /// whose digest differs is refused at load and at every reload, and the version serving
+    /// keeps serving.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     /// The config block of a module loaded with `module`.
     #[serde(
         default,
@@ -75,6 +81,29 @@ impl ProviderEntry {
         }
     }
 
+    /// Refuses module bytes whose SHA-256 is not the entry's pin (`at` names the entry, as
+    /// `providers[1]`); an entry with no pin takes any.
+    pub fn verify_module(&self, at: &str, bytes: &[u8]) -> Result<(), ConfigError> {
+        let Some(pin) = &self.sha256 else {
+            return Ok(());
+        };
+        let expected =
+            parse_module_pin(pin).map_err(|m| ConfigError::new(format!("{at}.sha256"), m))?;
+        let found: [u8; 32] = Sha256::digest(bytes).into();
+        if found == expected {
+            return Ok(());
+        }
+        Err(ConfigError::new(
+            format!("{at}.sha256"),
+            format!(
+                "the module {} has sha256:{}, not the pinned sha256:{}",
+                self.module.as_deref().unwrap_or("(built in)"),
+                hex::encode(found),
+                hex::encode(expected)
+            ),
+        ))
+    }
+
     /// A digest of the whole entry: a change of it releases Proxies held on a permanent
     /// failure of this provider.
     pub fn revision(&self) -> String {
@@ -121,6 +150,22 @@ impl ProviderEntry {
             .unwrap_or(64);
         (mib as usize) << 20
     }
+}
+
+/// A module pin: `sha256:` and 64 hex digits (the digest form of OCI and Istio's WasmPlugin).
+pub fn parse_module_pin(text: &str) -> Result<[u8; 32], String> {
+    let bad = || format!("{text:?} is not sha256: and 64 lowercase hex digits");
+    let digits = text.strip_prefix("sha256:").ok_or_else(bad)?;
+    if digits.len() != 64
+        || !digits
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(digits, &mut out).map_err(|_| bad())?;
+    Ok(out)
 }
 
 /// Create blocks through an image download on libvirt hosts, hence the long default.
