@@ -4,6 +4,7 @@
 use crate::context::Context;
 use egress_control::egress::EgressChecker;
 use egress_core::egress::CheckReason;
+use egress_core::proxy::Condition;
 use egress_k8s_api::crd::{
     ProviderEgress, ProviderHealth, ProviderHealthSpec, ProviderHealthStatus, TargetHealth,
 };
@@ -109,6 +110,141 @@ pub async fn run(ctx: std::sync::Arc<Context>, interval: Duration) {
                 egress_k8s_api::api_error_summary(&e)
             );
         }
+    }
+}
+
+/// The condition on a ProviderHealth that says whether the newest version of the provider's
+/// module and entry is the one serving: False with the reason while a reload is refused
+/// (`DigestMismatch` for a module whose digest is not its pin, `Refused` otherwise), True once
+/// a version is swapped in.
+pub const MODULE_ACCEPTED: &str = "ModuleAccepted";
+
+/// What a reload did, told where users look: a refused version is an Event and
+/// `ModuleAccepted=False` on its ProviderHealth, a swapped-in one `ModuleAccepted=True`; the
+/// metrics count both. Only the leader writes; another replica logs the refusal.
+pub async fn record_reload(
+    ctx: &Context,
+    out: &egress_runtime::ReloadOutcome,
+    serving: &egress_runtime::Providers,
+    leading: bool,
+) {
+    for name in &out.swapped {
+        ctx.metrics.reload(name, "swapped");
+        if leading {
+            let digest = serving
+                .get(name)
+                .map(|p| format!("sha256:{} serving", p.module.digest))
+                .unwrap_or_default();
+            record_condition(ctx, name, MODULE_ACCEPTED, "True", "Loaded", &digest).await;
+        }
+    }
+    for r in &out.rejected {
+        ctx.metrics.reload(&r.provider, "rejected");
+        let message = r.error.to_string();
+        if !leading {
+            tracing::warn!(provider = %r.provider, "module refused: {message}");
+            continue;
+        }
+        refused_event(ctx, &r.provider, &message).await;
+        let reason = if r.error.path.ends_with(".sha256") {
+            "DigestMismatch"
+        } else {
+            "Refused"
+        };
+        let message = format!("{message}; the version loaded before serves on");
+        record_condition(ctx, &r.provider, MODULE_ACCEPTED, "False", reason, &message).await;
+    }
+}
+
+/// Writes condition `type_` on the provider's ProviderHealth (made if missing), keeping its
+/// transition time while the status holds and every other condition as it is. The write
+/// carries the resourceVersion it read, so two writers of different conditions (the sweeper,
+/// a reload) never drop each other's: a conflict reads again and retries.
+pub async fn record_condition(
+    ctx: &Context,
+    provider: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) {
+    let mut result = Ok(false);
+    for _ in 0..5 {
+        result = write_condition(ctx, provider, type_, status, reason, message).await;
+        if !matches!(result, Ok(false)) {
+            break;
+        }
+    }
+    match result {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            provider,
+            condition = type_,
+            "ProviderHealth condition not written: it kept changing under the write"
+        ),
+        Err(e) => tracing::warn!(
+            provider,
+            condition = type_,
+            "ProviderHealth condition not written: {}",
+            egress_k8s_api::api_error_summary(&e)
+        ),
+    }
+}
+
+/// One attempt: Ok(false) when the object changed since it was read.
+async fn write_condition(
+    ctx: &Context,
+    provider: &str,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Result<bool, kube::Error> {
+    let api: Api<ProviderHealth> = Api::all(ctx.client.clone());
+    let existing = match api.get_opt(provider).await? {
+        Some(o) => o,
+        None => {
+            let obj = ProviderHealth::new(provider, ProviderHealthSpec {});
+            match api.create(&PostParams::default(), &obj).await {
+                Ok(o) => o,
+                // Another replica or the monitor made it between our get and create.
+                Err(kube::Error::Api(s)) if s.code == 409 => api.get(provider).await?,
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let version = existing.metadata.resource_version.clone();
+    let mut conditions = existing.status.map(|s| s.conditions).unwrap_or_default();
+    let c = Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.chars().take(1000).collect(),
+        observed_generation: None,
+        last_transition_time: egress_core::gc::format_rfc3339(ctx.now()),
+    };
+    match conditions.iter_mut().find(|x| x.type_ == type_) {
+        Some(old) => {
+            let kept = old.status == c.status;
+            let since = old.last_transition_time.clone();
+            *old = c;
+            if kept {
+                old.last_transition_time = since;
+            }
+        }
+        None => conditions.push(c),
+    }
+    let patch = json!({
+        "metadata": { "resourceVersion": version },
+        "status": { "conditions": conditions },
+    });
+    match api
+        .patch_status(provider, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

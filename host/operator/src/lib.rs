@@ -503,17 +503,9 @@ async fn reload_loop(
             tracing::error!("providers config refused: {e}");
             continue;
         }
-        for name in &out.swapped {
-            ctx.metrics.reload(name, "swapped");
-        }
-        for r in &out.rejected {
-            ctx.metrics.reload(&r.provider, "rejected");
-            if leading.load(std::sync::atomic::Ordering::Acquire) {
-                health::refused_event(&ctx, &r.provider, &r.error.to_string()).await;
-            } else {
-                tracing::warn!(provider = %r.provider, "module refused: {}", r.error);
-            }
-        }
+        let serving = reloader.current();
+        let lead = leading.load(std::sync::atomic::Ordering::Acquire);
+        health::record_reload(&ctx, &out, &serving, lead).await;
         let before = ctx.loaded();
         let config = reloader.config();
         let check_changed = before.config.egress_check != config.egress_check;
@@ -535,7 +527,7 @@ async fn reload_loop(
             };
             ctx.swap(Loaded {
                 config,
-                providers: reloader.current(),
+                providers: serving,
                 egress,
             });
             // Every Proxy is looked at again: a held failure may now be released; and every

@@ -11,10 +11,8 @@
 
 use crate::context::Context;
 use egress_core::gc::{self, Verdict};
-use egress_core::proxy::Condition;
-use egress_k8s_api::crd::{ProviderHealth, ProviderHealthSpec, Proxy};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use serde_json::json;
+use egress_k8s_api::crd::Proxy;
+use kube::api::{Api, ListParams};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -264,8 +262,7 @@ fn human(d: Duration) -> String {
     }
 }
 
-/// Writes the `Swept` condition on the provider's ProviderHealth (made if missing), keeping
-/// its transition time while the status holds.
+/// Writes the `Swept` condition on the provider's ProviderHealth.
 async fn record_condition(
     ctx: &Context,
     provider: &str,
@@ -273,61 +270,5 @@ async fn record_condition(
     reason: &str,
     message: &str,
 ) {
-    if let Err(e) = write_condition(ctx, provider, status, reason, message).await {
-        tracing::warn!(
-            provider,
-            "ProviderHealth condition not written: {}",
-            egress_k8s_api::api_error_summary(&e)
-        );
-    }
-}
-
-async fn write_condition(
-    ctx: &Context,
-    provider: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-) -> Result<(), kube::Error> {
-    let api: Api<ProviderHealth> = Api::all(ctx.client.clone());
-    let existing = match api.get_opt(provider).await? {
-        Some(o) => o,
-        None => {
-            let obj = ProviderHealth::new(provider, ProviderHealthSpec {});
-            match api.create(&PostParams::default(), &obj).await {
-                Ok(o) => o,
-                // Another replica or the monitor made it between our get and create.
-                Err(kube::Error::Api(s)) if s.code == 409 => api.get(provider).await?,
-                Err(e) => return Err(e),
-            }
-        }
-    };
-    let mut conditions = existing.status.map(|s| s.conditions).unwrap_or_default();
-    let now = gc::format_rfc3339(ctx.now());
-    let c = Condition {
-        type_: SWEPT.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message: message.chars().take(1000).collect(),
-        observed_generation: None,
-        last_transition_time: now.clone(),
-    };
-    match conditions.iter_mut().find(|x| x.type_ == SWEPT) {
-        Some(old) => {
-            let kept = old.status == c.status;
-            let since = old.last_transition_time.clone();
-            *old = c;
-            if kept {
-                old.last_transition_time = since;
-            }
-        }
-        None => conditions.push(c),
-    }
-    api.patch_status(
-        provider,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": { "conditions": conditions } })),
-    )
-    .await?;
-    Ok(())
+    crate::health::record_condition(ctx, provider, SWEPT, status, reason, message).await;
 }

@@ -276,3 +276,108 @@ fn the_retry_doubles_up_to_the_interval() {
     let waits: Vec<u64> = (1..=7).map(|n| s.retry_after(n).as_secs()).collect();
     assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300]);
 }
+
+/// A module replaced by a file of another digest than its pin: the reload is refused, the
+/// version loaded serves on, and the refusal is an Event and `ModuleAccepted=False` naming both
+/// digests on the provider's ProviderHealth, beside the sweeper's `Swept`, which stays. A pin
+/// moved to the new file swaps it in and turns the condition True.
+#[tokio::test]
+async fn a_refused_module_is_an_event_and_a_condition_beside_swept() {
+    use egress_operator::health::{self, MODULE_ACCEPTED};
+    use sha2::Digest;
+    let d = double().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The same component with a custom section appended: another digest, the same logic.
+    let variant = |k: u8| {
+        let mut b = egress_test_modules::HOSTILE.to_vec();
+        b.extend_from_slice(&[0x00, 16, 14]);
+        b.extend_from_slice(b"egress-version");
+        b.push(k);
+        b
+    };
+    let digest = |b: &[u8]| hex::encode(sha2::Sha256::digest(b));
+    let (v0, v1) = (variant(0), variant(1));
+    let yaml = |pin: &str| {
+        format!(
+            "installation: test\nproviders:\n- {{name: a, type: hostile, module: m.wasm, sha256: 'sha256:{pin}', config: {{mode: ok}}}}\n"
+        )
+    };
+    std::fs::write(dir.path().join("m.wasm"), &v0).unwrap();
+    let path = dir.path().join("providers.yaml");
+    std::fs::write(&path, yaml(&digest(&v0))).unwrap();
+    let ctx = context(&d, &yaml(&digest(&v0)), dir.path()).await;
+    let world = egress_control::world::World::default().build().unwrap();
+    let runtime = egress_runtime::Runtime::new(egress_runtime::RuntimeOptions {
+        cache_dir: Some(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-module-cache"),
+        ),
+        ..Default::default()
+    })
+    .unwrap();
+    let reloader = egress_runtime::Reloader::new(
+        runtime,
+        path.clone(),
+        world.backends,
+        None,
+        egress_builtins::module_for_type,
+    )
+    .await
+    .unwrap();
+    health::record_condition(&ctx, "a", SWEPT, "True", "Complete", "listed all").await;
+
+    std::fs::write(dir.path().join("m.wasm"), &v1).unwrap();
+    let out = reloader.reload_if_changed().await.unwrap();
+    assert_eq!(out.rejected.len(), 1, "{out:?}");
+    health::record_reload(&ctx, &out, &reloader.current(), true).await;
+    assert_eq!(
+        reloader.current().get("a").unwrap().module.digest,
+        digest(&v0),
+        "the version loaded serves on"
+    );
+    let events = support::events(&d);
+    let (_, note) = events
+        .iter()
+        .find(|(reason, _)| reason == "ReloadRefused")
+        .expect("a ReloadRefused Event");
+    assert!(
+        note.contains(&digest(&v0)) && note.contains(&digest(&v1)),
+        "{note}"
+    );
+    let api: Api<ProviderHealth> = Api::all(d.client());
+    let conditions = || async { api.get("a").await.unwrap().status.unwrap().conditions };
+    let now = conditions().await;
+    let accepted = now.iter().find(|c| c.type_ == MODULE_ACCEPTED).unwrap();
+    assert_eq!(
+        (accepted.status.as_str(), accepted.reason.as_str()),
+        ("False", "DigestMismatch")
+    );
+    assert!(
+        accepted
+            .message
+            .contains(&format!("sha256:{}", digest(&v1)))
+            && accepted
+                .message
+                .contains(&format!("pinned sha256:{}", digest(&v0))),
+        "{}",
+        accepted.message
+    );
+    let swept = now.iter().find(|c| c.type_ == SWEPT).expect("Swept stays");
+    assert_eq!(swept.reason, "Complete");
+
+    std::fs::write(&path, yaml(&digest(&v1))).unwrap();
+    let out = reloader.reload_if_changed().await.unwrap();
+    assert_eq!(out.swapped, vec!["a".to_string()], "{out:?}");
+    health::record_reload(&ctx, &out, &reloader.current(), true).await;
+    let now = conditions().await;
+    let accepted = now.iter().find(|c| c.type_ == MODULE_ACCEPTED).unwrap();
+    assert_eq!(
+        (accepted.status.as_str(), accepted.reason.as_str()),
+        ("True", "Loaded")
+    );
+    assert!(
+        accepted.message.contains(&digest(&v1)),
+        "{}",
+        accepted.message
+    );
+    assert!(now.iter().any(|c| c.type_ == SWEPT));
+}

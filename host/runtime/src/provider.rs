@@ -323,6 +323,8 @@ impl Provider {
                 })?
                 .into(),
         };
+        // Before compiling: a module that is not the one pinned is never instantiated.
+        entry.verify_module(&at, &bytes)?;
         let module = runtime.load_module(&bytes).await.map_err(|m| {
             ConfigError::new(
                 format!("{at}.module"),

@@ -280,3 +280,69 @@ async fn a_relative_ca_file_is_found_beside_the_providers_file() {
         Some(dir.path().join("ca.pem").display().to_string().as_str())
     );
 }
+
+/// A pinned module: the file of the pinned digest loads; a file of another digest is refused at
+/// load (naming both digests) and at every reload, while the version loaded serves on; a
+/// pin moved to the new file's digest loads it.
+#[tokio::test]
+async fn a_module_of_another_digest_than_its_pin_is_refused_at_load_and_reload() {
+    use sha2::Digest;
+    let digest = |b: &[u8]| format!("sha256:{}", hex::encode(sha2::Sha256::digest(b)));
+    let pinned = |pin: &str| {
+        format!(
+            "providers:\n- {{name: a, type: hostile, module: m.wasm, sha256: '{pin}', config: {{mode: ok}}}}\n"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("providers.yaml");
+    let (v0, v1) = (variant(0), variant(1));
+
+    // At load: another file than the pinned one stops the start.
+    std::fs::write(dir.path().join("m.wasm"), &v1).unwrap();
+    std::fs::write(&path, pinned(&digest(&v0))).unwrap();
+    let world = World::default().build().unwrap();
+    let err = match Reloader::new(
+        runtime(),
+        path.clone(),
+        world.backends.clone(),
+        None,
+        egress_builtins::module_for_type,
+    )
+    .await
+    {
+        Ok(_) => panic!("a module of another digest loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("providers[0].sha256"), "{err}");
+    assert!(
+        err.contains(&digest(&v0)) && err.contains(&digest(&v1)),
+        "{err}"
+    );
+
+    // The pinned file loads.
+    std::fs::write(dir.path().join("m.wasm"), &v0).unwrap();
+    let reloader = reloader(&path, world.backends).await;
+    let serving = reloader.current().get("a").unwrap().clone();
+    assert_eq!(format!("sha256:{}", serving.module.digest), digest(&v0));
+
+    // At reload: the file replaced by another is refused, and the loaded version serves on.
+    std::fs::write(dir.path().join("m.wasm"), &v1).unwrap();
+    let out = reloader.reload_if_changed().await.unwrap();
+    assert!(out.swapped.is_empty(), "{out:?}");
+    assert_eq!(out.rejected.len(), 1, "{out:?}");
+    assert_eq!(out.rejected[0].provider, "a");
+    assert_eq!(out.rejected[0].error.path, "providers[0].sha256");
+    assert!(Arc::ptr_eq(reloader.current().get("a").unwrap(), &serving));
+
+    // The pin moved to the new file: it loads.
+    std::fs::write(&path, pinned(&digest(&v1))).unwrap();
+    let out = reloader.reload_if_changed().await.unwrap();
+    assert_eq!(out.swapped, vec!["a".to_string()], "{out:?}");
+    assert_eq!(
+        format!(
+            "sha256:{}",
+            reloader.current().get("a").unwrap().module.digest
+        ),
+        digest(&v1)
+    );
+}
