@@ -1,17 +1,18 @@
 #![doc = include_str!("../README.md")]
 
 pub mod cli;
-pub mod echo;
+pub mod commands;
 pub mod examples;
-pub mod gateway;
 pub mod html;
 pub mod leases;
 pub mod output;
 pub mod progress;
-pub mod provider;
 pub mod reconcile;
+pub mod signals;
 pub mod state;
 pub mod telemetry;
+
+pub use commands::{echo, gateway, provider};
 
 use egress_control::world::World;
 use egress_core::Proxy;
