@@ -28,15 +28,19 @@ fn exit(outcome: Result<(), impl std::fmt::Display>) -> ExitCode {
 }
 
 /// An input read from `path`, or the example embedded in the binary without one.
-fn source(path: Option<std::path::PathBuf>, embedded: fn() -> crate::Source) -> crate::Source {
-    path.map(crate::Source::File).unwrap_or_else(embedded)
+fn source(
+    path: Option<std::path::PathBuf>,
+    embedded: fn() -> crate::inputs::Source,
+) -> crate::inputs::Source {
+    path.map(crate::inputs::Source::File)
+        .unwrap_or_else(embedded)
 }
 
 /// The world a dry-run plans against: the file given, else the embedded example's when every
 /// other input is embedded too, else the one the providers config describes (none here).
-fn world(path: Option<std::path::PathBuf>, all_embedded: bool) -> Option<crate::Source> {
+fn world(path: Option<std::path::PathBuf>, all_embedded: bool) -> Option<crate::inputs::Source> {
     match path {
-        Some(p) => Some(crate::Source::File(p)),
+        Some(p) => Some(crate::inputs::Source::File(p)),
         None if all_embedded => Some(crate::examples::world()),
         None => None,
     }

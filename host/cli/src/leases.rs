@@ -12,7 +12,7 @@
 //! into place) before the write answers: a granted lease survives a restart. A record of a
 //! Proxy whose UID changed or that left the state is dropped with it.
 
-use crate::CliError;
+use crate::error::CliError;
 use crate::state::{StateFile, StoredProxy};
 use egress_control::credential_store::FileCredentials;
 use egress_control::leases::{LeaseRefusal, LeaseStore, PoolFacts};

@@ -289,7 +289,7 @@ impl Driver<'_> {
         &self,
         proxies: Vec<Proxy>,
         prior: StateFile,
-    ) -> Result<Report, crate::CliError> {
+    ) -> Result<Report, crate::error::CliError> {
         self.run_with_state(proxies, prior).await.map(|(r, _)| r)
     }
 
@@ -298,7 +298,7 @@ impl Driver<'_> {
         &self,
         proxies: Vec<Proxy>,
         prior: StateFile,
-    ) -> Result<(Report, StateFile), crate::CliError> {
+    ) -> Result<(Report, StateFile), crate::error::CliError> {
         self.run_all(proxies, Vec::new(), prior).await
     }
 
@@ -308,7 +308,7 @@ impl Driver<'_> {
         proxies: Vec<Proxy>,
         pools: Vec<ProxyPool>,
         prior: StateFile,
-    ) -> Result<(Report, StateFile), crate::CliError> {
+    ) -> Result<(Report, StateFile), crate::error::CliError> {
         let started_ms = self.time.now_ms();
         let created = |s: &StoredProxy| {
             s.created_at
@@ -400,7 +400,7 @@ impl Driver<'_> {
             state.proxies.values().map(|p| p.uid.clone()).collect();
         self.credentials
             .retain(&keep)
-            .map_err(crate::CliError::Runtime)?;
+            .map_err(crate::error::CliError::Runtime)?;
 
         let mut by_subject: BTreeMap<String, Vec<Change>> = BTreeMap::new();
         for step in self.recorder.take() {
@@ -463,7 +463,7 @@ impl Driver<'_> {
         pools: &mut [PoolRun],
         sink: &mut StatusOutput,
         started_ms: u64,
-    ) -> Result<u32, crate::CliError> {
+    ) -> Result<u32, crate::error::CliError> {
         let end_ms = self
             .options
             .run_for
@@ -544,7 +544,7 @@ impl Driver<'_> {
         pools: &mut [PoolRun],
         sink: &mut StatusOutput,
         deadline_ms: u64,
-    ) -> Result<u32, crate::CliError> {
+    ) -> Result<u32, crate::error::CliError> {
         let limit = self.options.concurrency.max(1);
         let mut in_flight = FuturesUnordered::new();
         // Proxies being stepped, with the pool (namespace/name) each belongs to.
@@ -690,7 +690,7 @@ impl Driver<'_> {
         &self,
         tracked: &mut BTreeMap<String, Tracked>,
         sink: &mut StatusOutput,
-    ) -> Result<(), crate::CliError> {
+    ) -> Result<(), crate::error::CliError> {
         let Some(c) = &self.egress else {
             return Ok(());
         };
@@ -886,7 +886,7 @@ enum StatusStorage {
 }
 
 impl StatusOutput {
-    fn record(&mut self, key: &str, t: &Tracked) -> Result<(), crate::CliError> {
+    fn record(&mut self, key: &str, t: &Tracked) -> Result<(), crate::error::CliError> {
         if self.board.is_none() && matches!(self.store, StatusStorage::Memory(_)) {
             if !self.unrecorded.contains(key) {
                 self.unrecorded.insert(key.to_string());
@@ -907,7 +907,7 @@ impl StatusOutput {
     }
 
     /// Records how many Proxies a pool made (before their names are used) and its status.
-    fn pool(&mut self, run: &PoolRun) -> Result<(), crate::CliError> {
+    fn pool(&mut self, run: &PoolRun) -> Result<(), crate::error::CliError> {
         if let Some(b) = &self.board {
             b.publish_pool(&run.key(), &run.status);
         }
@@ -925,7 +925,10 @@ impl StatusOutput {
     }
 
     /// The state as the run leaves it, the records put off made from `tracked`.
-    fn finish(self, tracked: &BTreeMap<String, Tracked>) -> Result<StateFile, crate::CliError> {
+    fn finish(
+        self,
+        tracked: &BTreeMap<String, Tracked>,
+    ) -> Result<StateFile, crate::error::CliError> {
         match self.store {
             StatusStorage::File(mut w) => {
                 w.compact()?;

@@ -182,15 +182,15 @@ fn journal_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn input_error(path: &Path, message: impl std::fmt::Display) -> crate::CliError {
-    crate::CliError::Input {
+fn input_error(path: &Path, message: impl std::fmt::Display) -> crate::error::CliError {
+    crate::error::CliError::Input {
         what: format!("state file {}", path.display()),
         message: message.to_string(),
     }
 }
 
-fn output_error(path: &Path, message: impl std::fmt::Display) -> crate::CliError {
-    crate::CliError::Output {
+fn output_error(path: &Path, message: impl std::fmt::Display) -> crate::error::CliError {
+    crate::error::CliError::Output {
         what: format!("state file {}", path.display()),
         message: message.to_string(),
     }
@@ -198,7 +198,7 @@ fn output_error(path: &Path, message: impl std::fmt::Display) -> crate::CliError
 
 impl StateFile {
     /// The file with its journal replayed; empty when neither exists.
-    pub fn read(path: &Path) -> Result<Self, crate::CliError> {
+    pub fn read(path: &Path) -> Result<Self, crate::error::CliError> {
         let mut state = match std::fs::read_to_string(path) {
             Ok(text) => serde_yaml::from_str(&text).map_err(|e| input_error(path, e))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
@@ -309,7 +309,7 @@ impl StateFile {
     /// Writes the whole file through a synced temporary file of a fresh name, its owner's only
     /// from the start, renamed into place ([`egress_control::private_file`]): a reader never
     /// sees half of it.
-    pub fn write(&self, path: &Path) -> Result<(), crate::CliError> {
+    pub fn write(&self, path: &Path) -> Result<(), crate::error::CliError> {
         let text = serde_yaml::to_string(self).map_err(|e| output_error(path, e))?;
         egress_control::private_file::replace(path, text.as_bytes())
             .map_err(|e| output_error(path, e))
@@ -326,7 +326,7 @@ pub struct StateLock {
 }
 
 impl StateLock {
-    pub fn acquire(state: &Path) -> Result<Self, crate::CliError> {
+    pub fn acquire(state: &Path) -> Result<Self, crate::error::CliError> {
         let mut name = state.file_name().unwrap_or_default().to_os_string();
         name.push(".lock");
         let path = state.with_file_name(name);
@@ -358,7 +358,7 @@ pub struct StateWriter {
 impl StateWriter {
     /// Starts from `state` (what [`StateFile::read`] gave, or a fresh one), rewriting the file
     /// at once so the journal starts empty.
-    pub fn open(path: &Path, state: StateFile) -> Result<Self, crate::CliError> {
+    pub fn open(path: &Path, state: StateFile) -> Result<Self, crate::error::CliError> {
         let mut w = Self {
             path: path.to_path_buf(),
             state,
@@ -386,7 +386,7 @@ impl StateWriter {
         &mut self,
         key: &str,
         stored: Option<StoredProxy>,
-    ) -> Result<(), crate::CliError> {
+    ) -> Result<(), crate::error::CliError> {
         if !self.state.set(key, stored.clone()) {
             return Ok(());
         }
@@ -398,7 +398,11 @@ impl StateWriter {
     }
 
     /// Records a pool's serial and status durably, before any name from the serial is used.
-    pub fn record_pool(&mut self, key: &str, pool: StoredPool) -> Result<(), crate::CliError> {
+    pub fn record_pool(
+        &mut self,
+        key: &str,
+        pool: StoredPool,
+    ) -> Result<(), crate::error::CliError> {
         if self.state.pools.get(key) == Some(&pool) {
             return Ok(());
         }
@@ -410,7 +414,7 @@ impl StateWriter {
         })
     }
 
-    fn append(&mut self, entry: &Entry) -> Result<(), crate::CliError> {
+    fn append(&mut self, entry: &Entry) -> Result<(), crate::error::CliError> {
         let mut line = serde_json::to_string(entry).map_err(|e| output_error(&self.path, e))?;
         line.push('\n');
         let journal = match &mut self.journal {
@@ -434,7 +438,7 @@ impl StateWriter {
 
     /// Rewrites the file with everything recorded, then empties the journal. A crash between
     /// the two leaves journal lines the file already holds: replaying them changes nothing.
-    pub fn compact(&mut self) -> Result<(), crate::CliError> {
+    pub fn compact(&mut self) -> Result<(), crate::error::CliError> {
         self.state.write(&self.path)?;
         self.journal = None;
         match std::fs::remove_file(journal_path(&self.path)) {

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 pub async fn command(a: CheckArgs) -> ExitCode {
     let all_embedded = a.providers.is_none();
     let world = world(a.world, all_embedded);
-    match crate::run_check(
+    match crate::check::run_check(
         source(a.providers, examples::providers),
         a.dry_run,
         world,

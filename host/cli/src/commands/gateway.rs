@@ -3,8 +3,8 @@
 //! named tokens); out of one the members come from the state file `reconcile --watch` keeps,
 //! with its leases and credentials beside it, read again whenever one of them changes.
 
-use crate::CliError;
 use crate::cli::GatewayArgs;
+use crate::error::CliError;
 use crate::leases::LeaseFile;
 use crate::state::StateFile;
 use egress_control::credential_store::FileCredentials;

@@ -12,7 +12,7 @@ pub fn command(a: ProxiesArgs) -> ExitCode {
         let leases = crate::leases::LeaseFile::read(&crate::leases::LeaseFile::path_for(&a.state))?;
         FileCredentials::open(path)
             .map(|c| (state, c, leases))
-            .map_err(crate::CliError::Runtime)
+            .map_err(crate::error::CliError::Runtime)
     }) {
         Ok((state, credentials, leases)) => {
             let filter = egress_core::discovery::Filter {

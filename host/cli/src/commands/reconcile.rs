@@ -19,7 +19,7 @@ pub fn embedded_dry_run() -> ReconcileArgs {
         output: Format::Text,
         state: None,
         timeout: std::time::Duration::from_secs(600),
-        max_rounds: crate::DEFAULT_MAX_ROUNDS,
+        max_rounds: crate::request::DEFAULT_MAX_ROUNDS,
         max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
         gc_grace: std::time::Duration::from_secs(300),
         concurrency: crate::reconcile::DEFAULT_CONCURRENCY,
@@ -51,7 +51,7 @@ pub async fn command(
             term.as_deref(),
         ));
     }
-    let req = crate::ReconcileRequest {
+    let req = crate::request::ReconcileRequest {
         proxies: source(a.file, examples::proxies),
         providers: source(a.providers, examples::providers),
         world,
@@ -79,7 +79,7 @@ pub async fn command(
                     Ok(listener) => {
                         let at = listener.local_addr().unwrap_or(addr);
                         eprintln!("serving the API on {}://{at}", tls.scheme());
-                        Some(crate::Serving {
+                        Some(crate::serve::Serving {
                             listener,
                             api_tokens,
                             tls,
@@ -90,7 +90,7 @@ pub async fn command(
             }
             _ => None,
         };
-        let watched = crate::run_reconcile_watch_serving(
+        let watched = crate::watch::run_reconcile_watch_serving(
             req,
             std::time::Duration::from_millis(500),
             serving,
@@ -102,7 +102,7 @@ pub async fn command(
         progress.stop();
         return super::exit(watched);
     }
-    let outcome = crate::run_reconcile(req).await;
+    let outcome = crate::request::run_reconcile(req).await;
     progress.stop();
     match outcome {
         Ok(report) => {
