@@ -451,6 +451,72 @@ impl StateWriter {
     }
 }
 
+impl StoredProxy {
+    /// The Proxy as a later run knows it: a pool's with its spec, labels and revision;
+    /// another with what its deletion needs.
+    pub(crate) fn to_proxy(&self) -> Proxy {
+        let (namespace, name) = self
+            .key
+            .split_once('/')
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .unwrap_or_default();
+        let mut labels = BTreeMap::new();
+        let mut annotations = BTreeMap::new();
+        if let Some(pool) = &self.pool {
+            labels.insert(egress_core::discovery::POOL_LABEL.to_string(), pool.clone());
+        }
+        if let Some(p) = self.placement {
+            labels.insert(
+                egress_core::pool::PLACEMENT_LABEL.to_string(),
+                p.to_string(),
+            );
+        }
+        if let Some(r) = &self.revision {
+            annotations.insert(
+                egress_core::pool::REVISION_ANNOTATION.to_string(),
+                r.clone(),
+            );
+        }
+        // A cordon and a drain outlive the run that made them.
+        if self.cordoned {
+            annotations.insert(
+                egress_core::discovery::CORDON_ANNOTATION.to_string(),
+                "true".to_string(),
+            );
+        }
+        if let Some(at) = &self.retire_at {
+            annotations.insert(
+                egress_core::discovery::RETIRE_AT_ANNOTATION.to_string(),
+                at.clone(),
+            );
+        }
+        if let Some(why) = &self.retire_reason {
+            annotations.insert(
+                egress_core::discovery::RETIRE_REASON_ANNOTATION.to_string(),
+                why.clone(),
+            );
+        }
+        Proxy {
+            api_version: egress_core::proxy::API_VERSION.into(),
+            kind: egress_core::proxy::KIND.into(),
+            metadata: egress_core::proxy::ObjectMeta {
+                name,
+                namespace,
+                uid: Some(self.uid.clone()),
+                labels,
+                annotations,
+                ..Default::default()
+            },
+            spec: self.spec.clone().unwrap_or_else(|| egress_core::ProxySpec {
+                provider: self.provider.clone(),
+                port: self.port,
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
