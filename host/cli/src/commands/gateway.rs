@@ -5,7 +5,7 @@
 
 use crate::cli::GatewayArgs;
 use crate::error::CliError;
-use crate::leases::LeaseFile;
+use crate::state::LeaseFile;
 use crate::state::StateFile;
 use egress_control::credential_store::FileCredentials;
 use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};

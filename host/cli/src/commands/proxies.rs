@@ -9,7 +9,7 @@ use std::process::ExitCode;
 pub fn command(a: ProxiesArgs) -> ExitCode {
     match crate::state::StateFile::read(&a.state).and_then(|state| {
         let path = FileCredentials::path_for(&a.state);
-        let leases = crate::leases::LeaseFile::read(&crate::leases::LeaseFile::path_for(&a.state))?;
+        let leases = crate::state::LeaseFile::read(&crate::state::LeaseFile::path_for(&a.state))?;
         FileCredentials::open(path)
             .map(|c| (state, c, leases))
             .map_err(crate::error::CliError::Runtime)

@@ -114,7 +114,7 @@ impl PoolRun {
         self.dirty = false;
         // The leases the API granted on its members, and the cordons its holders' ban reports
         // made (kept on the member from now on, so the state file has them too).
-        let mut held: BTreeMap<String, crate::leases::ProxyLeases> = BTreeMap::new();
+        let mut held: BTreeMap<String, crate::state::ProxyLeases> = BTreeMap::new();
         if let Some(board) = leases {
             for (key, t) in tracked
                 .iter_mut()
