@@ -380,7 +380,7 @@ pub struct ReconcileArgs {
     #[arg(long, default_value = "10m", value_parser = parse_duration)]
     pub timeout: std::time::Duration,
     /// Rounds of reconciling before a dry-run gives up.
-    #[arg(long, default_value_t = crate::DEFAULT_MAX_ROUNDS)]
+    #[arg(long, default_value_t = crate::request::DEFAULT_MAX_ROUNDS)]
     pub max_rounds: u32,
     /// The most replicas a ProxyPool may ask for: a pool beyond it is refused naming the
     /// field (at most 100000).

@@ -1,6 +1,6 @@
 //! The examples under examples/, embedded so `egress-proxies` with no arguments shows a plan.
 
-use crate::Source;
+use crate::inputs::Source;
 
 pub const PROXIES: &str = include_str!("../../../examples/proxies.yaml");
 pub const PROVIDERS: &str = include_str!("../../../examples/providers.yaml");

@@ -12,101 +12,17 @@
 //! into place) before the write answers: a granted lease survives a restart. A record of a
 //! Proxy whose UID changed or that left the state is dropped with it.
 
-use crate::CliError;
+use crate::error::CliError;
+pub use crate::state::{LeaseFile, ProxyLeases};
 use crate::state::{StateFile, StoredProxy};
 use egress_control::credential_store::FileCredentials;
 use egress_control::leases::{LeaseRefusal, LeaseStore, PoolFacts};
 use egress_core::discovery::{Discovered, Filter};
 use egress_core::lease::{self, BanReport, Held, LeaseBinding, LeasePolicy, LeaseRef, LostProxy};
 use egress_time::now::Clock;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// The lease file: per Proxy (`namespace/name`), its bindings and what its holders reported.
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct LeaseFile {
-    #[serde(default)]
-    pub proxies: BTreeMap<String, ProxyLeases>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ProxyLeases {
-    /// The Proxy these are of: a Proxy made again under the name has another.
-    pub uid: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub leases: Vec<LeaseBinding>,
-    /// Holders that reported the proxy banned (each once).
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub ban_reports: u32,
-    /// Their reports: a digest of each holder, and when.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ban_reporters: Vec<BanReport>,
-    /// Cordoned for its ban reports (`leases.cordonAfterBans`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub cordoned: bool,
-}
-
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-impl LeaseFile {
-    /// The lease file of state file `state`: `STATE.leases`.
-    pub fn path_for(state: &Path) -> PathBuf {
-        let mut name = state.file_name().unwrap_or_default().to_os_string();
-        name.push(".leases");
-        state.with_file_name(name)
-    }
-
-    /// The file; empty when there is none.
-    pub fn read(path: &Path) -> Result<Self, CliError> {
-        let what = || format!("lease file {}", path.display());
-        match std::fs::read_to_string(path) {
-            Ok(text) => serde_yaml::from_str(&text).map_err(|e| CliError::Input {
-                what: what(),
-                message: e.to_string(),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(e) => Err(CliError::Input {
-                what: what(),
-                message: e.to_string(),
-            }),
-        }
-    }
-
-    fn write(&self, path: &Path) -> Result<(), String> {
-        let text = serde_yaml::to_string(self).map_err(|e| e.to_string())?;
-        egress_control::private_file::replace(path, text.as_bytes())
-            .map_err(|e| format!("writing the lease file {}: {e}", path.display()))
-    }
-
-    /// The record of Proxy `key` if it is of the Proxy with `uid`.
-    pub fn of(&self, key: &str, uid: &str) -> Option<&ProxyLeases> {
-        self.proxies.get(key).filter(|l| l.uid == uid)
-    }
-
-    /// `p` as the lease API and discovery see it: with its bindings and ban reports in its
-    /// status, and cordoned when its holders' reports cordoned it.
-    pub fn overlay(&self, p: &mut StoredProxy) {
-        match self.of(&p.key, &p.uid) {
-            Some(l) => {
-                p.status.leases = l.leases.clone();
-                p.status.ban_reports = l.ban_reports;
-                p.status.ban_reporters = l.ban_reporters.clone();
-                p.cordoned |= l.cordoned;
-            }
-            None => {
-                p.status.leases.clear();
-                p.status.ban_reports = 0;
-                p.status.ban_reporters.clear();
-            }
-        }
-    }
-}
 
 /// What the lease flow needs of a pool beyond its members.
 #[derive(Debug, Clone, Default)]

@@ -1,6 +1,6 @@
 //! Rendering reports: a readable plan, or the report as YAML or JSON.
 
-use crate::CheckReport;
+use crate::check::CheckReport;
 use crate::cli::Format;
 use crate::reconcile::{Change, Report, ReportEvent};
 use std::fmt::Write;

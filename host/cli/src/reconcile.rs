@@ -2,29 +2,37 @@
 //! a proxies file, until every Proxy is steady or the time (or round) budget runs out, then a
 //! sweep of this installation's orphans.
 
-use crate::state::{StateFile, StateWriter, StoredPool, StoredProxy};
-use egress_core::pool::ProxyPool;
-use pools::PoolRun;
-pub use pools::{PoolReport, PoolSample};
-
 pub mod lanes;
 mod pools;
+pub mod report;
+mod status;
+mod tracked;
+
+pub use report::{
+    Change, GcIncomplete, GcReport, GcVerdict, PoolReport, PoolSample, ProxyReport, Report,
+    ReportEvent,
+};
+
+use crate::state::{StateFile, StateWriter, StoredProxy};
 use egress_control::egress::{CheckWakes, EgressChecker};
 use egress_control::reconciler::{InlineCloudInit, ReconcileEnv, Wait, reconcile_proxy};
 use egress_core::config::ProvidersConfig;
 use egress_core::gc::{self, Verdict};
+use egress_core::pool::ProxyPool;
 use egress_core::reconcile;
 use egress_core::{Proxy, ProxyStatus};
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::{PlanRecorder, PlanStep, Providers};
+use egress_runtime::{PlanRecorder, Providers};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use serde::Serialize;
+use pools::PoolRun;
+use status::{StatusOutput, StatusStorage};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
+use tracked::Tracked;
 
 /// How time passes: virtual in a dry-run (jumps to the next due Proxy), real otherwise.
 pub enum Time {
@@ -71,207 +79,6 @@ pub struct DriverOptions {
 /// one host is not flooded with image fetches and defines at once.
 pub const DEFAULT_CONCURRENCY: usize = 16;
 
-struct Tracked {
-    proxy: Proxy,
-    status: ProxyStatus,
-    events: Vec<ReportEvent>,
-    /// When the Proxy was first tracked (a pool's Proxy: when the pool made it).
-    created_ms: u64,
-    deleting: bool,
-    next_at_ms: u64,
-    attempts: u32,
-    steady: bool,
-    released: bool,
-}
-
-/// What a run did: per Proxy its changes and resulting status, and the sweep's changes.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Report {
-    pub proxies: Vec<ProxyReport>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub pools: Vec<PoolReport>,
-    pub gc: GcReport,
-    /// Dry-run: rounds of stepping every due Proxy (in the lane that took most). Real mode:
-    /// Proxy steps run.
-    pub rounds: u32,
-    /// Simulated (dry-run) or real seconds the run covered.
-    pub elapsed_seconds: u64,
-    /// Every Proxy is steady: Running, or held on a condition only a change can clear.
-    pub steady: bool,
-    /// RFC 3339: when the run started (simulated time in a dry-run).
-    pub started_at: String,
-    #[serde(skip)]
-    pub started_ms: u64,
-    /// When one of its pools has a decision due next (a rotation, a drain's end), Unix ms on
-    /// the run's clock: `reconcile --watch` runs again then.
-    #[serde(skip)]
-    pub next_due_ms: Option<u64>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProxyReport {
-    pub namespace: String,
-    pub name: String,
-    pub provider: String,
-    /// The ProxyPool that owns it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pool: Option<String>,
-    /// The Proxy was removed from the proxies file and its instance deleted.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub deleted: bool,
-    pub steady: bool,
-    pub changes: Vec<Change>,
-    /// What happened to the Proxy worth telling (the Events an operator would record).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub events: Vec<ReportEvent>,
-    pub status: ProxyStatus,
-}
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReportEvent {
-    /// RFC 3339.
-    pub at: String,
-    #[serde(skip)]
-    pub at_ms: u64,
-    #[serde(skip)]
-    pub seq: u64,
-    pub warning: bool,
-    pub reason: String,
-    pub message: String,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GcReport {
-    pub changes: Vec<Change>,
-    /// Per provider: what the sweep saw and decided.
-    pub verdicts: Vec<GcVerdict>,
-    /// The providers whose sweep could not list every instance (a module trap, its memory
-    /// limit, a backend error): their orphans past the failing page were not judged.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub incomplete: Vec<GcIncomplete>,
-}
-
-/// A provider whose listing failed part way: the sweep judged (and deleted the orphans of) the
-/// pages it listed, and no more.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GcIncomplete {
-    pub provider: String,
-    /// The failure's reason: MemoryLimit, Trap, Timeout, or the module's own.
-    pub reason: String,
-    pub message: String,
-    /// The pages listed before the failing one.
-    pub pages_listed: u32,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GcVerdict {
-    pub provider: String,
-    #[serde(rename = "providerID")]
-    pub provider_id: String,
-    pub verdict: String,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Change {
-    pub capability: String,
-    pub call: String,
-    pub target: String,
-    #[serde(skip_serializing_if = "serde_json::Value::is_null")]
-    pub args: serde_json::Value,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// RFC 3339: when the call was made.
-    pub at: String,
-    #[serde(skip)]
-    pub at_ms: u64,
-    #[serde(skip)]
-    pub seq: u64,
-    /// The provider that made the call.
-    #[serde(skip)]
-    pub provider: String,
-}
-
-impl From<PlanStep> for Change {
-    fn from(s: PlanStep) -> Self {
-        Self {
-            provider: s.provider,
-            capability: s.capability,
-            call: s.call,
-            target: s.target,
-            args: s.args,
-            error: s.error,
-            at: egress_core::egress::rfc3339_ms(s.at_ms),
-            at_ms: s.at_ms,
-            seq: s.seq,
-        }
-    }
-}
-
-impl Report {
-    /// One report of the reports of a dry-run's lanes, as one sequential run would order it:
-    /// Proxies by key, pools in `pool_order` (the input's), the sweep by provider name. The
-    /// run is steady when every lane is, and took as long as its longest lane.
-    pub fn merge(lanes: Vec<Report>, pool_order: &[String]) -> Report {
-        let started_ms = lanes.iter().map(|r| r.started_ms).min().unwrap_or(0);
-        let mut merged = Report {
-            proxies: Vec::new(),
-            pools: Vec::new(),
-            gc: GcReport {
-                changes: Vec::new(),
-                verdicts: Vec::new(),
-                incomplete: Vec::new(),
-            },
-            rounds: 0,
-            elapsed_seconds: 0,
-            steady: true,
-            started_at: egress_core::egress::rfc3339_ms(started_ms),
-            started_ms,
-            next_due_ms: lanes.iter().filter_map(|r| r.next_due_ms).min(),
-        };
-        for r in lanes {
-            merged.proxies.extend(r.proxies);
-            merged.pools.extend(r.pools);
-            merged.gc.changes.extend(r.gc.changes);
-            merged.gc.verdicts.extend(r.gc.verdicts);
-            merged.gc.incomplete.extend(r.gc.incomplete);
-            merged.rounds = merged.rounds.max(r.rounds);
-            merged.elapsed_seconds = merged.elapsed_seconds.max(r.elapsed_seconds);
-            merged.steady &= r.steady;
-        }
-        merged
-            .proxies
-            .sort_by_cached_key(|p| format!("{}/{}", p.namespace, p.name));
-        let place = |p: &PoolReport| {
-            let key = format!("{}/{}", p.namespace, p.name);
-            pool_order
-                .iter()
-                .position(|k| *k == key)
-                .unwrap_or(usize::MAX)
-        };
-        merged.pools.sort_by_key(place);
-        // Stable: within a provider, the order its sweep made.
-        merged
-            .gc
-            .changes
-            .sort_by(|a, b| a.provider.cmp(&b.provider));
-        merged
-            .gc
-            .verdicts
-            .sort_by(|a, b| a.provider.cmp(&b.provider));
-        merged
-            .gc
-            .incomplete
-            .sort_by(|a, b| a.provider.cmp(&b.provider));
-        merged
-    }
-}
-
 pub struct Driver<'a> {
     pub providers: &'a Providers,
     pub config: &'a ProvidersConfig,
@@ -289,7 +96,7 @@ impl Driver<'_> {
         &self,
         proxies: Vec<Proxy>,
         prior: StateFile,
-    ) -> Result<Report, crate::CliError> {
+    ) -> Result<Report, crate::error::CliError> {
         self.run_with_state(proxies, prior).await.map(|(r, _)| r)
     }
 
@@ -298,7 +105,7 @@ impl Driver<'_> {
         &self,
         proxies: Vec<Proxy>,
         prior: StateFile,
-    ) -> Result<(Report, StateFile), crate::CliError> {
+    ) -> Result<(Report, StateFile), crate::error::CliError> {
         self.run_all(proxies, Vec::new(), prior).await
     }
 
@@ -308,7 +115,7 @@ impl Driver<'_> {
         proxies: Vec<Proxy>,
         pools: Vec<ProxyPool>,
         prior: StateFile,
-    ) -> Result<(Report, StateFile), crate::CliError> {
+    ) -> Result<(Report, StateFile), crate::error::CliError> {
         let started_ms = self.time.now_ms();
         let created = |s: &StoredProxy| {
             s.created_at
@@ -400,7 +207,7 @@ impl Driver<'_> {
             state.proxies.values().map(|p| p.uid.clone()).collect();
         self.credentials
             .retain(&keep)
-            .map_err(crate::CliError::Runtime)?;
+            .map_err(crate::error::CliError::Runtime)?;
 
         let mut by_subject: BTreeMap<String, Vec<Change>> = BTreeMap::new();
         for step in self.recorder.take() {
@@ -463,7 +270,7 @@ impl Driver<'_> {
         pools: &mut [PoolRun],
         sink: &mut StatusOutput,
         started_ms: u64,
-    ) -> Result<u32, crate::CliError> {
+    ) -> Result<u32, crate::error::CliError> {
         let end_ms = self
             .options
             .run_for
@@ -544,7 +351,7 @@ impl Driver<'_> {
         pools: &mut [PoolRun],
         sink: &mut StatusOutput,
         deadline_ms: u64,
-    ) -> Result<u32, crate::CliError> {
+    ) -> Result<u32, crate::error::CliError> {
         let limit = self.options.concurrency.max(1);
         let mut in_flight = FuturesUnordered::new();
         // Proxies being stepped, with the pool (namespace/name) each belongs to.
@@ -690,7 +497,7 @@ impl Driver<'_> {
         &self,
         tracked: &mut BTreeMap<String, Tracked>,
         sink: &mut StatusOutput,
-    ) -> Result<(), crate::CliError> {
+    ) -> Result<(), crate::error::CliError> {
         let Some(c) = &self.egress else {
             return Ok(());
         };
@@ -867,239 +674,10 @@ async fn sleep_or_never(d: Option<Duration>) {
     }
 }
 
-/// Where a run's statuses go: a state file (real mode with `--state`), or memory only; and,
-/// when the run serves the API, the board that answers it.
-struct StatusOutput {
-    store: StatusStorage,
-    board: Option<Arc<crate::leases::Board>>,
-    /// In memory with nothing served, no one reads a record before the run ends, and only
-    /// each Proxy's last one counts: the Proxies stepped since, whose records are made once
-    /// from what they are at the end ([`StatusOutput::finish`]) rather than after each of the
-    /// thousands of steps of a long dry-run.
-    unrecorded: std::collections::HashSet<String>,
-}
-
-/// Where the statuses are kept: the state file, or memory.
-enum StatusStorage {
-    File(StateWriter),
-    Memory(StateFile),
-}
-
-impl StatusOutput {
-    fn record(&mut self, key: &str, t: &Tracked) -> Result<(), crate::CliError> {
-        if self.board.is_none() && matches!(self.store, StatusStorage::Memory(_)) {
-            if !self.unrecorded.contains(key) {
-                self.unrecorded.insert(key.to_string());
-            }
-            return Ok(());
-        }
-        let stored = StateFile::record_of(t.released, &t.proxy, &t.status, t.created_ms);
-        if let Some(b) = &self.board {
-            b.publish(key, stored.as_ref())?;
-        }
-        match &mut self.store {
-            StatusStorage::File(w) => w.record(key, stored),
-            StatusStorage::Memory(s) => {
-                s.set(key, stored);
-                Ok(())
-            }
-        }
-    }
-
-    /// Records how many Proxies a pool made (before their names are used) and its status.
-    fn pool(&mut self, run: &PoolRun) -> Result<(), crate::CliError> {
-        if let Some(b) = &self.board {
-            b.publish_pool(&run.key(), &run.status);
-        }
-        let stored = StoredPool {
-            serial: run.serial(),
-            status: Some(run.status.clone()),
-        };
-        match &mut self.store {
-            StatusStorage::File(w) => w.record_pool(&run.key(), stored),
-            StatusStorage::Memory(s) => {
-                s.pools.insert(run.key(), stored);
-                Ok(())
-            }
-        }
-    }
-
-    /// The state as the run leaves it, the records put off made from `tracked`.
-    fn finish(self, tracked: &BTreeMap<String, Tracked>) -> Result<StateFile, crate::CliError> {
-        match self.store {
-            StatusStorage::File(mut w) => {
-                w.compact()?;
-                Ok(w.into_state())
-            }
-            StatusStorage::Memory(mut s) => {
-                for key in &self.unrecorded {
-                    // Every stepped Proxy is back in the map when the run ends (a step under
-                    // way is waited for).
-                    if let Some(t) = tracked.get(key) {
-                        s.set(
-                            key,
-                            StateFile::record_of(t.released, &t.proxy, &t.status, t.created_ms),
-                        );
-                    }
-                }
-                Ok(s)
-            }
-        }
-    }
-}
-
 /// Resolves when the board says a release or a cordon happened; never without a board.
 pub(crate) async fn board_changed(board: Option<&crate::leases::Board>) {
     match board {
         Some(b) => b.changed().await,
         None => std::future::pending().await,
-    }
-}
-
-impl Tracked {
-    fn new(proxy: Proxy, status: ProxyStatus, deleting: bool, now_ms: u64) -> Self {
-        Self {
-            proxy,
-            status,
-            events: Vec::new(),
-            created_ms: now_ms,
-            deleting,
-            next_at_ms: now_ms,
-            attempts: 0,
-            steady: false,
-            released: false,
-        }
-    }
-}
-
-impl StoredProxy {
-    /// The Proxy as a later run knows it: a pool's with its spec, labels and revision;
-    /// another with what its deletion needs.
-    fn to_proxy(&self) -> Proxy {
-        let (namespace, name) = self
-            .key
-            .split_once('/')
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .unwrap_or_default();
-        let mut labels = BTreeMap::new();
-        let mut annotations = BTreeMap::new();
-        if let Some(pool) = &self.pool {
-            labels.insert(egress_core::discovery::POOL_LABEL.to_string(), pool.clone());
-        }
-        if let Some(p) = self.placement {
-            labels.insert(
-                egress_core::pool::PLACEMENT_LABEL.to_string(),
-                p.to_string(),
-            );
-        }
-        if let Some(r) = &self.revision {
-            annotations.insert(
-                egress_core::pool::REVISION_ANNOTATION.to_string(),
-                r.clone(),
-            );
-        }
-        // A cordon and a drain outlive the run that made them.
-        if self.cordoned {
-            annotations.insert(
-                egress_core::discovery::CORDON_ANNOTATION.to_string(),
-                "true".to_string(),
-            );
-        }
-        if let Some(at) = &self.retire_at {
-            annotations.insert(
-                egress_core::discovery::RETIRE_AT_ANNOTATION.to_string(),
-                at.clone(),
-            );
-        }
-        if let Some(why) = &self.retire_reason {
-            annotations.insert(
-                egress_core::discovery::RETIRE_REASON_ANNOTATION.to_string(),
-                why.clone(),
-            );
-        }
-        Proxy {
-            api_version: egress_core::proxy::API_VERSION.into(),
-            kind: egress_core::proxy::KIND.into(),
-            metadata: egress_core::proxy::ObjectMeta {
-                name,
-                namespace,
-                uid: Some(self.uid.clone()),
-                labels,
-                annotations,
-                ..Default::default()
-            },
-            spec: self.spec.clone().unwrap_or_else(|| egress_core::ProxySpec {
-                provider: self.provider.clone(),
-                port: self.port,
-                ..Default::default()
-            }),
-            status: None,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    fn tracked(name: &str, ip: &str) -> Tracked {
-        let proxy: Proxy = serde_yaml::from_str(&format!(
-            "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {{name: {name}, namespace: ns}}\nspec: {{provider: cluster}}\n"
-        ))
-        .unwrap();
-        let status = ProxyStatus {
-            ip: Some(ip.into()),
-            ..Default::default()
-        };
-        Tracked::new(proxy, status, false, 1_767_225_600_000)
-    }
-
-    /// In memory with nothing served, a record is made once, at the end, from the Proxy as
-    /// it is then: the state a run leaves is the one a record after every step would have
-    /// left (the last status of each, the released ones gone, the others as they were).
-    #[test]
-    fn a_memory_sink_leaves_the_state_of_the_last_records() {
-        let prior = tracked("kept", "10.0.0.9");
-        let mut state = StateFile::default();
-        state.set(
-            "ns/kept",
-            StateFile::record_of(false, &prior.proxy, &prior.status, prior.created_ms),
-        );
-        let gone = tracked("gone", "10.0.0.8");
-        state.set(
-            "ns/gone",
-            StateFile::record_of(false, &gone.proxy, &gone.status, gone.created_ms),
-        );
-        let mut every_step = state.clone();
-        let mut sink = StatusOutput {
-            store: StatusStorage::Memory(state),
-            board: None,
-            unrecorded: Default::default(),
-        };
-        let mut map: BTreeMap<String, Tracked> = BTreeMap::new();
-        map.insert("ns/a".into(), tracked("a", "10.0.0.1"));
-        map.insert("ns/gone".into(), gone);
-        for ip in ["10.0.0.2", "10.0.0.3"] {
-            for (key, t) in map.iter_mut() {
-                t.status.ip = Some(ip.into());
-                if key == "ns/gone" && ip == "10.0.0.3" {
-                    t.released = true;
-                }
-                sink.record(key, t).unwrap();
-                every_step.set(
-                    key,
-                    StateFile::record_of(t.released, &t.proxy, &t.status, t.created_ms),
-                );
-            }
-        }
-        let state = sink.finish(&map).unwrap();
-        assert_eq!(state.proxies, every_step.proxies);
-        assert_eq!(state.proxies["ns/a"].status.ip.as_deref(), Some("10.0.0.3"));
-        assert!(!state.proxies.contains_key("ns/gone"));
-        assert_eq!(
-            state.proxies["ns/kept"].status.ip.as_deref(),
-            Some("10.0.0.9")
-        );
     }
 }

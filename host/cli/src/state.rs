@@ -13,7 +13,13 @@
 //!
 //! A pool's members keep their whole spec, cloud-init included (a later run may have to create
 //! their instances again), so both files are created readable by their owner only.
+//!
+//! The lease file beside them (`STATE.leases`, [`LeaseFile`]) is here too: the API of
+//! `reconcile --watch --listen` writes it ([`crate::leases`]) and discovery reads it with the
+//! state.
 
+use crate::error::CliError;
+use egress_core::lease::{BanReport, LeaseBinding};
 use egress_core::{Proxy, ProxyStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -84,7 +90,7 @@ fn default_port() -> u16 {
 
 impl StoredProxy {
     /// As discovery and the lease API see it at `now` (Unix seconds), with its credential
-    /// when known. Its bindings are those of the lease file ([`crate::leases::LeaseFile`])
+    /// when known. Its bindings are those of the lease file ([`LeaseFile`])
     /// once overlaid.
     pub fn candidate<'a>(
         &'a self,
@@ -149,7 +155,7 @@ impl StateFile {
     pub fn discover(
         &self,
         credentials: &egress_control::credential_store::FileCredentials,
-        leases: &crate::leases::LeaseFile,
+        leases: &LeaseFile,
         filter: &egress_core::discovery::Filter,
     ) -> Vec<egress_core::discovery::Discovered> {
         let mut proxies: Vec<StoredProxy> = self.proxies.values().cloned().collect();
@@ -162,6 +168,90 @@ impl StateFile {
             filter,
             egress_time::now::unix_now(),
         )
+    }
+}
+
+/// The lease file: per Proxy (`namespace/name`), its bindings and what its holders reported.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LeaseFile {
+    #[serde(default)]
+    pub proxies: BTreeMap<String, ProxyLeases>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProxyLeases {
+    /// The Proxy these are of: a Proxy made again under the name has another.
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub leases: Vec<LeaseBinding>,
+    /// Holders that reported the proxy banned (each once).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ban_reports: u32,
+    /// Their reports: a digest of each holder, and when.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ban_reporters: Vec<BanReport>,
+    /// Cordoned for its ban reports (`leases.cordonAfterBans`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cordoned: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+impl LeaseFile {
+    /// The lease file of state file `state`: `STATE.leases`.
+    pub fn path_for(state: &Path) -> PathBuf {
+        let mut name = state.file_name().unwrap_or_default().to_os_string();
+        name.push(".leases");
+        state.with_file_name(name)
+    }
+
+    /// The file; empty when there is none.
+    pub fn read(path: &Path) -> Result<Self, CliError> {
+        let what = || format!("lease file {}", path.display());
+        match std::fs::read_to_string(path) {
+            Ok(text) => serde_yaml::from_str(&text).map_err(|e| CliError::Input {
+                what: what(),
+                message: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(CliError::Input {
+                what: what(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    pub(crate) fn write(&self, path: &Path) -> Result<(), String> {
+        let text = serde_yaml::to_string(self).map_err(|e| e.to_string())?;
+        egress_control::private_file::replace(path, text.as_bytes())
+            .map_err(|e| format!("writing the lease file {}: {e}", path.display()))
+    }
+
+    /// The record of Proxy `key` if it is of the Proxy with `uid`.
+    pub fn of(&self, key: &str, uid: &str) -> Option<&ProxyLeases> {
+        self.proxies.get(key).filter(|l| l.uid == uid)
+    }
+
+    /// `p` as the lease API and discovery see it: with its bindings and ban reports in its
+    /// status, and cordoned when its holders' reports cordoned it.
+    pub fn overlay(&self, p: &mut StoredProxy) {
+        match self.of(&p.key, &p.uid) {
+            Some(l) => {
+                p.status.leases = l.leases.clone();
+                p.status.ban_reports = l.ban_reports;
+                p.status.ban_reporters = l.ban_reporters.clone();
+                p.cordoned |= l.cordoned;
+            }
+            None => {
+                p.status.leases.clear();
+                p.status.ban_reports = 0;
+                p.status.ban_reporters.clear();
+            }
+        }
     }
 }
 
@@ -182,15 +272,15 @@ fn journal_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn input_error(path: &Path, message: impl std::fmt::Display) -> crate::CliError {
-    crate::CliError::Input {
+fn input_error(path: &Path, message: impl std::fmt::Display) -> CliError {
+    CliError::Input {
         what: format!("state file {}", path.display()),
         message: message.to_string(),
     }
 }
 
-fn output_error(path: &Path, message: impl std::fmt::Display) -> crate::CliError {
-    crate::CliError::Output {
+fn output_error(path: &Path, message: impl std::fmt::Display) -> CliError {
+    CliError::Output {
         what: format!("state file {}", path.display()),
         message: message.to_string(),
     }
@@ -198,7 +288,7 @@ fn output_error(path: &Path, message: impl std::fmt::Display) -> crate::CliError
 
 impl StateFile {
     /// The file with its journal replayed; empty when neither exists.
-    pub fn read(path: &Path) -> Result<Self, crate::CliError> {
+    pub fn read(path: &Path) -> Result<Self, CliError> {
         let mut state = match std::fs::read_to_string(path) {
             Ok(text) => serde_yaml::from_str(&text).map_err(|e| input_error(path, e))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
@@ -309,7 +399,7 @@ impl StateFile {
     /// Writes the whole file through a synced temporary file of a fresh name, its owner's only
     /// from the start, renamed into place ([`egress_control::private_file`]): a reader never
     /// sees half of it.
-    pub fn write(&self, path: &Path) -> Result<(), crate::CliError> {
+    pub fn write(&self, path: &Path) -> Result<(), CliError> {
         let text = serde_yaml::to_string(self).map_err(|e| output_error(path, e))?;
         egress_control::private_file::replace(path, text.as_bytes())
             .map_err(|e| output_error(path, e))
@@ -326,7 +416,7 @@ pub struct StateLock {
 }
 
 impl StateLock {
-    pub fn acquire(state: &Path) -> Result<Self, crate::CliError> {
+    pub fn acquire(state: &Path) -> Result<Self, CliError> {
         let mut name = state.file_name().unwrap_or_default().to_os_string();
         name.push(".lock");
         let path = state.with_file_name(name);
@@ -358,7 +448,7 @@ pub struct StateWriter {
 impl StateWriter {
     /// Starts from `state` (what [`StateFile::read`] gave, or a fresh one), rewriting the file
     /// at once so the journal starts empty.
-    pub fn open(path: &Path, state: StateFile) -> Result<Self, crate::CliError> {
+    pub fn open(path: &Path, state: StateFile) -> Result<Self, CliError> {
         let mut w = Self {
             path: path.to_path_buf(),
             state,
@@ -382,11 +472,7 @@ impl StateWriter {
     }
 
     /// Records one Proxy's change durably (journal appended and synced) before returning.
-    pub fn record(
-        &mut self,
-        key: &str,
-        stored: Option<StoredProxy>,
-    ) -> Result<(), crate::CliError> {
+    pub fn record(&mut self, key: &str, stored: Option<StoredProxy>) -> Result<(), CliError> {
         if !self.state.set(key, stored.clone()) {
             return Ok(());
         }
@@ -398,7 +484,7 @@ impl StateWriter {
     }
 
     /// Records a pool's serial and status durably, before any name from the serial is used.
-    pub fn record_pool(&mut self, key: &str, pool: StoredPool) -> Result<(), crate::CliError> {
+    pub fn record_pool(&mut self, key: &str, pool: StoredPool) -> Result<(), CliError> {
         if self.state.pools.get(key) == Some(&pool) {
             return Ok(());
         }
@@ -410,7 +496,7 @@ impl StateWriter {
         })
     }
 
-    fn append(&mut self, entry: &Entry) -> Result<(), crate::CliError> {
+    fn append(&mut self, entry: &Entry) -> Result<(), CliError> {
         let mut line = serde_json::to_string(entry).map_err(|e| output_error(&self.path, e))?;
         line.push('\n');
         let journal = match &mut self.journal {
@@ -434,7 +520,7 @@ impl StateWriter {
 
     /// Rewrites the file with everything recorded, then empties the journal. A crash between
     /// the two leaves journal lines the file already holds: replaying them changes nothing.
-    pub fn compact(&mut self) -> Result<(), crate::CliError> {
+    pub fn compact(&mut self) -> Result<(), CliError> {
         self.state.write(&self.path)?;
         self.journal = None;
         match std::fs::remove_file(journal_path(&self.path)) {
@@ -444,6 +530,72 @@ impl StateWriter {
         }
         self.journal_lines = 0;
         Ok(())
+    }
+}
+
+impl StoredProxy {
+    /// The Proxy as a later run knows it: a pool's with its spec, labels and revision;
+    /// another with what its deletion needs.
+    pub(crate) fn to_proxy(&self) -> Proxy {
+        let (namespace, name) = self
+            .key
+            .split_once('/')
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .unwrap_or_default();
+        let mut labels = BTreeMap::new();
+        let mut annotations = BTreeMap::new();
+        if let Some(pool) = &self.pool {
+            labels.insert(egress_core::discovery::POOL_LABEL.to_string(), pool.clone());
+        }
+        if let Some(p) = self.placement {
+            labels.insert(
+                egress_core::pool::PLACEMENT_LABEL.to_string(),
+                p.to_string(),
+            );
+        }
+        if let Some(r) = &self.revision {
+            annotations.insert(
+                egress_core::pool::REVISION_ANNOTATION.to_string(),
+                r.clone(),
+            );
+        }
+        // A cordon and a drain outlive the run that made them.
+        if self.cordoned {
+            annotations.insert(
+                egress_core::discovery::CORDON_ANNOTATION.to_string(),
+                "true".to_string(),
+            );
+        }
+        if let Some(at) = &self.retire_at {
+            annotations.insert(
+                egress_core::discovery::RETIRE_AT_ANNOTATION.to_string(),
+                at.clone(),
+            );
+        }
+        if let Some(why) = &self.retire_reason {
+            annotations.insert(
+                egress_core::discovery::RETIRE_REASON_ANNOTATION.to_string(),
+                why.clone(),
+            );
+        }
+        Proxy {
+            api_version: egress_core::proxy::API_VERSION.into(),
+            kind: egress_core::proxy::KIND.into(),
+            metadata: egress_core::proxy::ObjectMeta {
+                name,
+                namespace,
+                uid: Some(self.uid.clone()),
+                labels,
+                annotations,
+                ..Default::default()
+            },
+            spec: self.spec.clone().unwrap_or_else(|| egress_core::ProxySpec {
+                provider: self.provider.clone(),
+                port: self.port,
+                ..Default::default()
+            }),
+            status: None,
+        }
     }
 }
 

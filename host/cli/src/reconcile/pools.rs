@@ -2,11 +2,11 @@
 //! them, carried out as new tracked Proxies and deletions of old ones, with what the pool did
 //! and the lowest Ready count it had, for the report.
 
-use super::{ReportEvent, Tracked};
+use super::report::{PoolReport, PoolSample, ReportEvent};
+use super::tracked::Tracked;
 use egress_core::discovery::{CORDON_ANNOTATION, POOL_LABEL};
 use egress_core::pool::{self, PoolStatus, ProxyPool, member_name, member_proxy};
 use egress_runtime::Providers;
-use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// One pool through a run.
@@ -33,41 +33,6 @@ pub(super) struct PoolRun {
     revisions: Option<(Vec<String>, Vec<String>)>,
     /// Its counts at each decision that changed them, for `-o html`.
     timeline: Vec<PoolSample>,
-}
-
-/// A pool's counts as one decision left them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PoolSample {
-    pub at_ms: u64,
-    pub replicas: u32,
-    /// replicas − maxUnavailable.
-    pub floor: u32,
-    pub ready: u32,
-    pub available: u32,
-    /// Each placement's available members, in the spec's order.
-    pub placements: Vec<u32>,
-}
-
-/// A pool as the report shows it.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PoolReport {
-    pub namespace: String,
-    pub name: String,
-    pub status: PoolStatus,
-    /// The lowest readyReplicas seen once the pool had been Available.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_ready_replicas: Option<u32>,
-    /// The lowest availableReplicas seen once the pool had been Available.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min_available_replicas: Option<u32>,
-    /// Deletions the pool decided of available members that left fewer available than
-    /// `replicas − maxUnavailable` (never, unless the pool breaks its promise).
-    pub deletions_below_floor: u32,
-    pub events: Vec<ReportEvent>,
-    /// Its counts over the run (not serialised: `-o html` draws them).
-    #[serde(skip)]
-    pub timeline: Vec<PoolSample>,
 }
 
 impl PoolRun {
@@ -149,7 +114,7 @@ impl PoolRun {
         self.dirty = false;
         // The leases the API granted on its members, and the cordons its holders' ban reports
         // made (kept on the member from now on, so the state file has them too).
-        let mut held: BTreeMap<String, crate::leases::ProxyLeases> = BTreeMap::new();
+        let mut held: BTreeMap<String, crate::state::ProxyLeases> = BTreeMap::new();
         if let Some(board) = leases {
             for (key, t) in tracked
                 .iter_mut()

@@ -3,14 +3,15 @@
 //! named tokens); out of one the members come from the state file `reconcile --watch` keeps,
 //! with its leases and credentials beside it, read again whenever one of them changes.
 
-use crate::CliError;
 use crate::cli::GatewayArgs;
-use crate::leases::LeaseFile;
+use crate::error::CliError;
+use crate::state::LeaseFile;
 use crate::state::StateFile;
 use egress_control::credential_store::FileCredentials;
 use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
 use egress_serve::auth::{self, Guard};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -218,4 +219,9 @@ pub async fn run(
         gateway.drained(a.shutdown_grace).await;
     }
     Ok(())
+}
+
+/// Runs `gateway` until `stop`: exit code 1 on an error.
+pub async fn command(a: GatewayArgs, stop: impl std::future::Future<Output = ()>) -> ExitCode {
+    super::exit(run(a, stop).await)
 }

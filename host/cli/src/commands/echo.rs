@@ -5,6 +5,7 @@
 use crate::cli::EchoArgs;
 use egress_check::ServerIdentity;
 use std::future::Future;
+use std::process::ExitCode;
 use tokio::net::TcpListener;
 
 async fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, String> {
@@ -90,4 +91,9 @@ pub async fn run(args: &EchoArgs, shutdown: impl Future<Output = ()>) -> Result<
         }
     }
     failed.map_or(Ok(()), Err)
+}
+
+/// Runs `echo` until `shutdown`: exit code 1 on an error.
+pub async fn command(args: &EchoArgs, shutdown: impl Future<Output = ()>) -> ExitCode {
+    super::exit(run(args, shutdown).await)
 }

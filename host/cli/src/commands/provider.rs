@@ -6,6 +6,7 @@ use egress_conformance::{BlockFile, ModuleSource, Suite, SuiteError, template};
 use egress_control::world::World;
 use egress_runtime::RuntimeOptions;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderCmdError {
@@ -114,4 +115,30 @@ pub fn new(a: ProviderNewArgs) -> Result<String, ProviderCmdError> {
         dir.display(),
         dir.display(),
     ))
+}
+
+/// Runs `provider test`, printing the report: exit code 1 when a case failed or on an error.
+pub async fn test_command(a: ProviderTestArgs) -> ExitCode {
+    match test(a).await {
+        Ok((text, failed)) => {
+            print!("{text}");
+            if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => super::failed(e),
+    }
+}
+
+/// Runs `provider new`, printing what it wrote: exit code 1 on an error.
+pub fn new_command(a: ProviderNewArgs) -> ExitCode {
+    match new(a) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => super::failed(e),
+    }
 }
