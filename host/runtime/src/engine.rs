@@ -61,7 +61,7 @@ pub(crate) struct Inner {
     pub(crate) slots: Arc<Semaphore>,
     pub(crate) pooling: bool,
     /// Backends for calls granted nothing (describe).
-    pub(crate) inert: crate::Backends,
+    pub(crate) inert: crate::capabilities::Backends,
     /// Told about every finished provider call (metrics).
     pub(crate) observer: std::sync::OnceLock<Arc<dyn CallObserver>>,
     /// The `lock` capability's keys, shared by every call of this process.
@@ -183,7 +183,7 @@ impl Runtime {
                 pooling,
                 modules: Default::default(),
                 observer: std::sync::OnceLock::new(),
-                inert: crate::Backends::inert(),
+                inert: crate::capabilities::Backends::inert(),
                 locks: Arc::default(),
             }),
         })

@@ -1,9 +1,9 @@
 //! Configured providers: each entry's module compiled once and described, its config block
 //! validated by the module, its grants resolved, and its calls run on fresh stores.
 
-use crate::Backends;
 use crate::bindings::{self as b, ModulePre};
 use crate::call::{CallFailure, CallState, Op, OpOut, execute};
+use crate::capabilities::Backends;
 use crate::engine::{MAX_MEMORY_BYTES, Runtime};
 use crate::grants::{EffectiveGrants, effective};
 use crate::plan::PlanRecorder;
