@@ -37,7 +37,6 @@ const STILL_WITH_CIRCLES: &[&str] = &[
     "host/egress-check",
     "host/gateway",
     "host/operator",
-    "host/runtime",
     "providers-wasm/libvirt",
     "tests/fuzz",
 ];

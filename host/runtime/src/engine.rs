@@ -68,7 +68,7 @@ pub(crate) struct Inner {
     pub(crate) locks: Arc<crate::capabilities::lock::Locks>,
     /// Compiled modules by digest, so identical bytes compile once per process.
     pub(crate) modules:
-        std::sync::Mutex<std::collections::HashMap<String, Arc<crate::provider::LoadedModule>>>,
+        std::sync::Mutex<std::collections::HashMap<String, Arc<crate::module::LoadedModule>>>,
 }
 
 /// Cheap to clone; all clones share the Engine, the linker and the call slots.

@@ -10,6 +10,7 @@ pub mod redact;
 pub mod reload;
 
 mod call;
+mod module;
 mod trap;
 
 pub use capabilities::Backends;
