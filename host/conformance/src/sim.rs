@@ -13,7 +13,7 @@ use egress_runtime::capabilities::http::{
 };
 use egress_runtime::capabilities::kube::{KubeBackend, KubeRef};
 use egress_runtime::capabilities::libvirt::LibvirtBackend;
-use egress_runtime::capabilities::libvirt_sim::SimUrl;
+use egress_runtime::capabilities::libvirt::sim::SimUrl;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

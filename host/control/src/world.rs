@@ -4,9 +4,9 @@
 use egress_core::config::ConfigError;
 use egress_runtime::Backends;
 use egress_runtime::capabilities::clock::{ClockBackend, VirtualClock};
-use egress_runtime::capabilities::gce_sim::{SimGce, SimGceSpec};
-use egress_runtime::capabilities::kube::{SimKube, SimKubeSpec};
-use egress_runtime::capabilities::libvirt_sim::{SimLibvirt, SimLibvirtSpec};
+use egress_runtime::capabilities::http::sim::{SimGce, SimGceSpec};
+use egress_runtime::capabilities::kube::sim::{SimKube, SimKubeSpec};
+use egress_runtime::capabilities::libvirt::sim::{SimLibvirt, SimLibvirtSpec};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
@@ -217,7 +217,7 @@ impl World {
     /// the configured sha256 or one derived from the URL; the Compute API and the cluster
     /// accept any zone and image, as they do by default.
     pub fn for_config(cfg: &egress_core::config::ProvidersConfig, image_urls: &[String]) -> Self {
-        use egress_runtime::capabilities::libvirt_sim::{SimHostSpec, SimUrl};
+        use egress_runtime::capabilities::libvirt::sim::{SimHostSpec, SimUrl};
         use sha2::Digest;
         let mut world = World::default();
         let mut hosts: Vec<SimHostSpec> = Vec::new();

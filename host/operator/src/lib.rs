@@ -19,7 +19,7 @@ use egress_core::config::ProvidersConfig;
 use egress_k8s_api::crd;
 use egress_k8s_api::watch::{credential_watch, proxy_watch_config};
 use egress_runtime::capabilities::clock::ClockBackend;
-use egress_runtime::capabilities::kube::RealKube;
+use egress_runtime::capabilities::kube::real::RealKube;
 use egress_runtime::{Backends, Reloader, Runtime, RuntimeOptions};
 use egress_serve::{auth, tls};
 use futures::StreamExt;

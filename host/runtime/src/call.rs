@@ -2,13 +2,14 @@
 //! instantiated from its InstancePre, the export called under a wall-time bound. A guest that
 //! loops, traps or outgrows its memory becomes a classified failure; the host keeps serving.
 
-use crate::Backends;
 use crate::bindings::{
     CallContext, CreateRequest, Description, Instance, ModulePre, ProviderError, TargetStatus,
 };
+use crate::capabilities::Backends;
 use crate::grants::EffectiveGrants;
 use crate::plan::{PlanRecorder, PlanStep};
 use crate::redact::Redactor;
+use crate::trap::{INJECTED_TRAP, InjectedTrap};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -207,43 +208,6 @@ pub enum CallFailure {
     Trap(String),
     #[error("could not be instantiated: {0}")]
     Instantiate(String),
-}
-
-tokio::task_local! {
-    /// Why the provider call being run has trapped, once a simulated backend injected a trap
-    /// into one of its capability calls.
-    static INJECTED_TRAP: Arc<InjectedTrap>;
-}
-
-/// A call's injected trap: the flag is what the call hook reads on every host call's return,
-/// so that check costs an atomic load, not a lock.
-#[derive(Default)]
-struct InjectedTrap {
-    fired: std::sync::atomic::AtomicBool,
-    reason: std::sync::Mutex<Option<String>>,
-}
-
-impl InjectedTrap {
-    fn fired(&self) -> bool {
-        self.fired.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    fn take(&self) -> Option<String> {
-        self.reason.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
-
-/// A simulated backend's injected trap (a world's `trap` fault): the provider call that made
-/// the backend call ends as a trap once that backend call has returned, as a module crashing
-/// at that point would. Outside a provider call it does nothing.
-pub fn inject_trap(reason: String) {
-    let _ = INJECTED_TRAP.try_with(|t| {
-        t.reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_or_insert(reason);
-        t.fired.store(true, std::sync::atomic::Ordering::Release);
-    });
 }
 
 /// Runs one export call on a fresh instance.

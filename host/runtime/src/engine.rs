@@ -61,14 +61,14 @@ pub(crate) struct Inner {
     pub(crate) slots: Arc<Semaphore>,
     pub(crate) pooling: bool,
     /// Backends for calls granted nothing (describe).
-    pub(crate) inert: crate::Backends,
+    pub(crate) inert: crate::capabilities::Backends,
     /// Told about every finished provider call (metrics).
     pub(crate) observer: std::sync::OnceLock<Arc<dyn CallObserver>>,
     /// The `lock` capability's keys, shared by every call of this process.
     pub(crate) locks: Arc<crate::capabilities::lock::Locks>,
     /// Compiled modules by digest, so identical bytes compile once per process.
     pub(crate) modules:
-        std::sync::Mutex<std::collections::HashMap<String, Arc<crate::provider::LoadedModule>>>,
+        std::sync::Mutex<std::collections::HashMap<String, Arc<crate::module::LoadedModule>>>,
 }
 
 /// Cheap to clone; all clones share the Engine, the linker and the call slots.
@@ -183,7 +183,7 @@ impl Runtime {
                 pooling,
                 modules: Default::default(),
                 observer: std::sync::OnceLock::new(),
-                inert: crate::Backends::inert(),
+                inert: crate::capabilities::Backends::inert(),
                 locks: Arc::default(),
             }),
         })

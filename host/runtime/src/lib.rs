@@ -10,6 +10,8 @@ pub mod redact;
 pub mod reload;
 
 mod call;
+mod module;
+mod trap;
 
 pub use capabilities::Backends;
 pub use engine::{CallObserver, Runtime, RuntimeOptions};

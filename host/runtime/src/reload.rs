@@ -3,9 +3,10 @@
 //! A version that fails to compile, validate, or asks for capabilities its grant does not
 //! allow is refused with a log line, and the old version keeps serving.
 
+use crate::capabilities::Backends;
+use crate::engine::Runtime;
 use crate::plan::PlanRecorder;
 use crate::provider::{LoadOptions, Providers, Rejection};
-use crate::{Backends, Runtime};
 use egress_core::config::{ConfigError, ProvidersConfig};
 use egress_core::settle::Settle;
 use sha2::{Digest, Sha256};

@@ -3,7 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use egress_runtime::capabilities::kube::{KubeBackend, KubeRef, RealKube};
+use egress_runtime::capabilities::kube::real::RealKube;
+use egress_runtime::capabilities::kube::{KubeBackend, KubeRef};
 use http::{Request, Response};
 use kube::client::Body;
 use serde_json::{Value, json};

@@ -393,6 +393,60 @@ async fn a_module_that_echoes_its_cloud_init_is_redacted_everywhere() {
     assert!(e.reason.contains("<redacted>"), "{}", e.reason);
 }
 
+/// The target and name of every span opened.
+#[derive(Clone, Default)]
+struct Spans(Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let m = attrs.metadata();
+        let seen = (m.target().to_string(), m.name().to_string());
+        self.0.lock().unwrap().push(seen);
+    }
+}
+
+/// The CLI's progress follows the `provider.*` spans of the target `egress_runtime::provider`
+/// by name: every typed call opens its span there, whichever file of the module makes it.
+#[tokio::test]
+async fn every_provider_call_opens_its_span_under_the_provider_target() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let s = setup("installation: test\nproviders:\n- {name: k8s, type: kubernetes}\n").await;
+    let spans = Spans::default();
+    let subscriber = tracing_subscriber::registry().with(spans.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let p = s.providers.get("k8s").unwrap();
+    let inst = p
+        .create("default/p1", &request("default", UID))
+        .await
+        .unwrap();
+    p.get("default/p1", &inst.provider_id).await.unwrap();
+    p.list_by_tag("gc", "test").await.unwrap();
+    p.delete("default/p1", &inst.provider_id).await.unwrap();
+    p.check().await;
+    let seen = spans.0.lock().unwrap().clone();
+    let provider_spans: std::collections::BTreeSet<(&str, &str)> = seen
+        .iter()
+        .filter(|(_, name)| name.starts_with("provider."))
+        .map(|(target, name)| (target.as_str(), name.as_str()))
+        .collect();
+    let want: std::collections::BTreeSet<(&str, &str)> = [
+        "provider.create",
+        "provider.get",
+        "provider.list-by-tag",
+        "provider.delete",
+        "provider.check",
+    ]
+    .into_iter()
+    .map(|name| ("egress_runtime::provider", name))
+    .collect();
+    assert_eq!(provider_spans, want, "{seen:?}");
+}
+
 const LOCKERS: &str = "providers:\n\
 - {name: trap-holding, type: hostile, module: hostile.wasm, config: {mode: trap, lockKey: k-trap}}\n\
 - {name: trap-after, type: hostile, module: hostile.wasm, config: {mode: ok, lockKey: k-trap}}\n\

@@ -6,7 +6,7 @@ use egress_control::metrics::Metrics;
 use egress_core::config::ProvidersConfig;
 use egress_operator::context::{Context, Loaded};
 use egress_runtime::capabilities::clock::ClockBackend;
-use egress_runtime::capabilities::kube::RealKube;
+use egress_runtime::capabilities::kube::real::RealKube;
 use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
 use kube::runtime::events::Reporter;
 use std::path::Path;

@@ -3,7 +3,7 @@
 
 use egress_control::world::World;
 use egress_core::config::ProvidersConfig;
-use egress_runtime::capabilities::kube::RealKube;
+use egress_runtime::capabilities::kube::real::RealKube;
 use egress_runtime::{Backends, LoadOptions, Providers, Runtime, RuntimeOptions};
 use kube_double::Double;
 use std::path::Path;

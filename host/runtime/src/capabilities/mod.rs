@@ -1,18 +1,17 @@
 //! One module per capability: the backend trait, its real and simulated implementations, and
 //! the bindings' host functions that check the grant, open the `<capability>.<call>` span,
 //! record mutating calls as plan steps, and call the backend.
+//!
+//! A capability with backends is a directory: `mod.rs` the trait and the types it speaks,
+//! `host.rs` the host functions, `real.rs` and `sim.rs` the backends. The host functions work
+//! on the call's state, which holds the [`Backends`], so they sit above the trait in a file of
+//! their own; the backends name the trait and nothing of a call.
 
 pub mod clock;
 pub mod credentials;
-pub mod gce_sim;
-pub mod google_auth;
 pub mod http;
-pub mod http_real;
 pub mod kube;
-pub mod kube_sim;
 pub mod libvirt;
-pub mod libvirt_real;
-pub mod libvirt_sim;
 pub mod lock;
 pub mod log;
 
@@ -34,9 +33,11 @@ impl Backends {
     pub fn real() -> Self {
         Self {
             clock: Arc::new(clock::SystemClock::new()),
-            kube: Arc::new(kube::RealKube::new()),
-            http: Arc::new(http_real::RealHttp::new(google_auth::GoogleAuth::discover())),
-            libvirt: Arc::new(libvirt_real::RealLibvirt::default()),
+            kube: Arc::new(kube::real::RealKube::new()),
+            http: Arc::new(http::real::RealHttp::new(
+                http::google_auth::GoogleAuth::discover(),
+            )),
+            libvirt: Arc::new(libvirt::real::RealLibvirt::default()),
         }
     }
 
@@ -45,7 +46,7 @@ impl Backends {
     pub fn inert() -> Self {
         Self {
             clock: Arc::new(clock::SystemClock::new()),
-            kube: Arc::new(kube::RealKube::new()),
+            kube: Arc::new(kube::real::RealKube::new()),
             http: Arc::new(http::UnavailableHttp),
             libvirt: Arc::new(libvirt::UnavailableLibvirt),
         }

@@ -1,8 +1,10 @@
 //! Time and randomness. Virtual in simulated runs: a sleep advances time at once and the
 //! generator is seeded, so dry-runs are instant and plans are byte-for-byte deterministic.
+//!
+//! Here the backend trait, the system clock and the virtual one; `host.rs` the host functions.
 
-use crate::bindings::egress::provider::clock as wit;
-use crate::call::CallState;
+mod host;
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -110,21 +112,5 @@ impl ClockBackend for VirtualClock {
     }
     fn process_id(&self) -> u64 {
         self.process_id
-    }
-}
-
-impl wit::Host for CallState {
-    async fn now_millis(&mut self) -> u64 {
-        self.backends.clock.now_millis()
-    }
-    async fn sleep_millis(&mut self, ms: u64) {
-        // Bounded by the call's wall-time limit: the whole call is cancelled past it.
-        self.backends.clock.sleep_millis(ms).await
-    }
-    async fn random_u64(&mut self) -> u64 {
-        self.backends.clock.random_u64()
-    }
-    async fn call_deadline_millis(&mut self) -> u64 {
-        self.deadline_ms
     }
 }

@@ -287,7 +287,7 @@ impl HttpBackend for SimGce {
             Some(FaultClass::Timeout) => return Err(HttpError::Timeout),
             Some(FaultClass::Trap) => {
                 let answer = self.answer_bytes(&req);
-                crate::call::inject_trap("injected trap after http.send".into());
+                crate::trap::inject_trap("injected trap after http.send".into());
                 answer
             }
             None => self.answer_bytes(&req),

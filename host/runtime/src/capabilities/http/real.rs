@@ -5,13 +5,14 @@
 //! way out, so the guest never holds it. reqwest drops it at any hop to another host, port or
 //! scheme.
 
-use crate::capabilities::google_auth::GoogleAuth;
+use crate::capabilities::http::client::{client, error_chain};
+use crate::capabilities::http::google_auth::GoogleAuth;
 use crate::capabilities::http::{
     HttpBackend, HttpError, HttpRequest, HttpResponse, allowed, url_host,
 };
 use egress_core::config::HttpGrant;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Default bound on one call, redirects and token included.
@@ -22,37 +23,6 @@ pub const DEFAULT_MAX_BODY: u64 = 32 * 1024 * 1024;
 pub const MAX_REDIRECTS: usize = 5;
 /// The credential name the gcp provider uses.
 pub const GOOGLE: &str = "google";
-
-/// The rustls config every client shares: ring and the platform's roots, built once. When it
-/// cannot be built, each request fails with a transport error that says why, instead of the
-/// process failing.
-fn tls_config() -> Result<rustls::ClientConfig, String> {
-    static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
-                .map_err(|e| format!("no system TLS roots: {e}"))?;
-            Ok(rustls::ClientConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS protocol versions: {e}"))?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_no_client_auth())
-        })
-        .clone()
-}
-
-/// A client for http and https with `redirect` as its redirect policy.
-pub(crate) fn client(redirect: reqwest::redirect::Policy) -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .no_proxy()
-        .referer(false)
-        .redirect(redirect)
-        .tls_backend_preconfigured(tls_config()?)
-        .build()
-        .map_err(|e| format!("building the HTTP client: {}", error_chain(&e)))
-}
 
 /// Why the redirect policy stopped a chain.
 #[derive(Debug, thiserror::Error)]
@@ -246,19 +216,6 @@ fn is_loopback(host: Option<&(String, Option<u16>)>) -> bool {
             || h.parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback())
     })
-}
-
-/// An error with its sources: the top level alone often says too little (reqwest's "error
-/// sending request", gcp_auth's "token request failed") while a source names file or status.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 #[async_trait::async_trait]

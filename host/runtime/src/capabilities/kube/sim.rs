@@ -181,7 +181,7 @@ impl SimKube {
         st.cluster.set_now(self.clock.now_millis());
         let out = f(&mut st.cluster).map_err(from_api);
         if trap {
-            crate::call::inject_trap(format!("injected trap after kube.{call}"));
+            crate::trap::inject_trap(format!("injected trap after kube.{call}"));
         }
         out
     }
@@ -233,7 +233,7 @@ impl KubeBackend for SimKube {
         {
             return Ok(text.clone());
         }
-        let text = super::kube::json_text(&object);
+        let text = crate::capabilities::kube::json_text(&object);
         if texts.len() >= TEXTS_KEPT {
             texts.clear();
         }

@@ -10,7 +10,7 @@
 //! `authorized_user` file only from the well-known path and always at Google's endpoint, so that
 //! flow is the small [`AuthorizedUser`] below, on the same cache rule.
 
-use crate::capabilities::http_real::{client, error_chain};
+use crate::capabilities::http::client::{client, error_chain};
 use gcp_auth::{CustomServiceAccount, MetadataServiceAccount, Token, TokenProvider};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};

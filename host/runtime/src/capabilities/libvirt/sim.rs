@@ -407,7 +407,7 @@ impl std::ops::DerefMut for Locked<'_> {
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
         if let Some(reason) = self.0.take_trap() {
-            crate::call::inject_trap(reason);
+            crate::trap::inject_trap(reason);
         }
     }
 }
