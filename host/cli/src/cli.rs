@@ -134,6 +134,19 @@ pub enum ProviderCmd {
     /// Write a new provider crate from the template (it builds for wasm32-wasip2 and passes
     /// the conformance suite as written).
     New(ProviderNewArgs),
+    /// Sign a module with an Ed25519 key (PEM, `openssl genpkey -algorithm ed25519`), into
+    /// MODULE.sig beside it, which a providers config's `moduleVerification` checks; other
+    /// keys' signatures of the same bytes are kept.
+    Sign(ProviderSignArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ProviderSignArgs {
+    /// The module (.wasm component) to sign.
+    pub module: PathBuf,
+    /// The private key, PEM (PKCS#8).
+    #[arg(long)]
+    pub key: PathBuf,
 }
 
 #[derive(Debug, clap::Args)]

@@ -33,6 +33,7 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
         Command::Run(a) => commands::operator::command(a).await,
         Command::Provider(ProviderCmd::Test(a)) => commands::provider::test_command(a).await,
         Command::Provider(ProviderCmd::New(a)) => commands::provider::new_command(a),
+        Command::Provider(ProviderCmd::Sign(a)) => commands::provider::sign_command(a),
         Command::Doctor(Doctor::Libvirt(a)) => commands::doctor::libvirt(a).await,
         Command::Proxies(a) => commands::proxies::command(a),
         Command::Gateway(a) => commands::gateway::command(a, terminated()).await,

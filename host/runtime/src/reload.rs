@@ -66,14 +66,24 @@ impl Snapshot {
             .ok()
             .and_then(|t| ProvidersConfig::from_yaml(t).ok());
         let dir = path.parent().unwrap_or(Path::new("."));
-        for entry in &probe.as_ref().unwrap_or(serving).providers {
-            if let Some(m) = &entry.module {
-                h.update(m.as_bytes());
-                match std::fs::read(dir.join(m)) {
-                    Ok(b) => h.update(&b),
-                    Err(e) => h.update(e.to_string().as_bytes()),
-                }
+        let config = probe.as_ref().unwrap_or(serving);
+        let mut hash_file = |p: &Path| {
+            h.update(p.as_os_str().as_encoded_bytes());
+            match std::fs::read(p) {
+                Ok(b) => h.update(&b),
+                Err(e) => h.update(e.to_string().as_bytes()),
             }
+        };
+        for entry in &config.providers {
+            if let Some(m) = &entry.module {
+                let module = dir.join(m);
+                hash_file(&module);
+                // A signature added, replaced or stripped is a change to load again.
+                hash_file(&egress_supply::signature_path(&module));
+            }
+        }
+        for key in config.module_verification.iter().flat_map(|v| &v.keys) {
+            hash_file(&dir.join(&key.public_key_file));
         }
         Self {
             text,

@@ -346,3 +346,104 @@ async fn a_module_of_another_digest_than_its_pin_is_refused_at_load_and_reload()
         digest(&v1)
     );
 }
+
+/// A signing key of its own for each seed, its public half written as `k{seed}.pub` in `dir`,
+/// its private half returned as PEM.
+fn signing_key(dir: &Path, seed: u8) -> String {
+    use ed25519_dalek::pkcs8::{EncodePrivateKey, EncodePublicKey};
+    let key = ed25519_dalek::SigningKey::from_bytes(&[seed; 32]);
+    let public = key
+        .verifying_key()
+        .to_public_key_pem(Default::default())
+        .unwrap();
+    std::fs::write(dir.join(format!("k{seed}.pub")), public).unwrap();
+    key.to_pkcs8_pem(Default::default()).unwrap().to_string()
+}
+
+fn sign_module(dir: &Path, private_pem: &str) {
+    let key = dir.join("signing.pem");
+    std::fs::write(&key, private_pem).unwrap();
+    egress_supply::sign_file(&dir.join("m.wasm"), &key).unwrap();
+    std::fs::remove_file(key).unwrap();
+}
+
+/// With a verification policy, a module loads only with a signature by a key of the policy
+/// over its own bytes; unsigned, signed by another key, changed after signing, or with its
+/// signature stripped, it is refused at load and at reload, and the version loaded serves on.
+#[tokio::test]
+async fn a_module_not_signed_as_the_policy_requires_is_refused_at_load_and_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("providers.yaml");
+    let trusted = signing_key(dir.path(), 1);
+    let stranger = signing_key(dir.path(), 2);
+    std::fs::write(
+        &path,
+        "moduleVerification: {keys: [{name: platform, publicKeyFile: k1.pub}]}\nproviders:\n- {name: a, type: hostile, module: m.wasm, config: {mode: ok}}\n",
+    )
+    .unwrap();
+    let world = World::default().build().unwrap();
+    let start = || {
+        Reloader::new(
+            runtime(),
+            path.clone(),
+            world.backends.clone(),
+            None,
+            egress_builtins::module_for_type,
+        )
+    };
+
+    // Unsigned: the start stops, naming the module.
+    std::fs::write(dir.path().join("m.wasm"), variant(0)).unwrap();
+    let err = start()
+        .await
+        .err()
+        .expect("an unsigned module loaded")
+        .to_string();
+    assert!(
+        err.contains("providers[0].module") && err.contains("is not signed"),
+        "{err}"
+    );
+
+    // Signed by the policy's key: it loads.
+    sign_module(dir.path(), &trusted);
+    let reloader = start().await.unwrap();
+    let serving = reloader.current().get("a").unwrap().clone();
+    let refused = |out: &egress_runtime::ReloadOutcome, why: &str| {
+        assert!(out.swapped.is_empty(), "{out:?}");
+        assert_eq!(out.rejected.len(), 1, "{out:?}");
+        let e = &out.rejected[0].error;
+        assert_eq!(e.path, "providers[0].module");
+        assert!(e.message.contains(why), "{e}");
+    };
+
+    // The module replaced after signing: its signature names the old digest.
+    std::fs::write(dir.path().join("m.wasm"), variant(1)).unwrap();
+    refused(
+        &reloader.reload_if_changed().await.unwrap(),
+        "was made for sha256:",
+    );
+    assert!(Arc::ptr_eq(reloader.current().get("a").unwrap(), &serving));
+
+    // Signed, but by a key the policy does not name.
+    std::fs::remove_file(dir.path().join("m.wasm.sig")).unwrap();
+    sign_module(dir.path(), &stranger);
+    refused(
+        &reloader.reload_if_changed().await.unwrap(),
+        "verified by no key, not by platform",
+    );
+    assert!(Arc::ptr_eq(reloader.current().get("a").unwrap(), &serving));
+
+    // Signed by the policy's key: swapped in.
+    sign_module(dir.path(), &trusted);
+    let out = reloader.reload_if_changed().await.unwrap();
+    assert_eq!(out.swapped, vec!["a".to_string()], "{out:?}");
+    let now = reloader.current().get("a").unwrap().clone();
+
+    // The signature stripped while verification is configured: refused, the signed one serves.
+    std::fs::remove_file(dir.path().join("m.wasm.sig")).unwrap();
+    refused(
+        &reloader.reload_if_changed().await.unwrap(),
+        "is not signed",
+    );
+    assert!(Arc::ptr_eq(reloader.current().get("a").unwrap(), &now));
+}

@@ -1,7 +1,7 @@
 //! `provider test` and `provider new`: the conformance suite and the provider template, wired
 //! to the command line.
 
-use crate::cli::{ProviderNewArgs, ProviderTestArgs, TestFormat};
+use crate::cli::{ProviderNewArgs, ProviderSignArgs, ProviderTestArgs, TestFormat};
 use egress_conformance::{BlockFile, ModuleSource, Suite, SuiteError, template};
 use egress_control::world::World;
 use egress_runtime::RuntimeOptions;
@@ -137,6 +137,18 @@ pub fn new_command(a: ProviderNewArgs) -> ExitCode {
     match new(a) {
         Ok(text) => {
             print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => super::failed(e),
+    }
+}
+
+/// Runs `provider sign`, printing the signature file written and the digest signed: exit code
+/// 1 on an error.
+pub fn sign_command(a: ProviderSignArgs) -> ExitCode {
+    match egress_supply::sign_file(&a.module, &a.key) {
+        Ok((path, digest)) => {
+            println!("signed {digest}: {}", path.display());
             ExitCode::SUCCESS
         }
         Err(e) => super::failed(e),

@@ -289,6 +289,7 @@ impl Run {
             installation: Some(INSTALLATION.into()),
             egress_check: None,
             providers: vec![self.entry(block)],
+            module_verification: None,
         };
         let embedded = match &self.module {
             ModuleSource::Embedded(b) => Some(*b),

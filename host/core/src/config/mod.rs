@@ -7,11 +7,13 @@ mod finite;
 mod grants;
 mod provider;
 mod text;
+mod verification;
 
 pub use egress_check::*;
 pub use grants::*;
 pub use provider::*;
 pub use text::*;
+pub use verification::*;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -33,6 +35,9 @@ pub struct ProvidersConfig {
     pub egress_check: Option<EgressCheck>,
     #[serde(default)]
     pub providers: Vec<ProviderEntry>,
+    /// Signatures every module named by `module` must carry (see [`ModuleVerification`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_verification: Option<ModuleVerification>,
 }
 
 impl ProvidersConfig {
@@ -94,6 +99,9 @@ impl ProvidersConfig {
         }
         if let Some(c) = &self.egress_check {
             check_egress(c)?;
+        }
+        if let Some(v) = &self.module_verification {
+            v.check()?;
         }
         let mut names = BTreeSet::new();
         for (i, p) in self.providers.iter().enumerate() {

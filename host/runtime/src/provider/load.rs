@@ -9,7 +9,7 @@ use crate::grants::{EffectiveGrants, effective};
 use crate::module::LoadedModule;
 use crate::provider::{LoadError, LoadOptions, Provider, Providers, Rejection};
 use crate::redact::Redactor;
-use egress_core::config::{ConfigError, ProviderEntry, ProvidersConfig};
+use egress_core::config::{ConfigError, ModuleVerification, ProviderEntry, ProvidersConfig};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -118,7 +118,8 @@ impl Providers {
         cfg.check()?;
         let mut by_name = BTreeMap::new();
         for (i, entry) in cfg.providers.iter().enumerate() {
-            let provider = Provider::load(runtime, i, entry, &opts).await?;
+            let provider =
+                Provider::load(runtime, i, entry, cfg.module_verification.as_ref(), &opts).await?;
             by_name.insert(entry.name.clone(), Arc::new(provider));
         }
         Ok(Self { by_name })
@@ -138,7 +139,7 @@ impl Providers {
         let mut rejected = Vec::new();
         for (i, entry) in cfg.providers.iter().enumerate() {
             let old = previous.by_name.get(&entry.name);
-            match Provider::load(runtime, i, entry, &opts).await {
+            match Provider::load(runtime, i, entry, cfg.module_verification.as_ref(), &opts).await {
                 Ok(new) => {
                     let same = old.is_some_and(|o| o.revision == new.revision);
                     let keep = match old {
@@ -167,6 +168,7 @@ impl Provider {
         runtime: &Runtime,
         i: usize,
         entry: &ProviderEntry,
+        verification: Option<&ModuleVerification>,
         opts: &LoadOptions<'_>,
     ) -> Result<Self, LoadError> {
         let at = format!("providers[{i}]");
@@ -186,8 +188,19 @@ impl Provider {
                 })?
                 .into(),
         };
-        // Before compiling: a module that is not the one pinned is never instantiated.
+        // Before compiling: a module that is not the one pinned, or not signed as the policy
+        // requires, is never instantiated.
         entry.verify_module(&at, &bytes)?;
+        if let (Some(policy), Some(path)) = (verification, &entry.module) {
+            let signed_by = egress_supply::check_module(
+                policy,
+                opts.base_dir,
+                &at,
+                &opts.base_dir.join(path),
+                &bytes,
+            )?;
+            tracing::debug!(provider = %entry.name, keys = ?signed_by, "module signature verified");
+        }
         let module = runtime.load_module(&bytes).await.map_err(|m| {
             ConfigError::new(
                 format!("{at}.module"),
