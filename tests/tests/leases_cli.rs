@@ -256,7 +256,7 @@ fn names(v: &serde_json::Value, field: &str) -> Vec<String> {
 /// `egress-proxies gateway --state` in process: the CLI's state source, named tokens, member
 /// connections from the address the test Squids admit.
 async fn gateway_on(dir: &Path) -> SocketAddr {
-    let table = std::sync::Arc::new(egress_gateway::Table::new(vec![
+    let table = std::sync::Arc::new(egress_gateway::MemberTable::new(vec![
         egress_gateway::PoolKey::parse("ns/web").unwrap(),
     ]));
     tokio::spawn(egress_proxies::gateway::follow_state(

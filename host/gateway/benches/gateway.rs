@@ -23,7 +23,7 @@
 mod support;
 
 use base64::Engine;
-use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
+use egress_gateway::{Gateway, Limits, Member, MemberTable, PoolKey};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use std::alloc::System;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -313,7 +313,7 @@ fn main() {
             password: guest_sdk::fakes::FAKE_PASSWORD.into(),
         };
         let direct_auth = credential.authorization();
-        let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+        let table = Arc::new(MemberTable::new(vec![PoolKey::parse("ns/web").unwrap()]));
         table.replace(
             [Member {
                 namespace: "ns".into(),

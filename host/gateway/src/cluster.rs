@@ -8,7 +8,7 @@
 //! and none of the crawlers': a member made before the credential existed, or with another
 //! one, is not routed to (the pool rolls it).
 
-use crate::members::{Member, Table};
+use crate::members::{Member, MemberTable};
 use egress_k8s_api::api_error_summary;
 use egress_k8s_api::crd::Proxy;
 use egress_k8s_api::members::candidate;
@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 /// Keeps `table` to the Proxies the API server has, until the task is dropped; members are
 /// reached with the gateway credential in the Secret `secret` (namespace, name).
-pub async fn run(client: kube::Client, table: Arc<Table>, secret: (String, String)) {
+pub async fn run(client: kube::Client, table: Arc<MemberTable>, secret: (String, String)) {
     let (store, writer) = reflector::store();
     let config = watcher::Config::default()
         .labels(egress_core::discovery::POOL_LABEL)

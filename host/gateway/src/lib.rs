@@ -17,5 +17,5 @@ pub mod server;
 pub mod status;
 
 pub use admin::{serve_admin, serve_admin_over};
-pub use members::{Member, MemberKey, PoolKey, Table};
+pub use members::{Member, MemberKey, MemberTable, PoolKey};
 pub use server::{Gateway, Limits, listen, serve, serve_over};

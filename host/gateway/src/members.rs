@@ -1,6 +1,6 @@
 //! The members the gateway routes to: every Proxy of the pools it serves, as the Proxies'
 //! statuses (in a cluster) or the CLI's state (outside) say they are now, kept in a
-//! [`Table`] that a source replaces whole whenever they change.
+//! [`MemberTable`] that a source replaces whole whenever they change.
 //!
 //! Each member also has a [`Slot`] that outlives the snapshots: the tunnels open on it, and its
 //! fate (serving, retiring at a time, gone), which its tunnels watch so a draining member's
@@ -320,14 +320,14 @@ impl Snapshot {
 }
 
 /// The members now, replaced whole by the source; readers take the snapshot of the moment.
-pub struct Table {
+pub struct MemberTable {
     served: Vec<PoolKey>,
     now: RwLock<Arc<Snapshot>>,
     slots: Mutex<HashMap<MemberKey, Arc<Slot>>>,
     changed: tokio::sync::watch::Sender<u64>,
 }
 
-impl Table {
+impl MemberTable {
     /// A table of the pools `served` (every pool when empty).
     pub fn new(served: Vec<PoolKey>) -> Self {
         Self {
@@ -440,7 +440,7 @@ mod tests {
     /// capped, and a success forgets them; no more than half a pool is ejected at once.
     #[test]
     fn ejections_grow_on_repeats_and_never_take_more_than_half_a_pool() {
-        let t = Table::new(Vec::new());
+        let t = MemberTable::new(Vec::new());
         t.replace(members(4), true);
         let snap = t.snapshot();
         let pool = &snap.pools.values().next().unwrap()[..];

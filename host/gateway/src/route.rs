@@ -456,7 +456,7 @@ pub fn bind(sessions: &Sessions, req: &Request<'_>, entry: &Entry, clock: Instan
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::members::{Member, Table};
+    use crate::members::{Member, MemberTable};
     use egress_core::lease::{LeaseBinding, LeaseMode};
 
     fn pool() -> PoolKey {
@@ -494,14 +494,14 @@ mod tests {
         }
     }
 
-    fn table(members: Vec<Member>) -> Table {
-        let t = Table::new(vec![pool()]);
+    fn table(members: Vec<Member>) -> MemberTable {
+        let t = MemberTable::new(vec![pool()]);
         t.replace(members, true);
         t
     }
 
     fn pick(
-        t: &Table,
+        t: &MemberTable,
         s: &Sessions,
         o: &Options,
         caller: &str,

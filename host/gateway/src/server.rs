@@ -11,7 +11,7 @@ use crate::ask::{self, Options};
 use crate::authority::{self, Destination};
 use crate::body::{Body, full};
 use crate::forward::{self, Carried, HopError, Timeouts};
-use crate::members::{Active, Entry, MemberKey, Outliers, PoolKey, Table};
+use crate::members::{Active, Entry, MemberKey, MemberTable, Outliers, PoolKey};
 use crate::metrics::{self, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{ErrorKind, Failure, served_by};
@@ -82,7 +82,7 @@ impl Default for Limits {
 
 /// The forward proxy.
 pub struct Gateway {
-    pub table: Arc<Table>,
+    pub table: Arc<MemberTable>,
     pub guard: Arc<Guard>,
     pub sessions: Sessions,
     pub metrics: Arc<Metrics>,
@@ -116,7 +116,7 @@ pub(crate) struct Admitted {
 
 impl Gateway {
     pub fn new(
-        table: Arc<Table>,
+        table: Arc<MemberTable>,
         guard: Arc<Guard>,
         metrics: Arc<Metrics>,
         limits: Limits,

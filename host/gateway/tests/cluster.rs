@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use egress_gateway::members::Fate;
-use egress_gateway::{PoolKey, Table};
+use egress_gateway::{MemberTable, PoolKey};
 use egress_k8s_api::crd::Proxy;
 use egress_k8s_api::secrets::{GATEWAY_CREDENTIAL_ANNOTATION, GATEWAY_SECRET, GatewayCredential};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -67,7 +67,7 @@ fn secret() -> (String, String) {
     ("egress-proxies".into(), GATEWAY_SECRET.into())
 }
 
-async fn until(table: &Table, what: &str, f: impl Fn(&Table) -> bool) {
+async fn until(table: &MemberTable, what: &str, f: impl Fn(&MemberTable) -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while !f(table) {
         assert!(
@@ -139,14 +139,14 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
             .unwrap();
     }
 
-    let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+    let table = Arc::new(MemberTable::new(vec![PoolKey::parse("ns/web").unwrap()]));
     let task = tokio::spawn(egress_gateway::cluster::run(
         client.clone(),
         table.clone(),
         secret(),
     ));
     let web = PoolKey::parse("ns/web").unwrap();
-    let names = |t: &Table| -> Vec<String> {
+    let names = |t: &MemberTable| -> Vec<String> {
         t.snapshot()
             .pools
             .get(&PoolKey::parse("ns/web").unwrap())
@@ -336,7 +336,7 @@ async fn crawlers_with_service_account_tokens_reach_the_echo_through_real_squids
     let spider = d.projected_token("ns", "spider", &[egress_serve::auth::AUDIENCE]);
     let rival = d.projected_token("other", "rival", &[egress_serve::auth::AUDIENCE]);
 
-    let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+    let table = Arc::new(MemberTable::new(vec![PoolKey::parse("ns/web").unwrap()]));
     let watch = tokio::spawn(egress_gateway::cluster::run(
         client.clone(),
         table.clone(),

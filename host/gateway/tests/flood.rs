@@ -17,7 +17,7 @@ mod support;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
+use egress_gateway::{Gateway, Limits, Member, MemberTable, PoolKey};
 use std::io::BufRead;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -59,7 +59,7 @@ fn gateway_in_a_child() {
         let reviewer = Arc::new(
             egress_serve::auth::tokens::TokensFile::load(std::path::Path::new(tokens)).unwrap(),
         );
-        let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+        let table = Arc::new(MemberTable::new(vec![PoolKey::parse("ns/web").unwrap()]));
         table.replace(
             [Member {
                 namespace: "ns".into(),

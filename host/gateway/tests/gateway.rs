@@ -15,7 +15,7 @@ mod support;
 
 use base64::Engine;
 use egress_core::lease::{LeaseBinding, LeaseMode};
-use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
+use egress_gateway::{Gateway, Limits, Member, MemberTable, PoolKey};
 use egress_serve::auth::Guard;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -77,7 +77,7 @@ fn now() -> i64 {
 struct World {
     _squids: Vec<support::Squid>,
     members: Vec<Member>,
-    table: Arc<Table>,
+    table: Arc<MemberTable>,
     gateway: SocketAddr,
     admin: SocketAddr,
     pin: [u8; 32],
@@ -89,7 +89,7 @@ struct World {
 async fn serve(
     members: Vec<Member>,
     limits: Limits,
-) -> (SocketAddr, SocketAddr, Arc<Table>, tempfile::TempDir) {
+) -> (SocketAddr, SocketAddr, Arc<MemberTable>, tempfile::TempDir) {
     serve_pools(&["ns/web"], members, limits).await
 }
 
@@ -98,7 +98,7 @@ async fn serve_pools(
     served: &[&str],
     members: Vec<Member>,
     limits: Limits,
-) -> (SocketAddr, SocketAddr, Arc<Table>, tempfile::TempDir) {
+) -> (SocketAddr, SocketAddr, Arc<MemberTable>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.yaml");
     std::fs::write(
@@ -114,7 +114,7 @@ async fn serve_pools(
     .unwrap();
     let reviewer = Arc::new(egress_serve::auth::tokens::TokensFile::load(&tokens).unwrap());
     let guard = Arc::new(Guard::new(reviewer));
-    let table = Arc::new(Table::new(
+    let table = Arc::new(MemberTable::new(
         served.iter().map(|p| PoolKey::parse(p).unwrap()).collect(),
     ));
     table.replace(members, true);
@@ -1537,7 +1537,7 @@ async fn over_tls_curl_reaches_the_echo_through_an_https_proxy() {
     )
     .unwrap();
     let reviewer = Arc::new(egress_serve::auth::tokens::TokensFile::load(&tokens).unwrap());
-    let table = Arc::new(Table::new(vec![PoolKey::parse("ns/web").unwrap()]));
+    let table = Arc::new(MemberTable::new(vec![PoolKey::parse("ns/web").unwrap()]));
     table.replace(members.clone(), true);
     let gw = Arc::new(Gateway::new(
         table,

@@ -8,7 +8,7 @@ use crate::error::CliError;
 use crate::state::LeaseFile;
 use crate::state::StateFile;
 use egress_control::credential_store::FileCredentials;
-use egress_gateway::{Gateway, Limits, Member, PoolKey, Table};
+use egress_gateway::{Gateway, Limits, Member, MemberTable, PoolKey};
 use egress_serve::auth::{self, Guard};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -59,7 +59,7 @@ fn stamp(state: &Path) -> Vec<Option<(std::time::SystemTime, u64)>> {
 /// Keeps `table` to the state at `state`, read again when its files change and at least every
 /// ten intervals (leases end and drains fall due by the clock, not by a write). A state that
 /// cannot be read keeps the last members, and says why once per change of reason.
-pub async fn follow_state(state: PathBuf, table: Arc<Table>, interval: Duration) {
+pub async fn follow_state(state: PathBuf, table: Arc<MemberTable>, interval: Duration) {
     let mut last_stamp = None;
     let mut last_error: Option<String> = None;
     let mut ticks = 0u32;
@@ -117,7 +117,7 @@ pub async fn run(
             message: e.to_string(),
         })?
         .map(Arc::new);
-    let table = Arc::new(Table::new(pools));
+    let table = Arc::new(MemberTable::new(pools));
     let client = match &a.state {
         Some(state) => {
             // Read once before serving: a state that cannot be read stops the start.
