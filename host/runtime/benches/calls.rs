@@ -131,6 +131,20 @@ fn polyglot_modules() -> Vec<(&'static str, Vec<u8>)> {
     modules
 }
 
+/// The most linear memory any get held, as the runtime's call observer reports it.
+#[derive(Default)]
+struct GetMemory(std::sync::atomic::AtomicUsize);
+
+impl egress_runtime::CallObserver for GetMemory {
+    fn observe(&self, _: &str, _: &str, _: Duration, _: Option<egress_core::ErrorClass>) {}
+    fn memory(&self, _provider: &str, operation: &str, bytes: usize) {
+        if operation == "get" {
+            self.0
+                .fetch_max(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// Example Cloud answering every request with one running instance, at once: the calls' cost
 /// is the sandbox and the module's own work.
 struct InstanceAnswer;
@@ -294,7 +308,11 @@ async fn main() {
         } else {
             "on-demand"
         };
+        // The most linear memory a get's instance held (its peak), per module.
+        let memory = std::sync::Arc::new(GetMemory::default());
+        runtime.set_observer(memory.clone());
         for (name, bytes) in &polyglot {
+            memory.0.store(0, std::sync::atomic::Ordering::Relaxed);
             let path = dir.path().join(format!("{name}.wasm"));
             std::fs::write(&path, bytes).unwrap();
             let cfg = ProvidersConfig::from_yaml(&format!(
@@ -335,8 +353,10 @@ async fn main() {
             })
             .await;
             let (dm, dp) = stats(describe);
+            let peak =
+                memory.0.load(std::sync::atomic::Ordering::Relaxed) as f64 / (1 << 20) as f64;
             rows.push(format!(
-                "| {label} | Example Cloud get, one http call: {name} ({} KiB) | {gm:.1} µs (p99 {gp:.1}) | | instantiate + describe {dm:.1} µs (p99 {dp:.1}) |",
+                "| {label} | Example Cloud get, one http call: {name} ({} KiB) | {gm:.1} µs (p99 {gp:.1}) | | instantiate + describe {dm:.1} µs (p99 {dp:.1}); linear memory per get {peak:.2} MiB |",
                 bytes.len() / 1024
             ));
         }

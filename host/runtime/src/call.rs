@@ -69,6 +69,7 @@ impl CallState {
             limiter: MemoryLimiter {
                 max_bytes: memory_bytes,
                 denied: false,
+                granted: 0,
             },
             provider: provider.to_string(),
             grants,
@@ -126,12 +127,16 @@ impl CallState {
 struct MemoryLimiter {
     max_bytes: usize,
     denied: bool,
+    /// Bytes of linear memory granted to the call's instance, across all its memories (a
+    /// component may have several), initial sizes included: its memory at the end of the call,
+    /// which is its peak, since linear memory never shrinks.
+    granted: usize,
 }
 
 impl wasmtime::ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
@@ -139,6 +144,8 @@ impl wasmtime::ResourceLimiter for MemoryLimiter {
             self.denied = true;
             return Err(wasmtime::Error::msg("provider memory limit reached"));
         }
+        // Called with `current` 0 for a memory's initial size too.
+        self.granted = self.granted.saturating_add(desired.saturating_sub(current));
         Ok(true)
     }
 
@@ -210,7 +217,8 @@ pub enum CallFailure {
     Instantiate(String),
 }
 
-/// Runs one export call on a fresh instance.
+/// Runs one export call on a fresh instance: its answer, and the linear memory its instance
+/// held at the end (its peak).
 pub(crate) async fn execute(
     engine: &wasmtime::Engine,
     pre: &ModulePre<CallState>,
@@ -218,7 +226,7 @@ pub(crate) async fn execute(
     op: Op,
     timeout: Duration,
     slot: Option<tokio::sync::OwnedSemaphorePermit>,
-) -> Result<OpOut, CallFailure> {
+) -> (Result<OpOut, CallFailure>, usize) {
     let memory = state.limiter.max_bytes;
     let mut store = Store::new(engine, state);
     store.limiter(|s| &mut s.limiter);
@@ -324,9 +332,10 @@ pub(crate) async fn execute(
     // it to another thread was measured slower (its teardown then frees pages across cores,
     // which costs TLB shootdowns and contends on the pool's free list; BENCHMARKS.md), and the
     // slot must stay taken until the instance's memory is back in the pool.
+    let memory_bytes = store.data().limiter.granted;
     drop(store);
     drop(slot);
-    result
+    (result, memory_bytes)
 }
 
 /// The trap's own words without the wasm backtrace, which names guest internals only.

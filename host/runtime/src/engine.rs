@@ -214,6 +214,10 @@ pub trait CallObserver: Send + Sync {
         elapsed: Duration,
         failure: Option<egress_core::ErrorClass>,
     );
+
+    /// The linear memory one finished call's instance held at its end, across the component's
+    /// memories: its peak, since linear memory never shrinks (what `limits.memoryMiB` bounds).
+    fn memory(&self, _provider: &str, _operation: &str, _bytes: usize) {}
 }
 
 /// One ticker per Engine, on its own thread so a guest spinning on a single-threaded runtime

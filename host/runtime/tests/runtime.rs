@@ -677,3 +677,76 @@ async fn each_builtin_imports_only_the_capabilities_it_calls() {
         ["clock", "credentials", "libvirt", "lock", "log", "types"]
     );
 }
+
+/// Every call's linear memory reaches the call observer: a call that allocates little holds
+/// the module's initial memory, and a call that hoards until its 16 MiB limit stops it held
+/// close to the limit, never past it.
+#[tokio::test]
+async fn the_observer_sees_each_calls_peak_linear_memory() {
+    #[derive(Default)]
+    struct Seen(std::sync::Mutex<Vec<(String, String, usize)>>);
+    impl egress_runtime::CallObserver for Seen {
+        fn observe(&self, _: &str, _: &str, _: Duration, _: Option<ErrorClass>) {}
+        fn memory(&self, provider: &str, operation: &str, bytes: usize) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((provider.into(), operation.into(), bytes));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hostile.wasm"),
+        egress_test_modules::HOSTILE,
+    )
+    .unwrap();
+    let runtime = runtime();
+    let seen = Arc::new(Seen::default());
+    runtime.set_observer(seen.clone());
+    let cfg = ProvidersConfig::from_yaml(HOSTILE).unwrap();
+    let world = World::default().build().unwrap();
+    let providers = Providers::load(
+        &runtime,
+        &cfg,
+        LoadOptions {
+            base_dir: dir.path(),
+            builtin: &builtin,
+            backends: world.backends.clone(),
+            recorder: None,
+        },
+    )
+    .await
+    .unwrap();
+    let peak = |provider: &str| {
+        seen.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(p, op, _)| p == provider && op == "create")
+            .map(|(_, _, b)| *b)
+            .max()
+    };
+    providers
+        .get("good")
+        .unwrap()
+        .create("x", &request("default", UID))
+        .await
+        .unwrap();
+    providers
+        .get("bomb")
+        .unwrap()
+        .create("x", &request("default", UID))
+        .await
+        .unwrap_err();
+    let (good, bomb) = (peak("good").unwrap(), peak("bomb").unwrap());
+    assert!(
+        good >= 64 << 10,
+        "a call holds at least one page of memory: {good}"
+    );
+    assert!(good < 4 << 20, "an ok create holds little: {good}");
+    assert!(
+        bomb > 12 << 20,
+        "the hoarding call held close to its limit: {bomb}"
+    );
+    assert!(bomb <= 16 << 20, "never past its limit: {bomb}");
+}

@@ -94,6 +94,7 @@ impl Runtime {
             Some(slot),
         )
         .await
+        .0
         {
             Ok(OpOut::Describe(d)) => Ok(d),
             Ok(_) => Err("describe answered with the wrong shape".into()),
@@ -263,6 +264,7 @@ impl Provider {
             Some(slot),
         )
         .await
+        .0
         {
             Ok(OpOut::Validate(Ok(c))) => c,
             Ok(OpOut::Validate(Err(e))) => {

@@ -242,7 +242,7 @@ impl Provider {
                 state.htpasswd = htpasswd.clone();
             }
             let started = std::time::Instant::now();
-            let out = execute(
+            let (out, memory_bytes) = execute(
                 &self.runtime.inner.engine,
                 &self.module.pre,
                 state,
@@ -251,6 +251,9 @@ impl Provider {
                 Some(slot),
             )
             .await;
+            if let Some(o) = self.runtime.inner.observer.get() {
+                o.memory(&self.name, name, memory_bytes);
+            }
             tracing::debug!(
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 ok = out.is_ok(),
