@@ -138,6 +138,19 @@ pub enum ProviderCmd {
     /// MODULE.sig beside it, which a providers config's `moduleVerification` checks; other
     /// keys' signatures of the same bytes are kept.
     Sign(ProviderSignArgs),
+    /// Push a module to an OCI registry (the Wasm OCI artifact layout: one application/wasm
+    /// layer), with MODULE.sig beside it when there is one; prints the reference by digest to
+    /// write in a providers config. Credentials: the dockerconfigjson named by
+    /// REGISTRY_AUTH_FILE; a private CA: EGRESS_PROXIES_REGISTRY_CA (PEM).
+    Push(ProviderPushArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ProviderPushArgs {
+    /// The module (.wasm component) to push.
+    pub module: PathBuf,
+    /// Where: oci://REGISTRY/REPOSITORY:TAG.
+    pub reference: String,
 }
 
 #[derive(Debug, clap::Args)]

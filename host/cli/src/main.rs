@@ -34,6 +34,7 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
         Command::Provider(ProviderCmd::Test(a)) => commands::provider::test_command(a).await,
         Command::Provider(ProviderCmd::New(a)) => commands::provider::new_command(a),
         Command::Provider(ProviderCmd::Sign(a)) => commands::provider::sign_command(a),
+        Command::Provider(ProviderCmd::Push(a)) => commands::provider::push_command(a).await,
         Command::Doctor(Doctor::Libvirt(a)) => commands::doctor::libvirt(a).await,
         Command::Proxies(a) => commands::proxies::command(a),
         Command::Gateway(a) => commands::gateway::command(a, terminated()).await,

@@ -112,6 +112,7 @@ impl Suite {
                 cache_dir: None,
                 pooling: false,
                 max_concurrent_calls: 8,
+                registry: Default::default(),
             },
             create_timeout: Duration::from_secs(3),
         }

@@ -262,6 +262,11 @@ pub struct ProviderHealthStatus {
     pub type_: String,
     /// sha256 of the module serving it.
     pub module: String,
+    /// Where the module serving it came from, when that is a registry: the reference pinned to
+    /// the manifest's digest (`oci://REGISTRY/REPO:TAG@sha256:…` for an entry naming a tag, as
+    /// the tag was resolved at load).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_ref: Option<String>,
     /// "True" when every target is Healthy.
     pub healthy: String,
     /// Each endpoint the provider reaches (an API server, a Compute API, a hypervisor) and

@@ -46,6 +46,7 @@ pub async fn check_once(ctx: &Context) -> Result<(), kube::Error> {
         let status = ProviderHealthStatus {
             type_: provider.type_name.clone(),
             module: provider.module.digest.clone(),
+            module_ref: provider.source.clone(),
             healthy: if healthy { "True" } else { "False" }.into(),
             targets,
             egress,

@@ -105,32 +105,6 @@ async fn wasm<F: std::future::Future<Output = ()>>(mut f: impl FnMut() -> F) -> 
     v
 }
 
-/// The Example Cloud provider's modules: the Rust template, then the Python and JavaScript
-/// ones where their build.sh has built them.
-fn polyglot_modules() -> Vec<(&'static str, Vec<u8>)> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../providers-polyglot");
-    let mut modules = vec![(
-        "Rust (template)",
-        egress_test_modules::EXAMPLE_TEMPLATE.to_vec(),
-    )];
-    for (name, path) in [
-        (
-            "Python",
-            "python-examplecloud/build/provider_examplecloud_py.wasm",
-        ),
-        (
-            "JavaScript",
-            "js-examplecloud/build/provider_examplecloud_js.wasm",
-        ),
-    ] {
-        match std::fs::read(root.join(path)) {
-            Ok(bytes) => modules.push((name, bytes)),
-            Err(e) => eprintln!("{name}: {path} not built ({e}); run its build.sh"),
-        }
-    }
-    modules
-}
-
 /// The most linear memory any get held, as the runtime's call observer reports it.
 #[derive(Default)]
 struct GetMemory(std::sync::atomic::AtomicUsize);
@@ -179,6 +153,7 @@ async fn main() {
             cache_dir: Some(dir.path().join("cache")),
             pooling,
             max_concurrent_calls: 128,
+            registry: Default::default(),
         })
         .unwrap();
         let label = if runtime.pooling() {
@@ -291,7 +266,7 @@ async fn main() {
     // The same provider in three languages: Example Cloud in Rust (the template), Python and
     // JavaScript (providers-polyglot/, each built beforehand by its build.sh; a row is left out
     // when its module is not built). One get: one http call, answered at once.
-    let polyglot = polyglot_modules();
+    let polyglot = egress_test_modules::example_cloud_modules();
     {
         // The tests' module cache: a Python component takes minutes to compile in a dev build.
         let runtime = Runtime::new(RuntimeOptions {
@@ -301,6 +276,7 @@ async fn main() {
             ),
             pooling: true,
             max_concurrent_calls: 128,
+            registry: Default::default(),
         })
         .unwrap();
         let label = if runtime.pooling() {

@@ -23,6 +23,9 @@ pub struct RuntimeOptions {
     pub pooling: bool,
     /// Calls running at once; further calls wait for a slot.
     pub max_concurrent_calls: u32,
+    /// How `oci://` modules are pulled: credentials and extra CAs. Their cache is beside the
+    /// compiled modules', in `cache_dir` (its own `cache_dir` is not read).
+    pub registry: egress_supply::oci::RegistryOptions,
 }
 
 impl Default for RuntimeOptions {
@@ -31,6 +34,7 @@ impl Default for RuntimeOptions {
             cache_dir: default_cache_dir(),
             pooling: true,
             max_concurrent_calls: 128,
+            registry: egress_supply::oci::RegistryOptions::from_env(None),
         }
     }
 }
@@ -53,6 +57,8 @@ pub enum RuntimeError {
     Engine(String),
     #[error("module cache at {path}: {message}")]
     Cache { path: String, message: String },
+    #[error("registry client: {0}")]
+    Registry(#[from] egress_supply::oci::OciError),
 }
 
 pub(crate) struct Inner {
@@ -69,6 +75,8 @@ pub(crate) struct Inner {
     /// Compiled modules by digest, so identical bytes compile once per process.
     pub(crate) modules:
         std::sync::Mutex<std::collections::HashMap<String, Arc<crate::module::LoadedModule>>>,
+    /// Where `oci://` modules come from; tags it resolved stay pinned for the process.
+    pub(crate) registry: egress_supply::oci::Registry,
 }
 
 /// Cheap to clone; all clones share the Engine, the linker and the call slots.
@@ -141,6 +149,10 @@ fn pooling_config(slots: u32) -> PoolingAllocationConfig {
 
 impl Runtime {
     pub fn new(opts: RuntimeOptions) -> Result<Self, RuntimeError> {
+        let registry = egress_supply::oci::Registry::new(egress_supply::oci::RegistryOptions {
+            cache_dir: opts.cache_dir.clone(),
+            ..opts.registry.clone()
+        })?;
         let slots = opts.max_concurrent_calls.max(1);
         let mut pooling = false;
         let mut engine = None;
@@ -185,8 +197,21 @@ impl Runtime {
                 observer: std::sync::OnceLock::new(),
                 inert: crate::capabilities::Backends::inert(),
                 locks: Arc::default(),
+                registry,
             }),
         })
+    }
+
+    /// The digests (hex) of the modules compiled in this process: a module refused before
+    /// compiling is never among them.
+    pub fn loaded_digests(&self) -> Vec<String> {
+        self.inner
+            .modules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect()
     }
 
     /// Whether the pooling allocator is in use.

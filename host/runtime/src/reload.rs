@@ -75,7 +75,9 @@ impl Snapshot {
             }
         };
         for entry in &config.providers {
-            if let Some(m) = &entry.module {
+            // A registry's module is named by digest (or a tag pinned at its first pull): the
+            // config's text is its whole fingerprint.
+            if let Some(Ok(egress_core::config::ModuleRef::File(m))) = entry.module_ref() {
                 let module = dir.join(m);
                 hash_file(&module);
                 // A signature added, replaced or stripped is a change to load again.

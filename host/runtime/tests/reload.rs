@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use egress_test_modules::hostile_variant as variant;
+
 fn runtime() -> Runtime {
     Runtime::new(RuntimeOptions {
         cache_dir: Some(
@@ -33,17 +35,6 @@ async fn reloader(path: &Path, backends: Backends) -> Reloader {
     )
     .await
     .unwrap()
-}
-
-/// The same component with a custom section appended: a different digest, the same logic.
-fn variant(k: u8) -> Vec<u8> {
-    let mut bytes = egress_test_modules::HOSTILE.to_vec();
-    let name = b"egress-version";
-    let payload_len = 1 + name.len() + 1;
-    bytes.extend_from_slice(&[0x00, payload_len as u8, name.len() as u8]);
-    bytes.extend_from_slice(name);
-    bytes.push(k);
-    bytes
 }
 
 fn config(version: &str) -> String {

@@ -10,6 +10,8 @@ use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+pub mod oci;
+
 /// A module's signature file is the module's path with this appended (`acme.wasm.sig`).
 pub const SIGNATURE_SUFFIX: &str = ".sig";
 /// Largest signature file read: 32 signatures take under 8 KiB.
@@ -163,6 +165,18 @@ pub fn verify(
     sig_name: &str,
     signatures: Option<&[u8]>,
 ) -> Result<Vec<String>, Refusal> {
+    verify_digest(policy, keys, &module_digest(module), sig_name, signatures)
+}
+
+/// [`verify`] of a module whose digest (`sha256:…`, of the bytes in hand) is already known.
+pub fn verify_digest(
+    policy: SignaturePolicy,
+    keys: &[Key],
+    found: &str,
+    sig_name: &str,
+    signatures: Option<&[u8]>,
+) -> Result<Vec<String>, Refusal> {
+    let found = found.to_string();
     let Some(bytes) = signatures else {
         return Err(Refusal::Unsigned(sig_name.to_string()));
     };
@@ -175,7 +189,6 @@ pub fn verify(
     if file.signatures.len() > MAX_SIGNATURES {
         return Err(unreadable(format!("more than {MAX_SIGNATURES} signatures")));
     }
-    let found = module_digest(module);
     if file.digest != found {
         return Err(Refusal::OtherDigest {
             signed: file.digest,
@@ -274,7 +287,8 @@ pub fn sign_file(module: &Path, key: &Path) -> Result<(PathBuf, String), SupplyE
     Ok((path, file.digest))
 }
 
-/// The load-time check a runtime makes of a module read from `module_path` with `bytes`,
+/// The load-time check a runtime makes of a module read from `module_path` whose bytes have
+/// `digest` (`sha256:…`),
 /// under the config's policy: reads the policy's keys and the module's signature file, and
 /// answers a refusal as the entry's `module` error.
 pub fn check_module(
@@ -282,7 +296,7 @@ pub fn check_module(
     base_dir: &Path,
     at: &str,
     module_path: &Path,
-    bytes: &[u8],
+    digest: &str,
 ) -> Result<Vec<String>, ConfigError> {
     let keys = read_keys(policy, base_dir)?;
     let sig_path = signature_path(module_path);
@@ -301,19 +315,30 @@ pub fn check_module(
             ));
         }
     };
-    verify(
-        policy.policy,
+    check_signature(
+        policy,
         &keys,
-        bytes,
+        at,
+        &module_path.display().to_string(),
+        digest,
         &sig_name,
         signatures.as_deref(),
     )
-    .map_err(|r| {
-        ConfigError::new(
-            format!("{at}.module"),
-            format!("the module {} {r}", module_path.display()),
-        )
-    })
+}
+
+/// The same check of a module whose signature file came from elsewhere (a registry): `what`
+/// names the module and `sig_name` its signature in the refusal.
+pub fn check_signature(
+    policy: &ModuleVerification,
+    keys: &[Key],
+    at: &str,
+    what: &str,
+    digest: &str,
+    sig_name: &str,
+    signatures: Option<&[u8]>,
+) -> Result<Vec<String>, ConfigError> {
+    verify_digest(policy.policy, keys, digest, sig_name, signatures)
+        .map_err(|r| ConfigError::new(format!("{at}.module"), format!("the module {what} {r}")))
 }
 
 #[cfg(test)]

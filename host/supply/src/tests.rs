@@ -193,7 +193,14 @@ fn a_module_file_is_checked_with_the_signature_file_beside_it() {
     let (v, _) = policy(dir.path(), &[1], SignaturePolicy::AnyOf);
     let module = dir.path().join("m.wasm");
     std::fs::write(&module, MODULE).unwrap();
-    let err = check_module(&v, dir.path(), "providers[0]", &module, MODULE).unwrap_err();
+    let err = check_module(
+        &v,
+        dir.path(),
+        "providers[0]",
+        &module,
+        &module_digest(MODULE),
+    )
+    .unwrap_err();
     assert_eq!(err.path, "providers[0].module");
     assert!(err.message.contains("is not signed: no"), "{err}");
     std::fs::write(dir.path().join("k1.pem"), private_pem(1)).unwrap();
@@ -201,7 +208,13 @@ fn a_module_file_is_checked_with_the_signature_file_beside_it() {
     assert_eq!(path, dir.path().join("m.wasm.sig"));
     assert_eq!(digest, module_digest(MODULE));
     assert_eq!(
-        check_module(&v, dir.path(), "providers[0]", &module, MODULE),
+        check_module(
+            &v,
+            dir.path(),
+            "providers[0]",
+            &module,
+            &module_digest(MODULE)
+        ),
         Ok(vec!["key-1".to_string()])
     );
 }

@@ -8,6 +8,8 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub mod registry;
+
 /// A CA of a test's own.
 pub struct TestCa {
     issuer: CertifiedIssuer<'static, KeyPair>,

@@ -1,7 +1,9 @@
 //! `provider test` and `provider new`: the conformance suite and the provider template, wired
 //! to the command line.
 
-use crate::cli::{ProviderNewArgs, ProviderSignArgs, ProviderTestArgs, TestFormat};
+use crate::cli::{
+    ProviderNewArgs, ProviderPushArgs, ProviderSignArgs, ProviderTestArgs, TestFormat,
+};
 use egress_conformance::{BlockFile, ModuleSource, Suite, SuiteError, template};
 use egress_control::world::World;
 use egress_runtime::RuntimeOptions;
@@ -38,6 +40,10 @@ pub enum ProviderCmdError {
     NoSdk,
     #[error("current directory: {0}")]
     Cwd(#[source] std::io::Error),
+    #[error("{0}")]
+    Reference(String),
+    #[error(transparent)]
+    Registry(#[from] egress_supply::oci::OciError),
 }
 
 fn read(path: &PathBuf) -> Result<String, ProviderCmdError> {
@@ -149,6 +155,59 @@ pub fn sign_command(a: ProviderSignArgs) -> ExitCode {
     match egress_supply::sign_file(&a.module, &a.key) {
         Ok((path, digest)) => {
             println!("signed {digest}: {}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => super::failed(e),
+    }
+}
+
+/// Pushes a module (and its signature file, when there is one) and says what to write in a
+/// providers config.
+pub async fn push(a: ProviderPushArgs) -> Result<String, ProviderCmdError> {
+    use egress_core::config::ModuleRef;
+    let to = match ModuleRef::parse(&a.reference) {
+        Ok(ModuleRef::Oci(r)) => r,
+        Ok(ModuleRef::File(_)) => {
+            return Err(ProviderCmdError::Reference(format!(
+                "{:?} is not an oci:// reference",
+                a.reference
+            )));
+        }
+        Err(why) => return Err(ProviderCmdError::Reference(why)),
+    };
+    let module = std::fs::read(&a.module).map_err(|source| ProviderCmdError::Read {
+        path: a.module.clone(),
+        source,
+    })?;
+    let sig_path = egress_supply::signature_path(&a.module);
+    let signature = match std::fs::read(&sig_path) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => {
+            return Err(ProviderCmdError::Read {
+                path: sig_path,
+                source,
+            });
+        }
+    };
+    let registry = egress_supply::oci::Registry::new(RuntimeOptions::default().registry)?;
+    let pushed = registry.push(&module, signature.as_deref(), &to).await?;
+    let mut out = format!("pushed {} as {}\n", a.module.display(), pushed.reference);
+    if let Some(tag) = &pushed.signature_tag {
+        out.push_str(&format!("pushed {} as tag {tag}\n", sig_path.display()));
+    }
+    out.push_str(&format!(
+        "\nin a providers config:\n  module: {}\n  sha256: {}\n",
+        pushed.reference, pushed.module_digest
+    ));
+    Ok(out)
+}
+
+/// Runs `provider push`: exit code 1 on an error.
+pub async fn push_command(a: ProviderPushArgs) -> ExitCode {
+    match push(a).await {
+        Ok(text) => {
+            print!("{text}");
             ExitCode::SUCCESS
         }
         Err(e) => super::failed(e),

@@ -5,12 +5,14 @@
 mod egress_check;
 mod finite;
 mod grants;
+mod module_ref;
 mod provider;
 mod text;
 mod verification;
 
 pub use egress_check::*;
 pub use grants::*;
+pub use module_ref::*;
 pub use provider::*;
 pub use text::*;
 pub use verification::*;
@@ -131,6 +133,9 @@ impl ProvidersConfig {
                         BUILTIN_TYPES.join(", ")
                     ),
                 ));
+            }
+            if let Some(m) = &p.module {
+                ModuleRef::parse(m).map_err(|why| ConfigError::new(format!("{at}.module"), why))?;
             }
             if let Some(pin) = &p.sha256 {
                 if p.module.is_none() {

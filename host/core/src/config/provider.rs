@@ -1,6 +1,7 @@
 //! One provider's entry: its type, module, block and limits.
 
 use super::grants::Grants;
+use super::module_ref::{ModuleRef, parse_module_pin};
 use super::text::ConfigError;
 use super::text::parse_duration;
 use schemars::JsonSchema;
@@ -18,12 +19,15 @@ pub struct ProviderEntry {
     /// named in `module` serves.
     #[serde(rename = "type")]
     pub type_: String,
-    /// A path to a provider module (`.wasm` component) instead of the built-in one.
+    /// A provider module (`.wasm` component) instead of the built-in one: a path (relative to
+    /// the providers config's directory), or an OCI reference,
+    /// `oci://REGISTRY/REPOSITORY@sha256:DIGEST` or `oci://REGISTRY/REPOSITORY:TAG` (a tag is
+    /// resolved at the first load and the digest it named serves until the entry changes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
-    /// The SHA-256 the file named in `module` must have (`sha256:` and 64 hex digits): a file
-    /// whose digest differs is refused at load and at every reload, and the version serving
-    /// keeps serving.
+    /// The SHA-256 the module's bytes must have (`sha256:` and 64 hex digits): a module whose
+    /// digest differs is refused at load and at every reload, and the version serving keeps
+    /// serving.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
     /// The config block of a module loaded with `module`.
@@ -81,15 +85,26 @@ impl ProviderEntry {
         }
     }
 
+    /// Where the module comes from; None for a built-in. A malformed reference is refused by
+    /// the config's check, so a checked config's entries parse.
+    pub fn module_ref(&self) -> Option<Result<ModuleRef<'_>, String>> {
+        self.module.as_deref().map(ModuleRef::parse)
+    }
+
     /// Refuses module bytes whose SHA-256 is not the entry's pin (`at` names the entry, as
     /// `providers[1]`); an entry with no pin takes any.
     pub fn verify_module(&self, at: &str, bytes: &[u8]) -> Result<(), ConfigError> {
+        self.verify_module_digest(at, Sha256::digest(bytes).into())
+    }
+
+    /// The same check of a module whose SHA-256 (`found`) is already known: a large module is
+    /// hashed once for its pin, its signature and its compiled-module cache key.
+    pub fn verify_module_digest(&self, at: &str, found: [u8; 32]) -> Result<(), ConfigError> {
         let Some(pin) = &self.sha256 else {
             return Ok(());
         };
         let expected =
             parse_module_pin(pin).map_err(|m| ConfigError::new(format!("{at}.sha256"), m))?;
-        let found: [u8; 32] = Sha256::digest(bytes).into();
         if found == expected {
             return Ok(());
         }
@@ -150,22 +165,6 @@ impl ProviderEntry {
             .unwrap_or(64);
         (mib as usize) << 20
     }
-}
-
-/// A module pin: `sha256:` and 64 hex digits (the digest form of OCI and Istio's WasmPlugin).
-pub fn parse_module_pin(text: &str) -> Result<[u8; 32], String> {
-    let bad = || format!("{text:?} is not sha256: and 64 lowercase hex digits");
-    let digits = text.strip_prefix("sha256:").ok_or_else(bad)?;
-    if digits.len() != 64
-        || !digits
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    {
-        return Err(bad());
-    }
-    let mut out = [0u8; 32];
-    hex::decode_to_slice(digits, &mut out).map_err(|_| bad())?;
-    Ok(out)
 }
 
 /// Create blocks through an image download on libvirt hosts, hence the long default.

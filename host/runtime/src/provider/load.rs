@@ -9,7 +9,9 @@ use crate::grants::{EffectiveGrants, effective};
 use crate::module::LoadedModule;
 use crate::provider::{LoadError, LoadOptions, Provider, Providers, Rejection};
 use crate::redact::Redactor;
-use egress_core::config::{ConfigError, ModuleVerification, ProviderEntry, ProvidersConfig};
+use egress_core::config::{
+    ConfigError, ModuleRef, ModuleVerification, OciRef, ProviderEntry, ProvidersConfig,
+};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -23,7 +25,16 @@ impl Runtime {
     /// Compiles a module (or takes it from the disk cache), prepares its instantiation and
     /// asks it to describe itself. Identical bytes are compiled once per process.
     pub async fn load_module(&self, bytes: &[u8]) -> Result<Arc<LoadedModule>, String> {
-        let digest = hex::encode(Sha256::digest(bytes));
+        self.load_module_digest(bytes, hex::encode(Sha256::digest(bytes)))
+            .await
+    }
+
+    /// [`load_module`](Self::load_module) of bytes whose SHA-256 (`digest`, hex) is known.
+    async fn load_module_digest(
+        &self,
+        bytes: &[u8],
+        digest: String,
+    ) -> Result<Arc<LoadedModule>, String> {
         if let Some(m) = self.modules().get(&digest) {
             return Ok(m.clone());
         }
@@ -173,13 +184,68 @@ impl Provider {
         opts: &LoadOptions<'_>,
     ) -> Result<Self, LoadError> {
         let at = format!("providers[{i}]");
-        let bytes: std::borrow::Cow<'_, [u8]> = match &entry.module {
-            Some(path) => {
+        let mut source = None;
+        // The module's SHA-256 (hex) once its checks computed it, so it is hashed once.
+        let mut known_digest: Option<String> = None;
+        let bytes: std::borrow::Cow<'_, [u8]> = match entry.module_ref() {
+            Some(Ok(ModuleRef::File(path))) => {
                 let full = opts.base_dir.join(path);
-                std::fs::read(&full)
-                    .map_err(|e| ConfigError::new(format!("{at}.module"), format!("cannot read {}: {e}", full.display())))?
-                    .into()
+                let bytes = std::fs::read(&full).map_err(|e| {
+                    ConfigError::new(
+                        format!("{at}.module"),
+                        format!("cannot read {}: {e}", full.display()),
+                    )
+                })?;
+                // Before compiling: a module that is not the one pinned, or not signed as the
+                // policy requires, is never instantiated.
+                let sum: [u8; 32] = Sha256::digest(&bytes).into();
+                entry.verify_module_digest(&at, sum)?;
+                if let Some(policy) = verification {
+                    let digest = format!("sha256:{}", hex::encode(sum));
+                    let signed_by =
+                        egress_supply::check_module(policy, opts.base_dir, &at, &full, &digest)?;
+                    tracing::debug!(provider = %entry.name, keys = ?signed_by, "module signature verified");
+                }
+                known_digest = Some(hex::encode(sum));
+                bytes.into()
             }
+            Some(Ok(ModuleRef::Oci(r))) => {
+                let pulled = runtime
+                    .inner
+                    .registry
+                    .pull(&r, verification.is_some())
+                    .await
+                    .map_err(|e| ConfigError::new(format!("{at}.module"), e.to_string()))?;
+                let mut sum = [0u8; 32];
+                hex::decode_to_slice(
+                    pulled.module_digest.trim_start_matches("sha256:"),
+                    &mut sum,
+                )
+                .map_err(|e| ConfigError::new(format!("{at}.module"), e.to_string()))?;
+                entry.verify_module_digest(&at, sum)?;
+                if let Some(policy) = verification {
+                    let keys = egress_supply::read_keys(policy, opts.base_dir)?;
+                    let sig = OciRef {
+                        tag: Some(egress_supply::oci::signature_tag(&pulled.module_digest)),
+                        digest: None,
+                        ..r.clone()
+                    };
+                    let signed_by = egress_supply::check_signature(
+                        policy,
+                        &keys,
+                        &at,
+                        &pulled.reference.to_string(),
+                        &pulled.module_digest,
+                        &sig.to_string(),
+                        pulled.signature.as_deref(),
+                    )?;
+                    tracing::debug!(provider = %entry.name, keys = ?signed_by, "module signature verified");
+                }
+                source = Some(pulled.reference.to_string());
+                known_digest = Some(hex::encode(sum));
+                pulled.bytes.into()
+            }
+            Some(Err(why)) => return Err(ConfigError::new(format!("{at}.module"), why)),
             None => (opts.builtin)(&entry.type_)
                 .ok_or_else(|| {
                     ConfigError::new(
@@ -189,25 +255,16 @@ impl Provider {
                 })?
                 .into(),
         };
-        // Before compiling: a module that is not the one pinned, or not signed as the policy
-        // requires, is never instantiated.
-        entry.verify_module(&at, &bytes)?;
-        if let (Some(policy), Some(path)) = (verification, &entry.module) {
-            let signed_by = egress_supply::check_module(
-                policy,
-                opts.base_dir,
-                &at,
-                &opts.base_dir.join(path),
-                &bytes,
-            )?;
-            tracing::debug!(provider = %entry.name, keys = ?signed_by, "module signature verified");
-        }
-        let module = runtime.load_module(&bytes).await.map_err(|m| {
-            ConfigError::new(
-                format!("{at}.module"),
-                format!("module for type {:?} {m}", entry.type_),
-            )
-        })?;
+        let digest = known_digest.unwrap_or_else(|| hex::encode(Sha256::digest(&bytes)));
+        let module = runtime
+            .load_module_digest(&bytes, digest)
+            .await
+            .map_err(|m| {
+                ConfigError::new(
+                    format!("{at}.module"),
+                    format!("module for type {:?} {m}", entry.type_),
+                )
+            })?;
         let d = &module.description;
         if d.type_name != entry.type_ && !d.aliases.contains(&entry.type_) {
             return Err(ConfigError::new(
@@ -318,6 +375,7 @@ impl Provider {
             // A new module is a change too: it may fix what a held Proxy failed on.
             revision: format!("{}-{}", entry.revision(), &module.digest[..12]),
             module,
+            source,
             grants: Arc::new(grants),
             config,
             create_timeout,

@@ -50,6 +50,9 @@ pub struct Provider {
     /// The revision of its entry: a change releases Proxies held on a permanent failure.
     pub revision: String,
     pub module: Arc<LoadedModule>,
+    /// Where the module came from when that was a registry: the reference pinned to the
+    /// manifest's digest (a tag as resolved at load).
+    pub source: Option<String>,
     pub grants: Arc<EffectiveGrants>,
     /// The normalized config block (JSON), as the module's validate-config returned it.
     pub config: String,
