@@ -9,7 +9,8 @@
 //! Network: as kvm_real.rs, a bridge this test creates with no address, the image server on
 //! 127.0.0.1, and ARP entries the test writes for the domain's MAC (nothing boots in it).
 //! Needs root and the env file of setup.sh; skips otherwise, unless
-//! EGRESS_REQUIRE_REAL_BACKENDS=1.
+//! EGRESS_REQUIRE_REAL_BACKENDS=1. EGRESS_E2E_KEEP_LOGS=DIR keeps the tape, the plan and the
+//! record's stderr there.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -220,6 +221,14 @@ async fn a_recorded_kvm2_life_replays_offline_into_the_same_plan() {
         "{}",
         record.stderr
     );
+
+    if let Ok(d) = std::env::var("EGRESS_E2E_KEEP_LOGS") {
+        let d = Path::new(&d);
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::copy(&tape, d.join("kvm2.tape.json")).unwrap();
+        std::fs::write(d.join("kvm2.plan.json"), &record.stdout).unwrap();
+        std::fs::write(d.join("kvm2.record.stderr"), &record.stderr).unwrap();
+    }
 
     // The seed ISO carried the proxy's htpasswd line; neither the tape nor the plan does.
     let text = std::fs::read_to_string(&tape).unwrap();
