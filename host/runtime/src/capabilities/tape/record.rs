@@ -1,7 +1,7 @@
 //! Recording: each backend trait wrapped, the real call made and written down with its
 //! answer.
 
-use super::{
+use super::format::{
     Answer, Arg, Entry, Secrets, TapeError, args, call_name, http_args, kube_body, kube_ref,
 };
 use crate::capabilities::Backends;
@@ -43,7 +43,7 @@ impl Tape {
 
     /// Writes the tape file.
     pub fn write(&self, path: &Path) -> Result<(), TapeError> {
-        super::write(path, &self.entries())
+        super::format::write(path, &self.entries())
     }
 
     fn redactor(&self) -> Redactor {
@@ -68,7 +68,15 @@ impl Tape {
     }
 }
 
-pub(super) fn backends(inner: &Backends, tape: Arc<Tape>) -> Backends {
+impl Backends {
+    /// `inner`, every capability call written to `tape` with its answer. The lock
+    /// capability is the host's own and stays out of it.
+    pub fn recording(inner: &Backends, tape: Arc<Tape>) -> Backends {
+        recording(inner, tape)
+    }
+}
+
+fn recording(inner: &Backends, tape: Arc<Tape>) -> Backends {
     Backends {
         clock: Arc::new(RecordingClock {
             inner: inner.clock.clone(),
@@ -268,4 +276,4 @@ macro_rules! recording {
     };
 }
 
-super::libvirt_calls!(recording);
+super::format::libvirt_calls!(recording);

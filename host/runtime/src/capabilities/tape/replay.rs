@@ -3,7 +3,7 @@
 //! is answered with an error where the call can fail, and noted either way, so the run fails
 //! naming it.
 
-use super::{
+use super::format::{
     Answer, Arg, Bounds, Entry, Secrets, TapeError, args, call_name, http_args, kube_body, kube_ref,
 };
 use crate::capabilities::Backends;
@@ -42,7 +42,7 @@ impl Replay {
     }
 
     pub fn open_bounded(path: &Path, bounds: Bounds) -> Result<Self, TapeError> {
-        let entries = super::read(path, bounds)?;
+        let entries = super::format::read(path, bounds)?;
         Ok(Self::new(path, entries))
     }
 
@@ -59,7 +59,7 @@ impl Replay {
         }
     }
 
-    /// Secrets of the run, as [`super::Tape::add_secrets`]: the arguments of the calls after
+    /// Secrets of the run, as a recording's `Tape::add_secrets`: the arguments of the calls after
     /// are redacted with them before they are looked up.
     pub fn add_secrets(&self, secrets: &Redactor) {
         self.secrets.add(secrets);
@@ -126,7 +126,15 @@ impl Replay {
     }
 }
 
-pub(super) fn backends(replay: Arc<Replay>) -> Backends {
+impl Backends {
+    /// Backends that answer every call from `replay` and reach nothing else: time and
+    /// randomness come from it and sleeps return at once.
+    pub fn replaying(replay: Arc<Replay>) -> Backends {
+        replaying_backends(replay)
+    }
+}
+
+fn replaying_backends(replay: Arc<Replay>) -> Backends {
     Backends {
         clock: Arc::new(ReplayingClock {
             replay: replay.clone(),
@@ -329,4 +337,4 @@ macro_rules! replaying {
     };
 }
 
-super::libvirt_calls!(replaying);
+super::format::libvirt_calls!(replaying);

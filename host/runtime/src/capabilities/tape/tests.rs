@@ -1,11 +1,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use super::format::*;
 use super::*;
+use crate::capabilities::Backends;
 use crate::capabilities::clock::VirtualClock;
 use crate::capabilities::libvirt::sim::{SimLibvirt, SimLibvirtSpec, SimUrl};
+use crate::redact::Redactor;
 use crate::{LoadOptions, PlanRecorder, Providers, Runtime, RuntimeOptions};
 use egress_core::config::ProvidersConfig;
 use egress_core::{CreateRequest, Placement};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
 
 const IMAGE_URL: &str = "https://images.example.com/tiny.qcow2";
 const UID: &str = "7d1c0b2a-4e3f-4a5b-8c6d-0e1f2a3b4c5d";
