@@ -263,3 +263,77 @@ fn downloads_over_the_bound_are_kept_by_digest_and_refused_on_replay() {
     let e = Vec::<u8>::from_tape(&v).unwrap_err();
     assert!(e.contains("only the size"), "{e}");
 }
+
+/// The kubernetes module on the simulated API server: create (a Pod and the Secret of its
+/// htpasswd), get, delete, get, check. What each answered, the plan, the htpasswd.
+async fn kube_life(
+    backends: Backends,
+    add_secrets: &dyn Fn(&Redactor),
+) -> (Vec<String>, String, String) {
+    let recorder = Arc::new(PlanRecorder::new());
+    let cfg = ProvidersConfig::from_yaml(
+        "installation: tapes\nproviders:\n- {name: k8s, type: kubernetes}\n",
+    )
+    .unwrap();
+    let builtin = |t: &str| egress_builtins::module_for_type(t);
+    let providers = Providers::load(
+        &runtime(),
+        &cfg,
+        LoadOptions {
+            base_dir: Path::new("/"),
+            builtin: &builtin,
+            backends,
+            recorder: Some(recorder.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    let p = providers.get("k8s").unwrap();
+    let (mut req, secrets) = request();
+    req.namespace = "default".into();
+    req.placement = Placement::default();
+    add_secrets(&secrets);
+    let subject = format!("default/{}", req.name);
+    let created = p.create(&subject, &req).await.unwrap();
+    let answers = vec![
+        format!("{created:?}"),
+        format!("{:?}", p.get(&subject, &created.provider_id).await),
+        format!("{:?}", p.delete(&subject, &created.provider_id).await),
+        format!("{:?}", p.get(&subject, &created.provider_id).await),
+        format!("{:?}", p.check().await),
+    ];
+    let plan = serde_json::to_string_pretty(&recorder.snapshot()).unwrap();
+    (answers, plan, req.htpasswd.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn a_kube_run_replays_and_its_secret_is_on_no_tape() {
+    use crate::capabilities::kube::sim::{SimKube, SimKubeSpec};
+    let clock = Arc::new(VirtualClock::new(1_767_225_600_000, 7));
+    let spec: SimKubeSpec = serde_json::from_value(json!({})).unwrap();
+    let mut sim = Backends::inert();
+    sim.kube = Arc::new(SimKube::new(spec, clock.clone()));
+    sim.clock = clock;
+    let tape = Arc::new(Tape::new());
+    let t = tape.clone();
+    let (answers, plan, htpasswd) = kube_life(Backends::recording(&sim, tape.clone()), &|s| {
+        t.add_secrets(s)
+    })
+    .await;
+    assert!(answers[3].contains("NotFound"), "{answers:?}");
+    let text = to_json(&tape.entries());
+    assert!(text.contains("\"server-version\""), "{text}");
+    assert!(text.contains("\"Secret\""), "{text}");
+    assert!(!text.contains("$6$"), "an htpasswd hash is on the tape");
+    let line = htpasswd.lines().next().unwrap();
+    assert!(!text.contains(line));
+
+    let replay = Arc::new(Replay::new(Path::new("kube.tape.json"), tape.entries()));
+    let r = replay.clone();
+    let (again, replayed_plan, _) =
+        kube_life(Backends::replaying(replay.clone()), &|s| r.add_secrets(s)).await;
+    assert_eq!(replay.misses(), Vec::<String>::new());
+    assert_eq!(again, answers);
+    assert_eq!(replayed_plan, plan);
+    assert_eq!(replay.unused(), 0);
+}
