@@ -337,3 +337,33 @@ async fn a_kube_run_replays_and_its_secret_is_on_no_tape() {
     assert_eq!(replayed_plan, plan);
     assert_eq!(replay.unused(), 0);
 }
+
+#[test]
+fn http_answers_and_errors_come_back_as_they_were_recorded() {
+    use crate::capabilities::http::{HttpError, HttpResponse};
+    let r = Redactor::new(["s3cr3t-token-value".to_string()]);
+    let ok: Result<HttpResponse, HttpError> = Ok(HttpResponse {
+        status: 200,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: br#"{"name":"op-1","status":"DONE"}"#.to_vec(),
+        final_url: "https://compute.example.test/op-1".into(),
+    });
+    assert_eq!(Answer::from_tape(&ok.to_tape(&r)), Ok(ok));
+    for e in [
+        HttpError::Denied("host not granted".into()),
+        HttpError::Timeout,
+        HttpError::Transport("connection refused".into()),
+        HttpError::TooLarge(1 << 20),
+        HttpError::Credential("no token".into()),
+    ] {
+        let v: Result<HttpResponse, HttpError> = Err(e);
+        assert_eq!(Answer::from_tape(&v.to_tape(&r)), Ok(v));
+    }
+    // A secret in an answer does not reach the tape.
+    let leaky: Result<HttpResponse, HttpError> =
+        Err(HttpError::Transport("bad s3cr3t-token-value".into()));
+    assert_eq!(
+        leaky.to_tape(&r),
+        json!({"err": {"transport": "bad <redacted>"}})
+    );
+}
