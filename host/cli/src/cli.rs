@@ -164,6 +164,7 @@ pub struct ProviderSignArgs {
 
 #[derive(Debug, clap::Args)]
 #[command(group = clap::ArgGroup::new("source").required(true).args(["type_name", "module"]))]
+#[command(group = clap::ArgGroup::new("tape").args(["record", "replay"]))]
 pub struct ProviderTestArgs {
     /// A built-in type: kubernetes, gcp, kvm, kvm2.
     #[arg(long = "type")]
@@ -183,6 +184,18 @@ pub struct ProviderTestArgs {
     pub create_timeout: std::time::Duration,
     #[arg(short = 'o', long, value_enum, default_value = "text")]
     pub output: TestFormat,
+    /// Instead of the simulated suite: one instance's life (create, get until it runs with an
+    /// address, delete, list) against the real backends the config block names, every
+    /// capability call and its answer written to FILE, secrets redacted. Prints the plan.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["world", "create_timeout", "output"])]
+    pub record: Option<PathBuf>,
+    /// The life of --record offline, every capability call answered from FILE: prints the
+    /// plan, and fails on any call FILE lacks.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["world", "create_timeout", "output"])]
+    pub replay: Option<PathBuf>,
+    /// With --record or --replay: how long the instance may take to run with an address.
+    #[arg(long, default_value = "5m", value_parser = parse_duration, requires = "tape")]
+    pub ready_timeout: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -202,3 +202,60 @@ fn a_module_signed_with_an_openssl_key_runs_and_an_unsigned_one_is_refused() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Ed25519 key in PEM"));
 }
+
+#[test]
+fn record_and_replay_conflict_with_each_other_and_the_simulated_suites_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let block = dir.path().join("block.yaml");
+    std::fs::write(&block, "{}\n").unwrap();
+    for extra in [
+        &["--replay", "b.json"][..],
+        &["--world", "w.yaml"],
+        &["--create-timeout", "1s"],
+        &["-o", "json"],
+    ] {
+        let out = bin()
+            .args(["provider", "test", "--type", "kvm2", "--record", "a.json"])
+            .args(extra)
+            .arg("--config")
+            .arg(&block)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(
+            stderr.contains("cannot be used with"),
+            "{extra:?}: {stderr}"
+        );
+    }
+    // --ready-timeout belongs to a recorded or replayed life.
+    let out = bin()
+        .args([
+            "provider",
+            "test",
+            "--type",
+            "kvm2",
+            "--ready-timeout",
+            "1m",
+        ])
+        .arg("--config")
+        .arg(&block)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // A tape that is not there is named.
+    let missing = dir.path().join("missing.tape.json");
+    let out = bin()
+        .args(["provider", "test", "--type", "kvm2", "--replay"])
+        .arg(&missing)
+        .arg("--config")
+        .arg(&block)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("error: tape {}: ", missing.display())),
+        "{stderr}"
+    );
+}

@@ -5,6 +5,8 @@ wasmtime::component::bindgen!({
     path: "../../schemas/wit",
     imports: { default: async },
     exports: { default: async },
+    // The types a tape of capability calls stores (libvirt's answers and errors among them).
+    additional_derives: [serde::Serialize, serde::Deserialize],
     with: {
         "egress:provider/lock.guard": crate::capabilities::lock::LockGuard,
     },

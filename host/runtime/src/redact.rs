@@ -65,6 +65,35 @@ impl Redactor {
         out
     }
 
+    /// These secrets and `other`'s.
+    pub fn merged(&self, other: &Redactor) -> Redactor {
+        Self::new(self.secrets.iter().chain(&other.secrets).cloned())
+    }
+
+    /// `data` with every secret's bytes replaced by [`REDACTED`], as [`Redactor::text`] does
+    /// for text: what a digest of an upload (a seed ISO carries cloud-init and the htpasswd)
+    /// is taken over, so the digest says nothing of the secrets and is the same whatever
+    /// they were.
+    pub fn bytes<'a>(&self, data: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        let mut out = std::borrow::Cow::Borrowed(data);
+        for secret in &self.secrets {
+            let needle = secret.as_bytes();
+            if !out.windows(needle.len()).any(|w| w == needle) {
+                continue;
+            }
+            let mut next = Vec::with_capacity(out.len());
+            let mut rest: &[u8] = &out;
+            while let Some(at) = rest.windows(needle.len()).position(|w| w == needle) {
+                next.extend_from_slice(&rest[..at]);
+                next.extend_from_slice(REDACTED.as_bytes());
+                rest = &rest[at + needle.len()..];
+            }
+            next.extend_from_slice(rest);
+            out = std::borrow::Cow::Owned(next);
+        }
+        out
+    }
+
     pub fn value(&self, v: &mut Value) {
         if self.secrets.is_empty() {
             return;
@@ -111,6 +140,20 @@ mod tests {
         let mut v = json!({"items": [{"value": "#cloud-config SECRET"}], "n": 1});
         r.value(&mut v);
         assert_eq!(v, json!({"items": [{"value": "<redacted>"}], "n": 1}));
+    }
+
+    #[test]
+    fn redacts_inside_bytes_and_merges() {
+        let a = Redactor::new(["first-secret".to_string()]);
+        let b = Redactor::new(["second-secret".to_string()]);
+        let both = a.merged(&b);
+        let data = b"\x00first-secret\x01second-secret\x02first-secret";
+        assert_eq!(
+            &*both.bytes(data),
+            b"\x00<redacted>\x01<redacted>\x02<redacted>".as_slice()
+        );
+        assert_eq!(&*a.bytes(b"nothing here"), b"nothing here".as_slice());
+        assert!(Redactor::default().merged(&Redactor::default()).is_empty());
     }
 
     #[test]

@@ -4,7 +4,10 @@
 use crate::cli::{
     ProviderNewArgs, ProviderPushArgs, ProviderSignArgs, ProviderTestArgs, TestFormat,
 };
-use egress_conformance::{BlockFile, ModuleSource, Suite, SuiteError, template};
+use egress_conformance::{
+    BlockFile, Lifecycle, LifecycleError, LifecycleReport, ModuleSource, Suite, SuiteError,
+    TapeMode, template,
+};
 use egress_control::world::World;
 use egress_runtime::RuntimeOptions;
 use std::path::PathBuf;
@@ -35,6 +38,8 @@ pub enum ProviderCmdError {
     #[error(transparent)]
     Conformance(#[from] SuiteError),
     #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+    #[error(transparent)]
     Template(#[from] template::TemplateError),
     #[error("no guest-sdk found above the current directory; name it with --sdk PATH")]
     NoSdk,
@@ -53,8 +58,8 @@ fn read(path: &PathBuf) -> Result<String, ProviderCmdError> {
     })
 }
 
-/// Runs the suite; the rendered report and whether a case failed.
-pub async fn test(a: ProviderTestArgs) -> Result<(String, bool), ProviderCmdError> {
+/// The block file and the module of `provider test`.
+fn block_and_module(a: &ProviderTestArgs) -> Result<(BlockFile, ModuleSource), ProviderCmdError> {
     let block =
         BlockFile::from_yaml(&read(&a.config)?).map_err(|source| ProviderCmdError::Suite {
             path: a.config.clone(),
@@ -68,6 +73,33 @@ pub async fn test(a: ProviderTestArgs) -> Result<(String, bool), ProviderCmdErro
         ),
         (None, None) => return Err(ProviderCmdError::UnknownType(String::new())),
     };
+    Ok((block, module))
+}
+
+/// `--record FILE` or `--replay FILE`: one instance's life against the real backends, its
+/// calls written to the tape, or against the tape alone.
+pub async fn test_tape(
+    a: &ProviderTestArgs,
+    mode: TapeMode,
+) -> Result<LifecycleReport, ProviderCmdError> {
+    let (block, module) = block_and_module(a)?;
+    let run = Lifecycle {
+        module,
+        type_name: a.type_name.clone(),
+        block,
+        runtime: RuntimeOptions {
+            max_concurrent_calls: 8,
+            ..RuntimeOptions::default()
+        },
+        ready_timeout: a.ready_timeout,
+        mode,
+    };
+    Ok(run.run().await?)
+}
+
+/// Runs the suite; the rendered report and whether a case failed.
+pub async fn test(a: ProviderTestArgs) -> Result<(String, bool), ProviderCmdError> {
+    let (block, module) = block_and_module(&a)?;
     let world = match &a.world {
         Some(path) => {
             Some(
@@ -124,7 +156,29 @@ pub fn new(a: ProviderNewArgs) -> Result<String, ProviderCmdError> {
 }
 
 /// Runs `provider test`, printing the report: exit code 1 when a case failed or on an error.
+/// With `--record` or `--replay`, prints the plan (what happened to stderr): exit code 1 when
+/// the life failed, a replay on the first call its tape lacks.
 pub async fn test_command(a: ProviderTestArgs) -> ExitCode {
+    let mode = match (&a.record, &a.replay) {
+        (Some(p), _) => Some(TapeMode::Record(p.clone())),
+        (None, Some(p)) => Some(TapeMode::Replay(p.clone())),
+        (None, None) => None,
+    };
+    if let Some(mode) = mode {
+        return match test_tape(&a, mode).await {
+            Ok(report) => {
+                print!("{}", report.plan_json());
+                for line in &report.log {
+                    eprintln!("{line}");
+                }
+                match report.failure {
+                    None => ExitCode::SUCCESS,
+                    Some(f) => super::failed(f),
+                }
+            }
+            Err(e) => super::failed(e),
+        };
+    }
     match test(a).await {
         Ok((text, failed)) => {
             print!("{text}");

@@ -128,6 +128,42 @@ fn url_hosts(v: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// The grants of the suite's provider entry: the block file's, else none for a built-in type
+/// (its block implies them), and for a module from a file what it describes needing, reaching
+/// the hosts the block names (a module from a file gets no implied grant).
+pub(crate) fn module_grants(
+    given: Option<&Grants>,
+    from_file: bool,
+    block: &Value,
+    desc: &egress_runtime::bindings::Description,
+) -> Option<Grants> {
+    if let Some(g) = given {
+        return Some(g.clone());
+    }
+    if !from_file {
+        return None;
+    }
+    let wants = |c: Capability| desc.capabilities.contains(&c);
+    let mut hosts = Vec::new();
+    url_hosts(block, &mut hosts);
+    Some(Grants {
+        kube: wants(Capability::Kube).then(|| KubeGrant {
+            cluster_scope: true,
+            write_only_kinds: vec!["Secret".into()],
+            ..Default::default()
+        }),
+        http: wants(Capability::Http).then(|| HttpGrant {
+            hosts: hosts.clone(),
+            credentials: vec![],
+            google_credentials_file: None,
+        }),
+        libvirt: wants(Capability::Libvirt).then(|| LibvirtGrant {
+            hosts: sim::libvirt_hosts(block),
+            image_hosts: hosts.clone(),
+        }),
+    })
+}
+
 async fn run_captured(suite: Suite, captured: Captured) -> Result<Report, SuiteError> {
     let (bytes, file) = match &suite.module {
         ModuleSource::Embedded(b) => (b.to_vec(), None),
@@ -156,31 +192,12 @@ async fn run_captured(suite: Suite, captured: Captured) -> Result<Report, SuiteE
     let desc = module.description.clone();
     let type_name = suite.type_name.clone().unwrap_or(desc.type_name.clone());
     let wants = |c: Capability| desc.capabilities.contains(&c);
-    let grants = match (&suite.block.settings.grants, &file) {
-        (Some(g), _) => Some(g.clone()),
-        (None, None) => None,
-        // A module from a file gets no implied grant; the simulation is all it can reach.
-        (None, Some(_)) => {
-            let mut hosts = Vec::new();
-            url_hosts(&suite.block.block, &mut hosts);
-            Some(Grants {
-                kube: wants(Capability::Kube).then(|| KubeGrant {
-                    cluster_scope: true,
-                    write_only_kinds: vec!["Secret".into()],
-                    ..Default::default()
-                }),
-                http: wants(Capability::Http).then(|| HttpGrant {
-                    hosts: hosts.clone(),
-                    credentials: vec![],
-                    google_credentials_file: None,
-                }),
-                libvirt: wants(Capability::Libvirt).then(|| LibvirtGrant {
-                    hosts: sim::libvirt_hosts(&suite.block.block),
-                    image_hosts: hosts.clone(),
-                }),
-            })
-        }
-    };
+    let grants = module_grants(
+        suite.block.settings.grants.as_ref(),
+        file.is_some(),
+        &suite.block.block,
+        &desc,
+    );
     let kube_kinds = grants
         .as_ref()
         .and_then(|g| g.kube.as_ref())

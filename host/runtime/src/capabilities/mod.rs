@@ -14,6 +14,7 @@ pub mod kube;
 pub mod libvirt;
 pub mod lock;
 pub mod log;
+pub mod tape;
 
 use std::sync::Arc;
 

@@ -374,11 +374,10 @@ impl wit::Host for CallState {
         name: String,
         data: Vec<u8>,
     ) -> R<()> {
-        // Upload bodies (seed ISOs carry cloud-init) never enter a plan: only size and digest.
-        let digest = {
-            use sha2::Digest;
-            hex::encode(sha2::Sha256::digest(&data))
-        };
+        // Upload bodies (seed ISOs carry cloud-init) never enter a plan: only size and digest,
+        // the digest taken with the call's secrets redacted, so it neither confirms a guess
+        // of them nor changes with a fresh credential.
+        let digest = super::upload_digest(&self.redactor, &data);
         let rec = Some((
             "volume-upload",
             format!("volume {host}/{pool}/{name}"),

@@ -153,6 +153,13 @@ pub trait LibvirtBackend: Send + Sync {
     async fn probe(&self, targets: Vec<ProbeTarget>) -> Vec<ProbeResult>;
 }
 
+/// The sha256 (hex) of an upload's bytes with `redactor`'s secrets redacted: what a plan step
+/// and a tape show of an upload.
+pub fn upload_digest(redactor: &crate::redact::Redactor, data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(redactor.bytes(data)))
+}
+
 pub fn error(message: impl Into<String>) -> LibvirtError {
     LibvirtError {
         code: 0,
