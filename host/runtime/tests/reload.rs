@@ -312,11 +312,21 @@ async fn a_module_of_another_digest_than_its_pin_is_refused_at_load_and_reload()
 
     // The pinned file loads.
     std::fs::write(dir.path().join("m.wasm"), &v0).unwrap();
-    let reloader = reloader(&path, world.backends).await;
+    let rt = runtime();
+    let reloader = Reloader::new(
+        rt.clone(),
+        path.clone(),
+        world.backends.clone(),
+        None,
+        egress_builtins::module_for_type,
+    )
+    .await
+    .unwrap();
     let serving = reloader.current().get("a").unwrap().clone();
     assert_eq!(format!("sha256:{}", serving.module.digest), digest(&v0));
 
-    // At reload: the file replaced by another is refused, and the loaded version serves on.
+    // At reload: the file replaced by another is refused, and the loaded version serves on;
+    // the refused bytes were never compiled.
     std::fs::write(dir.path().join("m.wasm"), &v1).unwrap();
     let out = reloader.reload_if_changed().await.unwrap();
     assert!(out.swapped.is_empty(), "{out:?}");
@@ -324,6 +334,7 @@ async fn a_module_of_another_digest_than_its_pin_is_refused_at_load_and_reload()
     assert_eq!(out.rejected[0].provider, "a");
     assert_eq!(out.rejected[0].error.path, "providers[0].sha256");
     assert!(Arc::ptr_eq(reloader.current().get("a").unwrap(), &serving));
+    assert!(!rt.loaded_digests().contains(&digest(&v1)[7..].to_string()));
 
     // The pin moved to the new file: it loads.
     std::fs::write(&path, pinned(&digest(&v1))).unwrap();
@@ -373,9 +384,10 @@ async fn a_module_not_signed_as_the_policy_requires_is_refused_at_load_and_reloa
     )
     .unwrap();
     let world = World::default().build().unwrap();
+    let rt = runtime();
     let start = || {
         Reloader::new(
-            runtime(),
+            rt.clone(),
             path.clone(),
             world.backends.clone(),
             None,
@@ -423,6 +435,10 @@ async fn a_module_not_signed_as_the_policy_requires_is_refused_at_load_and_reloa
         "verified by no key, not by platform",
     );
     assert!(Arc::ptr_eq(reloader.current().get("a").unwrap(), &serving));
+
+    // Neither refused version was compiled.
+    let compiled = rt.loaded_digests();
+    assert!(!compiled.contains(&egress_supply::module_digest(&variant(1))[7..].to_string()));
 
     // Signed by the policy's key: swapped in.
     sign_module(dir.path(), &trusted);
