@@ -207,31 +207,41 @@ macro_rules! unavailable {
     };
 }
 
-unavailable! {
-    lib_version(host: &str) -> R<u64>;
-    hostname(host: &str) -> R<String>;
-    node_get_info(host: &str) -> R<NodeInfo>;
-    node_free_memory(host: &str) -> R<u64>;
-    list_domains(host: &str) -> R<Vec<String>>;
-    domain_lookup(host: &str, name: &str) -> R<String>;
-    domain_define_xml(host: &str, xml: &str) -> R<()>;
-    domain_create(host: &str, name: &str) -> R<()>;
-    domain_resume(host: &str, name: &str) -> R<()>;
-    domain_destroy(host: &str, name: &str) -> R<()>;
-    domain_undefine(host: &str, name: &str) -> R<()>;
-    domain_get_state(host: &str, name: &str) -> R<DomainState>;
-    domain_get_metadata(host: &str, name: &str, uri: &str) -> R<String>;
-    domain_interface_addresses(host: &str, name: &str, source: AddressSource) -> R<Vec<InterfaceAddresses>>;
-    pool_get_info(host: &str, pool: &str) -> R<PoolInfo>;
-    pool_refresh(host: &str, pool: &str) -> R<()>;
-    pool_list_volumes(host: &str, pool: &str) -> R<Vec<String>>;
-    volume_lookup(host: &str, pool: &str, name: &str) -> R<String>;
-    volume_create_xml(host: &str, pool: &str, xml: &str) -> R<()>;
-    volume_delete(host: &str, pool: &str, name: &str) -> R<()>;
-    volume_get_info(host: &str, pool: &str, name: &str) -> R<VolumeInfo>;
-    volume_xml(host: &str, pool: &str, name: &str) -> R<String>;
-    volume_upload(host: &str, pool: &str, name: &str, data: Vec<u8>) -> R<()>;
-    volume_download(host: &str, pool: &str, name: &str, max_bytes: u64) -> R<Vec<u8>>;
-    volume_upload_from_url(host: &str, pool: &str, name: &str, url: &str, sha256: Option<&str>, max_bytes: u64, images: &UrlGrant) -> R<Transfer>;
-    url_size(url: &str, images: &UrlGrant) -> R<Option<u64>>;
+/// The libvirt backend's calls that answer a `Result`, for the macros that wrap each one
+/// (`$m` gets the list; `probe` and `for_entry` each backend writes itself): the unavailable
+/// backend here, the tape's recording and replaying ones.
+macro_rules! libvirt_calls {
+    ($m:ident) => {
+        $m! {
+            lib_version(host: &str) -> R<u64>;
+            hostname(host: &str) -> R<String>;
+            node_get_info(host: &str) -> R<NodeInfo>;
+            node_free_memory(host: &str) -> R<u64>;
+            list_domains(host: &str) -> R<Vec<String>>;
+            domain_lookup(host: &str, name: &str) -> R<String>;
+            domain_define_xml(host: &str, xml: &str) -> R<()>;
+            domain_create(host: &str, name: &str) -> R<()>;
+            domain_resume(host: &str, name: &str) -> R<()>;
+            domain_destroy(host: &str, name: &str) -> R<()>;
+            domain_undefine(host: &str, name: &str) -> R<()>;
+            domain_get_state(host: &str, name: &str) -> R<DomainState>;
+            domain_get_metadata(host: &str, name: &str, uri: &str) -> R<String>;
+            domain_interface_addresses(host: &str, name: &str, source: AddressSource) -> R<Vec<InterfaceAddresses>>;
+            pool_get_info(host: &str, pool: &str) -> R<PoolInfo>;
+            pool_refresh(host: &str, pool: &str) -> R<()>;
+            pool_list_volumes(host: &str, pool: &str) -> R<Vec<String>>;
+            volume_lookup(host: &str, pool: &str, name: &str) -> R<String>;
+            volume_create_xml(host: &str, pool: &str, xml: &str) -> R<()>;
+            volume_delete(host: &str, pool: &str, name: &str) -> R<()>;
+            volume_get_info(host: &str, pool: &str, name: &str) -> R<VolumeInfo>;
+            volume_xml(host: &str, pool: &str, name: &str) -> R<String>;
+            volume_upload(host: &str, pool: &str, name: &str, data: Vec<u8>) -> R<()>;
+            volume_download(host: &str, pool: &str, name: &str, max_bytes: u64) -> R<Vec<u8>>;
+            volume_upload_from_url(host: &str, pool: &str, name: &str, url: &str, sha256: Option<&str>, max_bytes: u64, images: &UrlGrant) -> R<Transfer>;
+            url_size(url: &str, images: &UrlGrant) -> R<Option<u64>>;
+        }
+    };
 }
+pub(crate) use libvirt_calls;
+
+libvirt_calls!(unavailable);

@@ -276,4 +276,4 @@ macro_rules! recording {
     };
 }
 
-super::format::libvirt_calls!(recording);
+crate::capabilities::libvirt::libvirt_calls!(recording);

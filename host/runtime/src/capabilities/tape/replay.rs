@@ -337,4 +337,4 @@ macro_rules! replaying {
     };
 }
 
-super::format::libvirt_calls!(replaying);
+crate::capabilities::libvirt::libvirt_calls!(replaying);
