@@ -474,6 +474,25 @@ pub(super) fn http_args(req: &http::HttpRequest, r: &Redactor) -> Value {
     ])
 }
 
+/// A kube listing's arguments as a tape writes them.
+pub(super) fn kube_list_args(
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    label_selector: &str,
+    limit: Option<u32>,
+    continue_token: Option<&str>,
+) -> Value {
+    serde_json::json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "namespace": namespace,
+        "labelSelector": label_selector,
+        "limit": limit,
+        "continue": continue_token,
+    })
+}
+
 pub(super) fn kube_ref(t: &kube::KubeRef) -> Value {
     json!({"apiVersion": t.api_version, "kind": t.kind, "namespace": t.namespace, "name": t.name})
 }

@@ -2,7 +2,8 @@
 //! answer.
 
 use super::format::{
-    Answer, Arg, Entry, Secrets, TapeError, args, call_name, http_args, kube_body, kube_ref,
+    Answer, Arg, Entry, Secrets, TapeError, args, call_name, http_args, kube_body, kube_list_args,
+    kube_ref,
 };
 use crate::capabilities::Backends;
 use crate::capabilities::clock::ClockBackend;
@@ -172,14 +173,14 @@ impl KubeBackend for RecordingKube {
         limit: Option<u32>,
         continue_token: Option<&str>,
     ) -> Result<ObjectPage, KubeError> {
-        let a = json!({
-            "apiVersion": api_version,
-            "kind": kind,
-            "namespace": namespace,
-            "labelSelector": label_selector,
-            "limit": limit,
-            "continue": continue_token,
-        });
+        let a = kube_list_args(
+            api_version,
+            kind,
+            namespace,
+            label_selector,
+            limit,
+            continue_token,
+        );
         let out = self
             .inner
             .list(

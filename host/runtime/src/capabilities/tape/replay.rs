@@ -4,7 +4,8 @@
 //! naming it.
 
 use super::format::{
-    Answer, Arg, Bounds, Entry, Secrets, TapeError, args, call_name, http_args, kube_body, kube_ref,
+    Answer, Arg, Bounds, Entry, Secrets, TapeError, args, call_name, http_args, kube_body,
+    kube_list_args, kube_ref,
 };
 use crate::capabilities::Backends;
 use crate::capabilities::clock::ClockBackend;
@@ -236,14 +237,14 @@ impl KubeBackend for ReplayingKube {
         limit: Option<u32>,
         continue_token: Option<&str>,
     ) -> Result<ObjectPage, KubeError> {
-        let a = json!({
-            "apiVersion": api_version,
-            "kind": kind,
-            "namespace": namespace,
-            "labelSelector": label_selector,
-            "limit": limit,
-            "continue": continue_token,
-        });
+        let a = kube_list_args(
+            api_version,
+            kind,
+            namespace,
+            label_selector,
+            limit,
+            continue_token,
+        );
         self.replay
             .answer("kube", "list", a)
             .unwrap_or_else(|m| Err(kube_miss(m)))
