@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod plain;
 pub mod route;
 pub mod server;
+pub mod socks;
 pub mod status;
 
 pub use admin::{serve_admin, serve_admin_over};
