@@ -197,7 +197,7 @@ fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     assert!(
         metrics.contains(
-            "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"\",kind=\"no_member\"} 1"
+            "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"\",kind=\"no_member\",listener=\"http\"} 1"
         ),
         "{metrics}"
     );

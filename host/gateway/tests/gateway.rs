@@ -519,10 +519,10 @@ async fn an_exclusive_leases_proxy_serves_only_its_holder_and_a_drain_closes_tun
     let mut text = String::new();
     s.read_to_string(&mut text).await.unwrap();
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(text.contains("egress_gateway_connections_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"connect\"}"), "{text}");
+    assert!(text.contains("egress_gateway_connections_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"connect\",listener=\"http\"}"), "{text}");
     assert!(
         text.contains(
-            "egress_gateway_tunnels_ended_total{namespace=\"ns\",pool=\"web\",reason=\"retired\"} 1"
+            "egress_gateway_tunnels_ended_total{namespace=\"ns\",pool=\"web\",reason=\"retired\",listener=\"http\"} 1"
         ),
         "{text}"
     );
@@ -607,7 +607,7 @@ async fn each_member_takes_only_its_own_credential_and_its_failures_count_agains
     let text = metrics_text(w.admin).await;
     let failed = series(
         &text,
-        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\"}",
+        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\",listener=\"http\"}",
     );
     assert!(failed.is_some_and(|n| n >= 2.0), "{text}");
     // With its own credential back, it serves.
@@ -750,7 +750,7 @@ async fn a_member_that_does_not_answer_in_time_is_a_504_on_both_paths() {
     let text = metrics_text(admin).await;
     let failed = series(
         &text,
-        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\"}",
+        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\",listener=\"http\"}",
     );
     assert!(failed.is_some_and(|n| n >= 2.0), "{text}");
 }
