@@ -3,7 +3,7 @@
 //! tunnels. Plain requests are carried by [`crate::plain`], answers that refuse are made by
 //! [`crate::answers`], the admin listener is [`crate::admin`]. The SOCKS5 listener
 //! ([`crate::socks`]) admits its callers and opens its tunnels through the same
-//! [`Gateway::admit_credential`] and [`Gateway::open_tunnel`].
+//! `Gateway::admit_credential` and `Gateway::open_tunnel`.
 
 use crate::admission::{
     Connection, HEAD_TOO_LARGE, Prefixed, TOO_MANY_FROM_SOURCE, Unauthenticated, first_head,

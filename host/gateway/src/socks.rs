@@ -5,7 +5,7 @@
 //! token and the username the options (`web-session-cart42`, read by [`crate::ask`]), or the
 //! username is the token and the password is empty. The token is reviewed by the same guard
 //! before the options are read, and a request is admitted, routed and tunnelled by the same
-//! [`Gateway::admit_credential`] and [`Gateway::open_tunnel`] as a CONNECT: sessions, leases,
+//! `Gateway::admit_credential` and `Gateway::open_tunnel` as a CONNECT: sessions, leases,
 //! drains, passive health and the retry of unpinned traffic are the HTTP listener's. Only
 //! CONNECT is served. A name (`socks5h`) is passed to the member's Squid as it was sent, in
 //! its CONNECT, never resolved here; every destination is validated as a CONNECT authority is
