@@ -697,3 +697,109 @@ print(json.dumps(seen))
         "a session moved: {seen:?}"
     );
 }
+
+/// A connection from 127.0.0.`last` to `to`.
+async fn connect_from(last: u8, to: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, last), 0)))
+        .unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// A source's connections that have not authenticated are counted across both listeners: with
+/// its share held by HTTP connections waiting for their heads, its next SOCKS connection is
+/// closed unanswered, while another source's is served; one that closes gives its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sources_unauthenticated_connections_are_counted_across_listeners() {
+    let (m, _) = counting_member().await;
+    let mut l = limits();
+    l.unauthenticated_per_source = 2;
+    // They wait for the rest of their heads for as long as the test takes.
+    l.unauthenticated_timeout = Duration::from_secs(120);
+    let (gw, _table, _dir) = common::gateway(&["ns/web"], vec![m], l);
+    let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_addr = http.local_addr().unwrap();
+    tokio::spawn(egress_gateway::serve(http, gw.clone()));
+    let (socks, _) = serve_socks(gw).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut s = connect_from(71, http_addr).await;
+        s.write_all(b"CONNECT example.com:443 HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        held.push(s);
+    }
+    // The HTTP listener accepts in order: its answer to a third says the two are counted.
+    let mut third = connect_from(71, http_addr).await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), third.read_to_end(&mut got)).await;
+    assert!(
+        got.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    let mut third = connect_from(71, socks).await;
+    let _ = third.write_all(&[5, 1, 2]).await;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), third.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the connection past the share stayed open");
+    assert!(got.is_empty(), "answered past the share: {got:?}");
+    // Another source is served.
+    let (outcome, _) = {
+        let mut s = connect_from(72, socks).await;
+        (
+            socks_exchange(&mut s, &[2], SPIDER, "", 1, the_echo()).await,
+            s,
+        )
+    };
+    assert_eq!(outcome, Outcome::Refused(4), "served up to its member");
+    // One of the two gives its place back by closing; the source's next SOCKS connection
+    // is answered.
+    drop(held.pop());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut s = connect_from(71, socks).await;
+        let _ = s.write_all(&[5, 1, 2]).await;
+        let mut b = [0u8; 2];
+        match tokio::time::timeout(Duration::from_secs(2), s.read_exact(&mut b)).await {
+            Ok(Ok(_)) => {
+                assert_eq!(b, [5, 2]);
+                break;
+            }
+            _ => assert!(
+                std::time::Instant::now() < deadline,
+                "the place was not given back"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A draining member's SOCKS tunnel closes at its retire time, as its HTTP tunnels do, and the
+/// drained member takes no new one (no member free: 0x01).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_closes_a_socks_tunnel_at_its_retire_time() {
+    let Some(w) = world(1).await else { return };
+    let (outcome, mut tunnel) = connect(w.socks, "web", SPIDER, the_echo()).await;
+    assert_eq!(outcome, Outcome::Open);
+    let mut members = w.members.clone();
+    members[0].retire_at = Some(common::now() + 2);
+    w.table.replace(members, true);
+    let (outcome, _) = connect(w.socks, "web", SPIDER, the_echo()).await;
+    assert_eq!(
+        outcome,
+        Outcome::Refused(1),
+        "a draining member takes no new tunnel"
+    );
+    let started = std::time::Instant::now();
+    let mut b = [0u8; 1];
+    let n = tokio::time::timeout(Duration::from_secs(6), tunnel.read(&mut b))
+        .await
+        .expect("the draining member's tunnel closes at its retire time");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "closed before its retire time"
+    );
+}
