@@ -75,6 +75,19 @@ pub fn reply_for(f: &Failure) -> Reply {
     }
 }
 
+/// Whether a refusal's details may go to the log: those that speak of members only. The
+/// others may quote the username (a pool, session, zone or lease named there), which may be a
+/// token pasted into the wrong field.
+fn loggable(f: &Failure) -> bool {
+    matches!(
+        f.kind,
+        ErrorKind::MemberFailed
+            | ErrorKind::Refused
+            | ErrorKind::AuthUnavailable
+            | ErrorKind::Overloaded
+    )
+}
+
 /// The credential an RFC 1929 request carries: the password is the token and the username
 /// the options, or, with an empty password, the username is the token. None when the token is
 /// not printable ASCII or the username not text, which no credential of the gateway is.
@@ -296,14 +309,22 @@ impl Gateway {
             }
         };
         let started = Instant::now();
-        let refuse = |pool: Option<&crate::members::PoolKey>, f: Failure| {
+        // `said_by_gateway`: the details are the gateway's own words (a destination's
+        // spelling), whatever the kind.
+        let refuse = |pool: Option<&crate::members::PoolKey>, f: Failure, said_by_gateway: bool| {
             let reply = reply_for(&f);
+            let details = if said_by_gateway || loggable(&f) {
+                f.details.as_str()
+            } else {
+                ""
+            };
             tracing::info!(
                 listener = "socks5",
                 kind = f.kind.label(),
                 reply = reply.label(),
+                pool = pool.map(ToString::to_string).unwrap_or_default(),
                 member = f.member.as_deref().unwrap_or_default(),
-                details = %f.details,
+                details,
                 "refused"
             );
             self.socks_error(pool, &f);
@@ -335,7 +356,7 @@ impl Gateway {
                     StatusCode::BAD_REQUEST,
                     e.to_string(),
                 );
-                let reply = refuse(None, f);
+                let reply = refuse(None, f, true);
                 hs.refuse(&reply.message()).await;
                 return;
             }
@@ -343,7 +364,7 @@ impl Gateway {
         let admitted = match admitted {
             Ok(a) => a,
             Err((pool, f)) => {
-                let reply = refuse(pool.as_ref(), f);
+                let reply = refuse(pool.as_ref(), f, false);
                 hs.refuse(&reply.message()).await;
                 return;
             }
@@ -360,7 +381,7 @@ impl Gateway {
         let opened = match opened {
             Ok(o) => o,
             Err(f) => {
-                let reply = refuse(Some(&admitted.pool), f);
+                let reply = refuse(Some(&admitted.pool), f, false);
                 hs.refuse(&reply.message()).await;
                 return;
             }
@@ -464,6 +485,32 @@ mod tests {
         assert!(credential(creds(b"tok with space", b"")).is_none());
         assert!(credential(creds(b"web", b"t\xffk")).is_none());
         assert!(credential(creds(b"w\xffb", b"tok")).is_none());
+    }
+
+    #[test]
+    fn what_the_username_named_is_never_logged() {
+        let named = |r: crate::route::NoRoute| crate::answers::no_route(&r);
+        for f in [
+            named(crate::route::NoRoute::PoolNotYours("pasted-token".into())),
+            named(crate::route::NoRoute::LeaseGone("pasted-token".into())),
+            named(crate::route::NoRoute::NoMember {
+                reason: "no member in zone pasted-token".into(),
+                retry_after: 5,
+            }),
+            named(crate::route::NoRoute::SessionGone {
+                session: "pasted-token".into(),
+                member: "ns/web-1".into(),
+                why: "left",
+            }),
+        ] {
+            assert!(!loggable(&f), "{f:?}");
+        }
+        let m = Failure::new(
+            ErrorKind::MemberFailed,
+            StatusCode::BAD_GATEWAY,
+            "member ns/web-1 refused the connection",
+        );
+        assert!(loggable(&m));
     }
 
     #[test]
