@@ -53,6 +53,17 @@ pub struct GatewayArgs {
     pub admin_listen: std::net::SocketAddr,
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// Also serve SOCKS5 on this address (RFC 1928 with username/password: the options as
+    /// the username and the token as the password, or the token as the username alone), over
+    /// the TLS of --tls-cert and --tls-key (SOCKS5 over TLS), or in clear with
+    /// --socks-plaintext.
+    #[arg(long, value_name = "ADDR")]
+    pub socks_listen: Option<std::net::SocketAddr>,
+    /// Serve --socks-listen in clear: the tokens crawlers present cross the network in clear
+    /// (curl and requests[socks] speak SOCKS5 without TLS). Only on loopback or a node-local
+    /// address.
+    #[arg(long, requires = "socks_listen", conflicts_with_all = ["tls_cert", "tls_key"])]
+    pub socks_plaintext: bool,
     #[command(flatten)]
     pub audiences: AudienceArgs,
     /// In a cluster: the Secret holding the credential every pool member admits for the

@@ -16,9 +16,10 @@ use crate::error::CliError;
 pub use crate::state::{LeaseFile, ProxyLeases};
 use crate::state::{StateFile, StoredProxy};
 use egress_control::credential_store::FileCredentials;
-use egress_control::leases::{LeaseRefusal, LeaseStore, PoolFacts};
+use egress_control::leases::{LeaseRefusal, LeaseStore, PoolFacts, Records};
 use egress_core::discovery::{Discovered, Filter};
-use egress_core::lease::{self, BanReport, Held, LeaseBinding, LeasePolicy, LeaseRef, LostProxy};
+use egress_core::lease::{self, Held, LeasePolicy, LeaseRef, LostProxy};
+use egress_core::target::QuarantinePolicy;
 use egress_time::now::Clock;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,8 @@ pub struct KnownPool {
     policy: LeasePolicy,
     /// `spec.replicas`, which `leases.maxPerHolder` may be a percentage of.
     replicas: u32,
+    /// `spec.quarantine`.
+    quarantine: QuarantinePolicy,
     lost: Vec<LostProxy>,
 }
 
@@ -187,6 +190,7 @@ impl Board {
                     KnownPool {
                         policy: spec.lease_policy(),
                         replicas: spec.replicas,
+                        quarantine: spec.quarantine_policy(),
                         lost: status.lost_leases.clone(),
                     },
                 )
@@ -245,6 +249,7 @@ impl LeaseStore for Board {
         PoolFacts {
             policy: pool.policy.clone(),
             replicas: pool.replicas,
+            quarantine: pool.quarantine.clone(),
             lost: &pool.lost,
         }
     }
@@ -290,8 +295,7 @@ impl LeaseStore for Board {
     async fn write(
         &self,
         m: &Member,
-        bindings: Vec<LeaseBinding>,
-        bans: Option<Vec<BanReport>>,
+        records: Records,
         now: i64,
     ) -> Result<Option<Member>, LeaseRefusal> {
         let p = &m.proxy;
@@ -310,17 +314,24 @@ impl LeaseStore for Board {
                 leases: Vec::new(),
                 ban_reports: 0,
                 ban_reporters: Vec::new(),
+                quarantines: Vec::new(),
                 cordoned: false,
             });
-        let (ban_reports, ban_reporters) = match bans {
+        let (ban_reports, ban_reporters) = match records.bans {
             Some(b) => (b.len() as u32, b),
             None => (prior.ban_reports, prior.ban_reporters),
         };
         let record = ProxyLeases {
             uid: p.uid.clone(),
-            leases: lease::with_replaced(&prior.leases, p.status.ip.as_deref(), bindings, now),
+            leases: lease::with_replaced(
+                &prior.leases,
+                p.status.ip.as_deref(),
+                records.bindings,
+                now,
+            ),
             ban_reports,
             ban_reporters,
+            quarantines: records.quarantines.unwrap_or(prior.quarantines),
             cordoned: prior.cordoned,
         };
         inner
@@ -335,7 +346,7 @@ impl LeaseStore for Board {
     }
 
     /// Marks its record cordoned, which the next run of its pool acts on.
-    async fn cordon(&self, m: &Member, bans: usize) {
+    async fn cordon(&self, m: &Member, why: &str) {
         let key = &m.proxy.key;
         let written = {
             let mut inner = self.lock();
@@ -349,10 +360,10 @@ impl LeaseStore for Board {
         };
         match written {
             Ok(()) => {
-                tracing::info!(proxy = %key, bans, "cordoned: its lease holders reported it banned");
+                tracing::info!(proxy = %key, why, "cordoned");
                 self.changed.notify_one();
             }
-            Err(e) => tracing::warn!(proxy = %key, "cordoning a banned proxy failed: {e}"),
+            Err(e) => tracing::warn!(proxy = %key, why, "cordoning failed: {e}"),
         }
     }
 
@@ -389,7 +400,7 @@ mod tests {
     use egress_control::api::ProxySource;
     use egress_control::leases::{LeaseBook, Leases};
     use egress_control::metrics::Metrics;
-    use egress_core::lease::{LeaseRequest, ReleaseRequest};
+    use egress_core::lease::{LeaseBinding, LeaseRequest, ReleaseRequest};
     use std::sync::atomic::{AtomicI64, Ordering};
 
     const NOW: i64 = 1_800_000_000;
@@ -701,12 +712,12 @@ mod tests {
             ip: Some("10.0.0.1".into()),
         };
         let first = board
-            .write(&read[0], vec![binding("a")], None, NOW)
+            .write(&read[0], Records::bindings(vec![binding("a")]), NOW)
             .await
             .unwrap();
         assert!(first.is_some());
         let rival = board
-            .write(&read[0], vec![binding("b")], None, NOW)
+            .write(&read[0], Records::bindings(vec![binding("b")]), NOW)
             .await
             .unwrap();
         assert!(rival.is_none(), "a write on a version already written past");
@@ -720,7 +731,7 @@ mod tests {
             .unwrap();
         assert!(
             board
-                .write(&read[0], vec![binding("b")], None, NOW)
+                .write(&read[0], Records::bindings(vec![binding("b")]), NOW)
                 .await
                 .unwrap()
                 .is_none()
@@ -728,7 +739,7 @@ mod tests {
         let again = board.reread(&read[0]).await.unwrap().unwrap();
         assert!(
             board
-                .write(&again, vec![binding("b")], None, NOW)
+                .write(&again, Records::bindings(vec![binding("b")]), NOW)
                 .await
                 .unwrap()
                 .is_some()

@@ -192,7 +192,11 @@ pub struct ProxyLeases {
     /// Their reports: a digest of each holder, and when.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ban_reporters: Vec<BanReport>,
-    /// Cordoned for its ban reports (`leases.cordonAfterBans`).
+    /// The targets that refused it lately (`egress_core::target`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantines: Vec<egress_core::target::Quarantine>,
+    /// Cordoned for its ban reports (`leases.cordonAfterBans`) or its quarantines
+    /// (`quarantine.replaceAfterTargets`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cordoned: bool,
 }
@@ -244,12 +248,14 @@ impl LeaseFile {
                 p.status.leases = l.leases.clone();
                 p.status.ban_reports = l.ban_reports;
                 p.status.ban_reporters = l.ban_reporters.clone();
+                p.status.quarantines = l.quarantines.clone();
                 p.cordoned |= l.cordoned;
             }
             None => {
                 p.status.leases.clear();
                 p.status.ban_reports = 0;
                 p.status.ban_reporters.clear();
+                p.status.quarantines.clear();
             }
         }
     }

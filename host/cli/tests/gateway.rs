@@ -72,6 +72,23 @@ fn the_gateway_is_refused_without_what_it_needs_naming_it() {
         err.contains("--tls-cert") && err.contains("--plaintext"),
         "{err}"
     );
+    // So do they the SOCKS listener's, which --plaintext does not cover.
+    let out = Command::new(bin)
+        .args(["gateway", "--plaintext", "--pool", "ns/web", "--api-tokens"])
+        .arg(&tokens)
+        .args(["--state"])
+        .arg(dir.path().join("state.yaml"))
+        .args(["--socks-listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--socks-listen")
+            && err.contains("--tls-cert")
+            && err.contains("--socks-plaintext"),
+        "{err}"
+    );
     std::fs::write(&tokens, "tokens: [{name: x}]\n").unwrap();
     let out = Command::new(bin)
         .args(["gateway", "--plaintext", "--api-tokens"])
@@ -141,7 +158,7 @@ fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
         ),
     )
     .unwrap();
-    let (listen, admin) = (free_port(), free_port());
+    let (listen, admin, socks) = (free_port(), free_port(), free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_egress-proxies"))
         .args(["gateway", "--plaintext", "--pool", "ns/web", "--api-tokens"])
         .arg(&tokens)
@@ -152,6 +169,9 @@ fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
             &listen.to_string(),
             "--admin-listen",
             &admin.to_string(),
+            "--socks-listen",
+            &socks.to_string(),
+            "--socks-plaintext",
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -159,7 +179,10 @@ fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(admin).is_err() || TcpStream::connect(listen).is_err() {
+    while TcpStream::connect(admin).is_err()
+        || TcpStream::connect(listen).is_err()
+        || TcpStream::connect(socks).is_err()
+    {
         assert!(Instant::now() < deadline, "not listening within 20 s");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -183,6 +206,32 @@ fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
     assert!(empty.contains("retry-after: 5"), "{empty}");
     assert!(empty.contains("no member of pool ns/web"), "{empty}");
 
+    // SOCKS5 with the token as the password: authenticated, then the same 503, as a
+    // general failure (0x01); a token that is no one's fails the subnegotiation.
+    let socks_connect = |password: &str| {
+        let mut s = TcpStream::connect(socks).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&[5, 1, 2]).unwrap();
+        let mut b = [0u8; 2];
+        s.read_exact(&mut b).unwrap();
+        assert_eq!(b, [5, 2]);
+        let mut auth = vec![1, 3];
+        auth.extend(b"web");
+        auth.push(password.len() as u8);
+        auth.extend(password.as_bytes());
+        s.write_all(&auth).unwrap();
+        s.read_exact(&mut b).unwrap();
+        if b[1] != 0 {
+            return (b[1], None);
+        }
+        s.write_all(&[5, 1, 0, 1, 127, 0, 0, 9, 1, 187]).unwrap();
+        let mut reply = [0u8; 10];
+        s.read_exact(&mut reply).unwrap();
+        (0, Some(reply[1]))
+    };
+    assert_eq!(socks_connect(SPIDER), (0, Some(1)));
+    assert_eq!(socks_connect("not-a-token"), (1, None));
+
     let ready = exchange(
         admin,
         "GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
@@ -197,8 +246,18 @@ fn the_gateway_serves_crawlers_and_its_admin_listener_from_a_state_file() {
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
     assert!(
         metrics.contains(
-            "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"\",kind=\"no_member\"} 1"
+            "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"\",kind=\"no_member\",listener=\"http\"} 1"
         ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(
+            "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"\",kind=\"no_member\",listener=\"socks5\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("egress_gateway_socks_replies_total{reply=\"general_failure\"} 1"),
         "{metrics}"
     );
     let anonymous = exchange(

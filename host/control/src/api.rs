@@ -1,14 +1,15 @@
 //! The HTTP API both modes serve, over plain HTTP/1 or TLS: /healthz, /readyz, /metrics, the
-//! crawlers' discovery (`GET /v1/proxies`) and the lease API (`/v1/leases`). The probes are
-//! open (the kubelet sends no token); the rest answers only a caller the [`Guard`] lets
-//! through: 401 without a valid bearer token, 403 outside what it may see, 503 when that could
-//! not be found out. Where the Proxies come from is a [`ProxySource`], where leases are kept a
+//! crawlers' discovery (`GET /v1/proxies`), the lease API (`/v1/leases`) and ban reports
+//! (`POST /v1/reports`). The probes are open (the kubelet sends no token); the rest answers
+//! only a caller the [`Guard`] lets through: 401 without a valid bearer token, 403 outside
+//! what it may see, 503 when that could not be found out. Where the Proxies come from is a [`ProxySource`], where leases are kept a
 //! [`LeaseBook`]: the operator's watch and Proxy statuses, or the CLI's state and lease file.
 
 use crate::leases::{LeaseBook, LeaseRefusal};
 use crate::metrics::Metrics;
 use egress_core::discovery::{self, Discovered, Filter};
 use egress_core::lease::{LeaseRef, LeaseRequest, LeaseView, ReleaseRequest, RenewRequest};
+use egress_core::target::ReportRequest;
 use egress_serve::auth::{self, Access, Caller, Guard, Refusal};
 use egress_serve::body::{BodyError, RequestBody};
 use egress_serve::tls::Transport;
@@ -245,6 +246,24 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, String> {
     })
 }
 
+/// A JSON body that names its pool (a lease request, a report; `pool` says where), asking to
+/// write on that pool.
+fn pool_write<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    pool: impl FnOnce(&T) -> (&String, &String),
+) -> Result<LeaseAsk<T>, String> {
+    let req: T = json_body(body)?;
+    let (namespace, name) = pool(&req);
+    Ok(LeaseAsk {
+        at: LeaseRef {
+            namespace: namespace.clone(),
+            pool: name.clone(),
+        },
+        write: true,
+        body: req,
+    })
+}
+
 /// The namespace and pool of lease `id`, or why it names none.
 fn lease_ref(id: &str) -> Result<LeaseRef, String> {
     LeaseRef::parse(id).ok_or_else(|| format!("{id:?} is not a lease id (NAMESPACE_POOL_l-…)"))
@@ -335,6 +354,9 @@ impl Api {
                 .leases(source, method, path, query, headers, body)
                 .await;
         }
+        if path == "/v1/reports" {
+            return self.reports(source, method, headers, body).await;
+        }
         if method != Method::GET && method != Method::HEAD {
             return respond(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -397,15 +419,7 @@ impl Api {
             (Method::POST, []) => {
                 let asked = self
                     .admit_with_body(source, headers, body, |body| {
-                        let req: LeaseRequest = json_body(body)?;
-                        Ok(LeaseAsk {
-                            at: LeaseRef {
-                                namespace: req.namespace.clone(),
-                                pool: req.pool.clone(),
-                            },
-                            write: true,
-                            body: req,
-                        })
+                        pool_write(body, |r: &LeaseRequest| (&r.namespace, &r.pool))
                     })
                     .await;
                 match asked {
@@ -495,6 +509,46 @@ impl Api {
                 "POST /v1/leases, GET /v1/leases?namespace=&pool=, GET or DELETE /v1/leases/{id}, POST /v1/leases/{id}/renew\n".into(),
             ),
             _ => respond(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        }
+    }
+
+    /// `/v1/reports`: `POST` says a target refused one of a pool's proxies, which is then
+    /// quarantined for that target (`egress_core::target`). Authorised as taking a lease of
+    /// the pool is: whoever may lease its proxies may report them.
+    async fn reports(
+        &self,
+        source: IpAddr,
+        method: &Method,
+        headers: &http::HeaderMap,
+        body: RequestBody,
+    ) -> Response<Full<Bytes>> {
+        let Some(book) = self.leases.clone() else {
+            return respond(
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "reports are not served here\n".into(),
+            );
+        };
+        if method != Method::POST {
+            return respond(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                "POST /v1/reports\n".into(),
+            );
+        }
+        let asked = self
+            .admit_with_body(source, headers, body, |body| {
+                pool_write(body, |r: &ReportRequest| (&r.namespace, &r.pool))
+            })
+            .await;
+        match asked {
+            Err(n) => n.response(),
+            Ok((a, caller)) => match book.report(&caller.username, &a.body).await {
+                Ok(r) => {
+                    json_response(StatusCode::OK, &serde_json::to_value(r).unwrap_or_default())
+                }
+                Err(e) => lease_refused(&e),
+            },
         }
     }
 
@@ -866,7 +920,10 @@ mod tests {
 
     /// A book that grants every lease request one proxy-less lease and records who asked.
     #[derive(Default)]
-    struct Book(std::sync::Mutex<Vec<(String, LeaseRequest)>>);
+    struct Book(
+        std::sync::Mutex<Vec<(String, LeaseRequest)>>,
+        std::sync::Mutex<Vec<(String, ReportRequest)>>,
+    );
 
     #[async_trait::async_trait]
     impl LeaseBook for Book {
@@ -905,6 +962,84 @@ mod tests {
         async fn list(&self, _: &str, _: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal> {
             Ok(Vec::new())
         }
+        async fn report(
+            &self,
+            holder: &str,
+            req: &ReportRequest,
+        ) -> Result<crate::leases::Reported, LeaseRefusal> {
+            self.1.lock().unwrap().push((holder.into(), req.clone()));
+            Ok(crate::leases::Reported {
+                proxy: format!("{}/{}", req.namespace, req.proxy),
+                target: req.target.clone(),
+                quarantined_until: "2030-01-01T00:00:00Z".into(),
+                counted: true,
+            })
+        }
+    }
+
+    /// A report reaches the book with the caller as holder; a malformed one is a 400 naming
+    /// the field, another method a 405, no token a 401, none of them asking the book.
+    #[tokio::test]
+    async fn a_report_reaches_the_book_as_its_caller_and_a_bad_one_is_named() {
+        let book = Arc::new(Book::default());
+        let mut api = api(
+            Metrics::new(),
+            true,
+            Arc::new(Source(AtomicBool::new(true))),
+        );
+        api.leases = Some(book.clone());
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::AUTHORIZATION,
+            format!("Bearer {TOKEN}").parse().unwrap(),
+        );
+        let ask = |method: Method, body: &'static str, headers: http::HeaderMap| {
+            let api = &api;
+            async move {
+                let r = api
+                    .answer(&method, "/v1/reports", None, &headers, body.as_bytes())
+                    .await;
+                let status = r.status();
+                let body = http_body_util::BodyExt::collect(r.into_body())
+                    .await
+                    .unwrap()
+                    .to_bytes();
+                (status, String::from_utf8_lossy(&body).into_owned())
+            }
+        };
+        let (status, body) = ask(
+            Method::POST,
+            r#"{"namespace": "ns", "pool": "web", "proxy": "web-1", "target": "www.example.com", "retryAfter": 30}"#,
+            headers.clone(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(
+            body.contains(r#""quarantinedUntil":"2030-01-01T00:00:00Z""#),
+            "{body}"
+        );
+        let asked = book.1.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0].0, "all", "the holder is the authenticated caller");
+        assert_eq!(asked[0].1.retry_after, Some(30));
+        let (status, body) = ask(
+            Method::POST,
+            r#"{"namespace": "ns", "pool": "web", "proxy": "web-1", "host": "x"}"#,
+            headers.clone(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(body.contains("host"), "{body}");
+        let (status, _) = ask(Method::GET, "", headers).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        let (status, _) = ask(
+            Method::POST,
+            r#"{"namespace": "ns", "pool": "web", "proxy": "web-1", "target": "x.example"}"#,
+            http::HeaderMap::new(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        assert_eq!(book.1.lock().unwrap().len(), 1, "the book was asked again");
     }
 
     /// Over a real socket: a lease request's body reaches the book with the caller as holder,

@@ -49,6 +49,11 @@ pub mod pool {
 }
 
 /// [`decide::reconcile`] and the conditions it writes.
+pub mod target {
+    pub use crate::decide::quarantine::*;
+    pub use crate::model::target::*;
+}
+
 pub mod reconcile {
     pub use crate::decide::reconcile::*;
     pub use crate::model::conditions::{PROVISIONED, READY, ready_is_true, reason};

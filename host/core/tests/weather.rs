@@ -118,6 +118,7 @@ fn pool_of(replicas: u32, surge: u32, unavailable: u32) -> ProxyPool {
             distinct_egress: false,
             leases: None,
             drain_timeout: None,
+            quarantine: None,
         },
         status: None,
     }

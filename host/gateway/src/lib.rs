@@ -14,8 +14,10 @@ pub mod metrics;
 pub mod plain;
 pub mod route;
 pub mod server;
+pub mod socks;
 pub mod status;
 
 pub use admin::{serve_admin, serve_admin_over};
 pub use members::{Member, MemberKey, MemberTable, PoolKey};
 pub use server::{Gateway, Limits, listen, serve, serve_over};
+pub use socks::serve_socks;

@@ -1,6 +1,8 @@
 //! The gateway's metrics, per member and per pool: connections, tunnels open, bytes, errors by
 //! kind, how tunnels ended, members by state, and the time a CONNECT took to set up. A
 //! member's series go when it leaves the table, so rotation does not grow them for ever.
+//! Connections, errors, ended tunnels and setup times say which listener took the crawler
+//! (`listener`: `http` or `socks5`), and the SOCKS listener counts its replies by code name.
 
 use crate::members::{Entry, PoolKey, Snapshot};
 use prometheus_client::encoding::text::encode;
@@ -14,23 +16,54 @@ use std::sync::Mutex;
 
 pub type Labels = Vec<(String, String)>;
 
+/// The listener a crawler came through: a label of two values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Listener {
+    Http,
+    Socks5,
+}
+
+impl Listener {
+    pub const ALL: [Listener; 2] = [Listener::Http, Listener::Socks5];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Listener::Http => "http",
+            Listener::Socks5 => "socks5",
+        }
+    }
+}
+
+/// `labels` with the listener's.
+pub fn on(labels: Labels, listener: Listener) -> Labels {
+    with(labels, "listener", listener.label())
+}
+
+fn setup_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 14))
+}
+
 pub struct Metrics {
     registry: Registry,
-    /// By namespace, pool, member and kind (connect, http).
+    /// By namespace, pool, member, kind (connect, http) and listener.
     pub connections: Family<Labels, Counter>,
     /// Tunnels open, by namespace, pool and member.
     pub tunnels: Family<Labels, Gauge>,
     /// By namespace, pool, member and direction (up: crawler to member; down: back).
     pub bytes: Family<Labels, Counter>,
-    /// By namespace, pool, member (empty where none was chosen) and kind
-    /// ([`crate::status::ErrorKind::label`]).
+    /// By namespace, pool, member (empty where none was chosen), kind
+    /// ([`crate::status::ErrorKind::label`]) and listener.
     pub errors: Family<Labels, Counter>,
-    /// Tunnels ended, by namespace, pool and why (closed, idle, retired).
+    /// Tunnels ended, by namespace, pool, why (closed, idle, retired) and listener.
     pub ended: Family<Labels, Counter>,
     /// Members by namespace, pool and state (available, leased, draining, unready).
     pub members: Family<Labels, Gauge>,
-    /// Seconds from a CONNECT's arrival to the member's `200`.
-    pub setup: Histogram,
+    /// Seconds from a tunnel's request (a CONNECT, a SOCKS request) to the member's `200`, by
+    /// listener.
+    pub setup: Family<Labels, Histogram, fn() -> Histogram>,
+    /// The SOCKS listener's answers, by the name of their code ([`crate::socks::wire::Reply`],
+    /// and `auth_failed`, `no_acceptable_methods` for the negotiation's refusals).
+    pub socks_replies: Family<Labels, Counter>,
     known: Mutex<BTreeSet<Labels>>,
 }
 
@@ -69,10 +102,13 @@ impl Metrics {
         let errors = Family::<Labels, Counter>::default();
         let ended = Family::<Labels, Counter>::default();
         let members = Family::<Labels, Gauge>::default();
-        let setup = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        let setup = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
+            setup_histogram as fn() -> Histogram,
+        );
+        let socks_replies = Family::<Labels, Counter>::default();
         registry.register(
             "connections",
-            "Connections and requests routed to a member, by kind (connect, http)",
+            "Connections and requests routed to a member, by kind (connect, http) and listener",
             connections.clone(),
         );
         registry.register("tunnels", "Tunnels open through a member", tunnels.clone());
@@ -83,12 +119,12 @@ impl Metrics {
         );
         registry.register(
             "errors",
-            "Requests the gateway answered with an error, by kind",
+            "Requests the gateway answered with an error, by kind and listener",
             errors.clone(),
         );
         registry.register(
             "tunnels_ended",
-            "Tunnels ended, by why (closed, idle, retired)",
+            "Tunnels ended, by why (closed, idle, retired) and listener",
             ended.clone(),
         );
         registry.register(
@@ -98,8 +134,13 @@ impl Metrics {
         );
         registry.register(
             "connect_setup_seconds",
-            "From a CONNECT's arrival to the member's 200",
+            "From a tunnel's request (CONNECT, SOCKS) to the member's 200, by listener",
             setup.clone(),
+        );
+        registry.register(
+            "socks_replies",
+            "Answers of the SOCKS listener, by reply code name",
+            socks_replies.clone(),
         );
         Self {
             registry,
@@ -110,6 +151,7 @@ impl Metrics {
             ended,
             members,
             setup,
+            socks_replies,
             known: Mutex::new(BTreeSet::new()),
         }
     }
@@ -118,6 +160,7 @@ impl Metrics {
     /// that fails shows as itself, not only as its pool.
     pub fn error(
         &self,
+        listener: Listener,
         pool: Option<&PoolKey>,
         member: Option<&str>,
         kind: crate::status::ErrorKind,
@@ -133,7 +176,10 @@ impl Metrics {
             .map(|id| id.rsplit_once('/').map_or(id, |(_, name)| name))
             .unwrap_or_default();
         self.errors
-            .get_or_create(&with(with(labels, "member", member), "kind", kind.label()))
+            .get_or_create(&on(
+                with(with(labels, "member", member), "kind", kind.label()),
+                listener,
+            ))
             .inc();
     }
 
@@ -167,16 +213,18 @@ impl Metrics {
         }
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         for gone in known.difference(&present) {
-            for kind in ["connect", "http"] {
-                self.connections.remove(&with(gone.clone(), "kind", kind));
+            for listener in Listener::ALL {
+                for kind in ["connect", "http"] {
+                    self.connections
+                        .remove(&on(with(gone.clone(), "kind", kind), listener));
+                }
+                for kind in crate::status::ErrorKind::ALL {
+                    self.errors
+                        .remove(&on(with(gone.clone(), "kind", kind.label()), listener));
+                }
             }
             for dir in ["up", "down"] {
                 self.bytes.remove(&with(gone.clone(), "direction", dir));
-            }
-            for kind in crate::status::ErrorKind::ALL {
-                let mut labels = gone.clone();
-                labels.push(("kind".into(), kind.label().into()));
-                self.errors.remove(&labels);
             }
             self.tunnels.remove(gone);
         }

@@ -53,8 +53,12 @@ impl Gateway {
                 Ok(s) => s,
                 Err(h) => {
                     self.hop_failed(&a, &entry, &h);
-                    self.metrics
-                        .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
+                    self.metrics.error(
+                        a.listener,
+                        Some(&a.pool),
+                        h.failure.member.as_deref(),
+                        h.failure.kind,
+                    );
                     exclude.push(entry.member.key());
                     last = Some(h);
                     continue;
@@ -89,10 +93,9 @@ impl Gateway {
             }
             self.metrics
                 .connections
-                .get_or_create(&metrics::with(
-                    metrics::member_labels(&entry),
-                    "kind",
-                    "http",
+                .get_or_create(&metrics::on(
+                    metrics::with(metrics::member_labels(&entry), "kind", "http"),
+                    a.listener,
                 ))
                 .inc();
             let member = entry.member.clone();

@@ -1,18 +1,20 @@
 //! The forward proxy crawlers point `HTTPS_PROXY` at: its listener, the admission of each
 //! request (who asks, on which pool, with what options), the choice of a member, and CONNECT
 //! tunnels. Plain requests are carried by [`crate::plain`], answers that refuse are made by
-//! [`crate::answers`], the admin listener is [`crate::admin`].
+//! [`crate::answers`], the admin listener is [`crate::admin`]. The SOCKS5 listener
+//! ([`crate::socks`]) admits its callers and opens its tunnels through the same
+//! `Gateway::admit_credential` and `Gateway::open_tunnel`.
 
 use crate::admission::{
     Connection, HEAD_TOO_LARGE, Prefixed, TOO_MANY_FROM_SOURCE, Unauthenticated, first_head,
 };
 use crate::answers::{ask_failure, exhausted, failed, no_route, refusal};
-use crate::ask::{self, Options};
+use crate::ask::{self, AskError, Credential, Options};
 use crate::authority::{self, Destination};
 use crate::body::{Body, full};
 use crate::forward::{self, Carried, HopError, Timeouts};
 use crate::members::{Active, Entry, MemberKey, MemberTable, Outliers, PoolKey};
-use crate::metrics::{self, Metrics};
+use crate::metrics::{self, Listener, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{ErrorKind, Failure, served_by};
 use egress_serve::auth::{Access, Guard, Refusal};
@@ -92,12 +94,16 @@ pub struct Gateway {
     /// Tunnels open now, and a wake-up when one ends (for a shutdown that waits for them).
     open: std::sync::atomic::AtomicUsize,
     ended: tokio::sync::Notify,
+    /// Connections not yet authenticated, by source, across both listeners: a source holds
+    /// its share of them whichever protocol it speaks.
+    pub(crate) sources: Arc<Unauthenticated>,
 }
 
 /// A tunnel its member opened (it answered `200` to the gateway's CONNECT), waiting for the
-/// crawler's side: what [`Gateway::carry`] relays and counts.
-struct Opened {
-    on_upgrade: hyper::upgrade::OnUpgrade,
+/// crawler's side: what [`Gateway::relay_tunnel`] relays and counts.
+pub(crate) struct Opened {
+    /// The member that opened it.
+    pub(crate) entry: Entry,
     /// The member's socket, and what it sent past its `200`.
     member: tokio::net::TcpStream,
     early: Bytes,
@@ -105,6 +111,9 @@ struct Opened {
     fate: tokio::sync::watch::Receiver<crate::members::Fate>,
     pool: PoolKey,
     member_id: String,
+    listener: Listener,
+    /// Counts the tunnel against its member until it ends.
+    active: Active,
 }
 
 /// What was decided about a request before a member is dialled.
@@ -112,6 +121,8 @@ pub(crate) struct Admitted {
     pub(crate) pool: PoolKey,
     pub(crate) options: Options,
     pub(crate) caller: String,
+    /// Which listener took it, for the metrics.
+    pub(crate) listener: Listener,
 }
 
 impl Gateway {
@@ -130,6 +141,7 @@ impl Gateway {
             counter: AtomicU64::new(0),
             open: std::sync::atomic::AtomicUsize::new(0),
             ended: tokio::sync::Notify::new(),
+            sources: Arc::new(Unauthenticated::new(limits.unauthenticated_per_source)),
         }
     }
 
@@ -172,13 +184,29 @@ impl Gateway {
         source: IpAddr,
     ) -> Result<Admitted, (Option<PoolKey>, Failure)> {
         let credential = ask::credential(headers).map_err(|e| (None, ask_failure(&e)))?;
+        self.admit_credential(&credential, source, Listener::Http, |username| {
+            ask::options(headers, username)
+        })
+        .await
+    }
+
+    /// [`Gateway::admit`] for a credential however it came: `options` reads the options from
+    /// the credential's username (and whatever else the listener carries them in), and is
+    /// called only once the token authenticated.
+    pub(crate) async fn admit_credential(
+        &self,
+        credential: &Credential,
+        source: IpAddr,
+        listener: Listener,
+        options: impl FnOnce(Option<&str>) -> Result<Options, AskError>,
+    ) -> Result<Admitted, (Option<PoolKey>, Failure)> {
         let caller = self
             .guard
             .authenticate(source, &credential.token)
             .await
             .map_err(|r| (None, refusal(&r, credential.sent)))?;
-        let options = ask::options(headers, credential.username.as_deref())
-            .map_err(|e| (None, ask_failure(&e)))?;
+        let options =
+            options(credential.username.as_deref()).map_err(|e| (None, ask_failure(&e)))?;
         let snapshot = self.table.snapshot();
         if !snapshot.synced {
             let mut f = Failure::new(
@@ -222,6 +250,7 @@ impl Gateway {
             pool,
             options,
             caller: caller.username,
+            listener,
         })
     }
 
@@ -302,7 +331,8 @@ impl Gateway {
     }
 
     pub(crate) fn error(&self, pool: Option<&PoolKey>, f: &Failure) -> Response<Body> {
-        self.metrics.error(pool, f.member.as_deref(), f.kind);
+        self.metrics
+            .error(Listener::Http, pool, f.member.as_deref(), f.kind);
         // The details go to the crawler only: a username's options may hold what a crawler
         // mistook for them (a token pasted as the username), which the log must not keep.
         tracing::debug!(kind = f.kind.label(), status = f.status.as_u16(), "refused");
@@ -365,14 +395,34 @@ impl Gateway {
         on_upgrade: hyper::upgrade::OnUpgrade,
         started: Instant,
     ) -> Response<Body> {
+        match self.open_tunnel(&a, &destination, started).await {
+            Ok(opened) => {
+                let mut r = Response::new(full(Bytes::new()));
+                served_by(r.headers_mut(), &opened.entry);
+                tokio::spawn(self.clone().carry(on_upgrade, opened));
+                r
+            }
+            Err(f) => self.error(Some(&a.pool), &f),
+        }
+    }
+
+    /// From an admitted request with a destination to a tunnel its member opened, or why
+    /// there is none: the member chosen (session, lease, drain, passive health), dialled and
+    /// asked to CONNECT, and for traffic pinned to no session or lease, another member tried
+    /// when one failed before a byte was relayed. Both listeners open their tunnels here; the
+    /// failures of members tried before the last are counted under `a`'s listener, and the
+    /// failure returned is counted and answered by the listener, each its own way.
+    pub(crate) async fn open_tunnel(
+        &self,
+        a: &Admitted,
+        destination: &Destination,
+        started: Instant,
+    ) -> Result<Opened, Failure> {
         let mut exclude: Vec<MemberKey> = Vec::new();
         let attempts = self.attempts(&a.options);
         let mut last: Option<HopError> = None;
         for _ in 0..attempts {
-            let entry = match self.next_member(&a, &exclude, &mut last) {
-                Ok(e) => e,
-                Err(f) => return self.error(Some(&a.pool), &f),
-            };
+            let entry = self.next_member(a, &exclude, &mut last)?;
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let active = Active::new(&entry);
             match forward::connect(
@@ -383,50 +433,57 @@ impl Gateway {
             .await
             {
                 Ok((stream, early)) => {
-                    self.served(&a, &entry);
-                    self.metrics.setup.observe(started.elapsed().as_secs_f64());
+                    self.served(a, &entry);
                     let labels = metrics::member_labels(&entry);
                     self.metrics
+                        .setup
+                        .get_or_create(&metrics::on(Vec::new(), a.listener))
+                        .observe(started.elapsed().as_secs_f64());
+                    self.metrics
                         .connections
-                        .get_or_create(&metrics::with(labels.clone(), "kind", "connect"))
+                        .get_or_create(&metrics::on(
+                            metrics::with(labels.clone(), "kind", "connect"),
+                            a.listener,
+                        ))
                         .inc();
-                    let opened = Opened {
-                        on_upgrade,
+                    return Ok(Opened {
                         member: stream,
                         early,
                         labels,
                         fate: entry.slot.fate(),
                         pool: a.pool.clone(),
                         member_id: entry.member.id(),
-                    };
-                    tokio::spawn(self.clone().carry(opened, active));
-                    let mut r = Response::new(full(Bytes::new()));
-                    served_by(r.headers_mut(), &entry);
-                    return r;
+                        listener: a.listener,
+                        active,
+                        entry,
+                    });
                 }
                 Err(h) if h.retryable => {
-                    self.hop_failed(&a, &entry, &h);
-                    self.metrics
-                        .error(Some(&a.pool), h.failure.member.as_deref(), h.failure.kind);
+                    self.hop_failed(a, &entry, &h);
+                    self.metrics.error(
+                        a.listener,
+                        Some(&a.pool),
+                        h.failure.member.as_deref(),
+                        h.failure.kind,
+                    );
                     exclude.push(entry.member.key());
                     last = Some(h);
                 }
                 Err(h) => {
                     // The member answered (its policy refused the destination): it is up, and
                     // a session that asked this stays with it.
-                    self.served(&a, &entry);
-                    return self.error(Some(&a.pool), &h.failure);
+                    self.served(a, &entry);
+                    return Err(h.failure);
                 }
             }
         }
-        self.error(Some(&a.pool), &exhausted(last))
+        Err(exhausted(last))
     }
 
     /// A tunnel the member opened, once hyper hands over the crawler's socket: the relay,
-    /// socket to socket where the crawler's is plain, with the tunnel counted while it runs
-    /// and its end recorded. `_active` counts it against its member until it ends.
-    async fn carry(self: Arc<Self>, opened: Opened, _active: Active) {
-        let Ok(upgraded) = opened.on_upgrade.await else {
+    /// socket to socket where the crawler's is plain.
+    async fn carry(self: Arc<Self>, on_upgrade: hyper::upgrade::OnUpgrade, opened: Opened) {
+        let Ok(upgraded) = on_upgrade.await else {
             return;
         };
         // The crawler's own socket back from hyper (with what it read past the
@@ -442,12 +499,39 @@ impl Gateway {
                  only the sockets its own listener accepted"
             );
             self.metrics.error(
+                opened.listener,
                 Some(&opened.pool),
                 Some(&opened.member_id),
                 ErrorKind::MemberFailed,
             );
             return;
         };
+        let (unread, io) = parts.io.into_inner().into_parts();
+        // The crawler's bytes past its CONNECT head: any left of those the
+        // gateway read ahead, then those hyper read.
+        let client_early = if unread.is_empty() {
+            parts.read_buf
+        } else {
+            let mut b = Vec::with_capacity(unread.len() + parts.read_buf.len());
+            b.extend_from_slice(&unread);
+            b.extend_from_slice(&parts.read_buf);
+            Bytes::from(b)
+        };
+        self.relay_tunnel(opened, io.into_inner(), client_early)
+            .await;
+    }
+
+    /// Relays `opened` and the crawler's `crawler` socket (`client_early`: what the crawler
+    /// sent past its request) until the tunnel ends, with the tunnel counted while it runs and
+    /// its end recorded; kernel to kernel where the crawler's socket is plain. The socket
+    /// holds its listener slot, and the tunnel its member's count, until it ends.
+    pub(crate) async fn relay_tunnel(
+        &self,
+        opened: Opened,
+        crawler: Stream<Counted>,
+        client_early: Bytes,
+    ) {
+        let _active = opened.active;
         let tunnels = self.metrics.tunnels.get_or_create(&opened.labels).clone();
         tunnels.inc();
         self.open.fetch_add(1, Ordering::SeqCst);
@@ -465,19 +549,8 @@ impl Gateway {
             up: meter("up"),
             down: meter("down"),
         };
-        let (unread, io) = parts.io.into_inner().into_parts();
-        // The crawler's bytes past its CONNECT head: any left of those the
-        // gateway read ahead, then those hyper read.
-        let client_early = if unread.is_empty() {
-            parts.read_buf
-        } else {
-            let mut b = Vec::with_capacity(unread.len() + parts.read_buf.len());
-            b.extend_from_slice(&unread);
-            b.extend_from_slice(&parts.read_buf);
-            Bytes::from(b)
-        };
         let idle = self.limits.timeouts.idle;
-        let ended = match io.into_inner() {
+        let ended = match crawler {
             // A socket of its own: kernel to kernel.
             Stream::Plain(counted) => {
                 let (crawler, _slot) = counted.into_parts();
@@ -512,10 +585,9 @@ impl Gateway {
         self.ended.notify_waiters();
         self.metrics
             .ended
-            .get_or_create(&metrics::with(
-                metrics::pool_labels(&opened.pool),
-                "reason",
-                ended.label(),
+            .get_or_create(&metrics::on(
+                metrics::with(metrics::pool_labels(&opened.pool), "reason", ended.label()),
+                opened.listener,
             ))
             .inc();
     }
@@ -567,9 +639,7 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
 /// has before its first head.
 pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport: Transport) {
     let max = gateway.limits.max_connections;
-    let sources = Arc::new(Unauthenticated::new(
-        gateway.limits.unauthenticated_per_source,
-    ));
+    let sources = gateway.sources.clone();
     accept_bounded(listener, max, "gateway", |stream| {
         let gateway = gateway.clone();
         let source = egress_serve::auth::source_of(&stream);
@@ -584,7 +654,9 @@ pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport:
             let pending = match admitted {
                 Ok(Some(p)) => p,
                 Ok(None) => {
-                    gateway.metrics.error(None, None, ErrorKind::Overloaded);
+                    gateway
+                        .metrics
+                        .error(Listener::Http, None, None, ErrorKind::Overloaded);
                     let _ = stream.try_write(TOO_MANY_FROM_SOURCE);
                     return;
                 }
@@ -609,7 +681,9 @@ pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport:
                     Ok(Ok(None)) => return,
                     Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
                         use tokio::io::AsyncWriteExt;
-                        gateway.metrics.error(None, None, ErrorKind::BadRequest);
+                        gateway
+                            .metrics
+                            .error(Listener::Http, None, None, ErrorKind::BadRequest);
                         let _ = tokio::time::timeout(Duration::from_secs(1), async {
                             stream.write_all(HEAD_TOO_LARGE).await?;
                             stream.shutdown().await

@@ -9,11 +9,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod over_tls;
 #[path = "../../egress-check/tests/support/mod.rs"]
 mod support;
 
-use base64::Engine;
+use common::{
+    LEASE, NEIGHBOUR, OPS, RIVAL, SPIDER, basic, binding, credential, limits, member, metrics_text,
+    now, series, sha, squid,
+};
 use egress_core::lease::{LeaseBinding, LeaseMode};
 use egress_gateway::{Gateway, Limits, Member, MemberTable, PoolKey};
 use egress_serve::auth::Guard;
@@ -22,57 +26,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-const SPIDER: &str = "spider-token-0123456789";
-const RIVAL: &str = "rival-token-0123456789";
-/// Another crawler of the same namespace as SPIDER: it may use the pool, not SPIDER's lease.
-const NEIGHBOUR: &str = "neighbour-token-0123456789";
-const OPS: &str = "ops-token-0123456789";
-const LEASE: &str = "ns_web_l-abcdefghijklmnopqrstuvwx";
-
-fn sha(t: &str) -> String {
-    egress_serve::auth::tokens::sha256_hex(t)
-}
-
-/// Member `i`'s credential, its own: a Squid given another member's is refused (407).
-fn credential(i: usize) -> egress_core::credential::ProxyCredential {
-    let mut entropy = [0u8; egress_core::credential::PASSWORD_BYTES];
-    entropy[0] = i as u8;
-    entropy[1] = 0x5a;
-    egress_core::credential::ProxyCredential::from_entropy(&format!("web-{i}"), &entropy)
-}
-
-/// Squid from the generated config, taking the gateway's connections (from 127.0.0.1) with
-/// member `i`'s credential and egressing from `egress`.
-fn squid(binary: &std::path::Path, i: usize, egress: Ipv4Addr) -> support::Squid {
-    let mut conf = support::generated_conf_for(&["127.0.0.1/32"]);
-    conf.push_str(&format!("tcp_outgoing_address {egress}\n"));
-    let htpasswd = credential(i).htpasswd(&[i as u8; egress_core::credential::SALT_BYTES]);
-    support::Squid::start_with_htpasswd(binary, &conf, Ipv4Addr::LOCALHOST, &htpasswd)
-}
-
-fn member(i: usize, squid: &support::Squid, egress: Ipv4Addr) -> Member {
-    Member {
-        namespace: "ns".into(),
-        name: format!("web-{i}"),
-        pool: "web".into(),
-        addr: squid.listen,
-        credential: Some(credential(i)),
-        egress_ip: Some(egress.to_string()),
-        zone: None,
-        ready: true,
-        cordoned: false,
-        retire_at: None,
-        leases: Vec::new(),
-    }
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
 
 struct World {
     _squids: Vec<support::Squid>,
@@ -99,49 +52,13 @@ async fn serve_pools(
     members: Vec<Member>,
     limits: Limits,
 ) -> (SocketAddr, SocketAddr, Arc<MemberTable>, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.yaml");
-    std::fs::write(
-        &tokens,
-        format!(
-            "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: neighbour, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: rival, sha256: {}, namespaces: [{{name: other}}]}}\n- {{name: ops, sha256: {}, metrics: true}}\n",
-            sha(SPIDER),
-            sha(NEIGHBOUR),
-            sha(RIVAL),
-            sha(OPS)
-        ),
-    )
-    .unwrap();
-    let reviewer = Arc::new(egress_serve::auth::tokens::TokensFile::load(&tokens).unwrap());
-    let guard = Arc::new(Guard::new(reviewer));
-    let table = Arc::new(MemberTable::new(
-        served.iter().map(|p| PoolKey::parse(p).unwrap()).collect(),
-    ));
-    table.replace(members, true);
-    let gw = Arc::new(Gateway::new(
-        table.clone(),
-        guard,
-        Arc::new(egress_gateway::metrics::Metrics::new()),
-        limits,
-    ));
+    let (gw, table, dir) = common::gateway(served, members, limits);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (gateway, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
     tokio::spawn(egress_gateway::serve(listener, gw.clone()));
     tokio::spawn(egress_gateway::serve_admin(admin, gw));
     (gateway, admin_addr, table, dir)
-}
-
-fn limits() -> Limits {
-    Limits {
-        timeouts: egress_gateway::forward::Timeouts {
-            connect: Duration::from_secs(2),
-            answer: Duration::from_secs(10),
-            idle: Duration::from_secs(30),
-            source: None,
-        },
-        ..Limits::default()
-    }
 }
 
 async fn world(n: usize) -> Option<World> {
@@ -168,13 +85,6 @@ async fn world(n: usize) -> Option<World> {
         pin: identity.fingerprint,
         _dir: dir,
     })
-}
-
-fn basic(user: &str, password: &str) -> String {
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-    )
 }
 
 /// A response head: status and headers (lower-case names).
@@ -519,10 +429,10 @@ async fn an_exclusive_leases_proxy_serves_only_its_holder_and_a_drain_closes_tun
     let mut text = String::new();
     s.read_to_string(&mut text).await.unwrap();
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert!(text.contains("egress_gateway_connections_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"connect\"}"), "{text}");
+    assert!(text.contains("egress_gateway_connections_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"connect\",listener=\"http\"}"), "{text}");
     assert!(
         text.contains(
-            "egress_gateway_tunnels_ended_total{namespace=\"ns\",pool=\"web\",reason=\"retired\"} 1"
+            "egress_gateway_tunnels_ended_total{namespace=\"ns\",pool=\"web\",reason=\"retired\",listener=\"http\"} 1"
         ),
         "{text}"
     );
@@ -541,35 +451,6 @@ async fn an_exclusive_leases_proxy_serves_only_its_holder_and_a_drain_closes_tun
 }
 
 /// The admin listener's `/metrics`, read with the token allowed them.
-async fn metrics_text(admin: SocketAddr) -> String {
-    let mut s = TcpStream::connect(admin).await.unwrap();
-    s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPS}\r\nConnection: close\r\n\r\n").as_bytes()).await.unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).await.unwrap();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text
-}
-
-/// The value of the series whose name and labels start `prefix`, if it is there.
-fn series(text: &str, prefix: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(prefix))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-}
-
-fn binding(holder: &str, expires_in: i64) -> LeaseBinding {
-    LeaseBinding {
-        id: LEASE.into(),
-        holder: holder.into(),
-        mode: LeaseMode::Exclusive,
-        acquired_at: egress_core::gc::format_rfc3339(now() - 60),
-        expires_at: egress_core::gc::format_rfc3339(now() + expires_in),
-        count: 1,
-        ip: Some("127.0.0.1".into()),
-    }
-}
-
 /// Each Squid takes only its own credential: a member given another's is refused by its
 /// Squid (407), which the gateway answers as a 502 naming it and counts against that member.
 /// Plain-HTTP bytes are counted per member.
@@ -607,7 +488,7 @@ async fn each_member_takes_only_its_own_credential_and_its_failures_count_agains
     let text = metrics_text(w.admin).await;
     let failed = series(
         &text,
-        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\"}",
+        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\",listener=\"http\"}",
     );
     assert!(failed.is_some_and(|n| n >= 2.0), "{text}");
     // With its own credential back, it serves.
@@ -750,7 +631,7 @@ async fn a_member_that_does_not_answer_in_time_is_a_504_on_both_paths() {
     let text = metrics_text(admin).await;
     let failed = series(
         &text,
-        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\"}",
+        "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"web-1\",kind=\"member_failed\",listener=\"http\"}",
     );
     assert!(failed.is_some_and(|n| n >= 2.0), "{text}");
 }

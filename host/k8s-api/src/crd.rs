@@ -163,6 +163,14 @@ pub struct ProxyPoolSpec {
     /// drained: it goes at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_timeout: Option<String>,
+    /// How a member a target bans is kept from that target, and from it only: `cooldown`
+    /// (default 5m, doubling per quarantine in a row up to `maxCooldown`, default 6h),
+    /// `maxQuarantinedPercent` (the most of the pool one target quarantines at once, default
+    /// 50), `replaceAfterTargets` (distinct targets at once that replace a member, default 5;
+    /// 0 never) and `signalStatuses` (a plain request's answers the gateway reads as a ban,
+    /// default 403, 429, 503).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<egress_core::target::QuarantinePolicy>,
 }
 
 /// maxSurge and maxUnavailable as Kubernetes' IntOrString: a structural schema cannot hold
@@ -225,6 +233,7 @@ impl ProxyPool {
                 distinct_egress: self.spec.distinct_egress,
                 leases: self.spec.leases.clone(),
                 drain_timeout: self.spec.drain_timeout.clone(),
+                quarantine: self.spec.quarantine.clone(),
             },
             status: None,
         }

@@ -97,6 +97,17 @@ pub async fn run(
         what: "--listen".into(),
         message,
     })?;
+    let socks_tls = match (a.socks_listen, &tls, a.socks_plaintext) {
+        (None, _, _) => None,
+        (Some(_), egress_serve::tls::Mode::Tls { .. }, false) => Some(true),
+        (Some(_), egress_serve::tls::Mode::Plaintext, true) => Some(false),
+        (Some(_), _, _) => {
+            return Err(CliError::Input {
+                what: "--socks-listen".into(),
+                message: "--socks-listen carries its callers' tokens: serve it over TLS with --tls-cert and --tls-key, or in clear with --socks-plaintext (on loopback or a node-local address only)".into(),
+            });
+        }
+    };
     let pools = a
         .pools
         .iter()
@@ -179,6 +190,10 @@ pub async fn run(
     };
     let listener = bind(a.listen).await?;
     let admin = bind(a.admin_listen).await?;
+    let socks = match a.socks_listen {
+        Some(addr) => Some(bind(addr).await?),
+        None => None,
+    };
     let limits = Limits {
         timeouts: egress_gateway::forward::Timeouts {
             connect: a.connect_timeout,
@@ -209,6 +224,20 @@ pub async fn run(
         gateway.clone(),
         transport.clone(),
     ));
+    if let (Some(socks), Some(over_tls)) = (socks, socks_tls) {
+        // Over the HTTP listener's TLS, its certificate reloaded with it.
+        let socks_transport = if over_tls {
+            transport.clone()
+        } else {
+            egress_serve::tls::Transport::Plaintext
+        };
+        tracing::info!(listen = ?a.socks_listen, tls = over_tls, "gateway serving SOCKS5");
+        tokio::spawn(egress_gateway::socks::serve_socks(
+            socks,
+            gateway.clone(),
+            socks_transport,
+        ));
+    }
     tokio::select! {
         () = egress_gateway::server::serve_over(listener, gateway.clone(), transport) => {}
         () = stop => {}

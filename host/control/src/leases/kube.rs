@@ -4,12 +4,12 @@
 //! Proxies from the API server (a list of one pool by label), not from a watch cache, so a
 //! lease granted by one replica is renewed by another at once.
 
-use super::{LeaseRefusal, LeaseStore, Leases, PoolFacts};
+use super::{LeaseRefusal, LeaseStore, Leases, PoolFacts, Records};
 use crate::metrics::Metrics;
 use egress_core::ProxyStatus;
 use egress_core::credential::ProxyCredential;
 use egress_core::discovery::{CORDON_ANNOTATION, POOL_LABEL};
-use egress_core::lease::{self, BanReport, Held, LeaseBinding, LeaseRef};
+use egress_core::lease::{self, Held, LeaseRef};
 use egress_k8s_api::api_error_summary;
 use egress_k8s_api::crd::{Proxy, ProxyPool};
 use egress_time::now::Clock;
@@ -101,6 +101,7 @@ impl LeaseStore for KubeProxies {
         PoolFacts {
             policy: pool.spec.leases.clone().unwrap_or_default(),
             replicas: pool.spec.replicas,
+            quarantine: pool.spec.quarantine.clone().unwrap_or_default(),
             lost: pool
                 .status
                 .as_ref()
@@ -163,16 +164,22 @@ impl LeaseStore for KubeProxies {
     async fn write(
         &self,
         m: &Member,
-        bindings: Vec<LeaseBinding>,
-        bans: Option<Vec<BanReport>>,
+        records: Records,
         now: i64,
     ) -> Result<Option<Member>, LeaseRefusal> {
-        let bindings =
-            lease::with_replaced(&m.status.leases, m.status.ip.as_deref(), bindings, now);
+        let bindings = lease::with_replaced(
+            &m.status.leases,
+            m.status.ip.as_deref(),
+            records.bindings,
+            now,
+        );
         let mut status = json!({ "leases": bindings });
-        if let Some(b) = bans {
+        if let Some(b) = records.bans {
             status["banReports"] = json!(b.len());
             status["banReporters"] = json!(b);
+        }
+        if let Some(q) = records.quarantines {
+            status["quarantines"] = json!(q);
         }
         let patch = json!({
             "metadata": {"resourceVersion": m.proxy.resource_version()},
@@ -205,7 +212,7 @@ impl LeaseStore for KubeProxies {
         }
     }
 
-    async fn cordon(&self, m: &Member, bans: usize) {
+    async fn cordon(&self, m: &Member, why: &str) {
         let patch = json!({"metadata": {"annotations": {CORDON_ANNOTATION: "true"}}});
         let name = m.proxy.name_any();
         match self
@@ -214,10 +221,10 @@ impl LeaseStore for KubeProxies {
             .await
         {
             Ok(_) => {
-                tracing::info!(proxy = %name, bans, "cordoned: its lease holders reported it banned")
+                tracing::info!(proxy = %name, why, "cordoned")
             }
             Err(e) => {
-                tracing::warn!(proxy = %name, "cordoning a banned proxy failed: {}", api_error_summary(&e))
+                tracing::warn!(proxy = %name, why, "cordoning failed: {}", api_error_summary(&e))
             }
         }
     }

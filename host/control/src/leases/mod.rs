@@ -17,6 +17,7 @@ use egress_core::lease::{
     self, BanReport, Held, LeaseBinding, LeasePolicy, LeaseRef, LeaseRequest, LeaseView, LostProxy,
     Outcome, ReleaseRequest, RenewRequest,
 };
+use egress_core::target::{self as quarantine, Quarantine, QuarantinePolicy, ReportRequest};
 use egress_time::now::Clock;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +30,8 @@ pub enum LeaseRefusal {
     /// 404: no such pool, or no such live lease of the caller's (and what it lost, if it lost
     /// proxies). Another's lease is answered as one that does not exist.
     NotFound(String),
-    /// 429: the caller holds as many of the pool's proxies as `leases.maxPerHolder` allows.
+    /// 429: the caller holds as many of the pool's proxies as `leases.maxPerHolder` allows,
+    /// or reported as many bans as its rate allows.
     TooMany(String),
     /// 503 with Retry-After: no proxy free now, and why.
     Unavailable {
@@ -75,6 +77,23 @@ pub trait LeaseBook: Send + Sync {
     ) -> Result<(), LeaseRefusal>;
     async fn view(&self, holder: &str, at: &LeaseRef, id: &str) -> Result<LeaseView, LeaseRefusal>;
     async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal>;
+    /// A target refused one of the pool's proxies (`POST /v1/reports`): the proxy is
+    /// quarantined for that target.
+    async fn report(&self, holder: &str, req: &ReportRequest) -> Result<Reported, LeaseRefusal>;
+}
+
+/// What a report did, as its caller is told.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reported {
+    /// `namespace/name` of the Proxy.
+    pub proxy: String,
+    /// The target the report was counted for: the registrable domain of the host named.
+    pub target: String,
+    /// RFC 3339: until when new traffic for the target avoids the proxy.
+    pub quarantined_until: String,
+    /// False when this caller had reported this quarantine already (counted once).
+    pub counted: bool,
 }
 
 /// What a pool's leases go by.
@@ -84,6 +103,8 @@ pub struct PoolFacts<'a> {
     pub policy: LeasePolicy,
     /// `spec.replicas`, which `leases.maxPerHolder` may be a percentage of.
     pub replicas: u32,
+    /// `spec.quarantine`.
+    pub quarantine: QuarantinePolicy,
     /// What its leases lost (`status.lostLeases`).
     pub lost: &'a [LostProxy],
 }
@@ -114,21 +135,21 @@ pub trait LeaseStore: Send + Sync {
     fn cordoned(m: &Self::Member) -> bool;
     /// `namespace/name`, for what is said about it.
     fn key(m: &Self::Member) -> String;
-    /// Writes `bindings` (and the ban reports `bans`) as the records of `m` on the condition
-    /// that it is the version read, keeping its live bindings of a replaced instance (their
-    /// holders' record of the loss). `Ok(None)`: it changed since, or is gone.
+    /// Writes `records` as the records of `m` on the condition that it is the version read,
+    /// keeping its live bindings of a replaced instance (their holders' record of the loss).
+    /// `Ok(None)`: it changed since, or is gone.
     async fn write(
         &self,
         m: &Self::Member,
-        bindings: Vec<LeaseBinding>,
-        bans: Option<Vec<BanReport>>,
+        records: Records,
         now: i64,
     ) -> Result<Option<Self::Member>, LeaseRefusal>;
     /// `m` as it is now, after a write found it changed; None when it is gone.
     async fn reread(&self, m: &Self::Member) -> Result<Option<Self::Member>, LeaseRefusal>;
-    /// Cordons a proxy enough of its holders reported banned (`bans` of them): out of discovery
-    /// and leases, to be replaced through the pool's budget. Best effort, said when it fails.
-    async fn cordon(&self, m: &Self::Member, bans: usize);
+    /// Cordons a proxy enough of its holders reported banned, or that enough targets
+    /// quarantine at once (`why`): out of discovery and leases, to be replaced through the
+    /// pool's budget. Best effort, said when it fails.
+    async fn cordon(&self, m: &Self::Member, why: &str);
     /// A release landed on `m` (a draining proxy may go now).
     fn released(&self, _m: &Self::Member) {}
 }
@@ -155,8 +176,27 @@ pub struct Leases<S> {
     metrics: Arc<Metrics>,
 }
 
-/// A member's change: its new bindings and, when they changed, its ban reports.
-type Change = Option<(Vec<LeaseBinding>, Option<Vec<BanReport>>)>;
+/// What a change writes on a member: its bindings, and its ban reports and quarantines where
+/// they changed (None keeps what it has).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Records {
+    pub bindings: Vec<LeaseBinding>,
+    pub bans: Option<Vec<BanReport>>,
+    pub quarantines: Option<Vec<Quarantine>>,
+}
+
+impl Records {
+    /// New bindings, nothing else changed.
+    pub fn bindings(bindings: Vec<LeaseBinding>) -> Self {
+        Self {
+            bindings,
+            ..Self::default()
+        }
+    }
+}
+
+/// A member's change, or None: nothing to write.
+type Change = Option<Records>;
 
 impl<S: LeaseStore> Leases<S> {
     pub fn with_store(store: Arc<S>, now: Clock, metrics: Arc<Metrics>) -> Self {
@@ -218,11 +258,11 @@ impl<S: LeaseStore> Leases<S> {
         let key = S::key(&first);
         let mut current = first;
         for _ in 0..ATTEMPTS {
-            let Some((bindings, bans)) = change(&current)? else {
+            let Some(records) = change(&current)? else {
                 return Ok(None);
             };
             let now = (self.now)();
-            if let Some(updated) = self.store.write(&current, bindings, bans, now).await? {
+            if let Some(updated) = self.store.write(&current, records, now).await? {
                 return Ok(Some(updated));
             }
             current = match self.store.reread(&current).await? {
@@ -245,7 +285,7 @@ impl<S: LeaseStore> Leases<S> {
                     let b = S::held(m, now).bindings();
                     Ok(b.iter()
                         .any(|x| x.id == id)
-                        .then(|| (lease::without(&b, id, now), None)))
+                        .then(|| Records::bindings(lease::without(&b, id, now))))
                 })
                 .await;
             if let Err(e) = r {
@@ -301,7 +341,11 @@ impl<S: LeaseStore> Leases<S> {
             let mut written: Vec<S::Member> = Vec::new();
             let mut conflicted = false;
             for (i, bindings) in granted {
-                match self.store.write(&members[i], bindings, None, now).await {
+                match self
+                    .store
+                    .write(&members[i], Records::bindings(bindings), now)
+                    .await
+                {
                     Ok(Some(updated)) => written.push(updated),
                     Ok(None) => {
                         conflicted = true;
@@ -348,7 +392,7 @@ impl<S: LeaseStore> Leases<S> {
                     let h = S::held(m, now);
                     let cap = h.retiring.map(|(at, _)| at);
                     match lease::renew(&h.bindings(), id, holder, ttl, cap, now) {
-                        Ok(b) => Ok(Some((b, None))),
+                        Ok(b) => Ok(Some(Records::bindings(b))),
                         // Ended on this one since it was read.
                         Err(lease::LeaseError::NotFound(_)) => Ok(None),
                     }
@@ -375,8 +419,21 @@ impl<S: LeaseStore> Leases<S> {
         req: &ReleaseRequest,
     ) -> Result<(), LeaseRefusal> {
         let pool = self.store.pool(at).await?;
-        let policy = S::facts(&pool).policy;
+        let facts = S::facts(&pool);
+        let policy = facts.policy.clone();
         let banned = req.outcome == Some(Outcome::Banned);
+        // A ban that names its target quarantines the proxy for that target only; one that
+        // names none counts toward cordoning it for every target (`leases.cordonAfterBans`).
+        let target = match (&req.target, banned) {
+            (Some(host), true) => Some(report_target(host)?),
+            (Some(_), false) => {
+                return Err(LeaseRefusal::BadRequest(
+                    "body: target: only with outcome banned".into(),
+                ));
+            }
+            (None, _) => None,
+        };
+        let cooldowns = quarantine::Cooldowns::of(&facts.quarantine);
         let members = self.store.members(at, &pool).await?;
         let now = (self.now)();
         // Every ban report on the pool's proxies: a holder's reports count at a bounded rate.
@@ -384,21 +441,47 @@ impl<S: LeaseStore> Leases<S> {
             .iter()
             .flat_map(|m| S::status(m).ban_reporters.iter().cloned())
             .collect();
+        let mut quarantines_in_pool: Vec<Quarantine> = members
+            .iter()
+            .flat_map(|m| S::status(m).quarantines.iter().cloned())
+            .collect();
         let mut released = 0;
+        let mut quarantined = Vec::new();
         for m in members.iter().filter(|m| Self::holds(m, id, holder, now)) {
             let counted = &in_pool;
+            let counted_quarantines = &quarantines_in_pool;
             let done = self
                 .settle(m.clone(), |m| {
                     match lease::release(&S::held(m, now).bindings(), id, holder, now) {
                         Ok(b) => {
-                            let reports = &S::status(m).ban_reporters;
-                            let bans = match banned
-                                .then(|| lease::report_ban(reports, counted, holder, now))
-                            {
-                                Some(lease::BanVerdict::Counted(r)) => Some(r),
-                                _ => None,
-                            };
-                            Ok(Some((b, bans)))
+                            let mut records = Records::bindings(b);
+                            if let Some(target) = &target {
+                                let signal = quarantine::Signal {
+                                    member: &proxy_name::<S>(m),
+                                    target,
+                                    holder,
+                                    retry_after: None,
+                                };
+                                if let quarantine::Reported::Quarantined { records: q, .. } =
+                                    quarantine::report(
+                                        &S::status(m).quarantines,
+                                        counted_quarantines,
+                                        &signal,
+                                        &cooldowns,
+                                        now,
+                                    )
+                                {
+                                    records.quarantines = Some(q);
+                                }
+                            } else if banned {
+                                let reports = &S::status(m).ban_reporters;
+                                if let lease::BanVerdict::Counted(r) =
+                                    lease::report_ban(reports, counted, holder, now)
+                                {
+                                    records.bans = Some(r);
+                                }
+                            }
+                            Ok(Some(records))
                         }
                         Err(lease::LeaseError::NotFound(_)) => Ok(None),
                     }
@@ -409,17 +492,26 @@ impl<S: LeaseStore> Leases<S> {
             let reports = S::status(&updated).ban_reporters.clone();
             // This release's own report, for the rate of the next proxy it releases.
             let who = lease::holder_digest(holder);
-            let at = egress_core::gc::format_rfc3339(now);
+            let stamp = egress_core::gc::format_rfc3339(now);
             in_pool.extend(
                 reports
                     .iter()
-                    .filter(|r| r.reporter == who && r.at == at)
+                    .filter(|r| r.reporter == who && r.at == stamp)
                     .cloned(),
             );
-            if banned && lease::cordons(&reports, &policy) && !S::cordoned(&updated) {
-                self.store.cordon(&updated, reports.len()).await;
+            if target.is_some() {
+                quarantines_in_pool.extend(S::status(&updated).quarantines.iter().cloned());
+                quarantined.push(updated.clone());
+            } else if banned && lease::cordons(&reports, &policy) && !S::cordoned(&updated) {
+                let why = format!("{} of its lease holders reported it banned", reports.len());
+                self.store.cordon(&updated, &why).await;
             }
             self.store.released(&updated);
+        }
+        if !quarantined.is_empty() {
+            let members = self.store.members(at, &pool).await?;
+            self.replace_if_quarantined(&members, &quarantined, &facts.quarantine, now)
+                .await;
         }
         if released == 0 {
             return Err(Self::gone(&pool, &members, id, holder, now));
@@ -430,6 +522,164 @@ impl<S: LeaseStore> Leases<S> {
         }
         Ok(())
     }
+}
+
+impl<S: LeaseStore> Leases<S> {
+    async fn report_in(
+        &self,
+        holder: &str,
+        req: &ReportRequest,
+        at: &LeaseRef,
+    ) -> Result<Reported, LeaseRefusal> {
+        let target = report_target(&req.target)?;
+        let retry_after = match req.retry_after {
+            Some(s) if s > MAX_RETRY_AFTER.as_secs() => {
+                return Err(LeaseRefusal::BadRequest(format!(
+                    "body: retryAfter: at most {} seconds",
+                    MAX_RETRY_AFTER.as_secs()
+                )));
+            }
+            r => r.map(Duration::from_secs),
+        };
+        let pool = self.store.pool(at).await?;
+        let facts = S::facts(&pool);
+        let cooldowns = quarantine::Cooldowns::of(&facts.quarantine);
+        let members = self.store.members(at, &pool).await?;
+        let key = format!("{}/{}", at.namespace, req.proxy);
+        let Some(member) = members.iter().find(|m| S::key(m) == key) else {
+            return Err(LeaseRefusal::NotFound(format!(
+                "no proxy {key} in pool {}/{}",
+                at.namespace, at.pool
+            )));
+        };
+        let in_pool: Vec<Quarantine> = members
+            .iter()
+            .flat_map(|m| S::status(m).quarantines.iter().cloned())
+            .collect();
+        let now = (self.now)();
+        let signal = quarantine::Signal {
+            member: &req.proxy,
+            target: &target,
+            holder,
+            retry_after,
+        };
+        let over_rate = std::sync::atomic::AtomicBool::new(false);
+        let written = self
+            .settle(member.clone(), |m| {
+                match quarantine::report(
+                    &S::status(m).quarantines,
+                    &in_pool,
+                    &signal,
+                    &cooldowns,
+                    now,
+                ) {
+                    quarantine::Reported::Quarantined { records, .. } => Ok(Some(Records {
+                        bindings: S::held(m, now).bindings(),
+                        bans: None,
+                        quarantines: Some(records),
+                    })),
+                    quarantine::Reported::Repeated { .. } => Ok(None),
+                    quarantine::Reported::OverRate => {
+                        over_rate.store(true, std::sync::atomic::Ordering::Relaxed);
+                        Ok(None)
+                    }
+                }
+            })
+            .await?;
+        if over_rate.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(LeaseRefusal::TooMany(format!(
+                "this caller reported {} bans in pool {}/{} within {}s: this one is not counted",
+                egress_core::target::REPORTS_PER_WINDOW,
+                at.namespace,
+                at.pool,
+                egress_core::target::REPORT_WINDOW.as_secs()
+            )));
+        }
+        let counted = written.is_some();
+        let now_member = written.clone().unwrap_or_else(|| member.clone());
+        let until = S::status(&now_member)
+            .quarantines
+            .iter()
+            .find(|q| q.target == target)
+            .map(|q| q.until.clone())
+            .unwrap_or_default();
+        if let Some(updated) = written {
+            let members = self.store.members(at, &pool).await?;
+            self.replace_if_quarantined(&members, &[updated], &facts.quarantine, now)
+                .await;
+        }
+        Ok(Reported {
+            proxy: key,
+            target,
+            quarantined_until: until,
+            counted,
+        })
+    }
+
+    /// Cordons those of `reported` that the pool's records quarantine for
+    /// `replaceAfterTargets` distinct targets at once (the cap per target applied), so the
+    /// pool replaces them through its budget.
+    async fn replace_if_quarantined(
+        &self,
+        members: &[S::Member],
+        reported: &[S::Member],
+        policy: &QuarantinePolicy,
+        now: i64,
+    ) {
+        let names: Vec<String> = members.iter().map(proxy_name::<S>).collect();
+        let view = quarantine::pool_targets(
+            names
+                .iter()
+                .zip(members)
+                .map(|(n, m)| (n.as_str(), S::status(m).quarantines.as_slice())),
+            members.len(),
+            policy.max_quarantined_percent,
+            now,
+        );
+        let due = quarantine::to_replace(&view, policy);
+        for m in reported {
+            if due.contains(&proxy_name::<S>(m)) && !S::cordoned(m) {
+                let why = format!(
+                    "quarantined by {} or more targets at once",
+                    policy.replace_after_targets
+                );
+                self.store.cordon(m, &why).await;
+            }
+        }
+    }
+}
+
+/// The longest `retryAfter` a report may carry: the longest quarantine there is.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// The target of the host a report names, or what is wrong with it.
+fn report_target(host: &str) -> Result<String, LeaseRefusal> {
+    let bad = |why: &str| LeaseRefusal::BadRequest(format!("body: target: {why}"));
+    if host.is_empty() {
+        return Err(bad("empty"));
+    }
+    let spelled = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => host.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        }),
+    };
+    if !spelled {
+        return Err(bad(
+            "a host name, dotted quad or [IPv6] address, without scheme, port or path",
+        ));
+    }
+    quarantine::target_of(host).ok_or_else(|| bad("longer than a host name may be"))
+}
+
+/// The name of member `m` (its key is `namespace/name`).
+fn proxy_name<S: LeaseStore>(m: &S::Member) -> String {
+    let key = S::key(m);
+    key.rsplit_once('/')
+        .map_or(key.clone(), |(_, n)| n.to_string())
 }
 
 #[async_trait::async_trait]
@@ -476,6 +726,16 @@ impl<S: LeaseStore> LeaseBook for Leases<S> {
             .ok_or_else(|| Self::gone(&pool, &members, id, holder, now))
     }
 
+    async fn report(&self, holder: &str, req: &ReportRequest) -> Result<Reported, LeaseRefusal> {
+        let at = LeaseRef {
+            namespace: req.namespace.clone(),
+            pool: req.pool.clone(),
+        };
+        let r = self.report_in(holder, req, &at).await;
+        count_call(&self.metrics, &at, "report", &r);
+        r
+    }
+
     async fn list(&self, holder: &str, at: &LeaseRef) -> Result<Vec<LeaseView>, LeaseRefusal> {
         let pool = self.store.pool(at).await?;
         let members = self.store.members(at, &pool).await?;
@@ -520,6 +780,7 @@ mod tests {
         members: Mutex<Vec<Member>>,
         next: Mutex<Vec<(String, Next)>>,
         writes: Mutex<Vec<String>>,
+        cordons: Mutex<Vec<(String, String)>>,
         policy: LeasePolicy,
     }
 
@@ -550,6 +811,7 @@ mod tests {
                 ),
                 next: Mutex::new(Vec::new()),
                 writes: Mutex::new(Vec::new()),
+                cordons: Mutex::new(Vec::new()),
                 policy: serde_json::from_str(r#"{"maxPerHolder": "100%"}"#).unwrap(),
             }
         }
@@ -573,6 +835,11 @@ mod tests {
             PoolFacts {
                 policy: pool.clone(),
                 replicas: 2,
+                quarantine: QuarantinePolicy {
+                    replace_after_targets: 2,
+                    max_quarantined_percent: 100,
+                    ..QuarantinePolicy::default()
+                },
                 lost: &[],
             }
         }
@@ -618,8 +885,7 @@ mod tests {
         async fn write(
             &self,
             m: &Member,
-            bindings: Vec<LeaseBinding>,
-            _: Option<Vec<BanReport>>,
+            records: Records,
             now: i64,
         ) -> Result<Option<Member>, LeaseRefusal> {
             self.writes.lock().unwrap().push(m.name.clone());
@@ -643,9 +909,12 @@ mod tests {
             stored.status.leases = lease::with_replaced(
                 &stored.status.leases,
                 stored.status.ip.as_deref(),
-                bindings,
+                records.bindings,
                 now,
             );
+            if let Some(q) = records.quarantines {
+                stored.status.quarantines = q;
+            }
             stored.version += 1;
             Ok(Some(stored.clone()))
         }
@@ -653,7 +922,12 @@ mod tests {
             let members = self.members.lock().unwrap();
             Ok(members.iter().find(|s| s.name == m.name).cloned())
         }
-        async fn cordon(&self, _: &Member, _: usize) {}
+        async fn cordon(&self, m: &Member, why: &str) {
+            self.cordons
+                .lock()
+                .unwrap()
+                .push((m.name.clone(), why.to_string()));
+        }
     }
 
     fn leases(store: Memory) -> Leases<Memory> {
@@ -700,5 +974,174 @@ mod tests {
         for name in ["a", "b"] {
             assert!(l.store().bindings(name).is_empty(), "{name}");
         }
+    }
+
+    fn report_of(proxy: &str, target: &str) -> ReportRequest {
+        serde_json::from_value(serde_json::json!({
+            "namespace": "ns", "pool": "web", "proxy": proxy, "target": target
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_report_quarantines_the_proxy_for_the_target_once_per_holder() {
+        let l = leases(Memory::new(&["a", "b"]));
+        let r = l
+            .report("spider", &report_of("a", "www.shop.example.co.uk"))
+            .await
+            .unwrap();
+        assert_eq!(r.target, "example.co.uk");
+        assert_eq!(r.proxy, "ns/a");
+        assert!(r.counted);
+        let until = egress_core::gc::parse_rfc3339(&r.quarantined_until).unwrap();
+        assert!(until > NOW + 200, "{r:?}");
+        let stored = l.store().members.lock().unwrap()[0]
+            .status
+            .quarantines
+            .clone();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].target, "example.co.uk");
+        // Again by the same holder: counted once, nothing written.
+        let writes = l.store().writes.lock().unwrap().len();
+        let again = l
+            .report("spider", &report_of("a", "img.example.co.uk"))
+            .await
+            .unwrap();
+        assert!(!again.counted);
+        assert_eq!(again.quarantined_until, r.quarantined_until);
+        assert_eq!(l.store().writes.lock().unwrap().len(), writes);
+        // b keeps its record empty: the report was of a only.
+        assert!(
+            l.store().members.lock().unwrap()[1]
+                .status
+                .quarantines
+                .is_empty()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_report_is_refused_naming_what_is_wrong_before_anything_is_written() {
+        let l = leases(Memory::new(&["a"]));
+        for (proxy, target, field) in [
+            ("a", "", "target"),
+            ("a", "https://example.com/x", "target"),
+            ("a", "example.com:443", "target"),
+            ("z", "example.com", "ns/z"),
+        ] {
+            let e = l
+                .report("spider", &report_of(proxy, target))
+                .await
+                .unwrap_err();
+            let text = format!("{e:?}");
+            assert!(text.contains(field), "{proxy} {target}: {text}");
+        }
+        let mut long = report_of("a", "example.com");
+        long.retry_after = Some(10 * 24 * 3600);
+        assert!(matches!(
+            l.report("spider", &long).await,
+            Err(LeaseRefusal::BadRequest(m)) if m.contains("retryAfter")
+        ));
+        assert!(l.store().writes.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_report_that_meets_a_changed_proxy_is_decided_again_on_what_it_became() {
+        let store = Memory::new(&["a"]);
+        store.next.lock().unwrap().push(("a".into(), Next::Changed));
+        let l = leases(store);
+        let r = l
+            .report("spider", &report_of("a", "example.com"))
+            .await
+            .unwrap();
+        assert!(r.counted);
+        assert_eq!(l.store().writes.lock().unwrap().len(), 2);
+        assert_eq!(
+            l.store().members.lock().unwrap()[0]
+                .status
+                .quarantines
+                .len(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn a_holders_reports_past_its_rate_are_refused_with_429() {
+        let names: Vec<String> = (0..=egress_core::target::REPORTS_PER_WINDOW)
+            .map(|i| format!("m{i}"))
+            .collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let l = leases(Memory::new(&refs));
+        for n in &names[..egress_core::target::REPORTS_PER_WINDOW] {
+            l.report("spider", &report_of(n, "example.com"))
+                .await
+                .unwrap();
+        }
+        let last = names.last().unwrap();
+        assert!(matches!(
+            l.report("spider", &report_of(last, "example.com")).await,
+            Err(LeaseRefusal::TooMany(_))
+        ));
+        // Another holder is not held back.
+        assert!(
+            l.report("other", &report_of(last, "example.com"))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_proxy_quarantined_by_enough_targets_is_cordoned_and_not_before() {
+        // The store's pool replaces after 2 targets.
+        let l = leases(Memory::new(&["a", "b"]));
+        l.report("spider", &report_of("a", "one.example"))
+            .await
+            .unwrap();
+        assert!(l.store().cordons.lock().unwrap().is_empty());
+        l.report("spider", &report_of("b", "two.example"))
+            .await
+            .unwrap();
+        assert!(l.store().cordons.lock().unwrap().is_empty());
+        l.report("spider", &report_of("a", "two.example"))
+            .await
+            .unwrap();
+        let cordons = l.store().cordons.lock().unwrap().clone();
+        assert_eq!(cordons.len(), 1, "{cordons:?}");
+        assert_eq!(cordons[0].0, "a");
+        assert!(cordons[0].1.contains("2 or more targets"), "{cordons:?}");
+    }
+
+    #[tokio::test]
+    async fn a_release_banned_with_a_target_quarantines_instead_of_counting_a_ban() {
+        let l = leases(Memory::new(&["a"]));
+        let view = l.acquire("spider", &ask(1)).await.unwrap();
+        let at = LeaseRef {
+            namespace: "ns".into(),
+            pool: "web".into(),
+        };
+        let release: ReleaseRequest = serde_json::from_value(serde_json::json!({
+            "outcome": "banned", "target": "www.example.com"
+        }))
+        .unwrap();
+        l.release("spider", &at, &view.id, &release).await.unwrap();
+        let status = l.store().members.lock().unwrap()[0].status.clone();
+        assert!(
+            status
+                .leases
+                .iter()
+                .all(|b| b.id != view.id || !b.live(NOW))
+        );
+        assert_eq!(status.quarantines.len(), 1);
+        assert_eq!(status.quarantines[0].target, "example.com");
+        assert_eq!(status.ban_reporters.len(), 0);
+        // A target without a ban is a mistake, said before anything is written.
+        let view = l.acquire("spider", &ask(1)).await.unwrap();
+        let ok_with_target: ReleaseRequest = serde_json::from_value(serde_json::json!({
+            "target": "www.example.com"
+        }))
+        .unwrap();
+        assert!(matches!(
+            l.release("spider", &at, &view.id, &ok_with_target).await,
+            Err(LeaseRefusal::BadRequest(m)) if m.contains("target")
+        ));
     }
 }

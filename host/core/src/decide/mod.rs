@@ -7,6 +7,7 @@
 //!   a Proxy that stopped serving may be replaced.
 //! - [`pool`]: a ProxyPool's creates, deletes, drains and status.
 //! - [`lease`]: which proxies a lease gets, renewals, releases, ban reports, lost proxies.
+//! - [`quarantine`]: which members a target's bans keep from it, within the cap per target.
 //! - [`discovery`]: which Proxies a caller may be told of, and how they are described.
 //! - [`gc`]: which instances no Proxy owns any more.
 //! - [`settle`]: a value that counts only once it held still.
@@ -16,5 +17,6 @@ pub mod egress;
 pub mod gc;
 pub mod lease;
 pub mod pool;
+pub mod quarantine;
 pub mod reconcile;
 pub mod settle;

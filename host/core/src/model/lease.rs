@@ -208,9 +208,14 @@ pub struct ReleaseRequest {
     /// `ok` (the default) or `banned`: a target refused the proxy's address. A ban report
     /// counts toward cordoning the proxy (the pool's `leases.cordonAfterBans` holders), once
     /// per holder and proxy and at most [`BAN_REPORTS_PER_WINDOW`] a holder per hour; it
-    /// never deletes the proxy on its own.
+    /// never deletes the proxy on its own. With `target`, the ban quarantines the proxy for
+    /// that target only (`crate::target`), and counts toward nothing else.
     #[serde(default)]
     pub outcome: Option<Outcome>,
+    /// With `outcome: banned`: the host that refused the proxy; its registrable domain is the
+    /// target it is quarantined for.
+    #[serde(default)]
+    pub target: Option<String>,
 }
 
 /// A proxy the lease held and no longer holds, and why.

@@ -10,3 +10,4 @@ pub mod lease;
 pub mod name;
 pub mod pool;
 pub mod proxy;
+pub mod target;

@@ -63,9 +63,18 @@ pub struct PoolSpec {
     /// drained: it goes at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_timeout: Option<String>,
+    /// How a member a target bans is kept from that target (and only from it): cooldowns, the
+    /// cap per target, when many targets' bans replace it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<crate::model::target::QuarantinePolicy>,
 }
 
 impl PoolSpec {
+    /// `spec.quarantine`, or its defaults.
+    pub fn quarantine_policy(&self) -> crate::model::target::QuarantinePolicy {
+        self.quarantine.clone().unwrap_or_default()
+    }
+
     /// `spec.leases`, or its defaults.
     pub fn lease_policy(&self) -> crate::model::lease::LeasePolicy {
         self.leases.clone().unwrap_or_default()

@@ -157,11 +157,16 @@ pub struct ProxyStatus {
     /// holder's second report of the proxy is not counted again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ban_reporters: Vec<crate::model::lease::BanReport>,
+    /// The targets that refused the proxy's address lately (`crate::target`): new traffic for
+    /// each avoids it until the record's `until`, within its pool's cap per target. Written
+    /// with the leases, by ban reports naming the target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantines: Vec<crate::model::target::Quarantine>,
 }
 
 /// The status fields the lease API owns: a controller's status write leaves them out, so it
 /// can never put back a binding the lease API has just changed.
-pub const LEASE_STATUS_FIELDS: [&str; 3] = ["leases", "banReports", "banReporters"];
+pub const LEASE_STATUS_FIELDS: [&str; 4] = ["leases", "banReports", "banReporters", "quarantines"];
 
 /// The part of a Proxy's spec an instance cannot follow once created.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -34,6 +34,7 @@ fn spec(replicas: u32, weights: &[u32]) -> PoolSpec {
         distinct_egress: false,
         leases: None,
         drain_timeout: None,
+        quarantine: None,
     }
 }
 

@@ -124,6 +124,11 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
             Err(m) => problems.push(format!("spec.drainTimeout: {m}")),
         }
     }
+    if let Some(q) = &s.quarantine
+        && let Err(m) = q.validate()
+    {
+        problems.push(m);
+    }
     if let Some(l) = &s.leases {
         if l.max_shared == 0 {
             problems.push("spec.leases.maxShared: must be at least 1".into());
