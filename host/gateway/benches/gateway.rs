@@ -327,6 +327,7 @@ fn main() {
                 cordoned: false,
                 retire_at: None,
                 leases: Vec::new(),
+                quarantines: Vec::new(),
             }],
             true,
         );

@@ -56,6 +56,19 @@ pub fn no_route(r: &NoRoute) -> Failure {
             f.member = Some(member.clone());
             f
         }
+        NoRoute::Quarantined { member, until, .. } => {
+            let mut f = Failure::new(
+                ErrorKind::SessionGone,
+                StatusCode::SERVICE_UNAVAILABLE,
+                r.to_string(),
+            );
+            f.member = Some(member.clone());
+            // When the quarantine ends, the member takes the session again.
+            let left = egress_time::parse_rfc3339(until)
+                .map(|u| u.saturating_sub(egress_time::now::unix_now()));
+            f.retry_after = left.and_then(|l| u64::try_from(l.max(1)).ok());
+            f
+        }
         NoRoute::LeaseGone(_) => {
             Failure::new(ErrorKind::LeaseGone, StatusCode::GONE, r.to_string())
         }

@@ -9,23 +9,24 @@
 //!
 //! Options are `key-value` pairs joined by `-`, after an optional leading pool:
 //! `web-session-cart42-zone-europe-west1-b`. A segment spelling a key (`pool`, `session`,
-//! `zone`, `lease`, `move`) is that key wherever it stands: the leading pool is what comes
-//! before the first key, and a value runs until the next key, so values may hold dashes
+//! `zone`, `lease`, `move`, `report`) is that key wherever it stands: the leading pool is what
+//! comes before the first key, and a value runs until the next key, so values may hold dashes
 //! (zones, lease ids) but not a segment that is a key's name. The reading never depends on
 //! which pools exist, so no pool name can capture a username. A pool is `POOL` or
 //! `NAMESPACE.POOL` (a namespace holds no dot, so the first dot splits them; a pool whose
 //! name holds a dot is named with its namespace). A pool whose name holds a key's segment
 //! (`web-session-2`) is named by the `Egress-Pool` header. The same options may be given as
-//! `Egress-Pool`, `Egress-Session`, `Egress-Zone`, `Egress-Lease` and `Egress-Move` request
-//! headers. Parsing is strict: an unknown key, a repeated one, or one given both ways is
-//! refused, named, before anything is chosen or dialled. The options are read only once the
-//! token authenticated, so nothing about them, or the pools, answers a caller who is no one.
+//! `Egress-Pool`, `Egress-Session`, `Egress-Zone`, `Egress-Lease`, `Egress-Move` and
+//! `Egress-Report` request headers. Parsing is strict: an unknown key, a repeated one, or one
+//! given both ways is refused, named, before anything is chosen or dialled. The options are
+//! read only once the token authenticated, so nothing about them, or the pools, answers a
+//! caller who is no one.
 
 use base64::Engine;
 use egress_serve::auth::Token;
 
 /// The option keys, as they appear in a username and (prefixed by `Egress-`) as headers.
-pub const KEYS: [&str; 5] = ["pool", "session", "zone", "lease", "move"];
+pub const KEYS: [&str; 6] = ["pool", "session", "zone", "lease", "move", "report"];
 /// The prefix of the option headers; every request header with it is the gateway's, and is
 /// never sent on.
 pub const HEADER_PREFIX: &str = "egress-";
@@ -113,6 +114,10 @@ pub struct Options {
     /// A session whose member went away may move to another (`move-yes`); by default it
     /// fails, so a crawler never changes egress address in silence.
     pub move_session: bool,
+    /// `report-banned`: the member this request's session or lease is on was banned by this
+    /// request's target, which then avoids it (`egress_core::target`). The request itself is
+    /// routed after the report: with `move-yes` to another member, else refused.
+    pub report_banned: bool,
 }
 
 /// Why a request's ask is refused.
@@ -274,6 +279,12 @@ fn set(options: &mut Options, key: &str, value: &str) -> Result<(), String> {
         "session" => options.session = v,
         "zone" => options.zone = v,
         "lease" => options.lease = v,
+        "report" => {
+            if value != "banned" {
+                return Err(format!("option \"report\" is banned, not {value:?}"));
+            }
+            options.report_banned = true;
+        }
         "move" => {
             options.move_session = match value {
                 "yes" | "true" => true,
@@ -324,6 +335,7 @@ fn from_headers(headers: &http::HeaderMap, options: &mut Options) -> Result<(), 
             "session" => options.session.is_some(),
             "zone" => options.zone.is_some(),
             "lease" => options.lease.is_some(),
+            "report" => options.report_banned,
             _ => options.move_session,
         };
         if given || seen.iter().any(|s| s == key) {

@@ -9,6 +9,7 @@
 use egress_core::credential::ProxyCredential;
 use egress_core::discovery::Candidate;
 use egress_core::lease::{LeaseBinding, LeaseMode};
+use egress_core::target::{Hold, Quarantine, QuarantinePolicy};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -61,6 +62,8 @@ pub struct Member {
     pub retire_at: Option<i64>,
     /// Its lease bindings that hold on this instance (its address).
     pub leases: Vec<LeaseBinding>,
+    /// The targets that refused it, as its status records them (`egress_core::target`).
+    pub quarantines: Vec<Hold>,
 }
 
 /// Without the credential.
@@ -124,6 +127,7 @@ impl Member {
             cordoned: c.cordoned,
             retire_at,
             leases: egress_core::lease::holding(&c.status.leases, c.status.ip.as_deref()),
+            quarantines: c.status.quarantines.iter().map(Hold::of).collect(),
         })
     }
 
@@ -220,6 +224,11 @@ pub struct Slot {
     pub active: AtomicUsize,
     fate: tokio::sync::watch::Sender<Fate>,
     health: Mutex<Health>,
+    /// The quarantines this replica's own signals made (a crawler's report, a target's
+    /// refusal it relayed), until the member's status carries them.
+    local: Mutex<Vec<Quarantine>>,
+    /// Whether `local` holds any record: routing reads it without the lock.
+    has_local: std::sync::atomic::AtomicBool,
 }
 
 impl Slot {
@@ -228,6 +237,62 @@ impl Slot {
             active: AtomicUsize::new(0),
             fate: tokio::sync::watch::Sender::new(Fate::Serving),
             health: Mutex::default(),
+            local: Mutex::default(),
+            has_local: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// The records this replica's own signals made.
+    pub fn local_quarantines(&self) -> Vec<Quarantine> {
+        if !self.has_local.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.local.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the records this replica's own signals made.
+    pub fn set_local_quarantines(&self, records: Vec<Quarantine>) {
+        let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        self.has_local.store(!records.is_empty(), Ordering::Release);
+        *local = records;
+    }
+
+    /// Changes the records this replica's own signals made under their lock: `change` returns
+    /// the records to keep (None: unchanged) and what it did.
+    pub fn update_local<T>(
+        &self,
+        change: impl FnOnce(&[Quarantine]) -> (Option<Vec<Quarantine>>, T),
+    ) -> T {
+        let mut local = self.local.lock().unwrap_or_else(|p| p.into_inner());
+        let (records, out) = change(&local);
+        if let Some(r) = records {
+            self.has_local.store(!r.is_empty(), Ordering::Release);
+            *local = r;
+        }
+        out
+    }
+
+    /// Its quarantine for `target` that holds at `now`, by its status or by this replica's own
+    /// signals (the one that ends later where both have one).
+    pub fn hold(&self, member: &Member, target: &str, now: i64) -> Option<Hold> {
+        let status = member
+            .quarantines
+            .iter()
+            .find(|h| h.target == target && h.until > now)
+            .cloned();
+        let local = if self.has_local.load(Ordering::Acquire) {
+            self.local
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(Hold::of)
+                .find(|h| h.target == target && h.until > now)
+        } else {
+            None
+        };
+        match (status, local) {
+            (Some(a), Some(b)) => Some(if b.until > a.until { b } else { a }),
+            (a, b) => a.or(b),
         }
     }
 
@@ -325,6 +390,7 @@ pub struct MemberTable {
     now: RwLock<Arc<Snapshot>>,
     slots: Mutex<HashMap<MemberKey, Arc<Slot>>>,
     changed: tokio::sync::watch::Sender<u64>,
+    policies: RwLock<BTreeMap<PoolKey, QuarantinePolicy>>,
 }
 
 impl MemberTable {
@@ -335,7 +401,23 @@ impl MemberTable {
             now: RwLock::new(Arc::new(Snapshot::default())),
             slots: Mutex::new(HashMap::new()),
             changed: tokio::sync::watch::Sender::new(0),
+            policies: RwLock::new(BTreeMap::new()),
         }
+    }
+
+    /// Pool `pool`'s `spec.quarantine` (its defaults until a source says).
+    pub fn quarantine_policy(&self, pool: &PoolKey) -> QuarantinePolicy {
+        self.policies
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pool)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The pools' `spec.quarantine`, as their source read them.
+    pub fn set_quarantine_policies(&self, policies: BTreeMap<PoolKey, QuarantinePolicy>) {
+        *self.policies.write().unwrap_or_else(|p| p.into_inner()) = policies;
     }
 
     pub fn served(&self) -> &[PoolKey] {
@@ -432,6 +514,7 @@ mod tests {
                 cordoned: false,
                 retire_at: None,
                 leases: Vec::new(),
+                quarantines: Vec::new(),
             })
             .collect()
     }

@@ -64,6 +64,11 @@ pub struct Metrics {
     /// The SOCKS listener's answers, by the name of their code ([`crate::socks::wire::Reply`],
     /// and `auth_failed`, `no_acceptable_methods` for the negotiation's refusals).
     pub socks_replies: Family<Labels, Counter>,
+    /// Signals that a target refused a member, by namespace, pool, source (`report`: the
+    /// crawler's; `status`: a plain answer's) and result (`quarantined`, `repeated`: its
+    /// holder had signalled that quarantine already, `over_rate`: past its holder's rate).
+    /// Targets are not a label: a crawler's list of sites would make the series unbounded.
+    pub quarantine_signals: Family<Labels, Counter>,
     known: Mutex<BTreeSet<Labels>>,
 }
 
@@ -106,6 +111,12 @@ impl Metrics {
             setup_histogram as fn() -> Histogram,
         );
         let socks_replies = Family::<Labels, Counter>::default();
+        let quarantine_signals = Family::<Labels, Counter>::default();
+        registry.register(
+            "quarantine_signals",
+            "Signals that a target refused a member, by source (report, status) and result",
+            quarantine_signals.clone(),
+        );
         registry.register(
             "connections",
             "Connections and requests routed to a member, by kind (connect, http) and listener",
@@ -152,6 +163,7 @@ impl Metrics {
             members,
             setup,
             socks_replies,
+            quarantine_signals,
             known: Mutex::new(BTreeSet::new()),
         }
     }

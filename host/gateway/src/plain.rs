@@ -8,6 +8,7 @@ use crate::body::{Body, IdleBody};
 use crate::forward::{self, HopError};
 use crate::members::{Active, MemberKey};
 use crate::metrics;
+use crate::quarantine::{Source, retry_after};
 use crate::server::{Admitted, Gateway};
 use crate::status::served_by;
 use http::{HeaderValue, Request, Response, StatusCode};
@@ -34,16 +35,22 @@ impl Gateway {
         self: Arc<Self>,
         a: Admitted,
         req: Request<Incoming>,
+        target: Option<String>,
     ) -> Response<Body> {
         let (mut parts, body) = req.into_parts();
         strip(&mut parts.headers);
+        if a.options.report_banned
+            && let Err(f) = self.take_report(&a, target.as_deref())
+        {
+            return self.error(Some(&a.pool), &f);
+        }
         let mut exclude: Vec<MemberKey> = Vec::new();
         let attempts = self.attempts(&a.options);
         let mut last: Option<HopError> = None;
         // The body can be sent once: only the dial is retried, before anything was sent.
         let mut body = Some(body);
         for _ in 0..attempts {
-            let entry = match self.next_member(&a, &exclude, &mut last) {
+            let entry = match self.next_member(&a, target.as_deref(), &exclude, &mut last) {
                 Ok(e) => e,
                 Err(f) => return self.error(Some(&a.pool), &f),
             };
@@ -114,6 +121,18 @@ impl Gateway {
                     if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
                         let h = forward::answered(&member, 407, "request");
                         return self.error(Some(&a.pool), &h.failure);
+                    }
+                    // A target's refusal of the member's address quarantines the member for
+                    // that target (the answer is relayed as it came).
+                    if let Some(t) = &target
+                        && self
+                            .table
+                            .quarantine_policy(&a.pool)
+                            .signal_statuses
+                            .contains(&status.as_u16())
+                    {
+                        let wait = retry_after(resp.headers(), egress_time::now::unix_now());
+                        self.signal(&a, &entry, t, wait, Source::Status);
                     }
                     let (mut rparts, rbody) = resp.into_parts();
                     strip(&mut rparts.headers);

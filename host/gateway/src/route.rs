@@ -12,6 +12,7 @@
 use crate::ask::{Options, PoolName};
 use crate::hash::{mix, stable_hash};
 use crate::members::{Entry, MemberKey, PoolKey, Snapshot};
+use egress_core::target::{cap, within_cap};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -33,6 +34,19 @@ pub enum NoRoute {
         session: String,
         member: String,
         why: &'static str,
+    },
+    /// The session's member (or every proxy of the lease) is quarantined for the request's
+    /// target, and the session did not ask to move: 503, saying until when.
+    #[error(
+        "{pinned}: its member {member} is quarantined for {target} until {until}; ask with option move-yes to be moved to another egress address"
+    )]
+    Quarantined {
+        /// `session "ID"` or `lease "ID"`.
+        pinned: String,
+        member: String,
+        target: String,
+        /// RFC 3339.
+        until: String,
     },
     /// The lease holds nothing for this caller: expired, released, its proxy lost, another
     /// caller's or never taken, answered alike so that no one learns which lease ids exist.
@@ -261,13 +275,37 @@ pub fn two_choices<'a>(entries: &[&'a Entry], random: u64) -> Option<&'a Entry> 
     })
 }
 
-/// What one request asks to be routed: the pool, its options, the caller, and the members to
-/// leave out (those that failed it already).
+/// What one request asks to be routed: the pool, its options, the caller, the members to
+/// leave out (those that failed it already), and its target with the pool's cap on how many
+/// members one target quarantines (`maxQuarantinedPercent`).
 pub struct Request<'a> {
     pub pool: &'a PoolKey,
     pub options: &'a Options,
     pub caller: &'a str,
     pub exclude: &'a [MemberKey],
+    pub target: Option<&'a str>,
+    pub max_quarantined_percent: u32,
+}
+
+/// The members of `all` that `target` keeps new traffic from at `now`, each with when its
+/// quarantine ends: every record that holds, by the members' statuses and this replica's own
+/// signals, within the cap of `percent` of the pool (the earliest begun first, as the core
+/// orders them, so every replica reading the same records leaves out the same members).
+pub fn quarantined(all: &[Entry], target: &str, percent: u32, now: i64) -> HashMap<MemberKey, i64> {
+    let held: Vec<(i64, MemberKey, i64)> = all
+        .iter()
+        .filter_map(|e| {
+            let h = e.slot.hold(&e.member, target, now)?;
+            Some((h.since, e.member.key(), h.until))
+        })
+        .collect();
+    if held.is_empty() {
+        return HashMap::new();
+    }
+    within_cap(held, cap(all.len(), percent))
+        .into_iter()
+        .map(|(_, key, until)| (key, until))
+        .collect()
 }
 
 /// The pools served that `named` may mean (every pool served when none is named): those to
@@ -355,6 +393,12 @@ pub fn choose(
         .map(Vec::as_slice)
         .unwrap_or_default();
     let opts = req.options;
+    let held = req
+        .target
+        .map(|t| quarantined(all, t, req.max_quarantined_percent, now))
+        .unwrap_or_default();
+    let free = |e: &Entry| !held.contains_key(&e.member.key());
+    let quarantine_end = |k: &MemberKey| held.get(k).copied();
     let in_zone = |e: &Entry| {
         opts.zone
             .as_deref()
@@ -376,17 +420,36 @@ pub fn choose(
             if held.is_empty() {
                 return Err(NoRoute::LeaseGone(id.to_string()));
             }
-            held.into_iter()
+            let serving: Vec<&Entry> = held
+                .into_iter()
                 .filter(|e| departed(Some(e), now, Some(id)).is_none())
                 .filter(|e| in_zone(e) && not_excluded(e))
-                .collect()
+                .collect();
+            // A lease whose proxies the target quarantines is refused by name: it cannot move
+            // to proxies it does not hold.
+            if let (Some(e), Some(t)) = (serving.first(), req.target)
+                && serving.iter().all(|e| !free(e))
+            {
+                let until = serving
+                    .iter()
+                    .filter_map(|e| quarantine_end(&e.member.key()))
+                    .min()
+                    .unwrap_or(now);
+                return Err(NoRoute::Quarantined {
+                    pinned: format!("lease {id:?}"),
+                    member: e.member.key().to_string(),
+                    target: t.to_string(),
+                    until: egress_time::format_rfc3339(until),
+                });
+            }
+            serving.into_iter().filter(|e| free(e)).collect()
         }
         // A member ejected by passive health takes no new routing until its time is up.
         None => all
             .iter()
             .filter(|e| e.member.usable() && e.member.exclusive_lease(now).is_none())
             .filter(|e| !e.slot.ejected(clock))
-            .filter(|e| in_zone(e) && not_excluded(e))
+            .filter(|e| in_zone(e) && not_excluded(e) && free(e))
             .collect(),
     };
     let none_free = || {
@@ -399,6 +462,9 @@ pub fn choose(
         }
         if !req.exclude.is_empty() {
             reason.push_str(" besides those that failed this request");
+        }
+        if let (Some(t), false) = (req.target, held.is_empty()) {
+            reason.push_str(&format!(" that {t} does not quarantine"));
         }
         NoRoute::NoMember {
             reason,
@@ -414,11 +480,18 @@ pub fn choose(
     if let Some(remembered) = sessions.get(&key, clock) {
         let entry = snapshot.find(req.pool, &remembered);
         match departed(entry, now, opts.lease.as_deref()) {
-            None => {
-                if let Some(e) = entry {
-                    return Ok(e.clone());
+            None => match (entry, req.target, quarantine_end(&remembered)) {
+                (Some(_), Some(t), Some(until)) if !opts.move_session => {
+                    return Err(NoRoute::Quarantined {
+                        pinned: format!("session {session:?}"),
+                        member: remembered.to_string(),
+                        target: t.to_string(),
+                        until: egress_time::format_rfc3339(until),
+                    });
                 }
-            }
+                (Some(e), _, None) => return Ok(e.clone()),
+                _ => {}
+            },
             Some(why) if !opts.move_session => {
                 return Err(NoRoute::SessionGone {
                     session: session.to_string(),
@@ -479,6 +552,7 @@ mod tests {
             cordoned: false,
             retire_at: None,
             leases: Vec::new(),
+            quarantines: Vec::new(),
         }
     }
 
@@ -507,14 +581,27 @@ mod tests {
         caller: &str,
         random: u64,
     ) -> Result<String, NoRoute> {
+        pick_as(t, s, o, caller, None, random)
+    }
+
+    /// A pick by `caller` for `target`; each is served, so its session binds to it.
+    fn pick_as(
+        t: &MemberTable,
+        s: &Sessions,
+        o: &Options,
+        caller: &str,
+        target: Option<&str>,
+        random: u64,
+    ) -> Result<String, NoRoute> {
         let p = pool();
         let req = Request {
             pool: &p,
             options: o,
             caller,
             exclude: &[],
+            target,
+            max_quarantined_percent: 50,
         };
-        // Each pick is served: its session binds to it.
         let e = choose(&t.snapshot(), &req, s, 1_000, Instant::now(), random)?;
         bind(s, &req, &e, Instant::now());
         Ok(e.member.name.clone())
@@ -822,5 +909,120 @@ mod tests {
             );
         }
         assert_eq!(s.len(), 100_000);
+    }
+
+    fn pick_for(
+        t: &MemberTable,
+        s: &Sessions,
+        o: &Options,
+        target: &str,
+        random: u64,
+    ) -> Result<String, NoRoute> {
+        pick_as(t, s, o, "c", Some(target), random)
+    }
+
+    fn held(target: &str, since: i64, until: i64) -> egress_core::target::Hold {
+        egress_core::target::Hold {
+            target: target.into(),
+            since,
+            until,
+        }
+    }
+
+    #[test]
+    fn unpinned_traffic_for_a_target_avoids_its_quarantined_members_and_no_other_target_does() {
+        let mut members: Vec<Member> = (1..=4).map(member).collect();
+        members[0].quarantines = vec![held("example.com", 900, 2_000)];
+        // Ended: no longer quarantines.
+        members[1].quarantines = vec![held("example.com", 100, 999)];
+        let t = table(members);
+        let s = Sessions::new(Duration::from_secs(60), 1000);
+        let none = Options::default();
+        let mut for_banning = std::collections::BTreeSet::new();
+        let mut for_other = std::collections::BTreeSet::new();
+        for r in 0..200u64 {
+            let r = r.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            for_banning.insert(pick_for(&t, &s, &none, "example.com", r).unwrap());
+            for_other.insert(pick_for(&t, &s, &none, "example.org", r).unwrap());
+        }
+        assert!(!for_banning.contains("web-1"), "{for_banning:?}");
+        assert_eq!(for_banning.len(), 3, "{for_banning:?}");
+        assert_eq!(for_other.len(), 4, "{for_other:?}");
+    }
+
+    #[test]
+    fn one_target_quarantines_at_most_its_cap_the_earliest_first() {
+        let mut members: Vec<Member> = (1..=4).map(member).collect();
+        // Three of four signalled; a cap of 50% leaves two out: those begun first.
+        members[0].quarantines = vec![held("example.com", 950, 2_000)];
+        members[1].quarantines = vec![held("example.com", 900, 2_000)];
+        members[2].quarantines = vec![held("example.com", 910, 2_000)];
+        let t = table(members);
+        let s = Sessions::new(Duration::from_secs(60), 1000);
+        let all = t.snapshot();
+        let q = quarantined(&all.pools[&pool()], "example.com", 50, 1_000);
+        let mut names: Vec<String> = q.keys().map(|k| k.name.clone()).collect();
+        names.sort();
+        assert_eq!(names, ["web-2", "web-3"]);
+        let mut used = std::collections::BTreeSet::new();
+        for r in 0..200u64 {
+            let r = r.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            used.insert(pick_for(&t, &s, &Options::default(), "example.com", r).unwrap());
+        }
+        assert_eq!(
+            used.into_iter().collect::<Vec<_>>(),
+            ["web-1", "web-4"],
+            "the capped-out member keeps serving the target"
+        );
+    }
+
+    #[test]
+    fn a_session_on_a_quarantined_member_is_refused_for_that_target_until_it_asks_to_move() {
+        let t = table((1..=4).map(member).collect());
+        let s = Sessions::new(Duration::from_secs(60), 1000);
+        let m = pick_for(&t, &s, &session("cart"), "example.com", 1).unwrap();
+        // This replica's own signal quarantines it (as a report or a relayed 429 does).
+        let snapshot = t.snapshot();
+        let entry = snapshot.pools[&pool()]
+            .iter()
+            .find(|e| e.member.name == m)
+            .unwrap();
+        entry
+            .slot
+            .set_local_quarantines(vec![egress_core::target::Quarantine {
+                target: "example.com".into(),
+                since: egress_time::format_rfc3339(990),
+                until: egress_time::format_rfc3339(1_300),
+                strikes: 1,
+                reporters: Vec::new(),
+            }]);
+        match pick_for(&t, &s, &session("cart"), "example.com", 2) {
+            Err(NoRoute::Quarantined {
+                pinned,
+                member,
+                target,
+                until,
+            }) => {
+                assert_eq!(pinned, "session \"cart\"");
+                assert_eq!(member, format!("ns/{m}"));
+                assert_eq!(target, "example.com");
+                assert_eq!(until, egress_time::format_rfc3339(1_300));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Another target keeps the session where it is.
+        assert_eq!(
+            pick_for(&t, &s, &session("cart"), "example.org", 3).unwrap(),
+            m
+        );
+        // Asked to move, it moves, and sticks to its new member.
+        let mut moving = session("cart");
+        moving.move_session = true;
+        let moved = pick_for(&t, &s, &moving, "example.com", 4).unwrap();
+        assert_ne!(moved, m);
+        assert_eq!(
+            pick_for(&t, &s, &session("cart"), "example.com", 5).unwrap(),
+            moved
+        );
     }
 }

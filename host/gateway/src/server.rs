@@ -17,6 +17,7 @@ use crate::members::{Active, Entry, MemberKey, MemberTable, Outliers, PoolKey};
 use crate::metrics::{self, Listener, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{ErrorKind, Failure, served_by};
+use egress_core::target::target_of;
 use egress_serve::auth::{Access, Guard, Refusal};
 use egress_serve::tls::{Stream, Transport};
 use egress_serve::{Counted, accept_bounded};
@@ -273,6 +274,8 @@ impl Gateway {
                 options: &a.options,
                 caller: &a.caller,
                 exclude: &[],
+                target: None,
+                max_quarantined_percent: 0,
             },
             entry,
             Instant::now(),
@@ -299,8 +302,14 @@ impl Gateway {
         }
     }
 
-    fn choose(&self, a: &Admitted, exclude: &[MemberKey]) -> Result<Entry, NoRoute> {
+    fn choose(
+        &self,
+        a: &Admitted,
+        target: Option<&str>,
+        exclude: &[MemberKey],
+    ) -> Result<Entry, NoRoute> {
         let snapshot = self.table.snapshot();
+        let policy = self.table.quarantine_policy(&a.pool);
         route::choose(
             &snapshot,
             &route::Request {
@@ -308,6 +317,8 @@ impl Gateway {
                 options: &a.options,
                 caller: &a.caller,
                 exclude,
+                target,
+                max_quarantined_percent: policy.max_quarantined_percent,
             },
             &self.sessions,
             egress_time::now::unix_now(),
@@ -321,13 +332,15 @@ impl Gateway {
     pub(crate) fn next_member(
         &self,
         a: &Admitted,
+        target: Option<&str>,
         exclude: &[MemberKey],
         last: &mut Option<HopError>,
     ) -> Result<Entry, Failure> {
-        self.choose(a, exclude).map_err(|r| match last.take() {
-            Some(h) => h.failure,
-            None => no_route(&r),
-        })
+        self.choose(a, target, exclude)
+            .map_err(|r| match last.take() {
+                Some(h) => h.failure,
+                None => no_route(&r),
+            })
     }
 
     pub(crate) fn error(&self, pool: Option<&PoolKey>, f: &Failure) -> Response<Body> {
@@ -384,7 +397,8 @@ impl Gateway {
             pool = %admitted.pool,
             member = tracing::field::Empty,
         );
-        self.plain(admitted, req).instrument(span).await
+        let target = target_of(&destination.host);
+        self.plain(admitted, req, target).instrument(span).await
     }
 
     /// A CONNECT: the member's own `200` first, then ours, then the relay.
@@ -418,11 +432,15 @@ impl Gateway {
         destination: &Destination,
         started: Instant,
     ) -> Result<Opened, Failure> {
+        let target = target_of(&destination.host);
+        if a.options.report_banned {
+            self.take_report(a, target.as_deref())?;
+        }
         let mut exclude: Vec<MemberKey> = Vec::new();
         let attempts = self.attempts(&a.options);
         let mut last: Option<HopError> = None;
         for _ in 0..attempts {
-            let entry = self.next_member(a, &exclude, &mut last)?;
+            let entry = self.next_member(a, target.as_deref(), &exclude, &mut last)?;
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let active = Active::new(&entry);
             match forward::connect(

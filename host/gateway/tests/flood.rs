@@ -73,6 +73,7 @@ fn gateway_in_a_child() {
                 cordoned: false,
                 retire_at: None,
                 leases: Vec::new(),
+                quarantines: Vec::new(),
             }],
             true,
         );

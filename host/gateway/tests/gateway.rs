@@ -167,21 +167,8 @@ async fn https(w: &World, auth: &str, extra: &str) -> (Head, Option<serde_json::
 
 /// One plain-HTTP request through the gateway: the head and the body.
 async fn http_get(w: &World, auth: &str, extra: &str) -> (Head, String) {
-    let mut s = TcpStream::connect(w.gateway).await.unwrap();
     let url = format!("http://{}/anything", support::ECHO_IP);
-    s.write_all(
-        format!(
-            "GET {url} HTTP/1.1\r\nHost: {}\r\nProxy-Authorization: {auth}\r\n{extra}Connection: close\r\n\r\n",
-            support::ECHO_IP
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let head = read_head(&mut s).await;
-    let mut body = Vec::new();
-    let _ = s.read_to_end(&mut body).await;
-    (head, String::from_utf8_lossy(&body).into_owned())
+    get_through(w, &url, auth, extra).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -666,6 +653,7 @@ async fn silent_member(
         cordoned: false,
         retire_at: None,
         leases: Vec::new(),
+        quarantines: Vec::new(),
     };
     (m, accepted)
 }
@@ -1538,4 +1526,155 @@ async fn over_tls_curl_reaches_the_echo_through_an_https_proxy() {
         String::from_utf8_lossy(&got)
     );
     drop(squids);
+}
+
+/// A site on loopback that answers 429 (Retry-After: 60) to requests from `banned` and 200 with
+/// the caller's address to the rest; it records every request head it got.
+async fn banning_site(
+    addr: SocketAddr,
+    banned: Ipv4Addr,
+) -> Arc<std::sync::Mutex<Vec<(std::net::IpAddr, String)>>> {
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, peer)) = listener.accept().await else {
+                return;
+            };
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut b = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&b[..n]),
+                    }
+                }
+                log.lock()
+                    .unwrap()
+                    .push((peer.ip(), String::from_utf8_lossy(&buf).into_owned()));
+                let answer = if peer.ip() == banned {
+                    "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 60\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
+                } else {
+                    let body = peer.ip().to_string();
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                };
+                let _ = s.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    seen
+}
+
+/// One plain GET of `url` through the gateway with `auth` and `extra` header lines: the head
+/// and the body.
+async fn get_through(w: &World, url: &str, auth: &str, extra: &str) -> (Head, String) {
+    let host = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut s = TcpStream::connect(w.gateway).await.unwrap();
+    s.write_all(
+        format!(
+            "GET {url} HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {auth}\r\n{extra}Connection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    let mut body = Vec::new();
+    let _ = s.read_to_end(&mut body).await;
+    (head, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A site's refusal the gateway relays (a 429 on plain HTTP) quarantines the member for that
+/// site only: new traffic for it avoids the member at once, every other site keeps all
+/// members; a crawler's in-band report (`report-banned`, in the username as a CONNECT carries
+/// it) quarantines its session's member for the report's target, the session is refused with
+/// the target and the time named until it asks to move, and the report never reaches a site.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sites_refusal_and_a_crawlers_report_keep_a_member_from_that_site_only() {
+    let Some(w) = world(3).await else { return };
+    let site = SocketAddr::from((Ipv4Addr::new(127, 0, 0, 13), 80));
+    let banned_ip = w.members[0].egress_ip.clone().unwrap();
+    let seen = banning_site(site, banned_ip.parse().unwrap()).await;
+    let auth = basic(SPIDER, "");
+    let mut refused = 0;
+    for _ in 0..30 {
+        let (head, body) = get_through(&w, "http://127.0.0.13/page", &auth, "").await;
+        match head.status {
+            429 => refused += 1,
+            200 => assert_ne!(body, banned_ip, "the banned member served the site again"),
+            other => panic!("{other}: {head:?} {body}"),
+        }
+    }
+    assert_eq!(
+        refused, 1,
+        "the first refusal quarantined the member for the site"
+    );
+    let text = metrics_text(w.admin).await;
+    assert_eq!(
+        series(
+            &text,
+            "egress_gateway_quarantine_signals_total{namespace=\"ns\",pool=\"web\",source=\"status\",result=\"quarantined\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // Another site keeps every member, the quarantined one included.
+    let mut origins = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let (head, body) = http_get(&w, &auth, "").await;
+        assert_eq!(head.status, 200, "{head:?}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        origins.insert(v["origin"].as_str().unwrap().to_string());
+    }
+    assert_eq!(origins.len(), 3, "{origins:?}");
+
+    // A session's report: its member is quarantined for the echo's target.
+    let session = |extra: &str| basic(&format!("web-session-r1{extra}"), SPIDER);
+    let (head, _) = https(&w, &session(""), "").await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let reported = head.get("egress-member").unwrap().to_string();
+    let (head, e) = https(&w, &session("-report-banned"), "").await;
+    assert_eq!(head.status, 503, "{head:?}");
+    assert!(e.is_none());
+    let status = head.get("proxy-status").unwrap();
+    assert!(
+        status.contains(&reported)
+            && status.contains(&format!("quarantined for {}", support::ECHO_IP))
+            && status.contains("move-yes"),
+        "{status}"
+    );
+    assert!(head.get("retry-after").is_some(), "{head:?}");
+    // Asked to move, it moves; the session then stays on its new member.
+    let (head, _) = https(&w, &session("-move-yes"), "").await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let moved = head.get("egress-member").unwrap().to_string();
+    assert_ne!(moved, reported);
+    let (head, _) = https(&w, &session(""), "").await;
+    assert_eq!(head.get("egress-member"), Some(moved.as_str()));
+    // Unpinned traffic for the echo avoids the reported member now; the site of the 429
+    // still avoids its own.
+    for _ in 0..20 {
+        let (head, _) = https(&w, &auth, "").await;
+        assert_eq!(head.status, 200, "{head:?}");
+        assert_ne!(head.get("egress-member"), Some(reported.as_str()));
+    }
+    // No site ever saw the gateway's options or its report.
+    for (_, head) in seen.lock().unwrap().iter() {
+        let lower = head.to_ascii_lowercase();
+        assert!(
+            !lower.contains("egress-") && !lower.contains("proxy-authorization"),
+            "{head}"
+        );
+    }
 }

@@ -281,6 +281,7 @@ async fn counting_member() -> (Member, Arc<AtomicUsize>) {
         cordoned: false,
         retire_at: None,
         leases: Vec::new(),
+        quarantines: Vec::new(),
     };
     (m, accepted)
 }

@@ -218,6 +218,35 @@ pub struct TargetView {
     pub capped: bool,
 }
 
+/// A record as routing reads it, its times parsed once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub target: String,
+    /// Unix seconds: when its quarantine began.
+    pub since: i64,
+    /// Unix seconds: when it ends.
+    pub until: i64,
+}
+
+impl Hold {
+    pub fn of(q: &Quarantine) -> Self {
+        Self {
+            target: q.target.clone(),
+            since: at(&q.since),
+            until: at(&q.until),
+        }
+    }
+}
+
+/// Of the members whose record for one target holds (each as when its quarantine began, the
+/// member, when it ends), those a cap of `cap` quarantines: the earliest begun first, then by
+/// member. The one order every reader applies.
+pub fn within_cap<K: Ord>(mut held: Vec<(i64, K, i64)>, cap: usize) -> Vec<(i64, K, i64)> {
+    held.sort();
+    held.truncate(cap);
+    held
+}
+
 /// How many of `pool_size` members one target may quarantine at once: `percent`, rounded down.
 pub fn cap(pool_size: usize, percent: u32) -> usize {
     pool_size.saturating_mul(percent.min(100) as usize) / 100
@@ -244,15 +273,14 @@ pub fn pool_targets<'a>(
     let cap = cap(pool_size, percent);
     holding
         .into_iter()
-        .map(|(target, mut held)| {
-            held.sort();
+        .map(|(target, held)| {
+            let signalled = held.len();
             let view = TargetView {
-                signalled: held.len(),
-                capped: held.len() > cap,
-                quarantined: held
-                    .iter()
-                    .take(cap)
-                    .map(|(_, name, until)| (name.to_string(), *until))
+                signalled,
+                capped: signalled > cap,
+                quarantined: within_cap(held, cap)
+                    .into_iter()
+                    .map(|(_, name, until)| (name.to_string(), until))
                     .collect(),
             };
             (target.to_string(), view)

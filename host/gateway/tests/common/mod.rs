@@ -67,6 +67,7 @@ pub fn member(i: usize, squid: &support::Squid, egress: Ipv4Addr) -> Member {
         cordoned: false,
         retire_at: None,
         leases: Vec::new(),
+        quarantines: Vec::new(),
     }
 }
 
