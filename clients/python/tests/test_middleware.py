@@ -202,6 +202,57 @@ class Bans(unittest.TestCase):
         retry = mw.process_response(r, Response(r.url, status=429))
         self.assertEqual(credential(mw, retry), (TOKEN, ""))
 
+    def test_a_session_the_gateway_cannot_keep_moves_without_a_report(self):
+        first = self.sent()
+        session = first.meta["egress_proxies_session"]
+        quarantined = Response(
+            first.url,
+            status=503,
+            headers={
+                "Proxy-Status": 'egress-gateway; error=proxy_internal_response; next-hop="ns/web-1"; '
+                'details="session \\"x\\": its member ns/web-1 is quarantined for a.example until '
+                '2026-12-07T13:00:00Z; ask with option move-yes to be moved to another egress address"',
+                "Retry-After": "300",
+            },
+        )
+        retry = self.mw.process_response(first, quarantined)
+        self.assertIsInstance(retry, Request)
+        self.assertEqual(credential(self.mw, retry)[0], f"session-{session}-move-yes")
+        ok = HtmlResponse(retry.url, status=200, body=b"fine")
+        self.assertIs(self.mw.process_response(retry, ok), ok)
+        self.assertEqual(credential(self.mw, self.sent())[0], f"session-{session}")
+        self.assertEqual((self.stat("moves"), self.stat("bans")), (1, 0))
+
+    def test_a_refused_connect_moves_the_session_and_other_errors_do_not(self):
+        from scrapy.core.downloader.handlers.http11 import TunnelError
+
+        r = self.sent("https://a.example/p")
+        session = r.meta["egress_proxies_session"]
+        refused = TunnelError(
+            "Could not open CONNECT tunnel with proxy gw.example:8443 [{'status': 503, 'reason': 'Service Unavailable'}]"
+        )
+        retry = self.mw.process_exception(r, refused)
+        self.assertEqual(credential(self.mw, retry)[0], f"session-{session}-move-yes")
+        # A move that meets the refusal again goes on moving within the budget, then is left
+        # to RetryMiddleware.
+        for _ in range(2):
+            retry = self.mw.process_exception(retry, refused)
+            self.assertIsInstance(retry, Request)
+        self.assertIsNone(self.mw.process_exception(retry, refused))
+        forbidden = TunnelError(
+            "Could not open CONNECT tunnel with proxy gw.example:8443 [{'status': 407, 'reason': 'Proxy Authentication Required'}]"
+        )
+        self.assertIsNone(self.mw.process_exception(self.sent("https://a.example/q"), forbidden))
+        self.assertIsNone(self.mw.process_exception(self.sent("https://a.example/q"), ConnectionRefusedError()))
+        self.assertEqual((self.stat("moves"), self.stat("bans")), (3, 0))
+
+    def test_moves_can_be_left_to_the_spider(self):
+        mw = middleware(EGRESS_PROXIES_MOVE_SESSIONS=False)
+        r = Request("http://a.example/", meta={"cookiejar": 1})
+        credential(mw, r)
+        refusal = Response(r.url, status=503, headers={"Proxy-Status": 'egress-gateway; details="ask with option move-yes"'})
+        self.assertIs(mw.process_response(r, refusal), refusal)
+
     def test_requests_not_sent_through_the_gateway_are_left_alone(self):
         r = Request("http://a.example/", meta={"proxy": "http://other:3128"})
         self.mw.process_request(r)

@@ -8,7 +8,9 @@ where the gateway never sees it.
 A session keeps one egress address for a cookie jar (or a meta value, or one request). When a
 target bans that address, the retry carries the session with ``report-banned-move-yes``: the
 gateway quarantines the member for that target and re-binds the session to another member, so
-the session's later requests (without the report) keep the new address.
+the session's later requests (without the report) keep the new address. When the gateway
+refuses a session because its member is quarantined for the target or gone (a 503 that asks
+for ``move-yes``), the retry asks ``move-yes`` alone: nothing is reported.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ META_SESSION = "egress_session"
 META_DISABLE = "egress_proxies"
 META_ROUTED_SESSION = "egress_proxies_session"
 META_REPORT = "egress_proxies_report"
+META_MOVE = "egress_proxies_move"
 META_BAN_RETRIES = "egress_proxies_ban_retries"
+META_MOVES = "egress_proxies_moves"
 META_GATEWAY = "egress_proxies_gateway"
 
 SESSION_MODES = ("cookiejar", "meta", "request")
@@ -51,6 +55,8 @@ DEFAULT_BAN_RETRIES = 3
 GATEWAY_PROXY_STATUS = b"egress-gateway"
 
 _VALUE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+# Scrapy's TunnelError carries the status of a refused CONNECT in its message, not its headers.
+_TUNNEL_STATUS = re.compile(r"'status': (\d{3})")
 
 
 def valid_value(value: str) -> bool:
@@ -115,6 +121,7 @@ class EgressProxiesMiddleware:
         ban_statuses: Iterable[int] = DEFAULT_BAN_STATUSES,
         ban_body: Optional[str] = None,
         ban_retries: int = DEFAULT_BAN_RETRIES,
+        move_sessions: bool = True,
         stats: Any = None,
         prefix: Optional[str] = None,
     ):
@@ -153,6 +160,7 @@ class EgressProxiesMiddleware:
             re.compile(ban_body.encode("utf-8")) if ban_body else None
         )
         self.ban_retries = int(ban_retries)
+        self.move_sessions = bool(move_sessions)
         self.stats = stats
         # Per run: sessions of two runs (or two processes) never share a member by accident.
         self.prefix = prefix if prefix is not None else secrets.token_hex(4)
@@ -173,6 +181,7 @@ class EgressProxiesMiddleware:
             ban_statuses=[int(x) for x in statuses],
             ban_body=s.get("EGRESS_PROXIES_BAN_BODY") or None,
             ban_retries=s.getint("EGRESS_PROXIES_BAN_RETRIES", DEFAULT_BAN_RETRIES),
+            move_sessions=s.getbool("EGRESS_PROXIES_MOVE_SESSIONS", True),
             stats=crawler.stats,
         )
 
@@ -194,18 +203,20 @@ class EgressProxiesMiddleware:
         jar = request.meta.get("cookiejar")
         return f"{self.prefix}j{_digest(type(jar).__name__ + ':' + repr(jar))}"
 
-    def username(self, session: Optional[str], report: bool) -> str:
+    def username(self, session: Optional[str], report: bool, move: bool = False) -> str:
         parts = []
         if self.pool:
             parts.append(self.pool)
         if session:
             parts += ["session", session]
             if report:
-                parts += ["report", "banned", "move", "yes"]
+                parts += ["report", "banned"]
+            if report or move:
+                parts += ["move", "yes"]
         return "-".join(parts)
 
-    def proxy_url(self, session: Optional[str], report: bool) -> str:
-        user = self.username(session, report)
+    def proxy_url(self, session: Optional[str], report: bool, move: bool = False) -> str:
+        user = self.username(session, report, move)
         token = quote(self.token.get(), safe="")
         # Scrapy builds Basic only from a URL with a username: with no options the token is
         # the username and the password is empty, which the gateway takes as the token.
@@ -232,7 +243,9 @@ class EgressProxiesMiddleware:
         if META_ROUTED_SESSION not in request.meta:
             request.meta[META_ROUTED_SESSION] = self.session_for(request)
         session = request.meta[META_ROUTED_SESSION]
-        request.meta["proxy"] = self.proxy_url(session, bool(request.meta.get(META_REPORT)))
+        request.meta["proxy"] = self.proxy_url(
+            session, bool(request.meta.get(META_REPORT)), bool(request.meta.get(META_MOVE))
+        )
         request.meta[META_GATEWAY] = self.hostport
         return None
 
@@ -253,34 +266,65 @@ class EgressProxiesMiddleware:
         if self.stats is not None:
             self.stats.inc_value(f"egress_proxies/{key}")
 
+    def _retry(self, request: Request, count_key: str, **meta: Any) -> Optional[Request]:
+        """A copy of `request` to send again, or None once `count_key` reached the budget."""
+        done = request.meta.get(count_key, 0)
+        if done >= self.ban_retries:
+            return None
+        retry = request.copy()
+        retry.meta[count_key] = done + 1
+        retry.meta.update(meta)
+        retry.dont_filter = True
+        return retry
+
+    def _move(self, request: Request, why: str) -> Optional[Request]:
+        """The session's member cannot serve this target now: the same request again, asking
+        the gateway to move the session (the gateway's answer said so)."""
+        if not self.move_sessions or not request.meta.get(META_ROUTED_SESSION):
+            return None
+        retry = self._retry(request, META_MOVES, **{META_MOVE: True})
+        if retry is not None:
+            self._inc("moves")
+            logger.debug(
+                "%s: %s; moving session %s",
+                request,
+                why,
+                request.meta[META_ROUTED_SESSION],
+            )
+        return retry
+
     def process_response(self, request: Request, response: Response, spider: Any = None):
         if META_GATEWAY not in request.meta:
             return response
         # The report reached the gateway with this request: whatever comes back, another
         # retry (RetryMiddleware's, after a 502) must not quarantine the new member.
         reported = request.meta.pop(META_REPORT, False)
+        request.meta.pop(META_MOVE, None)
+        status = response.headers.get(b"Proxy-Status")
+        if status is not None and status.strip().lower().startswith(GATEWAY_PROXY_STATUS):
+            # The gateway's own refusal. One that asks for move-yes names the session's member
+            # as quarantined for this target or gone: moving is the way on; nothing is banned.
+            if response.status == 503 and b"move-yes" in status:
+                return self._move(request, "the gateway cannot keep the session's member") or response
+            return response
         reason = self.ban_reason(response)
         if reason is None:
             return response
         self._inc("bans")
         self._inc(f"bans/{reason}")
         session = request.meta.get(META_ROUTED_SESSION)
-        done = request.meta.get(META_BAN_RETRIES, 0)
-        if done >= self.ban_retries:
+        # Without a session the gateway has no member to blame: the retry goes to any member.
+        retry = self._retry(request, META_BAN_RETRIES, **{META_REPORT: session is not None})
+        if retry is None:
             self._inc("gave_up")
             logger.warning(
                 "%s: banned (%s) %d times in session %s, giving up",
                 request,
                 reason,
-                done + 1,
+                request.meta.get(META_BAN_RETRIES, 0) + 1,
                 session,
             )
             return response
-        retry = request.copy()
-        retry.meta[META_BAN_RETRIES] = done + 1
-        # Without a session the gateway has no member to blame: the retry goes to any member.
-        retry.meta[META_REPORT] = session is not None
-        retry.dont_filter = True
         self._inc("retries")
         logger.debug(
             "%s: banned (%s) in session %s%s, retrying with a report",
@@ -296,4 +340,14 @@ class EgressProxiesMiddleware:
         # ban. A retry of it by RetryMiddleware must not report again: the gateway may
         # already have taken the report and re-bound the session.
         request.meta.pop(META_REPORT, None)
+        request.meta.pop(META_MOVE, None)
+        if META_GATEWAY not in request.meta:
+            return None
+        # Over https the gateway's refusal is a failed CONNECT whose headers Scrapy drops: a
+        # 503 is the session's member quarantined for the target, gone, or no member free;
+        # a move serves the first two, and the third fails again and is left to
+        # RetryMiddleware.
+        m = _TUNNEL_STATUS.search(str(exception))
+        if type(exception).__name__ == "TunnelError" and m and m.group(1) == "503":
+            return self._move(request, "the gateway refused the CONNECT (503)")
         return None
