@@ -221,7 +221,7 @@ class Bans(unittest.TestCase):
         ok = HtmlResponse(retry.url, status=200, body=b"fine")
         self.assertIs(self.mw.process_response(retry, ok), ok)
         self.assertEqual(credential(self.mw, self.sent())[0], f"session-{session}")
-        self.assertEqual((self.stat("moves"), self.stat("bans")), (1, 0))
+        self.assertEqual((self.stat("moves"), self.stat("moves/http"), self.stat("bans")), (1, 1, 0))
 
     def test_a_refused_connect_moves_the_session_and_other_errors_do_not(self):
         from scrapy.core.downloader.handlers.http11 import TunnelError
@@ -244,7 +244,7 @@ class Bans(unittest.TestCase):
         )
         self.assertIsNone(self.mw.process_exception(self.sent("https://a.example/q"), forbidden))
         self.assertIsNone(self.mw.process_exception(self.sent("https://a.example/q"), ConnectionRefusedError()))
-        self.assertEqual((self.stat("moves"), self.stat("bans")), (3, 0))
+        self.assertEqual((self.stat("moves"), self.stat("moves/connect"), self.stat("bans")), (3, 3, 0))
 
     def test_moves_can_be_left_to_the_spider(self):
         mw = middleware(EGRESS_PROXIES_MOVE_SESSIONS=False)

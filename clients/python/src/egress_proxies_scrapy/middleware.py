@@ -277,7 +277,7 @@ class EgressProxiesMiddleware:
         retry.dont_filter = True
         return retry
 
-    def _move(self, request: Request, why: str) -> Optional[Request]:
+    def _move(self, request: Request, how: str) -> Optional[Request]:
         """The session's member cannot serve this target now: the same request again, asking
         the gateway to move the session (the gateway's answer said so)."""
         if not self.move_sessions or not request.meta.get(META_ROUTED_SESSION):
@@ -285,11 +285,12 @@ class EgressProxiesMiddleware:
         retry = self._retry(request, META_MOVES, **{META_MOVE: True})
         if retry is not None:
             self._inc("moves")
+            self._inc(f"moves/{how}")
             logger.debug(
-                "%s: %s; moving session %s",
+                "%s: the gateway refused session %s (%s); moving it",
                 request,
-                why,
                 request.meta[META_ROUTED_SESSION],
+                how,
             )
         return retry
 
@@ -305,7 +306,7 @@ class EgressProxiesMiddleware:
             # The gateway's own refusal. One that asks for move-yes names the session's member
             # as quarantined for this target or gone: moving is the way on; nothing is banned.
             if response.status == 503 and b"move-yes" in status:
-                return self._move(request, "the gateway cannot keep the session's member") or response
+                return self._move(request, "http") or response
             return response
         reason = self.ban_reason(response)
         if reason is None:
@@ -349,5 +350,5 @@ class EgressProxiesMiddleware:
         # RetryMiddleware.
         m = _TUNNEL_STATUS.search(str(exception))
         if type(exception).__name__ == "TunnelError" and m and m.group(1) == "503":
-            return self._move(request, "the gateway refused the CONNECT (503)")
+            return self._move(request, "connect")
         return None
