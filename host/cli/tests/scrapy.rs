@@ -2,12 +2,13 @@
 //! loopback: Scrapy itself (in a venv cached under the target directory), `egress-proxies
 //! gateway --plaintext` serving pool ns/web from a state file with named tokens, four member
 //! Squids from the generated config (each with its own credential, each egressing from its own
-//! loopback address), and two target sites on port 80, one of which answers 403 to two of the
-//! members' addresses. A spider crawls both with cookie jars: every page arrives, the banning
-//! site's from unbanned addresses only, the middleware counts the bans and retries, and no
-//! site sees the credential or the report. The middleware's unit tests run in the same venv.
-//! Skips without squid, python3's venv or port 80 (root), unless
-//! EGRESS_REQUIRE_REAL_BACKENDS=1.
+//! loopback address), and two sites (http on port 80, https on 443), one of which answers 403
+//! to two of the members' addresses. A spider crawls both with cookie jars: every page
+//! arrives, the banning site's from unbanned addresses only, the middleware counts the bans
+//! and retries, and no site sees the credential or the report. A second crawl's new sessions
+//! keep off the reported members for the banning site (the quarantine) and use all four for
+//! the other. The middleware's unit tests run in the same venv. Skips without squid, python3's
+//! venv or ports 80 and 443 (root), unless EGRESS_REQUIRE_REAL_BACKENDS=1.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,6 +27,8 @@ use std::time::{Duration, Instant};
 /// it), and what builds the package without an isolated build environment.
 const PACKAGES: [&str; 3] = ["scrapy==2.19.0", "setuptools>=70.1", "wheel"];
 const SPIDER: &str = "spider-token-0123456789";
+/// May read the gateway's metrics.
+const OPS: &str = "ops-token-0123456789";
 /// The members' egress addresses; the banning site refuses the first two.
 const EGRESS: [Ipv4Addr; 4] = [
     Ipv4Addr::new(127, 0, 0, 31),
@@ -360,6 +363,7 @@ fn free_port() -> SocketAddr {
 struct Gateway {
     child: Child,
     listen: SocketAddr,
+    admin: SocketAddr,
     log: PathBuf,
 }
 
@@ -369,8 +373,9 @@ impl Gateway {
         std::fs::write(
             &tokens,
             format!(
-                "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n",
-                egress_serve::auth::tokens::sha256_hex(SPIDER)
+                "tokens:\n- {{name: spider, sha256: {}, namespaces: [{{name: ns}}]}}\n- {{name: ops, sha256: {}, metrics: true}}\n",
+                egress_serve::auth::tokens::sha256_hex(SPIDER),
+                egress_serve::auth::tokens::sha256_hex(OPS)
             ),
         )
         .unwrap();
@@ -388,7 +393,12 @@ impl Gateway {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let mut gw = Gateway { child, listen, log };
+        let mut gw = Gateway {
+            child,
+            listen,
+            admin,
+            log,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(listen).is_err() {
             if let Some(exit) = gw.child.try_wait().unwrap() {
@@ -405,6 +415,24 @@ impl Gateway {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The sum of the metric samples whose line starts with `prefix` (name and labels).
+    fn metric(&self, prefix: &str) -> f64 {
+        let mut s = TcpStream::connect(self.admin).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPS}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        text.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 }
 
@@ -424,7 +452,9 @@ impl Drop for Gateway {
 
 /// The spider: for each site, `pages` pages in `jars` cookie jars (page i in jar i % jars,
 /// or in a jar of each site's own with `split_jars`), and from each page the page's
-/// `/detail` in the same jar: both in the session of that jar. Items name the page and the
+/// `/detail` in the same jar: both in the session of that jar. With `FOLLOW`, a page of a
+/// start site is followed by the same page of the follow site of its scheme instead, in the
+/// same jar, and that page by its `/detail`. Items name the page and the
 /// address the site saw; the stats are written at close.
 const SPIDER_PY: &str = r##"
 import json, os
@@ -462,8 +492,17 @@ class Pages(scrapy.Spider):
             "egress": response.css("#egress::text").get(),
             "jar": str(jar),
         }
-        if not response.url.endswith("/detail"):
-            yield response.follow(response.url + "/detail", meta={"cookiejar": jar}, cb_kwargs={"jar": jar})
+        if response.url.endswith("/detail"):
+            return
+        # FOLLOW: the same page of another site of the same scheme, in the same jar, instead.
+        scheme, rest = response.url.split("://", 1)
+        site = scheme + "://" + rest.split("/", 1)[0]
+        follow = [f for f in json.loads(os.environ.get("FOLLOW") or "[]") if f.startswith(scheme + "://")]
+        if follow and site not in follow:
+            url = follow[0] + "/" + rest.split("/", 1)[1]
+        else:
+            url = response.url + "/detail"
+        yield scrapy.Request(url, meta={"cookiejar": jar}, cb_kwargs={"jar": jar})
 
     def closed(self, reason):
         stats = {k: v for k, v in self.crawler.stats.get_stats().items() if isinstance(v, (int, str))}
@@ -497,6 +536,7 @@ impl Crawler<'_> {
         &self,
         name: &str,
         sites: &[String],
+        follow: &[String],
         pages: usize,
         jars: usize,
         split_jars: bool,
@@ -520,6 +560,7 @@ impl Crawler<'_> {
             .env("ITEMS", &items)
             .env("STATS", &stats)
             .env("SITES", serde_json::to_string(sites).unwrap())
+            .env("FOLLOW", serde_json::to_string(follow).unwrap())
             .env("PAGES", pages.to_string())
             .env("JARS", jars.to_string())
             .env("SPLIT_JARS", if split_jars { "1" } else { "0" })
@@ -587,7 +628,7 @@ fn scrapy_crawls_through_the_gateway_and_bans_move_sessions_off_the_banned_membe
         (Ok(a), Ok(b)) => (a, b),
         (Err(why), _) | (_, Err(why)) => {
             support::skip::<()>(&format!(
-                "the sites cannot listen where Squid forwards plain http: {why}"
+                "the sites cannot listen on the ports Squid forwards to (80, 443): {why}"
             ));
             return;
         }
@@ -609,7 +650,7 @@ fn scrapy_crawls_through_the_gateway_and_bans_move_sessions_off_the_banned_membe
         dir: dir.path(),
         gateway: gateway.listen,
     };
-    let first = crawler.crawl("first", &sites, pages, jars, false);
+    let first = crawler.crawl("first", &sites, &[], pages, jars, false);
     let context = || {
         format!(
             "stats: {}\nscrapy log:\n{}\ngateway log:\n{}",
@@ -670,9 +711,16 @@ fn scrapy_crawls_through_the_gateway_and_bans_move_sessions_off_the_banned_membe
         .filter(|p| banned.iter().any(|b| IpAddr::V4(*b) == *p))
         .collect();
     eprintln!(
-        "first crawl: {} items, {bans} bans, {retries} retries, reported {reported:?}",
-        first.items.len()
+        "first crawl: {} items, {bans} bans, {retries} retries, {} moves, reported {reported:?}",
+        first.items.len(),
+        first.stat("egress_proxies/moves")
     );
+    // Every ban's retry carried the report, and the gateway took each (a report of a quarantine
+    // the gateway had from the site's 403 already counts as repeated).
+    let reports = gateway.metric(
+        "egress_gateway_quarantine_signals_total{namespace=\"ns\",pool=\"web\",source=\"report\"",
+    );
+    assert_eq!(reports, retries as f64, "{}", context());
     // Each banned member took a session of 32 first, or one a report moved (all but about
     // 2 * (3/4)^32 of runs): both are reported.
     assert_eq!(reported.len(), banned.len(), "{}", context());
@@ -681,7 +729,7 @@ fn scrapy_crawls_through_the_gateway_and_bans_move_sessions_off_the_banned_membe
     // site's are born on it and never meet its banned members; the friendly site's still
     // spread over all four.
     let seen_before = (banning.seen().len(), friendly.seen().len());
-    let second = crawler.crawl("second", &sites, pages, pages, true);
+    let second = crawler.crawl("second", &sites, &[], pages, pages, true);
     let context = || {
         format!(
             "stats: {}\nscrapy log:\n{}\ngateway log:\n{}",
@@ -720,6 +768,75 @@ fn scrapy_crawls_through_the_gateway_and_bans_move_sessions_off_the_banned_membe
     assert_eq!(
         friendly_peers,
         EGRESS.iter().map(|a| IpAddr::V4(*a)).collect(),
+        "{}",
+        context()
+    );
+
+    // Sessions born on the friendly site, half of them on the members the banning site
+    // quarantines, then asked for the banning site: the gateway refuses those (a 503 over
+    // http, a refused CONNECT over https) and the middleware moves them, reporting nothing;
+    // the banning site sees no banned member.
+    let seen_before = banning.seen().len();
+    let (friendly_sites, banning_sites) = (
+        [sites[2].clone(), sites[3].clone()],
+        [sites[0].clone(), sites[1].clone()],
+    );
+    let moves = 16;
+    let third = crawler.crawl("third", &friendly_sites, &banning_sites, moves, moves, true);
+    let context = || {
+        format!(
+            "stats: {}\nscrapy log:\n{}\ngateway log:\n{}",
+            third.stats,
+            third.log,
+            gateway.log()
+        )
+    };
+    for (start, then) in friendly_sites.iter().zip(&banning_sites) {
+        for i in 0..moves {
+            for url in [
+                format!("{start}/page/{i}"),
+                format!("{then}/page/{i}"),
+                format!("{then}/page/{i}/detail"),
+            ] {
+                let Some((egress, _)) = third.items.get(&url) else {
+                    panic!("{url} was not scraped\n{}", context());
+                };
+                assert!(
+                    !url.starts_with(then.as_str())
+                        || !banned.iter().any(|b| b.to_string() == *egress),
+                    "{url} came from the banned {egress}\n{}",
+                    context()
+                );
+            }
+        }
+    }
+    assert_eq!(third.items.len(), 2 * 3 * moves, "{}", context());
+    eprintln!(
+        "third crawl: {} moves over http, {} over CONNECT",
+        third.stat("egress_proxies/moves/http"),
+        third.stat("egress_proxies/moves/connect")
+    );
+    // 16 sessions a scheme over 4 members: some of each start on a quarantined member (all but
+    // about 2 * 2^-16 of runs).
+    assert!(
+        third.stat("egress_proxies/moves/http") >= 1
+            && third.stat("egress_proxies/moves/connect") >= 1,
+        "{}",
+        context()
+    );
+    assert_eq!(
+        (
+            third.stat("egress_proxies/bans"),
+            third.stat("egress_proxies/gave_up")
+        ),
+        (0, 0),
+        "{}",
+        context()
+    );
+    assert!(
+        banning.seen()[seen_before..]
+            .iter()
+            .all(|s| !reported.contains(&s.peer)),
         "{}",
         context()
     );
