@@ -93,7 +93,7 @@ impl Asks for ProxiesQuery {
     }
 }
 
-/// `?provider=&namespace=&pool=&format=json|text`, or what is wrong with it.
+/// `?provider=&namespace=&pool=&target=&format=json|text`, or what is wrong with it.
 fn proxies_query(query: Option<&str>) -> Result<ProxiesQuery, String> {
     let mut filter = Filter::default();
     let mut text = false;
@@ -103,6 +103,13 @@ fn proxies_query(query: Option<&str>) -> Result<ProxiesQuery, String> {
             "provider" => filter.provider = Some(v),
             "namespace" => filter.namespace = Some(v),
             "pool" => filter.pool = Some(v),
+            "target" => {
+                filter.target = Some(
+                    egress_core::target::target_of(&v)
+                        .ok_or_else(|| format!("target={v:?}: not a host name"))?,
+                );
+                filter.now = egress_time::now::unix_now();
+            }
             "format" => match v.as_str() {
                 "text" => text = true,
                 "json" => text = false,
@@ -114,7 +121,7 @@ fn proxies_query(query: Option<&str>) -> Result<ProxiesQuery, String> {
             },
             other => {
                 return Err(format!(
-                    "unknown parameter {other:?}: the filters are provider, namespace, pool and format"
+                    "unknown parameter {other:?}: the filters are provider, namespace, pool, target and format"
                 ));
             }
         }

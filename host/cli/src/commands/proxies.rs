@@ -19,6 +19,7 @@ pub fn command(a: ProxiesArgs) -> ExitCode {
                 provider: a.provider,
                 namespace: a.namespace,
                 pool: a.pool,
+                ..Default::default()
             };
             let list = state.discover(&credentials, &leases, &filter);
             match a.output {

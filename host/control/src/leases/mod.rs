@@ -319,11 +319,16 @@ impl<S: LeaseStore> Leases<S> {
         let facts = S::facts(&pool);
         let ttl =
             lease::ttl(req.ttl.as_deref(), &facts.policy).map_err(LeaseRefusal::BadRequest)?;
+        let target = req.target.as_deref().map(report_target).transpose()?;
         let entropy = crate::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
         let id = lease::new_id(&at.namespace, &at.pool, &entropy);
         for _ in 0..ATTEMPTS {
-            let members = self.store.members(at, &pool).await?;
+            let mut members = self.store.members(at, &pool).await?;
             let now = (self.now)();
+            if let Some(t) = &target {
+                let out = quarantined::<S>(&members, t, &facts.quarantine, now);
+                members.retain(|m| !out.contains(&proxy_name::<S>(m)));
+            }
             let granted = {
                 let held: Vec<Held<'_>> = members.iter().map(|m| S::held(m, now)).collect();
                 lease::grant(
@@ -673,6 +678,28 @@ fn report_target(host: &str) -> Result<String, LeaseRefusal> {
         ));
     }
     quarantine::target_of(host).ok_or_else(|| bad("longer than a host name may be"))
+}
+
+/// The names of the members `target` quarantines at `now`, within the pool's cap.
+fn quarantined<S: LeaseStore>(
+    members: &[S::Member],
+    target: &str,
+    policy: &QuarantinePolicy,
+    now: i64,
+) -> Vec<String> {
+    let names: Vec<String> = members.iter().map(proxy_name::<S>).collect();
+    let view = quarantine::pool_targets(
+        names
+            .iter()
+            .zip(members)
+            .map(|(n, m)| (n.as_str(), S::status(m).quarantines.as_slice())),
+        members.len(),
+        policy.max_quarantined_percent,
+        now,
+    );
+    view.get(target)
+        .map(|v| v.quarantined.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// The name of member `m` (its key is `namespace/name`).
@@ -1143,5 +1170,40 @@ mod tests {
             l.release("spider", &at, &view.id, &ok_with_target).await,
             Err(LeaseRefusal::BadRequest(m)) if m.contains("target")
         ));
+    }
+
+    #[tokio::test]
+    async fn a_lease_for_a_target_takes_no_proxy_that_target_quarantines() {
+        let l = leases(Memory::new(&["a", "b"]));
+        l.report("spider", &report_of("a", "www.example.com"))
+            .await
+            .unwrap();
+        let mut req = ask(1);
+        req.target = Some("shop.example.com".into());
+        for _ in 0..4 {
+            let view = l.acquire("other", &req).await.unwrap();
+            assert!(
+                view.proxies.iter().all(|p| p.proxy.name != "a"),
+                "{:?}",
+                view.proxies
+            );
+            let at = LeaseRef {
+                namespace: "ns".into(),
+                pool: "web".into(),
+            };
+            l.release("other", &at, &view.id, &ReleaseRequest::default())
+                .await
+                .unwrap();
+        }
+        // Both free and b leased: a lease for the target finds none, one for another takes a.
+        let _b = l.acquire("other", &req).await.unwrap();
+        assert!(matches!(
+            l.acquire("third", &req).await,
+            Err(LeaseRefusal::Unavailable { .. })
+        ));
+        let mut elsewhere = ask(1);
+        elsewhere.target = Some("example.org".into());
+        let view = l.acquire("third", &elsewhere).await.unwrap();
+        assert_eq!(view.proxies[0].proxy.name, "a");
     }
 }

@@ -81,7 +81,16 @@ pub struct Filter {
     pub provider: Option<String>,
     pub namespace: Option<String>,
     pub pool: Option<String>,
+    /// A target ([`crate::model::target::target_of`]): the proxies it quarantines are left
+    /// out, within the cap of their pool's [`DISCOVERY_QUARANTINE_PERCENT`].
+    pub target: Option<String>,
+    /// Unix seconds: the time quarantines are judged at (with `target`).
+    pub now: i64,
 }
+
+/// The cap per target discovery applies to each pool's quarantines: the default of
+/// `quarantine.maxQuarantinedPercent` (discovery reads Proxies, not their pools' specs).
+pub const DISCOVERY_QUARANTINE_PERCENT: u32 = 50;
 
 impl Filter {
     fn keeps(&self, c: &Candidate<'_>) -> bool {
@@ -105,9 +114,15 @@ pub fn discover<'a>(
             *egress_uses.entry(e).or_default() += 1;
         }
     }
+    let quarantined = filter
+        .target
+        .as_deref()
+        .map(|t| quarantined_for(&usable, t, filter.now))
+        .unwrap_or_default();
     usable
         .iter()
         .filter(|c| filter.keeps(c) && !c.exclusively_leased)
+        .filter(|c| !quarantined.contains(&(c.namespace, c.name)))
         .filter_map(|c| {
             let shared = c
                 .status
@@ -116,6 +131,37 @@ pub fn discover<'a>(
                 .is_some_and(|e| egress_uses.get(e).is_some_and(|&n| n > 1));
             describe(c, shared)
         })
+        .collect()
+}
+
+/// The usable proxies `target` quarantines now, pool by pool within its cap.
+fn quarantined_for<'a>(
+    usable: &[Candidate<'a>],
+    target: &str,
+    now: i64,
+) -> std::collections::HashSet<(&'a str, &'a str)> {
+    let mut pools: std::collections::BTreeMap<(&str, Option<&str>), (usize, Vec<_>)> =
+        std::collections::BTreeMap::new();
+    for c in usable {
+        let entry = pools.entry((c.namespace, c.pool)).or_default();
+        entry.0 += 1;
+        if let Some(q) = c
+            .status
+            .quarantines
+            .iter()
+            .map(crate::decide::quarantine::Hold::of)
+            .find(|h| h.target == target && h.until > now)
+        {
+            entry.1.push((q.since, (c.namespace, c.name), q.until));
+        }
+    }
+    pools
+        .into_values()
+        .flat_map(|(size, held)| {
+            let cap = crate::decide::quarantine::cap(size, DISCOVERY_QUARANTINE_PERCENT);
+            crate::decide::quarantine::within_cap(held, cap)
+        })
+        .map(|(_, key, _)| key)
         .collect()
 }
 
@@ -239,6 +285,52 @@ mod tests {
                 .as_deref(),
             Some("z1")
         );
+    }
+
+    /// With a target, the proxies it quarantines now are left out, within the cap of half of
+    /// their pool (the earliest quarantined first); other targets see every one.
+    #[test]
+    fn a_target_leaves_out_the_proxies_it_quarantines_within_the_cap() {
+        let record = |target: &str, since: i64, until: i64| crate::model::target::Quarantine {
+            target: target.into(),
+            since: egress_time::format_rfc3339(since),
+            until: egress_time::format_rfc3339(until),
+            strikes: 1,
+            reporters: Vec::new(),
+        };
+        let mut statuses: Vec<ProxyStatus> = (0..4)
+            .map(|i| status(true, &format!("10.0.0.{i}")))
+            .collect();
+        statuses[0].quarantines = vec![record("example.com", 100, 2_000)];
+        statuses[1].quarantines = vec![record("example.com", 50, 2_000)];
+        statuses[2].quarantines = vec![record("example.com", 200, 2_000)];
+        // Ended at 999: quarantines no one at 1000.
+        statuses[3].quarantines = vec![record("example.com", 10, 999)];
+        let names = ["a", "b", "c", "d"];
+        let all: Vec<Candidate<'_>> = names
+            .iter()
+            .zip(&statuses)
+            .map(|(n, s)| {
+                let mut c = cand(n, "k8s", s);
+                c.pool = Some("web");
+                c
+            })
+            .collect();
+        let listed = |target: Option<&str>| -> Vec<String> {
+            let f = Filter {
+                target: target.map(str::to_string),
+                now: 1_000,
+                ..Default::default()
+            };
+            discover(all.clone(), &f)
+                .into_iter()
+                .map(|d| d.name)
+                .collect()
+        };
+        assert_eq!(listed(None), ["a", "b", "c", "d"]);
+        assert_eq!(listed(Some("example.org")), ["a", "b", "c", "d"]);
+        // Three signalled, a cap of two: b (earliest) and a are left out, c is listed.
+        assert_eq!(listed(Some("example.com")), ["c", "d"]);
     }
 
     /// With its credential known, a proxy is listed with it in its URL and apart, and its

@@ -411,6 +411,19 @@ pub struct LeasedProxy {
     /// Why it drains.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retire_reason: Option<String>,
+    /// The targets that quarantine it now, and until when (RFC 3339): traffic for them
+    /// through the gateway is refused on it (`crate::target`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<QuarantinedFor>,
+}
+
+/// A target that quarantines a leased proxy, as its holder is told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuarantinedFor {
+    pub target: String,
+    /// RFC 3339.
+    pub until: String,
 }
 
 /// A lease as its holder is told: `POST /v1/leases`, renew and `GET /v1/leases` answer this.
@@ -645,6 +658,17 @@ pub fn view(
                 expires_at: b.expires_at.clone(),
                 retire_at: h.retiring.map(|(at, _)| egress_time::format_rfc3339(at)),
                 retire_reason: h.retiring.map(|(_, why)| why.as_str().to_string()),
+                quarantined: h
+                    .proxy
+                    .status
+                    .quarantines
+                    .iter()
+                    .filter(|q| crate::decide::quarantine::active(q, now))
+                    .map(|q| QuarantinedFor {
+                        target: q.target.clone(),
+                        until: q.until.clone(),
+                    })
+                    .collect(),
             })
         })
         .collect();

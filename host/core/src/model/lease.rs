@@ -191,6 +191,10 @@ pub struct LeaseRequest {
     /// e.g. `10m`; default the pool's `leases.defaultTTL`, at most its `maxTTL`.
     #[serde(default)]
     pub ttl: Option<String>,
+    /// The host the lease is for: proxies its target (its registrable domain) quarantines are
+    /// not taken.
+    #[serde(default)]
+    pub target: Option<String>,
 }
 
 /// `POST /v1/leases/{id}/renew`'s body (it may be empty).
