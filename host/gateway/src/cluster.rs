@@ -1,6 +1,7 @@
-//! Members in a cluster: a watch of the Proxies of every pool (label `crawl.example.com/pool`)
-//! and of the one Secret holding the gateway's own credential, the table rebuilt after each
-//! change (coalesced: a burst of events is one rebuild).
+//! Members in a cluster: a watch of the Proxies of every pool (label `crawl.example.com/pool`),
+//! of the pools (their `quarantine`) and of the one Secret holding the gateway's own
+//! credential, the table rebuilt after each change (coalesced: a burst of events is one
+//! rebuild).
 //!
 //! The gateway presents that credential to every member, whose proxy admits it beside its own
 //! (the operator names it on each member it makes: `GATEWAY_CREDENTIAL_ANNOTATION`). So the
@@ -10,7 +11,7 @@
 
 use crate::members::{Member, MemberTable};
 use egress_k8s_api::api_error_summary;
-use egress_k8s_api::crd::Proxy;
+use egress_k8s_api::crd::{Proxy, ProxyPool};
 use egress_k8s_api::members::candidate;
 use egress_k8s_api::secrets::{GATEWAY_CREDENTIAL_ANNOTATION, GatewayCredential};
 use futures::StreamExt;
@@ -50,24 +51,48 @@ pub async fn run(client: kube::Client, table: Arc<MemberTable>, secret: (String,
         let config = watcher::Config::default()
             .fields(&format!("metadata.name={name}"))
             .any_semantic();
-        watcher(kube::Api::<Secret>::namespaced(client, &namespace), config)
-            .default_backoff()
-            .reflect(credential_writer)
-            .for_each(move |event| {
-                match event {
-                    Ok(_) => changed.notify_one(),
-                    Err(e) => tracing::warn!(
-                        error = %watch_error(&e),
-                        "the watch of the gateway credential's Secret failed"
-                    ),
-                }
-                async {}
-            })
+        watcher(
+            kube::Api::<Secret>::namespaced(client.clone(), &namespace),
+            config,
+        )
+        .default_backoff()
+        .reflect(credential_writer)
+        .for_each(move |event| {
+            match event {
+                Ok(_) => changed.notify_one(),
+                Err(e) => tracing::warn!(
+                    error = %watch_error(&e),
+                    "the watch of the gateway credential's Secret failed"
+                ),
+            }
+            async {}
+        })
+    };
+    // The pools' specs, for their `quarantine` (the cap per target, the statuses that are a
+    // site's refusal). Not waited for: until it is read (or where the role cannot list pools)
+    // the defaults apply, and routing goes on.
+    let (pools, pools_writer) = reflector::store();
+    let pool_watch = {
+        let changed = changed.clone();
+        watcher(
+            kube::Api::<ProxyPool>::all(client.clone()),
+            watcher::Config::default().any_semantic(),
+        )
+        .default_backoff()
+        .reflect(pools_writer)
+        .for_each(move |event| {
+            match event {
+                Ok(_) => changed.notify_one(),
+                Err(e) => tracing::warn!(error = %watch_error(&e), "the ProxyPool watch failed"),
+            }
+            async {}
+        })
     };
     let rebuild = async {
         let _ = store.wait_until_ready().await;
         let _ = credential.wait_until_ready().await;
         loop {
+            table.set_quarantine_policies(quarantine_policies(&pools.state()));
             let gateway = credential
                 .state()
                 .first()
@@ -90,7 +115,23 @@ pub async fn run(client: kube::Client, table: Arc<MemberTable>, secret: (String,
             changed.notify_one();
         }
     };
-    tokio::join!(proxies, credential_watch, rebuild, tick);
+    tokio::join!(proxies, credential_watch, pool_watch, rebuild, tick);
+}
+
+/// Each pool's `spec.quarantine` (its defaults where it sets none).
+pub fn quarantine_policies(
+    pools: &[Arc<ProxyPool>],
+) -> std::collections::BTreeMap<crate::members::PoolKey, egress_core::target::QuarantinePolicy> {
+    pools
+        .iter()
+        .map(|p| {
+            let key = crate::members::PoolKey {
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+            };
+            (key, p.spec.quarantine.clone().unwrap_or_default())
+        })
+        .collect()
 }
 
 /// A watch error as the log may carry it.

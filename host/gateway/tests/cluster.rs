@@ -203,6 +203,28 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
         .await
         .unwrap()
         .unwrap();
+    // The pool's quarantine policy follows its spec: the defaults until it says otherwise.
+    assert_eq!(table.quarantine_policy(&web).max_quarantined_percent, 50);
+    let pool: egress_k8s_api::crd::ProxyPool = serde_json::from_value(json!({
+        "apiVersion": "crawl.example.com/v1alpha1",
+        "kind": "ProxyPool",
+        "metadata": {"name": "web", "namespace": "ns"},
+        "spec": {
+            "replicas": 2,
+            "placements": [{"provider": "cluster"}],
+            "quarantine": {"maxQuarantinedPercent": 20, "signalStatuses": [429]},
+        },
+    }))
+    .unwrap();
+    Api::<egress_k8s_api::crd::ProxyPool>::namespaced(client.clone(), "ns")
+        .create(&pp, &pool)
+        .await
+        .unwrap();
+    until(&table, "the pool's quarantine policy read", |t| {
+        let p = t.quarantine_policy(&web);
+        p.max_quarantined_percent == 20 && p.signal_statuses == [429]
+    })
+    .await;
     task.abort();
 }
 
