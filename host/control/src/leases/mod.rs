@@ -514,7 +514,6 @@ impl<S: LeaseStore> Leases<S> {
             self.store.released(&updated);
         }
         if !quarantined.is_empty() {
-            let members = self.store.members(at, &pool).await?;
             self.replace_if_quarantined(&members, &quarantined, &facts.quarantine, now)
                 .await;
         }
@@ -609,7 +608,6 @@ impl<S: LeaseStore> Leases<S> {
             .map(|q| q.until.clone())
             .unwrap_or_default();
         if let Some(updated) = written {
-            let members = self.store.members(at, &pool).await?;
             self.replace_if_quarantined(&members, &[updated], &facts.quarantine, now)
                 .await;
         }
@@ -621,9 +619,10 @@ impl<S: LeaseStore> Leases<S> {
         })
     }
 
-    /// Cordons those of `reported` that the pool's records quarantine for
-    /// `replaceAfterTargets` distinct targets at once (the cap per target applied), so the
-    /// pool replaces them through its budget.
+    /// Cordons those of `reported` (as just written) that the pool's records, `members` as
+    /// read before with `reported` in their place, quarantine for `replaceAfterTargets`
+    /// distinct targets at once (the cap per target applied), so the pool replaces them
+    /// through its budget. The pool is not listed again: only the reported ones changed.
     async fn replace_if_quarantined(
         &self,
         members: &[S::Member],
@@ -631,17 +630,18 @@ impl<S: LeaseStore> Leases<S> {
         policy: &QuarantinePolicy,
         now: i64,
     ) {
-        let names: Vec<String> = members.iter().map(proxy_name::<S>).collect();
-        let view = quarantine::pool_targets(
-            names
-                .iter()
-                .zip(members)
-                .map(|(n, m)| (n.as_str(), S::status(m).quarantines.as_slice())),
-            members.len(),
-            policy.max_quarantined_percent,
-            now,
-        );
-        let due = quarantine::to_replace(&view, policy);
+        let current: Vec<S::Member> = members
+            .iter()
+            .map(|m| {
+                let key = S::key(m);
+                reported
+                    .iter()
+                    .find(|r| S::key(r) == key)
+                    .unwrap_or(m)
+                    .clone()
+            })
+            .collect();
+        let due = quarantine::to_replace(&pool_view::<S>(&current, policy, now), policy);
         for m in reported {
             if due.contains(&proxy_name::<S>(m)) && !S::cordoned(m) {
                 let why = format!(
@@ -680,15 +680,14 @@ fn report_target(host: &str) -> Result<String, LeaseRefusal> {
     quarantine::target_of(host).ok_or_else(|| bad("longer than a host name may be"))
 }
 
-/// The names of the members `target` quarantines at `now`, within the pool's cap.
-fn quarantined<S: LeaseStore>(
+/// Every target `members` record at `now`, within the pool's cap.
+fn pool_view<S: LeaseStore>(
     members: &[S::Member],
-    target: &str,
     policy: &QuarantinePolicy,
     now: i64,
-) -> Vec<String> {
+) -> std::collections::BTreeMap<String, quarantine::TargetView> {
     let names: Vec<String> = members.iter().map(proxy_name::<S>).collect();
-    let view = quarantine::pool_targets(
+    quarantine::pool_targets(
         names
             .iter()
             .zip(members)
@@ -696,8 +695,18 @@ fn quarantined<S: LeaseStore>(
         members.len(),
         policy.max_quarantined_percent,
         now,
-    );
-    view.get(target)
+    )
+}
+
+/// The names of the members `target` quarantines at `now`, within the pool's cap.
+fn quarantined<S: LeaseStore>(
+    members: &[S::Member],
+    target: &str,
+    policy: &QuarantinePolicy,
+    now: i64,
+) -> Vec<String> {
+    pool_view::<S>(members, policy, now)
+        .get(target)
         .map(|v| v.quarantined.keys().cloned().collect())
         .unwrap_or_default()
 }
