@@ -795,10 +795,14 @@ mod tests {
     const TOKEN: &str = "a-test-token";
 
     /// A guard that lets one token see everything.
+    /// A token of namespace `other` only.
+    const OTHER_TOKEN: &str = "other-namespace-token-0123456789";
+
     fn guard() -> Arc<Guard> {
         let file = auth::tokens::TokenFile::parse(&format!(
-            "tokens: [{{name: all, sha256: {}, allNamespaces: true, metrics: true}}]",
-            auth::tokens::sha256_hex(TOKEN)
+            "tokens: [{{name: all, sha256: {}, allNamespaces: true, metrics: true}}, {{name: other, sha256: {}, namespaces: [{{name: other}}]}}]",
+            auth::tokens::sha256_hex(TOKEN),
+            auth::tokens::sha256_hex(OTHER_TOKEN)
         ))
         .unwrap();
         Arc::new(Guard::new(Arc::new(file)))
@@ -1039,6 +1043,20 @@ mod tests {
         assert!(body.contains("host"), "{body}");
         let (status, _) = ask(Method::GET, "", headers).await;
         assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        // A caller of another namespace may not report this pool's proxies: 403, the book not
+        // asked.
+        let mut elsewhere = http::HeaderMap::new();
+        elsewhere.insert(
+            http::header::AUTHORIZATION,
+            format!("Bearer {OTHER_TOKEN}").parse().unwrap(),
+        );
+        let (status, _) = ask(
+            Method::POST,
+            r#"{"namespace": "ns", "pool": "web", "proxy": "web-1", "target": "x.example"}"#,
+            elsewhere,
+        )
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
         let (status, _) = ask(
             Method::POST,
             r#"{"namespace": "ns", "pool": "web", "proxy": "web-1", "target": "x.example"}"#,

@@ -550,7 +550,20 @@ impl<S: LeaseStore> Leases<S> {
         let cooldowns = quarantine::Cooldowns::of(&facts.quarantine);
         let members = self.store.members(at, &pool).await?;
         let key = format!("{}/{}", at.namespace, req.proxy);
-        let Some(member) = members.iter().find(|m| S::key(m) == key) else {
+        let now = (self.now)();
+        // A proxy another holder leases exclusively is that holder's: answered as one that
+        // does not exist, so no one quarantines another's lease or learns that it is there.
+        let theirs = |m: &S::Member| {
+            S::held(m, now)
+                .bindings()
+                .iter()
+                .any(|b| b.mode == lease::LeaseMode::Exclusive && b.live(now) && b.holder != holder)
+        };
+        let Some(member) = members
+            .iter()
+            .find(|m| S::key(m) == key)
+            .filter(|m| !theirs(m))
+        else {
             return Err(LeaseRefusal::NotFound(format!(
                 "no proxy {key} in pool {}/{}",
                 at.namespace, at.pool
@@ -560,7 +573,7 @@ impl<S: LeaseStore> Leases<S> {
             .iter()
             .flat_map(|m| S::status(m).quarantines.iter().cloned())
             .collect();
-        let now = (self.now)();
+
         let signal = quarantine::Signal {
             member: &req.proxy,
             target: &target,
@@ -1214,5 +1227,38 @@ mod tests {
         elsewhere.target = Some("example.org".into());
         let view = l.acquire("third", &elsewhere).await.unwrap();
         assert_eq!(view.proxies[0].proxy.name, "a");
+    }
+
+    #[tokio::test]
+    async fn another_holders_exclusive_proxy_cannot_be_reported_and_answers_as_unknown() {
+        let l = leases(Memory::new(&["a"]));
+        let _lease = l.acquire("spider", &ask(1)).await.unwrap();
+        let unknown = l
+            .report("other", &report_of("z", "example.com"))
+            .await
+            .unwrap_err();
+        let theirs = l
+            .report("other", &report_of("a", "example.com"))
+            .await
+            .unwrap_err();
+        assert!(matches!(&theirs, LeaseRefusal::NotFound(m) if m.contains("ns/a")));
+        assert_eq!(
+            format!("{theirs:?}").replace("ns/a", "ns/z"),
+            format!("{unknown:?}"),
+            "answered as a proxy that does not exist"
+        );
+        assert!(
+            l.store().members.lock().unwrap()[0]
+                .status
+                .quarantines
+                .is_empty()
+        );
+        // Its holder may.
+        assert!(
+            l.report("spider", &report_of("a", "example.com"))
+                .await
+                .unwrap()
+                .counted
+        );
     }
 }
