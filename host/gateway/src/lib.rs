@@ -13,6 +13,7 @@ pub mod members;
 pub mod metrics;
 pub mod plain;
 pub mod quarantine;
+pub mod reports;
 pub mod route;
 pub mod server;
 pub mod socks;

@@ -69,6 +69,10 @@ pub struct Metrics {
     /// holder had signalled that quarantine already, `over_rate`: past its holder's rate).
     /// Targets are not a label: a crawler's list of sites would make the series unbounded.
     pub quarantine_signals: Family<Labels, Counter>,
+    /// This replica's quarantine signals sent on to the lease API (`--reports-to`), by result:
+    /// `ok`, `refused` (4xx: the caller may not report it, or is past its rate), `failed` (no
+    /// answer, 5xx) and `dropped` (the queue was full).
+    pub reports_forwarded: Family<Labels, Counter>,
     known: Mutex<BTreeSet<Labels>>,
 }
 
@@ -112,6 +116,12 @@ impl Metrics {
         );
         let socks_replies = Family::<Labels, Counter>::default();
         let quarantine_signals = Family::<Labels, Counter>::default();
+        let reports_forwarded = Family::<Labels, Counter>::default();
+        registry.register(
+            "reports_forwarded",
+            "Quarantine signals sent on to the lease API, by result (ok, refused, failed, dropped)",
+            reports_forwarded.clone(),
+        );
         registry.register(
             "quarantine_signals",
             "Signals that a target refused a member, by source (report, status) and result",
@@ -164,8 +174,16 @@ impl Metrics {
             setup,
             socks_replies,
             quarantine_signals,
+            reports_forwarded,
             known: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// A report sent on to the lease API ended as `result`.
+    pub fn report_forwarded(&self, result: &str) {
+        self.reports_forwarded
+            .get_or_create(&vec![("result".into(), result.into())])
+            .inc();
     }
 
     /// An error of `kind` on `pool`, by `member` (`NS/NAME`) where one was chosen: a member

@@ -98,6 +98,8 @@ pub struct Gateway {
     /// Connections not yet authenticated, by source, across both listeners: a source holds
     /// its share of them whichever protocol it speaks.
     pub(crate) sources: Arc<Unauthenticated>,
+    /// Where this replica's quarantine signals go on to (`--reports-to`), if anywhere.
+    pub(crate) reports: Option<crate::reports::Reports>,
 }
 
 /// A tunnel its member opened (it answered `200` to the gateway's CONNECT), waiting for the
@@ -122,6 +124,8 @@ pub(crate) struct Admitted {
     pub(crate) pool: PoolKey,
     pub(crate) options: Options,
     pub(crate) caller: String,
+    /// The caller's token, for the reports made for it (`--reports-to`).
+    pub(crate) token: egress_serve::auth::Token,
     /// Which listener took it, for the metrics.
     pub(crate) listener: Listener,
 }
@@ -143,7 +147,14 @@ impl Gateway {
             open: std::sync::atomic::AtomicUsize::new(0),
             ended: tokio::sync::Notify::new(),
             sources: Arc::new(Unauthenticated::new(limits.unauthenticated_per_source)),
+            reports: None,
         }
+    }
+
+    /// This gateway, sending its quarantine signals on to the lease API through `reports`.
+    pub fn with_reports(mut self, reports: crate::reports::Reports) -> Self {
+        self.reports = Some(reports);
+        self
     }
 
     /// Tunnels open now.
@@ -251,6 +262,7 @@ impl Gateway {
             pool,
             options,
             caller: caller.username,
+            token: credential.token.clone(),
             listener,
         })
     }
