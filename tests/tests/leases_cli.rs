@@ -336,19 +336,25 @@ async fn through_gateway(gateway: SocketAddr, token: &str, extra: &str) -> (u16,
     (code, member)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member() {
-    let Some(squid) = support::squid_and_echo() else {
-        return;
-    };
+/// Squid's binary, once the echoes (plain and TLS) serve; None where they cannot, said.
+fn real_parts() -> Option<PathBuf> {
+    let squid = support::squid_and_echo()?;
     if let Err(why) = support::shared_tls_echo() {
         assert!(
             !support::required(),
             "the TLS echo cannot listen on 443: {why}"
         );
         eprintln!("skipped: the TLS echo cannot listen on 443: {why}");
-        return;
+        return None;
     }
+    Some(squid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member() {
+    let Some(squid) = real_parts() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let old = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
     let new = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
@@ -589,17 +595,9 @@ async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member
 /// member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_taken_by_one_gateway_replica_changes_routing_on_another_within_a_second() {
-    let Some(squid) = support::squid_and_echo() else {
+    let Some(squid) = real_parts() else {
         return;
     };
-    if let Err(why) = support::shared_tls_echo() {
-        assert!(
-            !support::required(),
-            "the TLS echo cannot listen on 443: {why}"
-        );
-        eprintln!("skipped: the TLS echo cannot listen on 443: {why}");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let members = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
     let port = members.listen.port();
