@@ -324,6 +324,7 @@ impl PoolRun {
             min_available_replicas: self.min_available,
             deletions_below_floor: self.deletions_below_floor,
             events: self.events,
+            targets: Vec::new(),
             timeline: self.timeline,
         }
     }
