@@ -98,6 +98,17 @@ pub fn page(report: &Report) -> String {
             draw_pool(root, pool, &hours, span)
         }));
         body.push_str("</figure>\n");
+        if !pool.targets.is_empty() {
+            body.push_str(&format!(
+                "<figure class=\"targets\" data-pool=\"{} targets\">\n<figcaption>ProxyPool {}'s crawl: per target, members quarantined (solid), signalled (wide and pale: above quarantined past the cap) and routable (thin)</figcaption>\n",
+                escape(&key),
+                escape(&key)
+            ));
+            body.push_str(&svg_or_error(WIDTH, 340, |root| {
+                draw_targets(root, pool, &hours, span)
+            }));
+            body.push_str("</figure>\n");
+        }
     }
     // In the order they came: by their first event, then by name.
     let mut order: Vec<&ProxyReport> = report.proxies.iter().collect();
@@ -182,26 +193,24 @@ fn steps(points: &[(f64, u32)], end: f64) -> StepLine {
     out
 }
 
-fn draw_pool(
-    root: &DrawingArea<SVGBackend, Shift>,
-    pool: &PoolReport,
-    hours: &dyn Fn(u64) -> f64,
+/// A chart of proxies (0 to `top`) over `span` hours, its mesh drawn, on a white `root`.
+fn proxies_over_hours<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: String,
     span: f64,
-) -> Result<(), String> {
+    top: u32,
+) -> Result<
+    ChartContext<
+        'a,
+        SVGBackend<'b>,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    String,
+> {
     let e = |e: DrawingAreaErrorKind<_>| e.to_string();
     root.fill(&WHITE).map_err(e)?;
-    let top = pool
-        .timeline
-        .iter()
-        .map(|s| s.replicas.max(s.available).max(s.ready))
-        .max()
-        .unwrap_or(1)
-        + 1;
     let mut chart = ChartBuilder::on(root)
-        .caption(
-            format!("{}/{}", pool.namespace, pool.name),
-            ("sans-serif", 18),
-        )
+        .caption(caption, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(40)
@@ -213,6 +222,25 @@ fn draw_pool(
         .y_desc("proxies")
         .draw()
         .map_err(e)?;
+    Ok(chart)
+}
+
+fn draw_pool(
+    root: &DrawingArea<SVGBackend, Shift>,
+    pool: &PoolReport,
+    hours: &dyn Fn(u64) -> f64,
+    span: f64,
+) -> Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let top = pool
+        .timeline
+        .iter()
+        .map(|s| s.replicas.max(s.available).max(s.ready))
+        .max()
+        .unwrap_or(1)
+        + 1;
+    let mut chart =
+        proxies_over_hours(root, format!("{}/{}", pool.namespace, pool.name), span, top)?;
     let line = |pick: &dyn Fn(&crate::reconcile::PoolSample) -> u32| {
         let points: Vec<(f64, u32)> = pool
             .timeline
@@ -263,6 +291,68 @@ fn draw_pool(
         Some(PathElement::new(vec![(t, 0.0), (t, tick)], colour))
     });
     chart.draw_series(marks).map_err(e)?;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(e)?;
+    Ok(())
+}
+
+/// Each target of the pool's crawl: its members quarantined, signalled (above quarantined
+/// only past the cap) and routable, minute by minute.
+fn draw_targets(
+    root: &DrawingArea<SVGBackend, Shift>,
+    pool: &PoolReport,
+    hours: &dyn Fn(u64) -> f64,
+    span: f64,
+) -> Result<(), String> {
+    let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+    let top = pool
+        .targets
+        .iter()
+        .flat_map(|t| &t.timeline)
+        .map(|s| s.routable.max(s.signalled))
+        .max()
+        .unwrap_or(1)
+        + 1;
+    let mut chart = proxies_over_hours(
+        root,
+        format!("{}/{}: targets", pool.namespace, pool.name),
+        span,
+        top,
+    )?;
+    for (i, t) in pool.targets.iter().enumerate() {
+        let colour = PLACEMENT_COLOURS[i % PLACEMENT_COLOURS.len()];
+        let line = |pick: &dyn Fn(&egress_control::crawl::TargetSample) -> u32| {
+            let points: Vec<(f64, u32)> = t
+                .timeline
+                .iter()
+                .map(|s| (hours(s.at_ms), pick(s)))
+                .collect();
+            steps(&points, span)
+        };
+        for (what, points, style) in [
+            (
+                "quarantined",
+                line(&|s| s.quarantined),
+                colour.stroke_width(2),
+            ),
+            (
+                "signalled",
+                line(&|s| s.signalled),
+                colour.mix(0.5).stroke_width(4),
+            ),
+            ("routable", line(&|s| s.routable), colour.stroke_width(1)),
+        ] {
+            chart
+                .draw_series(LineSeries::new(points, style))
+                .map_err(e)?
+                .label(format!("{} {what}", t.target))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+        }
+    }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
@@ -386,6 +476,55 @@ mod tests {
             ]
         );
         assert!(steps(&[], 4.0).is_empty());
+    }
+
+    /// A crawl's targets are drawn: three lines (and their legend samples) per target.
+    #[test]
+    fn each_target_of_a_crawl_is_drawn_with_its_three_lines() {
+        use egress_control::crawl::{TargetSample, TargetTotals};
+        let sample = |minute: u64, quarantined: u32| TargetSample {
+            at_ms: minute * 60_000,
+            quarantined,
+            routable: 100 - quarantined,
+            refused: u64::from(quarantined),
+            signalled: quarantined + 5,
+        };
+        let target = |name: &str| TargetTotals {
+            target: name.into(),
+            timeline: vec![sample(1, 0), sample(60, 30), sample(70, 10), sample(120, 0)],
+            ..Default::default()
+        };
+        let pool = |targets: Vec<TargetTotals>| PoolReport {
+            namespace: "crawlers".into(),
+            name: "crawl".into(),
+            status: Default::default(),
+            min_ready_replicas: None,
+            min_available_replicas: None,
+            deletions_below_floor: 0,
+            events: Vec::new(),
+            targets,
+            timeline: Vec::new(),
+        };
+        let hours = |ms: u64| ms as f64 / 3_600_000.0;
+        let drawn = |pool: &PoolReport| {
+            svg_or_error(WIDTH, 340, |root| draw_targets(root, pool, &hours, 3.0))
+        };
+        let svg = drawn(&pool(vec![target("example.com"), target("example.org")]));
+        assert!(svg.starts_with("<svg"), "{svg}");
+        let one = drawn(&pool(vec![target("example.com")]));
+        // Per target, its three lines and their three legend samples, beside the axes.
+        assert_eq!(
+            svg.matches("<polyline").count() - one.matches("<polyline").count(),
+            3 * 2,
+            "{svg}"
+        );
+        for legend in [
+            "example.com quarantined",
+            "example.org routable",
+            "example.com signalled",
+        ] {
+            assert!(svg.contains(legend), "{legend}");
+        }
     }
 
     #[test]

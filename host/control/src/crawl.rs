@@ -125,6 +125,25 @@ pub struct TargetTotals {
     pub minutes_past_cap: u64,
     /// The fewest members routable for it at once (usable, not quarantined for it).
     pub min_routable: Option<u32>,
+    /// Its minutes, each kept where it differs from the one before (not serialised: `-o
+    /// html` draws them).
+    #[serde(skip)]
+    pub timeline: Vec<TargetSample>,
+}
+
+/// One minute of a target, as `-o html` draws it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TargetSample {
+    /// Unix milliseconds at the minute's end.
+    pub at_ms: u64,
+    /// Members quarantined for it (the cap applied).
+    pub quarantined: u32,
+    /// Members routable for it.
+    pub routable: u32,
+    /// Requests it refused in the minute.
+    pub refused: u64,
+    /// Members whose record for it holds, the cap not applied.
+    pub signalled: u32,
 }
 
 /// The crawl of a run: its pools' requests, the targets' bans in force, and the totals.
@@ -308,6 +327,25 @@ impl Crawl {
                     ..Default::default()
                 });
             totals.requests += a.per_minute;
+            let refused_before = totals.refused;
+            let sample = |totals: &mut TargetTotals| {
+                let t = TargetSample {
+                    at_ms: (now.max(0) as u64) * 1000,
+                    quarantined: view.map_or(0, |v| v.quarantined.len() as u32),
+                    routable: routable.len() as u32,
+                    refused: totals.refused - refused_before,
+                    signalled: view.map_or(0, |v| v.signalled as u32),
+                };
+                let same = |l: &TargetSample| {
+                    TargetSample {
+                        at_ms: l.at_ms,
+                        ..t
+                    } == *l
+                };
+                if !totals.timeline.last().is_some_and(same) {
+                    totals.timeline.push(t);
+                }
+            };
             let held = view.map_or(0, |v| v.quarantined.len() as u32);
             totals.max_quarantined = totals.max_quarantined.max(held);
             totals.minutes_past_cap += u64::from(view.is_some_and(|v| v.capped));
@@ -317,10 +355,12 @@ impl Crawl {
                     .map_or(routable.len() as u32, |m| m.min(routable.len() as u32)),
             );
             if a.per_minute == 0 {
+                sample(totals);
                 continue;
             }
             if routable.is_empty() {
                 totals.refused += a.per_minute;
+                sample(totals);
                 continue;
             }
             let banned = |m: &CrawlMember<'_>| {
@@ -388,6 +428,7 @@ impl Crawl {
                 }
                 totals.served += load.values().sum::<u64>();
             }
+            sample(totals);
             // An address over the target's rate this minute is banned from now on.
             if let Some(limit) = a.bans.as_ref().and_then(|b| b.over_per_minute) {
                 let lasts = a.bans.as_ref().map_or(3600, |b| b.lasts);
