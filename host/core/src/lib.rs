@@ -54,6 +54,12 @@ pub mod target {
     pub use crate::model::target::*;
 }
 
+/// [`model::politeness`] and [`decide::politeness`].
+pub mod politeness {
+    pub use crate::decide::politeness::*;
+    pub use crate::model::politeness::*;
+}
+
 pub mod reconcile {
     pub use crate::decide::reconcile::*;
     pub use crate::model::conditions::{PROVISIONED, READY, ready_is_true, reason};
