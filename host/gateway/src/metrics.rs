@@ -69,6 +69,10 @@ pub struct Metrics {
     /// holder had signalled that quarantine already, `over_rate`: past its holder's rate).
     /// Targets are not a label: a crawler's list of sites would make the series unbounded.
     pub quarantine_signals: Family<Labels, Counter>,
+    /// Tunnels and requests under a politeness rule, by namespace, pool and result
+    /// (`started`: at once; `waited`: after waiting for budget; `refused`: answered 429). No
+    /// target label, for the same reason as above.
+    pub politeness: Family<Labels, Counter>,
     known: Mutex<BTreeSet<Labels>>,
 }
 
@@ -112,6 +116,12 @@ impl Metrics {
         );
         let socks_replies = Family::<Labels, Counter>::default();
         let quarantine_signals = Family::<Labels, Counter>::default();
+        let politeness = Family::<Labels, Counter>::default();
+        registry.register(
+            "politeness",
+            "Tunnels and requests under a politeness rule, by result (started, waited, refused)",
+            politeness.clone(),
+        );
         registry.register(
             "quarantine_signals",
             "Signals that a target refused a member, by source (report, status) and result",
@@ -164,6 +174,7 @@ impl Metrics {
             setup,
             socks_replies,
             quarantine_signals,
+            politeness,
             known: Mutex::new(BTreeSet::new()),
         }
     }

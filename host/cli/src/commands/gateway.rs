@@ -204,6 +204,7 @@ pub async fn run(
         max_connections: a.max_connections,
         unauthenticated_timeout: a.unauthenticated_timeout,
         unauthenticated_per_source: a.max_unauthenticated_per_source,
+        replica: egress_core::politeness::Share::replica(a.replica.0, a.replica.1),
         ..Limits::default()
     };
     let gateway = Arc::new(Gateway::new(

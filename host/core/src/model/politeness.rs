@@ -59,6 +59,7 @@ pub struct Budget {
     pub every: Option<String>,
     /// Tunnels and requests in flight at once (at least 1, at most 100000; none: no cap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100_000))]
     pub concurrency: Option<u32>,
 }
 
