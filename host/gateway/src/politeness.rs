@@ -263,6 +263,9 @@ impl Gateway {
         let mut waited = false;
         let mut races = 0;
         loop {
+            // Taken before the budgets are read: a release between the reading and the wait
+            // still wakes it.
+            let released = self.budgets.released.notified();
             let now = now_ms();
             let out = if pinned {
                 let e = self.next_member(a, Some(target), exclude, last)?;
@@ -323,7 +326,6 @@ impl Gateway {
                     }
                     let _waiting = Waiting(&self.budgets.waiting);
                     waited = true;
-                    let released = self.budgets.released.notified();
                     tokio::select! {
                         _ = tokio::time::sleep_until(wake.into()) => {}
                         _ = released => {}

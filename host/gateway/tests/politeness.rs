@@ -29,7 +29,8 @@ const FREE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 15);
 type Seen = Arc<Mutex<Vec<(IpAddr, Instant)>>>;
 
 /// A site on `addr` that records each request head (port 80) or each connection (any other
-/// port: a tunnel's) with its source and time, and answers 200 with the source, closing.
+/// port: a tunnel's) with its source and time, and answers with the source: a 200 that
+/// closes, or on a tunnel the bare address, held open until the crawler closes.
 async fn site(addr: SocketAddr) -> Seen {
     let std = support::bind_patiently(addr).unwrap();
     std.set_nonblocking(true).unwrap();
@@ -45,8 +46,10 @@ async fn site(addr: SocketAddr) -> Seen {
             let log = log.clone();
             tokio::spawn(async move {
                 if !plain {
+                    // A tunnel's: the source, then held open until the crawler closes it.
                     log.lock().unwrap().push((peer.ip(), Instant::now()));
                     let _ = s.write_all(peer.ip().to_string().as_bytes()).await;
+                    while matches!(s.read(&mut [0u8; 64]).await, Ok(n) if n > 0) {}
                     return;
                 }
                 let mut buf = Vec::new();
@@ -187,9 +190,9 @@ async fn get(gateway: SocketAddr, site: Ipv4Addr, user: &str) -> (Head, String) 
     (head, String::from_utf8_lossy(&body).into_owned())
 }
 
-/// A CONNECT to `{site}:443` through `gateway`; on a 200, what the site wrote (its view of
-/// the source address).
-async fn tunnel(gateway: SocketAddr, site: Ipv4Addr) -> (Head, String) {
+/// A CONNECT to `{site}:443` through `gateway`: the head, and on a 200 what the site wrote
+/// first (its view of the source address) and the open tunnel.
+async fn tunnel(gateway: SocketAddr, site: Ipv4Addr) -> (Head, String, TcpStream) {
     let mut s = TcpStream::connect(gateway).await.unwrap();
     s.write_all(
         format!(
@@ -201,11 +204,16 @@ async fn tunnel(gateway: SocketAddr, site: Ipv4Addr) -> (Head, String) {
     .await
     .unwrap();
     let head = read_head(&mut s).await;
-    let mut body = Vec::new();
+    let mut first = String::new();
     if head.status == 200 {
-        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut body)).await;
+        let mut b = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut b))
+            .await
+            .unwrap()
+            .unwrap();
+        first = String::from_utf8_lossy(&b[..n]).into_owned();
     }
-    (head, String::from_utf8_lossy(&body).into_owned())
+    (head, first, s)
 }
 
 /// The site may see two starts on one address a little closer than the gateway made them:
@@ -452,7 +460,7 @@ async fn two_replicas_keep_the_gap_between_them_with_nothing_shared() {
             tokio::spawn(async move {
                 let mut ok = 0;
                 while started.elapsed() < run_for {
-                    let (head, body) = tunnel(gateway, POLITE).await;
+                    let (head, body, _closed_at_once) = tunnel(gateway, POLITE).await;
                     match head.status {
                         200 => {
                             assert!(body.starts_with("127.0.0.5"), "{body}");
@@ -487,4 +495,42 @@ async fn two_replicas_keep_the_gap_between_them_with_nothing_shared() {
             "a replica started nothing: {text}"
         );
     }
+}
+
+/// A tunnel holds its place in its address's `concurrency` until it closes: the next tunnel
+/// waits (within `maxWait`) and is opened once the first closes, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_holds_its_in_flight_budget_until_it_closes() {
+    let Some(w) = world(1) else { return };
+    let polite = site(SocketAddr::from((POLITE, 443))).await;
+    let g = serve(
+        w.members.clone(),
+        limits(),
+        "maxWait: 5s\ntargets:\n- match: \"127.0.0.14\"\n  perAddress: {concurrency: 1}\n",
+    )
+    .await;
+    let (head, _, first) = tunnel(g.gateway, POLITE).await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let gateway = g.gateway;
+    let second = tokio::spawn(async move {
+        let (head, _, s) = tunnel(gateway, POLITE).await;
+        (head, Instant::now(), s)
+    });
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(
+        !second.is_finished(),
+        "the second tunnel opened beside the first"
+    );
+    assert_eq!(polite.lock().unwrap().len(), 1);
+    let closed = Instant::now();
+    drop(first);
+    let (head, opened, _s) = second.await.unwrap();
+    assert_eq!(head.status, 200, "{head:?}");
+    assert!(
+        opened - closed < Duration::from_secs(1),
+        "opened {:?} after the first closed",
+        opened - closed
+    );
+    let text = metrics_text(g.admin).await;
+    assert_eq!(politeness(&text, "waited"), 1.0, "{text}");
 }
