@@ -130,6 +130,7 @@ async fn due_proxies_are_reconciled_at_once_within_the_limit() {
             concurrency: 3,
             run_for: None,
             leases: None,
+            crawl: None,
         },
     };
     let report = driver

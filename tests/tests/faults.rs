@@ -80,6 +80,7 @@ async fn run_on(spec: &Spec, keep: &[&str], max_rounds: u32) -> (Report, Report)
             run_for: None,
             state_path: None,
             leases: None,
+            crawl: None,
         },
     };
     let proxies: Vec<_> = parse_proxies(&scale::proxies(spec.proxies), "proxies")

@@ -256,6 +256,12 @@ fn names(v: &serde_json::Value, field: &str) -> Vec<String> {
 /// `egress-proxies gateway --state` in process: the CLI's state source, named tokens, member
 /// connections from the address the test Squids admit.
 async fn gateway_on(dir: &Path) -> SocketAddr {
+    gateway_reporting_to(dir, None).await
+}
+
+/// [`gateway_on`], sending its quarantine signals on to the API at `api` (`--reports-to`),
+/// trusting the test CA alone.
+async fn gateway_reporting_to(dir: &Path, api: Option<SocketAddr>) -> SocketAddr {
     let table = std::sync::Arc::new(egress_gateway::MemberTable::new(vec![
         egress_gateway::PoolKey::parse("ns/web").unwrap(),
     ]));
@@ -267,10 +273,11 @@ async fn gateway_on(dir: &Path) -> SocketAddr {
     let reviewer = std::sync::Arc::new(
         egress_serve::auth::tokens::TokensFile::load(&dir.join("tokens.yaml")).unwrap(),
     );
-    let gateway = std::sync::Arc::new(egress_gateway::Gateway::new(
+    let metrics = std::sync::Arc::new(egress_gateway::metrics::Metrics::new());
+    let mut gateway = egress_gateway::Gateway::new(
         table,
         std::sync::Arc::new(egress_serve::auth::Guard::new(reviewer)),
-        std::sync::Arc::new(egress_gateway::metrics::Metrics::new()),
+        metrics.clone(),
         egress_gateway::Limits {
             timeouts: egress_gateway::forward::Timeouts {
                 source: Some(support::ALLOWED_CLIENT.into()),
@@ -278,7 +285,18 @@ async fn gateway_on(dir: &Path) -> SocketAddr {
             },
             ..Default::default()
         },
-    ));
+    );
+    if let Some(api) = api {
+        let (reports, sending) = egress_gateway::reports::Reports::start(
+            &format!("https://{api}"),
+            Some(CA.pem().as_bytes()),
+            metrics,
+        )
+        .unwrap();
+        tokio::spawn(sending);
+        gateway = gateway.with_reports(reports);
+    }
+    let gateway = std::sync::Arc::new(gateway);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(egress_gateway::serve(listener, gateway));
@@ -318,19 +336,25 @@ async fn through_gateway(gateway: SocketAddr, token: &str, extra: &str) -> (u16,
     (code, member)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member() {
-    let Some(squid) = support::squid_and_echo() else {
-        return;
-    };
+/// Squid's binary, once the echoes (plain and TLS) serve; None where they cannot, said.
+fn real_parts() -> Option<PathBuf> {
+    let squid = support::squid_and_echo()?;
     if let Err(why) = support::shared_tls_echo() {
         assert!(
             !support::required(),
             "the TLS echo cannot listen on 443: {why}"
         );
         eprintln!("skipped: the TLS echo cannot listen on 443: {why}");
-        return;
+        return None;
     }
+    Some(squid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member() {
+    let Some(squid) = real_parts() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let old = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
     let new = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
@@ -562,4 +586,93 @@ async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member
     }
     w.stop().await;
     drop((old, new));
+}
+
+/// Two gateway replicas on one state, out of a cluster: a crawler's in-band report taken by one
+/// (its caller's report, sent on to the API) is written on the member's record in the lease
+/// file, and the other replica, which never saw the report, routes by it within a second: the
+/// session on the member is refused for that target, and unpinned traffic for it avoids the
+/// member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_taken_by_one_gateway_replica_changes_routing_on_another_within_a_second() {
+    let Some(squid) = real_parts() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let members = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
+    let port = members.listen.port();
+    provision(dir.path());
+    let providers = providers(dir.path());
+    let proxies = dir.path().join("proxies.yaml");
+    std::fs::write(&proxies, pool_yaml(port)).unwrap();
+    let mut w = watch(dir.path(), &providers, &proxies).await;
+    w.until("two verified members", |s| ready_on(s, port) == 2)
+        .await;
+
+    let one = gateway_reporting_to(dir.path(), Some(w.addr)).await;
+    let other = gateway_on(dir.path()).await;
+    let session = "Egress-Session: crawl-1\r\n";
+    // Both replicas put the session on one member (its hash), before any report.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let member = loop {
+        let (code, member) = through_gateway(other, SPIDER, session).await;
+        if code == 200 {
+            break member;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the replica did not serve the session: {code}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        through_gateway(one, SPIDER, session).await,
+        (200, member.clone())
+    );
+
+    // The echo (its address its own target) banned the session's member, says the crawler
+    // through the first replica: that replica refuses the session at once.
+    let reported = tokio::time::Instant::now();
+    let (code, _) =
+        through_gateway(one, SPIDER, &format!("{session}Egress-Report: banned\r\n")).await;
+    assert_eq!(
+        code, 503,
+        "the reporting replica holds the session off its member"
+    );
+    // The other replica follows within a second.
+    let took = loop {
+        let (code, _) = through_gateway(other, SPIDER, session).await;
+        if code == 503 {
+            break reported.elapsed();
+        }
+        assert_eq!(code, 200);
+        assert!(
+            reported.elapsed() < Duration::from_secs(5),
+            "the other replica never learnt the quarantine"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("the report reached the other replica's routing in {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "the report took {took:?} to reach the other replica"
+    );
+    // Unpinned traffic for the target on the other replica avoids the member (one of two:
+    // within the cap of half the pool).
+    for _ in 0..6 {
+        let (code, served) = through_gateway(other, SPIDER, "").await;
+        assert_eq!(code, 200);
+        assert_ne!(
+            served, member,
+            "unpinned traffic reached the quarantined member"
+        );
+    }
+    // The record is the member's, on the lease file, reported by the crawler's holder.
+    let file = std::fs::read_to_string(dir.path().join("state.yaml.leases")).unwrap();
+    assert!(
+        file.contains("quarantines") && file.contains(&support::ECHO_IP.to_string()),
+        "{file}"
+    );
+    assert!(!file.contains(SPIDER), "a token in the lease file: {file}");
+    w.stop().await;
 }

@@ -50,6 +50,7 @@ fn driver<'a>(e: &'a Env, state: &Path, max_rounds: u32) -> Driver<'a> {
             run_for: None,
             state_path: Some(state.to_path_buf()),
             leases: None,
+            crawl: None,
         },
     }
 }

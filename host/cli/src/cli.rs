@@ -66,6 +66,17 @@ pub struct GatewayArgs {
     pub socks_plaintext: bool,
     #[command(flatten)]
     pub audiences: AudienceArgs,
+    /// The lease API to send this gateway's quarantine signals on to, as their callers'
+    /// reports (the operator's API in a cluster, `reconcile --watch --listen` out of one):
+    /// written on the members' statuses, they change routing on every replica. https, or
+    /// http on loopback only (the reports carry the callers' tokens). Unset: a signal holds
+    /// on this replica alone.
+    #[arg(long, value_name = "URL")]
+    pub reports_to: Option<String>,
+    /// The CA certificates (PEM) the --reports-to API's certificate is checked against
+    /// (default: the system's roots).
+    #[arg(long, value_name = "FILE", requires = "reports_to")]
+    pub reports_ca: Option<PathBuf>,
     /// In a cluster: the Secret holding the credential every pool member admits for the
     /// gateway (the operator makes it in its namespace), NAMESPACE/NAME. The gateway reads no
     /// other Secret. Default: egress-proxies-gateway-credential in the gateway's own namespace.
@@ -103,8 +114,10 @@ pub struct GatewayArgs {
     /// next is answered 503.
     #[arg(long, default_value_t = 512)]
     pub max_unauthenticated_per_source: usize,
-    /// How often the --state and --api-tokens files are read again.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    /// How often the --state files (the state, its leases and quarantines, its credentials)
+    /// and the --api-tokens file are looked at, and read again when changed: within this, a
+    /// lease or a quarantine the API wrote reaches routing.
+    #[arg(long, default_value = "250ms", value_parser = parse_duration)]
     pub reload_interval: std::time::Duration,
     /// On SIGTERM or SIGINT, how long open tunnels may take to end once no new connection is
     /// taken (below the Pod's terminationGracePeriodSeconds).

@@ -127,6 +127,13 @@ pub(crate) async fn run_lanes(
     prior: state::StateFile,
     options: DriverOptions,
 ) -> Result<Report, CliError> {
+    let mut options = options;
+    let started = egress_core::gc::parse_rfc3339(&world.start).unwrap_or(0);
+    options.crawl = egress_control::crawl::Crawl::from_world(&world.targets, &world.crawl, started)
+        .map_err(|message| CliError::Input {
+            what: "world".into(),
+            message,
+        })?;
     let LaneInputs {
         lanes,
         parts,

@@ -233,6 +233,23 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
                 c.type_, c.status, c.reason, c.message
             );
         }
+        for t in &pool.targets {
+            let _ = writeln!(
+                out,
+                "    target {}: {} requests, {} served, {} refused; {} quarantines, at most {} at once{}; at least {} members routable",
+                t.target,
+                t.requests,
+                t.served,
+                t.refused,
+                t.quarantines,
+                t.max_quarantined,
+                match t.minutes_past_cap {
+                    0 => String::new(),
+                    n => format!(", {n} minutes past the cap"),
+                },
+                t.min_routable.unwrap_or(0)
+            );
+        }
     }
     let _ = writeln!(out, "\nSweep");
     if r.gc.verdicts.is_empty() && r.gc.changes.is_empty() && r.gc.incomplete.is_empty() {

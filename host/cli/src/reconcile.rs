@@ -2,6 +2,7 @@
 //! a proxies file, until every Proxy is steady or the time (or round) budget runs out, then a
 //! sweep of this installation's orphans.
 
+mod crawl;
 pub mod lanes;
 mod pools;
 pub mod report;
@@ -73,6 +74,8 @@ pub struct DriverOptions {
     /// `reconcile --watch --listen`: the API's view of the run, and the leases its pools'
     /// decisions read.
     pub leases: Option<Arc<crate::leases::Board>>,
+    /// A dry-run's crawl (the world's `targets` and `crawl`), played with `run_for`.
+    pub crawl: Option<egress_control::crawl::Crawl>,
 }
 
 /// The default for `--concurrency`: enough that a fleet of VMs boots together, few enough that
@@ -186,10 +189,18 @@ impl Driver<'_> {
         }
 
         let deadline_ms = started_ms.saturating_add(self.options.timeout.as_millis() as u64);
+        let mut crawl = self.options.crawl.clone();
         let rounds = match &self.time {
             Time::Virtual(clock) => {
-                self.run_rounds(clock, &mut tracked, &mut pool_runs, &mut sink, started_ms)
-                    .await?
+                self.run_rounds(
+                    clock,
+                    &mut tracked,
+                    &mut pool_runs,
+                    &mut sink,
+                    started_ms,
+                    crawl.as_mut(),
+                )
+                .await?
             }
             Time::Real(_) => {
                 self.run_concurrent(&mut tracked, &mut pool_runs, &mut sink, deadline_ms)
@@ -245,7 +256,17 @@ impl Driver<'_> {
         let report = Report {
             next_due_ms,
             proxies,
-            pools: pool_runs.into_iter().map(PoolRun::report).collect(),
+            pools: pool_runs
+                .into_iter()
+                .map(|run| {
+                    let key = run.key();
+                    let mut r = run.report();
+                    if let Some(c) = &crawl {
+                        r.targets = c.totals(&key);
+                    }
+                    r
+                })
+                .collect(),
             gc: GcReport {
                 changes: by_subject.remove("gc").unwrap_or_default(),
                 verdicts: gc,
@@ -270,16 +291,36 @@ impl Driver<'_> {
         pools: &mut [PoolRun],
         sink: &mut StatusOutput,
         started_ms: u64,
+        mut crawl: Option<&mut egress_control::crawl::Crawl>,
     ) -> Result<u32, crate::error::CliError> {
         let end_ms = self
             .options
             .run_for
             .map(|d| started_ms.saturating_add(d.as_millis() as u64));
+        // A crawl plays minute by minute over a run of a set length only (a run that ends
+        // once steady would never be, with requests arriving every minute).
+        const MINUTE_MS: u64 = 60_000;
+        let mut next_crawl_ms = end_ms
+            .and(crawl.as_ref())
+            .map(|_| started_ms.saturating_add(MINUTE_MS));
         let mut rounds = 0;
         loop {
             let now = clock.now_millis();
             if end_ms.is_some_and(|end| now >= end) {
                 break;
+            }
+            if let (Some(c), Some(at)) = (crawl.as_deref_mut(), next_crawl_ms)
+                && now >= at
+            {
+                crawl::minute(
+                    c,
+                    pools,
+                    tracked,
+                    now,
+                    &egress_core::egress::rfc3339_ms(now),
+                    &mut egress_runtime::plan::next_seq,
+                );
+                next_crawl_ms = Some(at.saturating_add(MINUTE_MS));
             }
             for run in pools.iter_mut().filter(|r| r.due(now)) {
                 run.step(
@@ -311,6 +352,7 @@ impl Driver<'_> {
                 }
                 let next = std::iter::once(next_tracked)
                     .chain(pools.iter().filter_map(|p| p.next_at_ms))
+                    .chain(next_crawl_ms)
                     .chain(end_ms)
                     .min()
                     .unwrap_or(u64::MAX);

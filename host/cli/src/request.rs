@@ -54,6 +54,7 @@ impl ReconcileRequest {
             concurrency: self.concurrency,
             run_for,
             leases: None,
+            crawl: None,
         }
     }
 }

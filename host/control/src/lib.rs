@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod api;
+pub mod crawl;
 pub mod credential_store;
 pub mod egress;
 pub mod leases;

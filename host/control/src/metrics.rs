@@ -21,7 +21,7 @@ type Labels = Vec<(String, String)>;
 type PoolKey = (String, String);
 
 /// The pool gauges, one family each, in the order they are registered.
-const POOL_GAUGES: [(&str, &str); 9] = [
+const POOL_GAUGES: [(&str, &str); 10] = [
     ("pool_spec_replicas", "Replicas the pool's spec asks for"),
     (
         "pool_min_available_replicas",
@@ -52,6 +52,10 @@ const POOL_GAUGES: [(&str, &str); 9] = [
         "pool_draining_replicas",
         "The pool's Proxies draining for their leases (retired, kept until their leases end or drainTimeout)",
     ),
+    (
+        "pool_targets_blocked",
+        "Targets that signalled more of the pool's Proxies than maxQuarantinedPercent lets them quarantine (TargetBlocked)",
+    ),
 ];
 
 pub struct Metrics {
@@ -74,6 +78,10 @@ pub struct Metrics {
     pub pool_placement_degraded: Family<Labels, Gauge>,
     pub pool_placement_available: Family<Labels, Gauge>,
     pub pool_placement_target: Family<Labels, Gauge>,
+    /// By namespace, pool and target, for the targets the pool's status lists (at most
+    /// `TARGETS_SHOWN` per pool: the series stay bounded).
+    pub pool_target_signalled: Family<Labels, Gauge>,
+    pub pool_target_quarantined: Family<Labels, Gauge>,
     pub pool_deletions: Family<Labels, Counter>,
     pub pool_drains: Family<Labels, Counter>,
     pub leases: Family<Labels, Counter>,
@@ -124,6 +132,8 @@ impl Metrics {
         let pool_placement_degraded = Family::<Labels, Gauge>::default();
         let pool_placement_available = Family::<Labels, Gauge>::default();
         let pool_placement_target = Family::<Labels, Gauge>::default();
+        let pool_target_signalled = Family::<Labels, Gauge>::default();
+        let pool_target_quarantined = Family::<Labels, Gauge>::default();
         let pool_deletions = Family::<Labels, Counter>::default();
         let pool_drains = Family::<Labels, Counter>::default();
         let leases = Family::<Labels, Counter>::default();
@@ -203,6 +213,16 @@ impl Metrics {
             pool_placement_target.clone(),
         );
         registry.register(
+            "pool_target_signalled_replicas",
+            "A pool's Proxies whose quarantine record for a target holds now (the targets its status lists)",
+            pool_target_signalled.clone(),
+        );
+        registry.register(
+            "pool_target_quarantined_replicas",
+            "A pool's Proxies routing and discovery keep from a target now, within maxQuarantinedPercent",
+            pool_target_quarantined.clone(),
+        );
+        registry.register(
             "pool_deletions",
             "Proxies a pool deleted, by reason (Rotated, Cordoned, OutOfDate, Failed, Rebalanced, ScaledDown)",
             pool_deletions.clone(),
@@ -240,6 +260,8 @@ impl Metrics {
             pool_placement_degraded,
             pool_placement_available,
             pool_placement_target,
+            pool_target_signalled,
+            pool_target_quarantined,
             pool_deletions,
             pool_drains,
             leases,
@@ -268,6 +290,7 @@ impl Metrics {
             status.distinct_egress_ips,
             status.leased_replicas,
             status.draining_replicas,
+            status.targets.iter().filter(|t| t.cap_reached).count() as u32,
         ];
         for (family, v) in self.pool_gauges.iter().zip(values) {
             family.get_or_create(&key).set(i64::from(v));
@@ -290,6 +313,20 @@ impl Metrics {
             self.pool_placement_target
                 .get_or_create(&l)
                 .set(i64::from(p.target_replicas));
+            now.insert(l);
+        }
+        for t in &status.targets {
+            let l = labels(&[
+                ("namespace", namespace),
+                ("pool", pool),
+                ("target", &t.target),
+            ]);
+            self.pool_target_signalled
+                .get_or_create(&l)
+                .set(i64::from(t.signalled_replicas));
+            self.pool_target_quarantined
+                .get_or_create(&l)
+                .set(i64::from(t.quarantined_replicas));
             now.insert(l);
         }
         let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
@@ -368,10 +405,13 @@ impl Metrics {
         }
     }
 
+    /// Removes the series of a placement or a target of a pool (`l`: its labels).
     fn remove_placement(&self, l: &Labels) {
         self.pool_placement_degraded.remove(l);
         self.pool_placement_available.remove(l);
         self.pool_placement_target.remove(l);
+        self.pool_target_signalled.remove(l);
+        self.pool_target_quarantined.remove(l);
     }
 
     /// The provider's proxies whose last check verified them, and those failing.

@@ -33,6 +33,12 @@ pub struct World {
     /// the same inputs fail the same calls on every run.
     #[serde(default)]
     pub faults: Vec<WorldFault>,
+    /// Sites a crawl asks, and how each bans addresses ([`crate::crawl`]).
+    #[serde(default)]
+    pub targets: Vec<crate::crawl::WorldTarget>,
+    /// Pools' crawls over the targets, played minute by minute in a dry-run with `--for`.
+    #[serde(default)]
+    pub crawl: Vec<crate::crawl::WorldCrawl>,
 }
 
 /// One rule of the world's `faults`: calls of `capability` named `call` fail at `rate`.
@@ -189,6 +195,8 @@ impl Default for World {
             gce: SimGceSpec::default(),
             egress: Default::default(),
             faults: Vec::new(),
+            targets: Vec::new(),
+            crawl: Vec::new(),
         }
     }
 }

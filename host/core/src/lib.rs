@@ -48,7 +48,7 @@ pub mod pool {
     pub use crate::model::pool::*;
 }
 
-/// [`decide::reconcile`] and the conditions it writes.
+/// Targets (sites by registrable domain) and the quarantine of members per target.
 pub mod target {
     pub use crate::decide::quarantine::*;
     pub use crate::model::target::*;
@@ -60,6 +60,7 @@ pub mod politeness {
     pub use crate::model::politeness::*;
 }
 
+/// [`decide::reconcile`] and the conditions it writes.
 pub mod reconcile {
     pub use crate::decide::reconcile::*;
     pub use crate::model::conditions::{PROVISIONED, READY, ready_is_true, reason};

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod plain;
 pub mod politeness;
 pub mod quarantine;
+pub mod reports;
 pub mod route;
 pub mod server;
 pub mod socks;

@@ -73,6 +73,10 @@ pub struct Metrics {
     /// (`started`: at once; `waited`: after waiting for budget; `refused`: answered 429). No
     /// target label, for the same reason as above.
     pub politeness: Family<Labels, Counter>,
+    /// This replica's quarantine signals sent on to the lease API (`--reports-to`), by result:
+    /// `ok`, `refused` (4xx: the caller may not report it, or is past its rate), `failed` (no
+    /// answer, 5xx) and `dropped` (the queue was full).
+    pub reports_forwarded: Family<Labels, Counter>,
     known: Mutex<BTreeSet<Labels>>,
 }
 
@@ -121,6 +125,12 @@ impl Metrics {
             "politeness",
             "Tunnels and requests under a politeness rule, by result (started, waited, refused)",
             politeness.clone(),
+        );
+        let reports_forwarded = Family::<Labels, Counter>::default();
+        registry.register(
+            "reports_forwarded",
+            "Quarantine signals sent on to the lease API, by result (ok, refused, failed, dropped)",
+            reports_forwarded.clone(),
         );
         registry.register(
             "quarantine_signals",
@@ -175,8 +185,16 @@ impl Metrics {
             socks_replies,
             quarantine_signals,
             politeness,
+            reports_forwarded,
             known: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// A report sent on to the lease API ended as `result`.
+    pub fn report_forwarded(&self, result: &str) {
+        self.reports_forwarded
+            .get_or_create(&vec![("result".into(), result.into())])
+            .inc();
     }
 
     /// An error of `kind` on `pool`, by `member` (`NS/NAME`) where one was chosen: a member

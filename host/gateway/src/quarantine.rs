@@ -10,7 +10,9 @@
 //! Each makes or joins a quarantine of the member for the target, decided by the core's
 //! [`report`] (once per holder and quarantine, at a bounded rate per holder), held in the
 //! member's slot on this replica until its status carries the record; routing reads both
-//! ([`crate::route::quarantined`]), within the pool's cap per target.
+//! ([`crate::route::quarantined`]), within the pool's cap per target. With `--reports-to`,
+//! a signal that counted goes on to the lease API as its caller's report
+//! ([`crate::reports`]), which writes it on the member's status for every replica.
 
 use crate::members::Entry;
 use crate::route;
@@ -165,6 +167,15 @@ impl Gateway {
                 Reported::OverRate => (None, "over_rate"),
             }
         });
+        if let (Some(reports), "quarantined") = (&self.reports, result) {
+            reports.send(crate::reports::Outgoing {
+                pool: a.pool.clone(),
+                proxy: entry.member.name.clone(),
+                target: target.to_string(),
+                retry_after,
+                token: a.token.clone(),
+            });
+        }
         let labels = crate::metrics::with(
             crate::metrics::with(
                 crate::metrics::pool_labels(&a.pool),

@@ -104,6 +104,8 @@ pub struct Gateway {
     pub(crate) sources: Arc<Unauthenticated>,
     /// Politeness: this replica's budgets per (member, target) and (pool, target).
     pub budgets: Arc<crate::politeness::Budgets>,
+    /// Where this replica's quarantine signals go on to (`--reports-to`), if anywhere.
+    pub(crate) reports: Option<crate::reports::Reports>,
 }
 
 /// A tunnel its member opened (it answered `200` to the gateway's CONNECT), waiting for the
@@ -130,6 +132,8 @@ pub(crate) struct Admitted {
     pub(crate) pool: PoolKey,
     pub(crate) options: Options,
     pub(crate) caller: String,
+    /// The caller's token, for the reports made for it (`--reports-to`).
+    pub(crate) token: egress_serve::auth::Token,
     /// Which listener took it, for the metrics.
     pub(crate) listener: Listener,
 }
@@ -152,7 +156,14 @@ impl Gateway {
             ended: tokio::sync::Notify::new(),
             sources: Arc::new(Unauthenticated::new(limits.unauthenticated_per_source)),
             budgets: Arc::new(crate::politeness::Budgets::new(limits.replica)),
+            reports: None,
         }
+    }
+
+    /// This gateway, sending its quarantine signals on to the lease API through `reports`.
+    pub fn with_reports(mut self, reports: crate::reports::Reports) -> Self {
+        self.reports = Some(reports);
+        self
     }
 
     /// Tunnels open now.
@@ -260,6 +271,7 @@ impl Gateway {
             pool,
             options,
             caller: caller.username,
+            token: credential.token.clone(),
             listener,
         })
     }

@@ -407,6 +407,17 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         serial = reserved;
     }
 
+    if let Some(c) = egress_core::target::newly_blocked(&old.conditions, &d.status.conditions) {
+        publish(
+            ctx,
+            &pool,
+            None,
+            true,
+            egress_core::target::TARGET_BLOCKED,
+            c.message.clone(),
+        )
+        .await;
+    }
     let mut status = d.status;
     status.member_serial = serial;
     status.selector = Some(selector_of(&name));

@@ -1166,6 +1166,22 @@ async fn a_pools_metrics_follow_it_pass_promtool_and_carry_what_the_alerts_and_d
         m.target("east", "api", true);
         m.lease_call("crawlers", "web", "acquire", "unavailable");
         m.pool_drained("crawlers", "web", "Rotated");
+        // A pool some target quarantines members of (the pool decision lists it).
+        m.pool_observed(
+            "crawlers",
+            "news",
+            2,
+            2,
+            &egress_core::pool::PoolStatus {
+                targets: vec![egress_core::pool::TargetStatus {
+                    target: "example.com".into(),
+                    signalled_replicas: 2,
+                    quarantined_replicas: 1,
+                    cap_reached: true,
+                }],
+                ..Default::default()
+            },
+        );
     }
     // The real endpoint's output passes promtool's lint, and declares every series the
     // shipped alerts and dashboard read, of the type they read it as.
@@ -1221,6 +1237,10 @@ async fn a_pools_metrics_follow_it_pass_promtool_and_carry_what_the_alerts_and_d
     );
     assert!(
         !m.contains("egress_proxies_pool_placement_degraded{"),
+        "{m}"
+    );
+    assert!(
+        !m.contains("egress_proxies_pool_target_quarantined_replicas{"),
         "{m}"
     );
 }
@@ -2735,4 +2755,88 @@ async fn chaos_a_rollout_with_leases_held_through_restarts_failures_and_cut_watc
             && total.released > 0,
         "{total:?}"
     );
+}
+
+/// Two holders report one target on both members of a pool of two: the cap of half the pool
+/// quarantines one, the pool's status lists the target past its cap, TargetBlocked turns True
+/// with a Warning Event and the gauge the alert reads, and no member is deleted; once the
+/// quarantines end it turns False.
+#[tokio::test(start_paused = true)]
+async fn a_target_past_its_cap_blocks_and_the_pool_says_so_without_deleting_a_member() {
+    let r = start().await;
+    r.create_pool("web", spec_of(2)).await;
+    r.settled("web", 2).await;
+    let first: BTreeSet<String> = r.members("web").into_keys().collect();
+    let api = lease_api(&r);
+    for (token, proxy) in ["spider-token", "rival-token"].into_iter().zip(&first) {
+        let (code, _, v) = call(
+            &api,
+            Method::POST,
+            "/v1/reports",
+            token,
+            &json!({"namespace": NS, "pool": "web", "proxy": proxy, "target": "www.shop.example.com"})
+                .to_string(),
+        )
+        .await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["target"], "example.com");
+    }
+    r.until("TargetBlocked", Duration::from_secs(120), |r| {
+        condition(&r.pool("web")["status"], "TargetBlocked")["status"] == "True"
+    })
+    .await;
+    let status = r.pool("web")["status"].clone();
+    assert_eq!(
+        status["targets"],
+        json!([{"target": "example.com", "signalledReplicas": 2, "quarantinedReplicas": 1, "capReached": true}])
+    );
+    let c = condition(&status, "TargetBlocked");
+    assert_eq!(c["reason"], "MaxQuarantinedPercentReached");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("example.com: 2 members signalled, 1 quarantined"),
+        "{c}"
+    );
+    assert!(
+        r.pool_event_reasons().iter().any(|e| e == "TargetBlocked"),
+        "{:?}",
+        r.pool_event_reasons()
+    );
+    let text = scrape(r.ctx.metrics.clone());
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("egress_proxies_pool_targets_blocked{")
+                && l.contains("pool=\"web\"")
+                && l.ends_with(" 1")),
+        "{text}"
+    );
+    assert!(
+        text.contains("egress_proxies_pool_target_quarantined_replicas{"),
+        "{text}"
+    );
+    // The first quarantine ends (5 minutes, ±10% apart): within the cap again, the condition
+    // turns False while the other still holds; then the list empties. The pool kept both
+    // members throughout.
+    r.until("TargetBlocked False", Duration::from_secs(900), |r| {
+        condition(&r.pool("web")["status"], "TargetBlocked")["status"] == "False"
+    })
+    .await;
+    let status = r.pool("web")["status"].clone();
+    assert_eq!(
+        status["targets"][0]["capReached"],
+        Value::Null,
+        "{status:#}"
+    );
+    r.until("no target", Duration::from_secs(900), |r| {
+        r.pool("web")["status"]["targets"].is_null()
+    })
+    .await;
+    assert_eq!(
+        condition(&r.pool("web")["status"], "TargetBlocked")["reason"],
+        "WithinCap"
+    );
+    let left: BTreeSet<String> = r.members("web").into_keys().collect();
+    assert_eq!(left, first, "a ban deleted a member");
 }

@@ -56,17 +56,22 @@ fn stamp(state: &Path) -> Vec<Option<(std::time::SystemTime, u64)>> {
         .collect()
 }
 
-/// Keeps `table` to the state at `state`, read again when its files change and at least every
-/// ten intervals (leases end and drains fall due by the clock, not by a write). A state that
-/// cannot be read keeps the last members, and says why once per change of reason.
+/// However often the files are looked at, the members are read again at least this often:
+/// leases end and drains fall due by the clock, not by a write.
+const REREAD: Duration = Duration::from_secs(10);
+
+/// Keeps `table` to the state at `state`, read again when its files change (looked at every
+/// `interval`: a quarantine or a lease the API writes reaches routing within it) and at least
+/// every [`REREAD`]. A state that cannot be read keeps the last members, and says why once
+/// per change of reason.
 pub async fn follow_state(state: PathBuf, table: Arc<MemberTable>, interval: Duration) {
     let mut last_stamp = None;
     let mut last_error: Option<String> = None;
-    let mut ticks = 0u32;
+    let mut read_at = std::time::Instant::now();
     loop {
         let now = stamp(&state);
-        if last_stamp.as_ref() != Some(&now) || ticks >= 10 {
-            ticks = 0;
+        if last_stamp.as_ref() != Some(&now) || read_at.elapsed() >= REREAD {
+            read_at = std::time::Instant::now();
             match members_from_state(&state) {
                 Ok(members) => {
                     table.replace(members, true);
@@ -82,7 +87,6 @@ pub async fn follow_state(state: PathBuf, table: Arc<MemberTable>, interval: Dur
                 }
             }
         }
-        ticks += 1;
         tokio::time::sleep(interval).await;
     }
 }
@@ -207,12 +211,34 @@ pub async fn run(
         replica: egress_core::politeness::Share::replica(a.replica.0, a.replica.1),
         ..Limits::default()
     };
-    let gateway = Arc::new(Gateway::new(
-        table,
-        guard,
-        Arc::new(egress_gateway::metrics::Metrics::new()),
-        limits,
-    ));
+    let metrics = Arc::new(egress_gateway::metrics::Metrics::new());
+    let mut gateway = Gateway::new(table, guard, metrics.clone(), limits);
+    if let Some(url) = &a.reports_to {
+        let ca = a
+            .reports_ca
+            .as_deref()
+            .map(|f| {
+                std::fs::read(f).map_err(|e| CliError::Input {
+                    what: "--reports-ca".into(),
+                    message: format!("{}: {e}", f.display()),
+                })
+            })
+            .transpose()?;
+        let (reports, sending) =
+            egress_gateway::reports::Reports::start(url, ca.as_deref(), metrics).map_err(|e| {
+                CliError::Input {
+                    what: match e {
+                        egress_gateway::reports::ReportsError::Ca(_) => "--reports-ca",
+                        _ => "--reports-to",
+                    }
+                    .into(),
+                    message: e.to_string(),
+                }
+            })?;
+        tokio::spawn(sending);
+        gateway = gateway.with_reports(reports);
+    }
+    let gateway = Arc::new(gateway);
     let transport = tls
         .start(a.reload_interval, "the gateway")
         .map_err(|e| CliError::Input {

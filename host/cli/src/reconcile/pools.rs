@@ -177,6 +177,16 @@ impl PoolRun {
                     message,
                 });
             };
+        if let Some(c) =
+            egress_core::target::newly_blocked(&self.status.conditions, &d.status.conditions)
+        {
+            say(
+                &mut self.events,
+                true,
+                egress_core::target::TARGET_BLOCKED,
+                c.message.clone(),
+            );
+        }
         for (name, why) in &d.deletes {
             let key = format!("{}/{name}", self.pool.metadata.namespace);
             if let Some(t) = tracked.get_mut(&key) {
@@ -314,6 +324,7 @@ impl PoolRun {
             min_available_replicas: self.min_available,
             deletions_below_floor: self.deletions_below_floor,
             events: self.events,
+            targets: Vec::new(),
             timeline: self.timeline,
         }
     }

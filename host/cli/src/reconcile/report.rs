@@ -224,6 +224,9 @@ pub struct PoolReport {
     /// `replicas − maxUnavailable` (never, unless the pool breaks its promise).
     pub deletions_below_floor: u32,
     pub events: Vec<ReportEvent>,
+    /// What each target of its crawl (the world's `crawl`) did over the run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<egress_control::crawl::TargetTotals>,
     /// Its counts over the run (not serialised: `-o html` draws them).
     #[serde(skip)]
     pub timeline: Vec<PoolSample>,

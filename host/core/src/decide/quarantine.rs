@@ -20,6 +20,8 @@
 //! routing view out.
 
 use crate::model::lease::{BanReport, holder_digest};
+use crate::model::pool::{TARGETS_SHOWN, TargetStatus};
+use crate::model::proxy::Condition;
 use crate::model::target::{
     QUARANTINES_KEPT, Quarantine, QuarantinePolicy, REPORT_WINDOW, REPORTERS_KEPT,
     REPORTS_PER_WINDOW,
@@ -308,6 +310,100 @@ pub fn to_replace(
         .filter(|(_, n)| *n >= policy.replace_after_targets)
         .map(|(name, _)| name.to_string())
         .collect()
+}
+
+/// The condition a pool says a target signalled past its cap with.
+pub const TARGET_BLOCKED: &str = "TargetBlocked";
+
+/// The pool's targets as its status lists them: those past the cap first, then the most
+/// signalled, then by name; at most [`TARGETS_SHOWN`], with how many more there are.
+pub fn targets_status(views: &BTreeMap<String, TargetView>) -> (Vec<TargetStatus>, u32) {
+    let mut all: Vec<TargetStatus> = views
+        .iter()
+        .map(|(target, v)| TargetStatus {
+            target: target.clone(),
+            signalled_replicas: v.signalled as u32,
+            quarantined_replicas: v.quarantined.len() as u32,
+            cap_reached: v.capped,
+        })
+        .collect();
+    all.sort_by(|a, b| {
+        b.cap_reached
+            .cmp(&a.cap_reached)
+            .then(b.signalled_replicas.cmp(&a.signalled_replicas))
+            .then(a.target.cmp(&b.target))
+    });
+    let others = all.len().saturating_sub(TARGETS_SHOWN) as u32;
+    all.truncate(TARGETS_SHOWN);
+    (all, others)
+}
+
+/// TargetBlocked, as MachineHealthCheck says `maxUnhealthy` stopped it: True while some
+/// target signalled more members than `percent` of the pool lets it quarantine (naming the
+/// first few), False once none does. None for a pool no target ever blocked (`prior` has no
+/// such condition and none does now), so the status of a pool without quarantines is
+/// unchanged.
+pub fn target_blocked(
+    views: &BTreeMap<String, TargetView>,
+    percent: u32,
+    prior: &[Condition],
+) -> Option<Condition> {
+    /// Targets a message names at most.
+    const NAMED: usize = 5;
+    let (listed, _) = targets_status(views);
+    let capped: Vec<&TargetStatus> = listed.iter().filter(|t| t.cap_reached).collect();
+    let total = views.values().filter(|v| v.capped).count();
+    if capped.is_empty() && !prior.iter().any(|c| c.type_ == TARGET_BLOCKED) {
+        return None;
+    }
+    let (status, reason, message) = if capped.is_empty() {
+        (
+            "False",
+            "WithinCap",
+            format!(
+                "no target signalled more members than maxQuarantinedPercent ({percent}%) lets it quarantine"
+            ),
+        )
+    } else {
+        let mut named: Vec<String> = capped
+            .iter()
+            .take(NAMED)
+            .map(|t| {
+                format!(
+                    "{}: {} members signalled, {} quarantined",
+                    t.target, t.signalled_replicas, t.quarantined_replicas
+                )
+            })
+            .collect();
+        if total > named.len() {
+            named.push(format!("{} more", total - named.len()));
+        }
+        (
+            "True",
+            "MaxQuarantinedPercentReached",
+            format!(
+                "{}; past maxQuarantinedPercent ({percent}%) their signals quarantine no one, and their traffic reaches members they refused",
+                named.join("; ")
+            ),
+        )
+    };
+    Some(Condition {
+        type_: TARGET_BLOCKED.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: None,
+        last_transition_time: String::new(),
+    })
+}
+
+/// TargetBlocked in `now` when it was not True in `before`: the moment a pool says so in an
+/// Event (a Warning), once per blocking rather than at every decision.
+pub fn newly_blocked<'a>(before: &[Condition], now: &'a [Condition]) -> Option<&'a Condition> {
+    let blocked = |c: &Condition| c.type_ == TARGET_BLOCKED && c.status == "True";
+    now.iter()
+        .find(|c| blocked(c))
+        .filter(|_| !before.iter().any(blocked))
 }
 
 #[cfg(test)]

@@ -279,6 +279,34 @@ pub struct PoolStatus {
     /// newest last, at most LOST_KEPT_MAX.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost_leases: Vec<crate::model::lease::LostProxy>,
+    /// The targets (sites, by registrable domain) that quarantine members now: the most
+    /// signalled first, at most TARGETS_SHOWN; the rest are counted in `otherTargets`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetStatus>,
+    /// Targets that quarantine members now beyond those listed in `targets`.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub other_targets: u32,
+}
+
+/// Targets a pool's status lists at most (`status.targets`): a crawler's list of sites is
+/// unbounded, a status is not.
+pub const TARGETS_SHOWN: usize = 20;
+
+/// One target as the pool's status shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetStatus {
+    /// The registrable domain (or address) of the sites it covers.
+    pub target: String,
+    /// Members whose record for it holds now.
+    pub signalled_replicas: u32,
+    /// Of those, the ones routing and discovery keep from it (within
+    /// `quarantine.maxQuarantinedPercent`).
+    pub quarantined_replicas: u32,
+    /// It signalled past the cap: some of its records quarantine no one, and its traffic
+    /// reaches members it refused (TargetBlocked).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cap_reached: bool,
 }
 
 impl PoolStatus {
@@ -393,6 +421,9 @@ pub struct Member {
     /// Draining since the pool retired it: Unix seconds of its retirement at the latest, and
     /// why. Neither counted nor chosen again; deleted once its leases end or by then.
     pub retiring: Option<(i64, DeleteReason)>,
+    /// Its quarantine records per target (`status.quarantines`), for the pool's view of its
+    /// targets.
+    pub quarantines: Vec<crate::model::target::Quarantine>,
 }
 
 /// A lease binding recorded on a member, as the decisions read it.

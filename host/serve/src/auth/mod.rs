@@ -45,7 +45,9 @@ pub const LEASES_SUBRESOURCE: &str = "leases";
 /// The non-resource URL of the metrics.
 pub const METRICS_PATH: &str = "/metrics";
 
-/// A bearer token as a caller presented it. Never shown: its Debug hides it.
+/// A bearer token as a caller presented it. Never shown: its Debug hides it. Cloned where it
+/// goes on with its caller's own request (the gateway's reports to the lease API).
+#[derive(Clone)]
 pub struct Token(String);
 
 impl Token {

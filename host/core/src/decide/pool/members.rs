@@ -79,6 +79,7 @@ pub fn member(
             })
             .collect(),
         retiring: retiring(&meta.annotations),
+        quarantines: status.quarantines.clone(),
     }
 }
 

@@ -141,6 +141,24 @@ pub fn decide(
         &removals.deletes,
     );
     status.leased_replicas = seen.live.iter().filter(|m| m.leased(now)).count() as u32;
+    // The targets that quarantine its members, the cap applied over the members it has.
+    let percent = spec.quarantine_policy().max_quarantined_percent;
+    let views = crate::decide::quarantine::pool_targets(
+        seen.live
+            .iter()
+            .map(|m| (m.name.as_str(), m.quarantines.as_slice())),
+        seen.live.len(),
+        percent,
+        now,
+    );
+    (status.targets, status.other_targets) = crate::decide::quarantine::targets_status(&views);
+    status
+        .conditions
+        .extend(crate::decide::quarantine::target_blocked(
+            &views,
+            percent,
+            &prior.conditions,
+        ));
     let failed_due = [failed.next_due, sharing.next_due]
         .into_iter()
         .flatten()

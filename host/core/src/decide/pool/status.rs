@@ -249,5 +249,7 @@ pub(super) fn status(
         leased_replicas: 0,
         draining_replicas: draining as u32,
         lost_leases: Vec::new(),
+        targets: Vec::new(),
+        other_targets: 0,
     }
 }

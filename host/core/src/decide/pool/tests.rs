@@ -84,6 +84,7 @@ fn member(name: &str, placement: usize, rev: &str, ready: bool, created: i64) ->
         failure: None,
         leases: Vec::new(),
         retiring: None,
+        quarantines: Vec::new(),
     }
 }
 
@@ -1899,4 +1900,88 @@ fn lease_and_drain_settings_are_checked_naming_the_field() {
         problems[1].starts_with("spec.leases.maxTTL: "),
         "{problems:?}"
     );
+}
+
+/// The targets that quarantine members are on the pool's status, the most signalled first and
+/// bounded; TargetBlocked says when one signalled past the cap (naming it), turns False once
+/// none does, and is absent from a pool no target ever blocked.
+#[test]
+fn the_status_lists_its_targets_and_says_when_one_is_past_the_cap() {
+    use crate::decide::quarantine::TARGET_BLOCKED;
+    use crate::model::target::Quarantine;
+    let record = |target: &str, until: i64| Quarantine {
+        target: target.into(),
+        since: egress_time::format_rfc3339(NOW - 60),
+        until: egress_time::format_rfc3339(until),
+        strikes: 1,
+        reporters: Vec::new(),
+    };
+    let sp = spec(4, &[1]);
+    let r = revs(&sp);
+    let plain: Vec<Member> = (0..4)
+        .map(|i| member(&format!("m{i}"), 0, &r[0], true, NOW - 3600))
+        .collect();
+    let d = decide(&sp, &r, &plain, &PoolStatus::default(), NOW);
+    assert!(d.status.targets.is_empty());
+    assert!(d.status.condition(TARGET_BLOCKED).is_none());
+
+    // Three of four signalled by shop.example (the cap of 50% quarantines two), one by
+    // news.example.
+    let mut ms = plain.clone();
+    for m in &mut ms[..3] {
+        m.quarantines.push(record("shop.example", NOW + 300));
+    }
+    ms[3].quarantines.push(record("news.example", NOW + 300));
+    let d = decide(&sp, &r, &ms, &PoolStatus::default(), NOW);
+    let listed: Vec<(&str, u32, u32, bool)> = d
+        .status
+        .targets
+        .iter()
+        .map(|t| {
+            (
+                t.target.as_str(),
+                t.signalled_replicas,
+                t.quarantined_replicas,
+                t.cap_reached,
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [("shop.example", 3, 2, true), ("news.example", 1, 1, false)]
+    );
+    let c = d.status.condition(TARGET_BLOCKED).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "MaxQuarantinedPercentReached")
+    );
+    assert!(
+        c.message
+            .contains("shop.example: 3 members signalled, 2 quarantined")
+    );
+    assert!(!c.message.contains("news.example"), "{}", c.message);
+    // No ban deletes a member: the decision is the plain pool's.
+    assert!(d.deletes.is_empty() && d.creates.is_empty());
+
+    // Once the records end, the condition turns False and stays.
+    let later = NOW + 600;
+    let d2 = decide(&sp, &r, &ms, &d.status, later);
+    assert!(d2.status.targets.is_empty());
+    let c = d2.status.condition(TARGET_BLOCKED).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "WithinCap")
+    );
+
+    // Many targets: TARGETS_SHOWN listed, the rest counted.
+    let mut ms = plain.clone();
+    for t in 0..(TARGETS_SHOWN + 5) {
+        ms[t % 4]
+            .quarantines
+            .push(record(&format!("site-{t:02}.example"), NOW + 300));
+    }
+    let d = decide(&sp, &r, &ms, &PoolStatus::default(), NOW);
+    assert_eq!(d.status.targets.len(), TARGETS_SHOWN);
+    assert_eq!(d.status.other_targets, 5);
+    assert!(d.status.condition(TARGET_BLOCKED).is_none());
 }
