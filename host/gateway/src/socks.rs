@@ -529,6 +529,8 @@ mod tests {
             reply_for(&f(ErrorKind::SessionGone, 503)),
             Reply::GeneralFailure
         );
+        // Out of politeness budget: coming back later lifts it, as for no member free.
+        assert_eq!(reply_for(&f(ErrorKind::Polite, 429)), Reply::GeneralFailure);
         assert_eq!(
             reply_for(&f(ErrorKind::MemberFailed, 502)),
             Reply::ConnectionRefused
