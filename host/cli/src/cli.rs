@@ -123,6 +123,24 @@ pub struct GatewayArgs {
     /// taken (below the Pod's terminationGracePeriodSeconds).
     #[arg(long, default_value = "50s", value_parser = parse_duration)]
     pub shutdown_grace: std::time::Duration,
+    /// Which replica of the gateway this is, of how many (INDEX/COUNT, INDEX from 0): each
+    /// holds its share of every politeness budget (time windows of each (member, target) in
+    /// turn, and its part of each in-flight cap), so the budgets hold over all replicas with
+    /// nothing shared between them. Every replica must be given the same COUNT and its own
+    /// INDEX (a StatefulSet's ordinal).
+    #[arg(long, default_value = "0/1", value_name = "INDEX/COUNT", value_parser = parse_replica)]
+    pub replica: (u32, u32),
+}
+
+/// `INDEX/COUNT` of `--replica`: COUNT from 1 to 64, INDEX below it.
+fn parse_replica(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{s:?} is not INDEX/COUNT with 0 <= INDEX < COUNT <= 64 (e.g. 0/2)");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let (i, n): (u32, u32) = (i.parse().map_err(|_| bad())?, n.parse().map_err(|_| bad())?);
+    if n == 0 || n > 64 || i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
 }
 
 #[derive(Debug, clap::Args)]

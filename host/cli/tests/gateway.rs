@@ -100,6 +100,19 @@ fn the_gateway_is_refused_without_what_it_needs_naming_it() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("sha256"), "the missing field is named: {err}");
+    // A replica's place among the gateway's replicas, which its politeness budgets hang on.
+    for bad in ["2/2", "0/0", "1", "a/2", "0/65"] {
+        let out = Command::new(bin)
+            .args(["gateway", "--plaintext", "--replica", bad])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "--replica {bad} was taken");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("--replica") && err.contains("INDEX/COUNT"),
+            "{bad}: {err}"
+        );
+    }
 }
 
 /// Where the words tell an operator how the proxies admit the gateway, they name the field that

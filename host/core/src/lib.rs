@@ -54,6 +54,12 @@ pub mod target {
     pub use crate::model::target::*;
 }
 
+/// [`model::politeness`] and [`decide::politeness`].
+pub mod politeness {
+    pub use crate::decide::politeness::*;
+    pub use crate::model::politeness::*;
+}
+
 /// [`decide::reconcile`] and the conditions it writes.
 pub mod reconcile {
     pub use crate::decide::reconcile::*;

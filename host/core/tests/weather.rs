@@ -119,6 +119,7 @@ fn pool_of(replicas: u32, surge: u32, unavailable: u32) -> ProxyPool {
             leases: None,
             drain_timeout: None,
             quarantine: None,
+            politeness: None,
         },
         status: None,
     }

@@ -69,8 +69,8 @@ pub async fn run(client: kube::Client, table: Arc<MemberTable>, secret: (String,
         })
     };
     // The pools' specs, for their `quarantine` (the cap per target, the statuses that are a
-    // site's refusal). Not waited for: until it is read (or where the role cannot list pools)
-    // the defaults apply, and routing goes on.
+    // site's refusal) and their `politeness`. Not waited for: until it is read (or where the
+    // role cannot list pools) the defaults apply (no politeness), and routing goes on.
     let (pools, pools_writer) = reflector::store();
     let pool_watch = {
         let changed = changed.clone();
@@ -93,6 +93,7 @@ pub async fn run(client: kube::Client, table: Arc<MemberTable>, secret: (String,
         let _ = credential.wait_until_ready().await;
         loop {
             table.set_quarantine_policies(quarantine_policies(&pools.state()));
+            table.set_politeness_policies(politeness_policies(&pools.state()));
             let gateway = credential
                 .state()
                 .first()
@@ -130,6 +131,23 @@ pub fn quarantine_policies(
                 name: p.name_any(),
             };
             (key, p.spec.quarantine.clone().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Each pool's `spec.politeness` (none where it sets none).
+pub fn politeness_policies(
+    pools: &[Arc<ProxyPool>],
+) -> std::collections::BTreeMap<crate::members::PoolKey, egress_core::politeness::PolitenessPolicy>
+{
+    pools
+        .iter()
+        .filter_map(|p| {
+            let key = crate::members::PoolKey {
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+            };
+            Some((key, p.spec.politeness.clone()?))
         })
         .collect()
 }

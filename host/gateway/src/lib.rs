@@ -12,6 +12,7 @@ pub mod hash;
 pub mod members;
 pub mod metrics;
 pub mod plain;
+pub mod politeness;
 pub mod quarantine;
 pub mod reports;
 pub mod route;

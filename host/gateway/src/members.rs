@@ -391,6 +391,7 @@ pub struct MemberTable {
     slots: Mutex<HashMap<MemberKey, Arc<Slot>>>,
     changed: tokio::sync::watch::Sender<u64>,
     policies: RwLock<BTreeMap<PoolKey, QuarantinePolicy>>,
+    politeness: RwLock<BTreeMap<PoolKey, Arc<egress_core::politeness::Politeness>>>,
 }
 
 impl MemberTable {
@@ -402,6 +403,7 @@ impl MemberTable {
             slots: Mutex::new(HashMap::new()),
             changed: tokio::sync::watch::Sender::new(0),
             policies: RwLock::new(BTreeMap::new()),
+            politeness: RwLock::new(BTreeMap::new()),
         }
     }
 
@@ -418,6 +420,25 @@ impl MemberTable {
     /// The pools' `spec.quarantine`, as their source read them.
     pub fn set_quarantine_policies(&self, policies: BTreeMap<PoolKey, QuarantinePolicy>) {
         *self.policies.write().unwrap_or_else(|p| p.into_inner()) = policies;
+    }
+
+    /// Pool `pool`'s `spec.politeness`, parsed, where it has rules.
+    pub fn politeness(&self, pool: &PoolKey) -> Option<Arc<egress_core::politeness::Politeness>> {
+        let all = self.politeness.read().unwrap_or_else(|p| p.into_inner());
+        if all.is_empty() {
+            return None;
+        }
+        all.get(pool).cloned()
+    }
+
+    /// The pools' `spec.politeness`, as their source read them (a pool's that cannot be read
+    /// enforces nothing, and the log says why).
+    pub fn set_politeness_policies(
+        &self,
+        policies: BTreeMap<PoolKey, egress_core::politeness::PolitenessPolicy>,
+    ) {
+        let parsed = crate::politeness::parse_policies(policies);
+        *self.politeness.write().unwrap_or_else(|p| p.into_inner()) = parsed;
     }
 
     pub fn served(&self) -> &[PoolKey] {

@@ -69,6 +69,10 @@ pub struct Metrics {
     /// holder had signalled that quarantine already, `over_rate`: past its holder's rate).
     /// Targets are not a label: a crawler's list of sites would make the series unbounded.
     pub quarantine_signals: Family<Labels, Counter>,
+    /// Tunnels and requests under a politeness rule, by namespace, pool and result
+    /// (`started`: at once; `waited`: after waiting for budget; `refused`: answered 429). No
+    /// target label, for the same reason as above.
+    pub politeness: Family<Labels, Counter>,
     /// This replica's quarantine signals sent on to the lease API (`--reports-to`), by result:
     /// `ok`, `refused` (4xx: the caller may not report it, or is past its rate), `failed` (no
     /// answer, 5xx) and `dropped` (the queue was full).
@@ -116,6 +120,12 @@ impl Metrics {
         );
         let socks_replies = Family::<Labels, Counter>::default();
         let quarantine_signals = Family::<Labels, Counter>::default();
+        let politeness = Family::<Labels, Counter>::default();
+        registry.register(
+            "politeness",
+            "Tunnels and requests under a politeness rule, by result (started, waited, refused)",
+            politeness.clone(),
+        );
         let reports_forwarded = Family::<Labels, Counter>::default();
         registry.register(
             "reports_forwarded",
@@ -174,6 +184,7 @@ impl Metrics {
             setup,
             socks_replies,
             quarantine_signals,
+            politeness,
             reports_forwarded,
             known: Mutex::new(BTreeSet::new()),
         }

@@ -35,8 +35,9 @@ impl Gateway {
         self: Arc<Self>,
         a: Admitted,
         req: Request<Incoming>,
-        target: Option<String>,
+        destination: crate::authority::Destination,
     ) -> Response<Body> {
+        let target = egress_core::target::target_of(&destination.host);
         let (mut parts, body) = req.into_parts();
         strip(&mut parts.headers);
         if a.options.report_banned
@@ -50,7 +51,16 @@ impl Gateway {
         // The body can be sent once: only the dial is retried, before anything was sent.
         let mut body = Some(body);
         for _ in 0..attempts {
-            let entry = match self.next_member(&a, target.as_deref(), &exclude, &mut last) {
+            let (entry, permit) = match self
+                .polite_member(
+                    &a,
+                    &destination.host,
+                    target.as_deref(),
+                    &exclude,
+                    &mut last,
+                )
+                .await
+            {
                 Ok(e) => e,
                 Err(f) => return self.error(Some(&a.pool), &f),
             };
@@ -137,7 +147,9 @@ impl Gateway {
                     let (mut rparts, rbody) = resp.into_parts();
                     strip(&mut rparts.headers);
                     served_by(&mut rparts.headers, &entry);
+                    // The request is in flight for its budget until its answer's body ends.
                     let rbody = IdleBody::new(rbody, idle).map_frame(move |frame| {
+                        let _in_flight = &permit;
                         if let Some(d) = frame.data_ref() {
                             down.inc_by(d.len() as u64);
                         }

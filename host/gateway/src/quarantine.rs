@@ -91,6 +91,7 @@ impl Gateway {
             exclude: &[],
             target: None,
             max_quarantined_percent: 0,
+            budget: None,
         };
         let lease_members = match (&a.options.session, &a.options.lease) {
             (None, Some(id)) => snapshot.pools.get(&a.pool).map_or(0, |all| {

@@ -285,6 +285,10 @@ pub struct Request<'a> {
     pub exclude: &'a [MemberKey],
     pub target: Option<&'a str>,
     pub max_quarantined_percent: u32,
+    /// For traffic pinned to no session or lease: whether a member has budget for the request
+    /// now (politeness, [`crate::politeness`]); the members without are left out before the
+    /// two random choices, so the choice among those with budget is the usual one.
+    pub budget: Option<&'a dyn Fn(&Entry) -> bool>,
 }
 
 /// The members of `all` that `target` keeps new traffic from at `now`, each with when its
@@ -472,6 +476,10 @@ pub fn choose(
         }
     };
     let Some(session) = opts.session.as_deref() else {
+        let candidates: Vec<&Entry> = match (req.budget, &opts.lease) {
+            (Some(budget), None) => candidates.into_iter().filter(|e| budget(e)).collect(),
+            _ => candidates,
+        };
         return two_choices(&candidates, random)
             .cloned()
             .ok_or_else(none_free);
@@ -601,6 +609,7 @@ mod tests {
             exclude: &[],
             target,
             max_quarantined_percent: 50,
+            budget: None,
         };
         let e = choose(&t.snapshot(), &req, s, 1_000, Instant::now(), random)?;
         bind(s, &req, &e, Instant::now());
@@ -1024,5 +1033,41 @@ mod tests {
             pick_for(&t, &s, &session("cart"), "example.com", 5).unwrap(),
             moved
         );
+    }
+
+    #[test]
+    fn a_budget_narrows_unpinned_traffic_only() {
+        let t = table((1..=4).map(member).collect());
+        let s = Sessions::new(Duration::from_secs(60), 1000);
+        let p = pool();
+        let only_web_3 = |e: &Entry| e.member.name == "web-3";
+        let none = |_: &Entry| false;
+        let pick_with = |o: &Options, budget: &dyn Fn(&Entry) -> bool, random: u64| {
+            let req = Request {
+                pool: &p,
+                options: o,
+                caller: "c",
+                exclude: &[],
+                target: Some("example.com"),
+                max_quarantined_percent: 50,
+                budget: Some(budget),
+            };
+            choose(&t.snapshot(), &req, &s, 1_000, Instant::now(), random)
+                .map(|e| e.member.name.clone())
+        };
+        for r in 0..50u64 {
+            let r = r.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            assert_eq!(
+                pick_with(&Options::default(), &only_web_3, r).unwrap(),
+                "web-3"
+            );
+        }
+        assert!(matches!(
+            pick_with(&Options::default(), &none, 1),
+            Err(NoRoute::NoMember { .. })
+        ));
+        // A session's member is its own: the budget is checked on it by the caller.
+        let m = pick(&t, &s, &session("cart"), "c", 1).unwrap();
+        assert_eq!(pick_with(&session("cart"), &none, 2).unwrap(), m);
     }
 }

@@ -64,6 +64,9 @@ pub struct Limits {
     pub retries: usize,
     /// Passive health: when a member that refuses connections leaves new routing.
     pub outliers: Outliers,
+    /// Which replica of the gateway this is, of how many: its share of every politeness
+    /// budget (`--replica INDEX/COUNT`).
+    pub replica: egress_core::politeness::Share,
 }
 
 impl Default for Limits {
@@ -79,6 +82,7 @@ impl Default for Limits {
             max_connections: 16_384,
             retries: 1,
             outliers: Outliers::default(),
+            replica: egress_core::politeness::Share::alone(),
         }
     }
 }
@@ -98,6 +102,8 @@ pub struct Gateway {
     /// Connections not yet authenticated, by source, across both listeners: a source holds
     /// its share of them whichever protocol it speaks.
     pub(crate) sources: Arc<Unauthenticated>,
+    /// Politeness: this replica's budgets per (member, target) and (pool, target).
+    pub budgets: Arc<crate::politeness::Budgets>,
     /// Where this replica's quarantine signals go on to (`--reports-to`), if anywhere.
     pub(crate) reports: Option<crate::reports::Reports>,
 }
@@ -117,6 +123,8 @@ pub(crate) struct Opened {
     listener: Listener,
     /// Counts the tunnel against its member until it ends.
     active: Active,
+    /// Its place in its politeness budgets' in-flight counts, until it ends.
+    permit: Option<crate::politeness::Permit>,
 }
 
 /// What was decided about a request before a member is dialled.
@@ -147,6 +155,7 @@ impl Gateway {
             open: std::sync::atomic::AtomicUsize::new(0),
             ended: tokio::sync::Notify::new(),
             sources: Arc::new(Unauthenticated::new(limits.unauthenticated_per_source)),
+            budgets: Arc::new(crate::politeness::Budgets::new(limits.replica)),
             reports: None,
         }
     }
@@ -288,6 +297,7 @@ impl Gateway {
                 exclude: &[],
                 target: None,
                 max_quarantined_percent: 0,
+                budget: None,
             },
             entry,
             Instant::now(),
@@ -314,11 +324,14 @@ impl Gateway {
         }
     }
 
-    fn choose(
+    /// The member for `a` by routing, among those `budget` allows where it is given (traffic
+    /// pinned to no session or lease, under a politeness rule).
+    pub(crate) fn choose_with(
         &self,
         a: &Admitted,
         target: Option<&str>,
         exclude: &[MemberKey],
+        budget: Option<&dyn Fn(&Entry) -> bool>,
     ) -> Result<Entry, NoRoute> {
         let snapshot = self.table.snapshot();
         let policy = self.table.quarantine_policy(&a.pool);
@@ -331,6 +344,7 @@ impl Gateway {
                 exclude,
                 target,
                 max_quarantined_percent: policy.max_quarantined_percent,
+                budget,
             },
             &self.sessions,
             egress_time::now::unix_now(),
@@ -348,7 +362,7 @@ impl Gateway {
         exclude: &[MemberKey],
         last: &mut Option<HopError>,
     ) -> Result<Entry, Failure> {
-        self.choose(a, target, exclude)
+        self.choose_with(a, target, exclude, None)
             .map_err(|r| match last.take() {
                 Some(h) => h.failure,
                 None => no_route(&r),
@@ -409,8 +423,9 @@ impl Gateway {
             pool = %admitted.pool,
             member = tracing::field::Empty,
         );
-        let target = target_of(&destination.host);
-        self.plain(admitted, req, target).instrument(span).await
+        self.plain(admitted, req, destination)
+            .instrument(span)
+            .await
     }
 
     /// A CONNECT: the member's own `200` first, then ours, then the relay.
@@ -452,7 +467,9 @@ impl Gateway {
         let attempts = self.attempts(&a.options);
         let mut last: Option<HopError> = None;
         for _ in 0..attempts {
-            let entry = self.next_member(a, target.as_deref(), &exclude, &mut last)?;
+            let (entry, permit) = self
+                .polite_member(a, &destination.host, target.as_deref(), &exclude, &mut last)
+                .await?;
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let active = Active::new(&entry);
             match forward::connect(
@@ -485,6 +502,7 @@ impl Gateway {
                         member_id: entry.member.id(),
                         listener: a.listener,
                         active,
+                        permit,
                         entry,
                     });
                 }
@@ -562,6 +580,7 @@ impl Gateway {
         client_early: Bytes,
     ) {
         let _active = opened.active;
+        let _permit = opened.permit;
         let tunnels = self.metrics.tunnels.get_or_create(&opened.labels).clone();
         tunnels.inc();
         self.open.fetch_add(1, Ordering::SeqCst);

@@ -45,7 +45,7 @@ pub const NO_ACCEPTABLE_METHODS: &str = "no_acceptable_methods";
 /// | refusal | reply |
 /// |---|---|
 /// | no pool the caller may use, a lease that holds nothing, a destination refused (the gateway's spelling rules, the member's policy: its 4xx) | 0x02 not allowed |
-/// | no member free, the session's member gone, the authorisation undecided, too many connections, the member refused the gateway's credential | 0x01 general failure |
+/// | no member free, the session's member gone, the authorisation undecided, too many connections, no politeness budget for the target, the member refused the gateway's credential | 0x01 general failure |
 /// | the member refused or broke off the connection, or could not reach the destination (its 5xx) | 0x05 connection refused |
 /// | the member did not accept or answer in time (a 504) | 0x04 host unreachable |
 ///
@@ -62,7 +62,8 @@ pub fn reply_for(f: &Failure) -> Reply {
         ErrorKind::NoMember
         | ErrorKind::SessionGone
         | ErrorKind::AuthUnavailable
-        | ErrorKind::Overloaded => Reply::GeneralFailure,
+        | ErrorKind::Overloaded
+        | ErrorKind::Polite => Reply::GeneralFailure,
         ErrorKind::MemberFailed => {
             if f.status == StatusCode::GATEWAY_TIMEOUT || f.received == Some(504) {
                 Reply::HostUnreachable
@@ -528,6 +529,8 @@ mod tests {
             reply_for(&f(ErrorKind::SessionGone, 503)),
             Reply::GeneralFailure
         );
+        // Out of politeness budget: coming back later lifts it, as for no member free.
+        assert_eq!(reply_for(&f(ErrorKind::Polite, 429)), Reply::GeneralFailure);
         assert_eq!(
             reply_for(&f(ErrorKind::MemberFailed, 502)),
             Reply::ConnectionRefused

@@ -38,10 +38,13 @@ pub enum ErrorKind {
     Refused,
     /// Too many connections at once: 503.
     Overloaded,
+    /// No politeness budget for the request's target on any member it may use, within the
+    /// pool's `maxWait`: 429.
+    Polite,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::Unauthenticated,
         ErrorKind::Forbidden,
         ErrorKind::AuthUnavailable,
@@ -52,6 +55,7 @@ impl ErrorKind {
         ErrorKind::MemberFailed,
         ErrorKind::Refused,
         ErrorKind::Overloaded,
+        ErrorKind::Polite,
     ];
 
     pub fn label(self) -> &'static str {
@@ -66,6 +70,7 @@ impl ErrorKind {
             ErrorKind::MemberFailed => "member_failed",
             ErrorKind::Refused => "refused",
             ErrorKind::Overloaded => "overloaded",
+            ErrorKind::Polite => "politeness",
         }
     }
 
@@ -82,6 +87,9 @@ impl ErrorKind {
             ErrorKind::LeaseGone => "http_request_denied",
             ErrorKind::MemberFailed => "proxy_internal_error",
             ErrorKind::Overloaded => "connection_limit_reached",
+            // The gateway's own rate limit on the destination: a refusal of the request as it
+            // stands, which coming back later lifts.
+            ErrorKind::Polite => "http_request_denied",
         }
     }
 }

@@ -205,6 +205,10 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
         .unwrap();
     // The pool's quarantine policy follows its spec: the defaults until it says otherwise.
     assert_eq!(table.quarantine_policy(&web).max_quarantined_percent, 50);
+    assert!(
+        table.politeness(&web).is_none(),
+        "no politeness until the pool says"
+    );
     let pool: egress_k8s_api::crd::ProxyPool = serde_json::from_value(json!({
         "apiVersion": "crawl.example.com/v1alpha1",
         "kind": "ProxyPool",
@@ -213,6 +217,10 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
             "replicas": 2,
             "placements": [{"provider": "cluster"}],
             "quarantine": {"maxQuarantinedPercent": 20, "signalStatuses": [429]},
+            "politeness": {
+                "maxWait": "1s",
+                "targets": [{"match": "*.example.com", "perAddress": {"every": "5s", "concurrency": 1}}],
+            },
         },
     }))
     .unwrap();
@@ -223,6 +231,15 @@ async fn members_follow_the_proxies_their_leases_drains_and_credentials() {
     until(&table, "the pool's quarantine policy read", |t| {
         let p = t.quarantine_policy(&web);
         p.max_quarantined_percent == 20 && p.signal_statuses == [429]
+    })
+    .await;
+    // Its politeness too, read from the same watch.
+    until(&table, "the pool's politeness read", |t| {
+        t.politeness(&web).is_some_and(|p| {
+            p.max_wait == Duration::from_secs(1)
+                && p.rule_for("img.example.com")
+                    .is_some_and(|r| r.per_address.every == Duration::from_secs(5))
+        })
     })
     .await;
     task.abort();

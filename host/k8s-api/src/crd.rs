@@ -171,6 +171,15 @@ pub struct ProxyPoolSpec {
     /// default 403, 429, 503).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantine: Option<egress_core::target::QuarantinePolicy>,
+    /// How often and how many at once the pool's egress addresses start tunnels and requests
+    /// to a target, enforced by the gateway: `maxWait` (how long a request may wait for budget
+    /// before a 429, default 0s, at most 30s) and `targets`, rules of which the first whose
+    /// `match` fits the request's host applies (`example.com`, `*.example.com`, `*`; at most
+    /// 64), each with `perAddress` (per member and target) and optionally `perPool` (per pool
+    /// and target) budgets: `every` (least time between two starts) and `concurrency` (most in
+    /// flight at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub politeness: Option<egress_core::politeness::PolitenessPolicy>,
 }
 
 /// maxSurge and maxUnavailable as Kubernetes' IntOrString: a structural schema cannot hold
@@ -234,6 +243,7 @@ impl ProxyPool {
                 leases: self.spec.leases.clone(),
                 drain_timeout: self.spec.drain_timeout.clone(),
                 quarantine: self.spec.quarantine.clone(),
+                politeness: self.spec.politeness.clone(),
             },
             status: None,
         }

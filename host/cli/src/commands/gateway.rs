@@ -208,6 +208,7 @@ pub async fn run(
         max_connections: a.max_connections,
         unauthenticated_timeout: a.unauthenticated_timeout,
         unauthenticated_per_source: a.max_unauthenticated_per_source,
+        replica: egress_core::politeness::Share::replica(a.replica.0, a.replica.1),
         ..Limits::default()
     };
     let metrics = Arc::new(egress_gateway::metrics::Metrics::new());

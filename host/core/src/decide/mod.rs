@@ -8,6 +8,8 @@
 //! - [`pool`]: a ProxyPool's creates, deletes, drains and status.
 //! - [`lease`]: which proxies a lease gets, renewals, releases, ban reports, lost proxies.
 //! - [`quarantine`]: which members a target's bans keep from it, within the cap per target.
+//! - [`politeness`]: whether a tunnel or request may start now on a (member, target) and a
+//!   (pool, target), and each gateway replica's share of that budget.
 //! - [`discovery`]: which Proxies a caller may be told of, and how they are described.
 //! - [`gc`]: which instances no Proxy owns any more.
 //! - [`settle`]: a value that counts only once it held still.
@@ -16,6 +18,7 @@ pub mod discovery;
 pub mod egress;
 pub mod gc;
 pub mod lease;
+pub mod politeness;
 pub mod pool;
 pub mod quarantine;
 pub mod reconcile;

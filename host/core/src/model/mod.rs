@@ -8,6 +8,7 @@ pub mod instance;
 pub mod labels;
 pub mod lease;
 pub mod name;
+pub mod politeness;
 pub mod pool;
 pub mod proxy;
 pub mod target;

@@ -67,6 +67,10 @@ pub struct PoolSpec {
     /// cap per target, when many targets' bans replace it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quarantine: Option<crate::model::target::QuarantinePolicy>,
+    /// How often and how many at once its egress addresses start tunnels and requests to a
+    /// target, enforced by the gateway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub politeness: Option<crate::model::politeness::PolitenessPolicy>,
 }
 
 impl PoolSpec {

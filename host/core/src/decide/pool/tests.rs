@@ -35,6 +35,7 @@ fn spec(replicas: u32, weights: &[u32]) -> PoolSpec {
         leases: None,
         drain_timeout: None,
         quarantine: None,
+        politeness: None,
     }
 }
 

@@ -129,6 +129,11 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
     {
         problems.push(m);
     }
+    if let Some(p) = &s.politeness
+        && let Err(m) = p.validate()
+    {
+        problems.push(m);
+    }
     if let Some(l) = &s.leases {
         if l.max_shared == 0 {
             problems.push("spec.leases.maxShared: must be at least 1".into());
