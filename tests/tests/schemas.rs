@@ -157,7 +157,7 @@ fn deploy_kustomization_builds() {
             v["kind"].as_str().unwrap(),
             v["metadata"]["name"].as_str().unwrap()
         ));
-        if v["kind"] == "Deployment" {
+        if v["kind"] == "Deployment" || v["kind"] == "StatefulSet" {
             let c = &v["spec"]["template"]["spec"]["containers"][0];
             assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
             assert_eq!(
@@ -263,7 +263,7 @@ fn deploy_kustomization_builds() {
         serde_yaml::from_str::<serde_yaml::Value>("[{nonResourceURLs: [/metrics], verbs: [get]}]")
             .unwrap()
     );
-    // The gateway: its own Deployment and Service, a read-only role (it writes no object,
+    // The gateway: its own StatefulSet and Service, a read-only role (it writes no object,
     // and reviews its callers), a policy admitting its proxy and admin ports.
     let gateway = find("ClusterRole", "egress-proxies-gateway");
     assert!(
@@ -305,7 +305,7 @@ fn deploy_kustomization_builds() {
         }
     }
     let gateway_pods =
-        &find("Deployment", "egress-proxies-gateway")["spec"]["template"]["metadata"]["labels"];
+        &find("StatefulSet", "egress-proxies-gateway")["spec"]["template"]["metadata"]["labels"];
     let gateway_policy = find("NetworkPolicy", "egress-proxies-gateway");
     for (k, v) in gateway_policy["spec"]["podSelector"]["matchLabels"]
         .as_mapping()
@@ -315,7 +315,30 @@ fn deploy_kustomization_builds() {
     }
     assert_eq!(
         find("Service", "egress-proxies-gateway")["spec"]["selector"],
-        find("Deployment", "egress-proxies-gateway")["spec"]["selector"]["matchLabels"]
+        find("StatefulSet", "egress-proxies-gateway")["spec"]["selector"]["matchLabels"]
+    );
+    // Each replica is told its place among as many as there are, for the politeness budgets
+    // it shares by time.
+    let set = find("StatefulSet", "egress-proxies-gateway");
+    let container = &set["spec"]["template"]["spec"]["containers"][0];
+    let replicas = set["spec"]["replicas"].as_u64().unwrap();
+    assert!(
+        container["args"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|a| a.as_str() == Some(&format!("--replica=$(POD_INDEX)/{replicas}"))),
+        "{container:?}"
+    );
+    assert!(
+        container["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "POD_INDEX"
+                && e["valueFrom"]["fieldRef"]["fieldPath"]
+                    == "metadata.labels['apps.kubernetes.io/pod-index']"),
+        "{container:?}"
     );
     assert_ne!(
         gateway_pods["app.kubernetes.io/component"], pods["app.kubernetes.io/component"],
@@ -341,7 +364,6 @@ fn deploy_kustomization_builds() {
             "CustomResourceDefinition proxies.crawl.example.com",
             "CustomResourceDefinition proxypools.crawl.example.com",
             "Deployment egress-proxies",
-            "Deployment egress-proxies-gateway",
             "Issuer egress-proxies-ca",
             "Issuer egress-proxies-selfsigned",
             "Namespace egress-proxies",
@@ -355,6 +377,7 @@ fn deploy_kustomization_builds() {
             "Service egress-proxies-gateway",
             "ServiceAccount egress-proxies",
             "ServiceAccount egress-proxies-gateway",
+            "StatefulSet egress-proxies-gateway",
         ]
     );
 }
@@ -365,7 +388,13 @@ fn deploy_kustomization_builds() {
 /// nothing says `--plaintext`.
 fn serves_tls(docs: &[serde_yaml::Value], deployment: &str, service: &str, port: &str) {
     let find = |kind: &str, name: &str| find_doc(docs, kind, name);
-    let d = find("Deployment", deployment);
+    let d = docs
+        .iter()
+        .find(|d| {
+            (d["kind"] == "Deployment" || d["kind"] == "StatefulSet")
+                && d["metadata"]["name"] == deployment
+        })
+        .unwrap_or_else(|| panic!("no workload {deployment}"));
     let pod = &d["spec"]["template"]["spec"];
     let container = &pod["containers"][0];
     let args: Vec<&str> = container["args"]
