@@ -73,6 +73,11 @@ pub struct GatewayArgs {
     /// on this replica alone.
     #[arg(long, value_name = "URL")]
     pub reports_to: Option<String>,
+    /// Out of a cluster (--state): the ProxyPools (the file `reconcile -f` reads) whose
+    /// `quarantine` and `politeness` the gateway applies, read again when it changes. Unset:
+    /// the quarantine defaults and no politeness.
+    #[arg(long, value_name = "FILE", requires = "state")]
+    pub pools_from: Option<PathBuf>,
     /// The CA certificates (PEM) the --reports-to API's certificate is checked against
     /// (default: the system's roots).
     #[arg(long, value_name = "FILE", requires = "reports_to")]

@@ -91,6 +91,79 @@ pub async fn follow_state(state: PathBuf, table: Arc<MemberTable>, interval: Dur
     }
 }
 
+/// The pools of the file at `path` (ProxyPool documents, as `reconcile -f` reads it): their
+/// `quarantine` and `politeness`, by pool.
+pub fn pool_policies(path: &Path) -> Result<PoolPolicies, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::Input {
+        what: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let inputs = crate::inputs::parse_inputs(&text, &path.display().to_string())?;
+    let mut policies = PoolPolicies::default();
+    for p in &inputs.pools {
+        let problems = egress_core::pool::validate(p);
+        if !problems.is_empty() {
+            return Err(CliError::Input {
+                what: format!(
+                    "{}: ProxyPool {}/{}",
+                    path.display(),
+                    p.metadata.namespace,
+                    p.metadata.name
+                ),
+                message: problems.join("; "),
+            });
+        }
+        let key = PoolKey {
+            namespace: p.metadata.namespace.clone(),
+            name: p.metadata.name.clone(),
+        };
+        policies
+            .quarantine
+            .insert(key.clone(), p.spec.quarantine_policy());
+        if let Some(polite) = &p.spec.politeness {
+            policies.politeness.insert(key, polite.clone());
+        }
+    }
+    Ok(policies)
+}
+
+/// Pools' `quarantine` and `politeness`, by pool.
+#[derive(Debug, Default)]
+pub struct PoolPolicies {
+    pub quarantine: std::collections::BTreeMap<PoolKey, egress_core::target::QuarantinePolicy>,
+    pub politeness: std::collections::BTreeMap<PoolKey, egress_core::politeness::PolitenessPolicy>,
+}
+
+/// Keeps `table`'s pool policies to the file at `path`, read again when it changes; a file
+/// that cannot be read keeps the last ones, and says why once per change of reason.
+pub async fn follow_pools(path: PathBuf, table: Arc<MemberTable>, interval: Duration) {
+    let mut last_stamp = None;
+    let mut last_error: Option<String> = None;
+    loop {
+        let now = std::fs::metadata(&path)
+            .ok()
+            .and_then(|m| Some((m.modified().ok()?, m.len())));
+        if last_stamp != Some(now) {
+            match pool_policies(&path) {
+                Ok(p) => {
+                    table.set_quarantine_policies(p.quarantine);
+                    table.set_politeness_policies(p.politeness);
+                    last_stamp = Some(now);
+                    last_error = None;
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    if last_error.as_deref() != Some(why.as_str()) {
+                        tracing::warn!(error = %why, "the pools could not be read; the gateway keeps their last policies");
+                        last_error = Some(why);
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
 /// Runs the gateway until `stop`; then it takes no new connection and gives the open tunnels
 /// up to `--shutdown-grace` to end.
 pub async fn run(
@@ -135,8 +208,19 @@ pub async fn run(
     let table = Arc::new(MemberTable::new(pools));
     let client = match &a.state {
         Some(state) => {
-            // Read once before serving: a state that cannot be read stops the start.
+            // Read once before serving: a state (or pools file) that cannot be read stops
+            // the start.
             table.replace(members_from_state(state)?, true);
+            if let Some(pools) = &a.pools_from {
+                let p = pool_policies(pools)?;
+                table.set_quarantine_policies(p.quarantine);
+                table.set_politeness_policies(p.politeness);
+                tokio::spawn(follow_pools(
+                    pools.clone(),
+                    table.clone(),
+                    a.reload_interval,
+                ));
+            }
             tokio::spawn(follow_state(
                 state.clone(),
                 table.clone(),
@@ -280,4 +364,57 @@ pub async fn run(
 /// Runs `gateway` until `stop`: exit code 1 on an error.
 pub async fn command(a: GatewayArgs, stop: impl std::future::Future<Output = ()>) -> ExitCode {
     super::exit(run(a, stop).await)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    const POOL: &str = "apiVersion: crawl.example.com/v1alpha1\nkind: ProxyPool\nmetadata: {name: web, namespace: ns}\nspec:\n  replicas: 2\n  template: {port: 3128}\n  placements: [{provider: p}]\n";
+
+    /// The pools file gives each pool's quarantine (its defaults where it sets none) and its
+    /// politeness; a pool that does not validate is refused naming the file, the pool and the
+    /// field.
+    #[test]
+    fn the_pools_file_gives_each_pools_quarantine_and_politeness_or_names_the_field() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("pools.yaml");
+        std::fs::write(
+            &f,
+            format!(
+                "{POOL}  quarantine: {{maxQuarantinedPercent: 20}}\n  politeness: {{targets: [{{match: '*.example.com', perAddress: {{every: 5s}}}}]}}\n---\n{}",
+                POOL.replace("name: web", "name: api")
+            ),
+        )
+        .unwrap();
+        let p = pool_policies(&f).unwrap();
+        let key = |name: &str| PoolKey {
+            namespace: "ns".into(),
+            name: name.into(),
+        };
+        assert_eq!(p.quarantine[&key("web")].max_quarantined_percent, 20);
+        assert_eq!(p.quarantine[&key("api")].max_quarantined_percent, 50);
+        assert_eq!(
+            p.politeness[&key("web")].targets[0]
+                .per_address
+                .every
+                .as_deref(),
+            Some("5s")
+        );
+        assert!(!p.politeness.contains_key(&key("api")));
+
+        std::fs::write(
+            &f,
+            format!(
+                "{POOL}  politeness: {{targets: [{{match: 'a b', perAddress: {{every: 5s}}}}]}}\n"
+            ),
+        )
+        .unwrap();
+        let e = pool_policies(&f).unwrap_err().to_string();
+        assert!(
+            e.contains("ProxyPool ns/web") && e.contains("spec.politeness.targets[0].match"),
+            "{e}"
+        );
+    }
 }
