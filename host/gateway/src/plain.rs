@@ -39,10 +39,13 @@ impl Gateway {
     ) -> Response<Body> {
         let (mut parts, body) = req.into_parts();
         strip(&mut parts.headers);
+        if parts.version == http::Version::HTTP_2 {
+            as_http11(&mut parts);
+        }
         if a.options.report_banned
             && let Err(f) = self.take_report(&a, target.as_deref())
         {
-            return self.error(Some(&a.pool), &f);
+            return self.error(a.listener, Some(&a.pool), &f);
         }
         let mut exclude: Vec<MemberKey> = Vec::new();
         let attempts = self.attempts(&a.options);
@@ -52,7 +55,7 @@ impl Gateway {
         for _ in 0..attempts {
             let entry = match self.next_member(&a, target.as_deref(), &exclude, &mut last) {
                 Ok(e) => e,
-                Err(f) => return self.error(Some(&a.pool), &f),
+                Err(f) => return self.error(a.listener, Some(&a.pool), &f),
             };
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let _active = Active::new(&entry);
@@ -120,7 +123,7 @@ impl Gateway {
                     let status = resp.status();
                     if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
                         let h = forward::answered(&member, 407, "request");
-                        return self.error(Some(&a.pool), &h.failure);
+                        return self.error(a.listener, Some(&a.pool), &h.failure);
                     }
                     // A target's refusal of the member's address quarantines the member for
                     // that target (the answer is relayed as it came).
@@ -153,7 +156,7 @@ impl Gateway {
                     );
                     h.down = true;
                     self.hop_failed(&a, &entry, &h);
-                    self.error(Some(&a.pool), &h.failure)
+                    self.error(a.listener, Some(&a.pool), &h.failure)
                 }
                 Err(_) => {
                     let h = forward::member_timed_out(
@@ -165,11 +168,34 @@ impl Gateway {
                             self.limits.timeouts.answer
                         ),
                     );
-                    self.error(Some(&a.pool), &h.failure)
+                    self.error(a.listener, Some(&a.pool), &h.failure)
                 }
             };
         }
-        self.error(Some(&a.pool), &exhausted(last))
+        self.error(a.listener, Some(&a.pool), &exhausted(last))
+    }
+}
+
+/// An HTTP/2 request's head as the member's HTTP/1.1 reads it: `:authority` as `Host` (RFC
+/// 9113 §8.3.1), and the cookie pairs HTTP/2 sends as fields of their own joined into one
+/// `Cookie` again (§8.2.3).
+fn as_http11(parts: &mut http::request::Parts) {
+    if !parts.headers.contains_key(http::header::HOST)
+        && let Some(authority) = parts.uri.authority()
+        && let Ok(v) = HeaderValue::from_str(authority.as_str())
+    {
+        parts.headers.insert(http::header::HOST, v);
+    }
+    let cookies: Vec<&[u8]> = parts
+        .headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    if cookies.len() > 1
+        && let Ok(v) = HeaderValue::from_bytes(&cookies.join(&b"; "[..]))
+    {
+        parts.headers.insert(http::header::COOKIE, v);
     }
 }
 
