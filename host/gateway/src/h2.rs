@@ -14,6 +14,8 @@
 //! Until one of its streams authenticates, a connection holds its place among its source's
 //! unauthenticated ones and lives no longer than `unauthenticated_timeout` from its accept; an
 //! answer to a stream that did not authenticate is followed by GOAWAY, as HTTP/1.1 closes.
+//! Once authenticated, a connection with no request or tunnel in flight for
+//! `header_read_timeout` (HTTP/1.1's bound on an idle keep-alive connection) goes away too.
 
 use crate::admission::{Connection, Pending};
 use crate::body::Body;
@@ -22,6 +24,7 @@ use crate::server::Gateway;
 use egress_serve::Counted;
 use egress_serve::tls::Stream;
 use http::{Request, Response};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -105,12 +108,27 @@ pub(crate) async fn serve_connection(
             let refused = refused.clone();
             async move {
                 gateway.metrics.request(Listener::Http2);
+                // In flight until its answer's body ends, and a tunnel until it closes.
+                let answering = connection.begin();
                 let r: Response<Body> = gateway
-                    .handle_on(&connection, req, source, Listener::Http2)
+                    .handle_on(
+                        &connection,
+                        req,
+                        source,
+                        Listener::Http2,
+                        Some(connection.begin()),
+                    )
                     .await;
                 if !connection.is_authenticated() {
                     refused.notify_one();
                 }
+                let r = r.map(|body| {
+                    body.map_frame(move |frame| {
+                        let _ = &answering;
+                        frame
+                    })
+                    .boxed()
+                });
                 Ok::<_, std::convert::Infallible>(r)
             }
         })
@@ -132,6 +150,10 @@ pub(crate) async fn serve_connection(
         .serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let mut going_away = false;
+    let idle = limits.header_read_timeout;
+    let mut tick = tokio::time::interval((idle / 4).max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut quiet, mut last) = (Duration::ZERO, connection.activity());
     loop {
         tokio::select! {
             r = conn.as_mut() => {
@@ -144,6 +166,20 @@ pub(crate) async fn serve_connection(
                 // The refused stream's answer is still sent; streams already open run on.
                 going_away = true;
                 conn.as_mut().graceful_shutdown();
+            }
+            _ = tick.tick(), if !going_away => {
+                let now = connection.activity();
+                if now.0 == 0 && now == last {
+                    quiet += tick.period();
+                    if quiet >= idle {
+                        tracing::debug!("gateway HTTP/2 connection idle: going away");
+                        going_away = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                } else {
+                    quiet = Duration::ZERO;
+                    last = now;
+                }
             }
             () = tokio::time::sleep_until(deadline), if !connection.is_authenticated() => {
                 if !connection.is_authenticated() {

@@ -8,7 +8,8 @@
 //! request.
 
 use crate::admission::{
-    Connection, HEAD_TOO_LARGE, Prefixed, TOO_MANY_FROM_SOURCE, Unauthenticated, first_head,
+    Connection, HEAD_TOO_LARGE, InFlight, Prefixed, TOO_MANY_FROM_SOURCE, Unauthenticated,
+    first_head,
 };
 use crate::answers::{ask_failure, exhausted, failed, no_route, refusal};
 use crate::ask::{self, AskError, Credential, Options};
@@ -364,18 +365,21 @@ impl Gateway {
 
     /// Answers one request of a crawler from `source`, on a connection of its own.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, source: IpAddr) -> Response<Body> {
-        self.handle_on(&Connection::default(), req, source, Listener::Http)
+        self.handle_on(&Connection::default(), req, source, Listener::Http, None)
             .await
     }
 
     /// Answers one request of a crawler on `connection` (which learns when its caller
-    /// authenticated) of `listener`: an HTTP/1.1 request, or an HTTP/2 stream.
+    /// authenticated) of `listener`: an HTTP/1.1 request, or an HTTP/2 stream. `held`, where
+    /// given, is held by the tunnel a CONNECT opens until it ends (an HTTP/2 connection is not
+    /// idle while a stream of it carries a tunnel).
     pub(crate) async fn handle_on(
         self: Arc<Self>,
         connection: &Connection,
         mut req: Request<Incoming>,
         source: IpAddr,
         listener: Listener,
+        held: Option<InFlight>,
     ) -> Response<Body> {
         // The destination first: one the member's parser could read apart from ours is
         // refused before anything else is decided, let alone dialled.
@@ -399,7 +403,7 @@ impl Gateway {
             let on_upgrade = hyper::upgrade::on(&mut req);
             return self
                 .clone()
-                .tunnel(admitted, destination, on_upgrade, started)
+                .tunnel(admitted, destination, on_upgrade, started, held)
                 .instrument(span)
                 .await;
         }
@@ -422,12 +426,17 @@ impl Gateway {
         destination: Destination,
         on_upgrade: hyper::upgrade::OnUpgrade,
         started: Instant,
+        held: Option<InFlight>,
     ) -> Response<Body> {
         match self.open_tunnel(&a, &destination, started).await {
             Ok(opened) => {
                 let mut r = Response::new(full(Bytes::new()));
                 served_by(r.headers_mut(), &opened.entry);
-                tokio::spawn(self.clone().carry(on_upgrade, opened));
+                let carry = self.clone().carry(on_upgrade, opened);
+                tokio::spawn(async move {
+                    carry.await;
+                    drop(held);
+                });
                 r
             }
             Err(f) => self.error(a.listener, Some(&a.pool), &f),
@@ -768,7 +777,7 @@ pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport:
                     async move {
                         gateway.metrics.request(Listener::Http);
                         let mut r = gateway
-                            .handle_on(&connection, req, source, Listener::Http)
+                            .handle_on(&connection, req, source, Listener::Http, None)
                             .await;
                         // A connection serves further requests only once its caller
                         // authenticated: one that did not is answered and closed, so it never

@@ -418,6 +418,33 @@ async fn a_bad_token_is_answered_407_and_the_connection_goes_away() {
     );
 }
 
+/// An authenticated connection lives while a tunnel of it is open, idle or not, and goes away
+/// once none has been for the idle bound (HTTP/1.1's between requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_goes_away_once_idle_with_no_tunnel_open() {
+    let mut l = limits();
+    l.header_read_timeout = Duration::from_secs(2);
+    let Some(w) = world(1, l).await else { return };
+    let (mut sender, conn) = h2(&w).await;
+    let (a, tunnel) = connect(&mut sender, &basic(SPIDER, "")).await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !conn.is_finished(),
+        "a connection with an open tunnel went away"
+    );
+    let echo = over_tls::echo_over(w.pin, support::ECHO_IP, tunnel.unwrap()).await;
+    assert!(echo["origin"].is_string(), "{echo}");
+    let ended = std::time::Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(8), conn).await;
+    assert!(closed.is_ok(), "an idle connection was kept");
+    assert!(
+        ended.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        ended.elapsed()
+    );
+}
+
 /// Past `max_concurrent_streams` open streams on one connection, the next waits: the gateway
 /// announced the limit and the client holds its stream until one ends; then it opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -108,6 +108,15 @@ pub async fn run(
             });
         }
     };
+    if a.http2_stream_window > a.http2_connection_window {
+        return Err(CliError::Input {
+            what: "--http2-stream-window".into(),
+            message: format!(
+                "{} is more than --http2-connection-window ({}): one stalled stream would stall its connection",
+                a.http2_stream_window, a.http2_connection_window
+            ),
+        });
+    }
     let pools = a
         .pools
         .iter()
@@ -194,15 +203,6 @@ pub async fn run(
         Some(addr) => Some(bind(addr).await?),
         None => None,
     };
-    if a.http2_stream_window > a.http2_connection_window {
-        return Err(CliError::Input {
-            what: "--http2-stream-window".into(),
-            message: format!(
-                "{} is more than --http2-connection-window ({}): one stalled stream would stall its connection",
-                a.http2_stream_window, a.http2_connection_window
-            ),
-        });
-    }
     let limits = Limits {
         timeouts: egress_gateway::forward::Timeouts {
             connect: a.connect_timeout,
