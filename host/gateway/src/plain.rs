@@ -250,3 +250,44 @@ fn strip(headers: &mut http::HeaderMap) {
         headers.insert(http::header::TRANSFER_ENCODING, codings);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parts(req: Request<()>) -> http::request::Parts {
+        req.into_parts().0
+    }
+
+    #[test]
+    fn an_http2_head_reads_as_http11_with_its_host_and_one_cookie() {
+        let mut p = parts(
+            Request::builder()
+                .version(http::Version::HTTP_2)
+                .uri("http://site.example:8080/a?b")
+                .header("cookie", "a=1")
+                .header("cookie", "b=2")
+                .body(())
+                .unwrap(),
+        );
+        as_http11(&mut p);
+        assert_eq!(p.headers["host"], "site.example:8080");
+        let cookies: Vec<_> = p.headers.get_all("cookie").iter().collect();
+        assert_eq!(cookies, ["a=1; b=2"]);
+
+        // A Host the request names is kept; a lone cookie is left as it is.
+        let mut p = parts(
+            Request::builder()
+                .version(http::Version::HTTP_2)
+                .uri("http://site.example/")
+                .header("host", "other.example")
+                .header("cookie", "a=1")
+                .body(())
+                .unwrap(),
+        );
+        as_http11(&mut p);
+        assert_eq!(p.headers["host"], "other.example");
+        assert_eq!(p.headers["cookie"], "a=1");
+    }
+}
