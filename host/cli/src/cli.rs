@@ -119,6 +119,32 @@ pub struct GatewayArgs {
     /// next is answered 503.
     #[arg(long, default_value_t = 512)]
     pub max_unauthenticated_per_source: usize,
+    /// HTTP/2 on --listen's TLS (ALPN h2, what browsers speak to an https:// proxy): streams
+    /// open at once on one connection, each a tunnel or a plain request; past it the next
+    /// waits (clients hold it) or is refused.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub http2_max_streams: u32,
+    /// HTTP/2: bytes a crawler may send on one stream ahead of its member taking them; at
+    /// most --http2-connection-window, so a stream whose member does not read stalls itself,
+    /// not the connection's others.
+    #[arg(long, default_value_t = 256 * 1024, value_parser = clap::value_parser!(u32).range(16_384..=2_147_483_647))]
+    pub http2_stream_window: u32,
+    /// HTTP/2: bytes a crawler may send on all its streams together ahead of their members
+    /// taking them: what one connection makes the gateway buffer from it.
+    #[arg(long, default_value_t = 4 * 1024 * 1024, value_parser = clap::value_parser!(u32).range(65_535..=2_147_483_647))]
+    pub http2_connection_window: u32,
+    /// HTTP/2: bytes queued for the crawler on one stream before its tunnel waits for it to
+    /// read. A connection holds at most --http2-connection-window plus --http2-max-streams
+    /// times this of stream data.
+    #[arg(long, default_value_t = 64 * 1024, value_parser = clap::value_parser!(u32).range(16_384..=16_777_216))]
+    pub http2_send_buffer: u32,
+    /// HTTP/2: how often a connection is pinged; one that does not answer within
+    /// --http2-keepalive-timeout is closed with its streams.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub http2_keepalive_interval: std::time::Duration,
+    /// HTTP/2: how long a ping's answer may take.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub http2_keepalive_timeout: std::time::Duration,
     /// How often the --state files (the state, its leases and quarantines, its credentials)
     /// and the --api-tokens file are looked at, and read again when changed: within this, a
     /// lease or a quarantine the API wrote reaches routing.

@@ -89,6 +89,21 @@ fn the_gateway_is_refused_without_what_it_needs_naming_it() {
             && err.contains("--socks-plaintext"),
         "{err}"
     );
+    // A stream's window above its connection's: one stalled stream would stall the rest.
+    let out = Command::new(bin)
+        .args(["gateway", "--plaintext", "--pool", "ns/web", "--api-tokens"])
+        .arg(&tokens)
+        .args(["--state"])
+        .arg(dir.path().join("state.yaml"))
+        .args(["--http2-stream-window", "8388608"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--http2-stream-window") && err.contains("--http2-connection-window"),
+        "{err}"
+    );
     std::fs::write(&tokens, "tokens: [{name: x}]\n").unwrap();
     let out = Command::new(bin)
         .args(["gateway", "--plaintext", "--api-tokens"])

@@ -12,7 +12,11 @@
 //! - the same through the gateway's TLS listener (a crawler's `https://` proxy URL): transfer
 //!   throughput against the plain listener in back-to-back pairs, setup times and CPU per setup
 //!   (handshake included), and the heap per idle tunnel (the crawler's side of TLS included:
-//!   less the plain gateway's, it is the cost of TLS on both ends).
+//!   less the plain gateway's, it is the cost of TLS on both ends);
+//! - HTTP/2 on the TLS listener against HTTP/1.1 on it: transfer throughput of a tunnel that is
+//!   a stream, setup times of 256 tunnels opened at once as streams of one connection against
+//!   256 HTTP/1.1 connections at once, CPU per setup, and the heap and descriptors per idle
+//!   stream.
 //!
 //! `cargo bench -p egress-gateway --bench gateway` (needs squid, and root for port 443, which
 //! the generated config tunnels to). Prints a Markdown table.
@@ -85,21 +89,73 @@ async fn sink(listener: tokio::net::TcpListener) {
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
-/// Where a crawler connects: a proxy address, over TLS when `tls` trusts its certificate.
+/// Where a crawler connects: a proxy address, over TLS when `tls` trusts its certificate, and
+/// with `h2` as streams of that HTTP/2 connection to it.
 #[derive(Clone)]
 struct Proxy {
     addr: SocketAddr,
     tls: Option<tokio_rustls::TlsConnector>,
+    h2: Option<H2>,
 }
+
+type H2 = hyper::client::conn::http2::SendRequest<http_body_util::Empty<hyper::body::Bytes>>;
 
 impl Proxy {
     fn plain(addr: SocketAddr) -> Self {
-        Self { addr, tls: None }
+        Self {
+            addr,
+            tls: None,
+            h2: None,
+        }
     }
+}
+
+/// An HTTP/2 connection to `addr` over TLS (ALPN h2), with Chromium's receive windows (6 MiB
+/// a stream, 15 MiB the connection).
+async fn h2_connection(addr: SocketAddr, connector: &tokio_rustls::TlsConnector) -> H2 {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let tls = connector
+        .connect(
+            rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (send, conn) =
+        hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(6 * 1024 * 1024)
+            .initial_connection_window_size(15 * 1024 * 1024)
+            .handshake(hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    send
+}
+
+/// A tunnel to the sink as a CONNECT stream of `h2`: the stream once the 200 came.
+async fn h2_tunnel(h2: &H2, auth: &str) -> Box<dyn Io> {
+    let mut send = h2.clone();
+    let req = http::Request::builder()
+        .method(http::Method::CONNECT)
+        .uri(SINK.to_string())
+        .header(http::header::PROXY_AUTHORIZATION, auth)
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    send.ready().await.unwrap();
+    let mut res = send.send_request(req).await.unwrap();
+    assert_eq!(res.status(), 200, "{res:?}");
+    Box::new(hyper_util::rt::TokioIo::new(
+        hyper::upgrade::on(&mut res).await.unwrap(),
+    ))
 }
 
 /// A tunnel to the sink through `proxy` with `auth`: the stream once the 200 is read.
 async fn tunnel(proxy: &Proxy, auth: &str) -> Box<dyn Io> {
+    if let Some(h2) = &proxy.h2 {
+        return h2_tunnel(h2, auth).await;
+    }
     let tcp = TcpStream::connect(proxy.addr).await.unwrap();
     tcp.set_nodelay(true).unwrap();
     let mut s: Box<dyn Io> = match &proxy.tls {
@@ -142,7 +198,17 @@ async fn transfer(proxy: &Proxy, auth: &str) -> f64 {
     let mut buf = vec![0u8; 256 * 1024];
     let mut got = 0u64;
     while got < TRANSFER {
-        let n = s.read(&mut buf).await.unwrap();
+        let n = s.read(&mut buf).await.unwrap_or_else(|e| {
+            panic!(
+                "{} transfer after {got} bytes, {:?}: {e}",
+                if proxy.h2.is_some() {
+                    "HTTP/2"
+                } else {
+                    "HTTP/1.1"
+                },
+                started.elapsed()
+            )
+        });
         assert!(n > 0);
         got += n as u64;
     }
@@ -346,7 +412,14 @@ fn main() {
             table,
             Arc::new(egress_serve::auth::Guard::new(reviewer)),
             Arc::new(egress_gateway::metrics::Metrics::new()),
-            Limits::default(),
+            Limits {
+                // Room for the idle phase's 400 streams on one connection.
+                http2: egress_gateway::h2::Http2Limits {
+                    max_concurrent_streams: 1024,
+                    ..Default::default()
+                },
+                ..Limits::default()
+            },
         ));
         let listener = egress_gateway::listen("127.0.0.1:0".parse().unwrap()).unwrap();
         let gw = Proxy::plain(listener.local_addr().unwrap());
@@ -364,6 +437,18 @@ fn main() {
         let gw_tls = Proxy {
             addr: tls_listener.local_addr().unwrap(),
             tls: Some(tokio_rustls::TlsConnector::from(ca.client_config())),
+            h2: None,
+        };
+        let h2_connector = {
+            let mut config = rustls::ClientConfig::clone(&ca.client_config());
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            tokio_rustls::TlsConnector::from(Arc::new(config))
+        };
+        // Each phase on an HTTP/2 connection of its own, opened before it is timed (a browser
+        // keeps its proxy connection).
+        let gw_h2 = async || Proxy {
+            h2: Some(h2_connection(gw_tls.addr, &h2_connector).await),
+            ..gw_tls.clone()
         };
         tokio::spawn(egress_gateway::server::serve_over(
             tls_listener,
@@ -380,6 +465,7 @@ fn main() {
         transfer(&direct, &direct_auth).await;
         transfer(&gw, &gw_auth).await;
         transfer(&gw_tls, &gw_auth).await;
+        transfer(&gw_h2().await, &gw_auth).await;
         // `a` against `b` in back-to-back pairs, the order alternated: medians of each and of
         // the pairs' ratios b/a.
         let pairs = |a: Proxy, a_auth: String, b: Proxy, b_auth: String| async move {
@@ -398,6 +484,7 @@ fn main() {
             }
             (median(xs), median(ys), median(shares))
         };
+        eprintln!("transfers: direct against the gateway");
         let (d, g, share) = pairs(
             direct.clone(),
             direct_auth.clone(),
@@ -405,12 +492,24 @@ fn main() {
             gw_auth.clone(),
         )
         .await;
+        eprintln!("transfers: plain listener against TLS");
         let (g_plain, g_tls, tls_share) =
             pairs(gw.clone(), gw_auth.clone(), gw_tls.clone(), gw_auth.clone()).await;
+        eprintln!("transfers: HTTP/1.1 against HTTP/2 on TLS");
+        let (h1_tls, h2_tls, h2_share) = pairs(
+            gw_tls.clone(),
+            gw_auth.clone(),
+            gw_h2().await,
+            gw_auth.clone(),
+        )
+        .await;
 
+        eprintln!("setups in bursts");
         let (ds, d_cpu) = setups(&direct, &direct_auth).await;
         let (gs, g_cpu) = setups(&gw, &gw_auth).await;
         let (ts, t_cpu) = setups(&gw_tls, &gw_auth).await;
+        let (hs, h_cpu) = setups(&gw_h2().await, &gw_auth).await;
+        eprintln!("setups under load");
         let mut loaded = Vec::new();
         for (what, period) in [
             ("idle", None),
@@ -424,9 +523,11 @@ fn main() {
         let tls_loaded = setups_under_load(&gw_tls, &gw_auth, None).await;
         let plain_loaded = &loaded[0].2;
 
+        eprintln!("idle tunnels");
         let idle_direct = idle_cost(&direct, &direct_auth).await;
         let idle_gw = idle_cost(&gw, &gw_auth).await;
         let idle_tls = idle_cost(&gw_tls, &gw_auth).await;
+        let idle_h2 = idle_cost(&gw_h2().await, &gw_auth).await;
 
         println!("| measure | direct to Squid | through the gateway | gateway's share |");
         println!("|---|---|---|---|");
@@ -502,6 +603,40 @@ fn main() {
             idle_gw.0,
             idle_tls.0,
             idle_tls.0 - idle_gw.0
+        );
+        println!();
+        println!(
+            "| measure | TLS listener, HTTP/1.1 | TLS listener, HTTP/2 streams of one connection | HTTP/2 against HTTP/1.1 |"
+        );
+        println!("|---|---|---|---|");
+        println!(
+            "| CONNECT transfer of {} MiB, medians of {ROUNDS} back-to-back pairs (MB/s) | {h1_tls:.0} | {h2_tls:.0} | {:.1}% of HTTP/1.1 (median of the pairs' ratios) |",
+            TRANSFER / (1024 * 1024),
+            100.0 * h2_share
+        );
+        for (name, p) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
+            println!(
+                "| setup {name}, {CONCURRENT} at once × {WAVES} (HTTP/1.1: a connection, TLS handshake and CONNECT each; HTTP/2: a CONNECT stream each) (ms) | {:.3} | {:.3} | {:+.3} ms |",
+                pct(&ts, p),
+                pct(&hs, p),
+                pct(&hs, p) - pct(&ts, p)
+            );
+        }
+        println!(
+            "| CPU per setup in those bursts (µs, this process: both ends) | {t_cpu:.1} | {h_cpu:.1} | {:+.1} µs |",
+            h_cpu - t_cpu
+        );
+        println!(
+            "| heap per idle tunnel, {IDLE} open (KiB, this process: both ends) | {:.1} | {:.1} | {:+.1} KiB per tunnel |",
+            idle_tls.0,
+            idle_h2.0,
+            idle_h2.0 - idle_tls.0
+        );
+        println!(
+            "| descriptors per idle tunnel, {IDLE} open (this process: both ends) | {:.1} | {:.1} | {:+.1} |",
+            idle_tls.2,
+            idle_h2.2,
+            idle_h2.2 - idle_tls.2
         );
         // RSS is printed for the record only: freed memory of earlier phases is reused, so its
         // difference says little; the heap count above is exact.

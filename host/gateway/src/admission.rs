@@ -80,10 +80,23 @@ impl Drop for Pending {
 }
 
 /// A crawler connection's standing: its place among its source's unauthenticated connections
-/// until its caller authenticates.
+/// until its caller authenticates, and (for HTTP/2, whose streams outlive their request) the
+/// requests and tunnels it has in flight.
 pub struct Connection {
     pending: std::sync::Mutex<Option<Pending>>,
     authenticated: std::sync::atomic::AtomicBool,
+    in_flight: std::sync::atomic::AtomicUsize,
+    begun: std::sync::atomic::AtomicU64,
+}
+
+/// One request or tunnel of a connection in flight: the connection is not idle while one is
+/// held.
+pub(crate) struct InFlight(Arc<Connection>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Default for Connection {
@@ -97,7 +110,25 @@ impl Connection {
         Self {
             pending: std::sync::Mutex::new(pending),
             authenticated: std::sync::atomic::AtomicBool::new(false),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            begun: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// A request or tunnel begins on this connection; it is in flight until the answer drops.
+    pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.begun.fetch_add(1, Ordering::SeqCst);
+        InFlight(self.clone())
+    }
+
+    /// Requests and tunnels in flight, and how many ever began: a connection whose two
+    /// figures are 0 and unchanged since it last looked has been idle meanwhile.
+    pub(crate) fn activity(&self) -> (usize, u64) {
+        (
+            self.in_flight.load(Ordering::SeqCst),
+            self.begun.load(Ordering::SeqCst),
+        )
     }
 
     pub(crate) fn authenticated(&self) {

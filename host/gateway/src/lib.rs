@@ -8,6 +8,7 @@ pub mod authority;
 pub mod body;
 pub mod cluster;
 pub mod forward;
+pub mod h2;
 pub mod hash;
 pub mod members;
 pub mod metrics;

@@ -2,7 +2,10 @@
 //! kind, how tunnels ended, members by state, and the time a CONNECT took to set up. A
 //! member's series go when it leaves the table, so rotation does not grow them for ever.
 //! Connections, errors, ended tunnels and setup times say which listener took the crawler
-//! (`listener`: `http` or `socks5`), and the SOCKS listener counts its replies by code name.
+//! (`listener`: `http`, `http2` or `socks5`; HTTP/1.1 and HTTP/2 share the HTTP listener and
+//! are told apart by what the TLS handshake agreed), and the SOCKS listener counts its replies
+//! by code name. Crawler connections and the requests on them are counted by listener too, so
+//! tunnels that arrive as HTTP/2 streams on one connection show as such.
 
 use crate::members::{Entry, PoolKey, Snapshot};
 use prometheus_client::encoding::text::encode;
@@ -16,19 +19,24 @@ use std::sync::Mutex;
 
 pub type Labels = Vec<(String, String)>;
 
-/// The listener a crawler came through: a label of two values.
+/// The listener a crawler came through, and on the HTTP listener the protocol it spoke: a
+/// label of three values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Listener {
+    /// HTTP/1.1, in clear or over TLS.
     Http,
+    /// HTTP/2 on the HTTP listener's TLS (ALPN `h2`): each request a stream.
+    Http2,
     Socks5,
 }
 
 impl Listener {
-    pub const ALL: [Listener; 2] = [Listener::Http, Listener::Socks5];
+    pub const ALL: [Listener; 3] = [Listener::Http, Listener::Http2, Listener::Socks5];
 
     pub fn label(self) -> &'static str {
         match self {
             Listener::Http => "http",
+            Listener::Http2 => "http2",
             Listener::Socks5 => "socks5",
         }
     }
@@ -77,6 +85,12 @@ pub struct Metrics {
     /// `ok`, `refused` (4xx: the caller may not report it, or is past its rate), `failed` (no
     /// answer, 5xx) and `dropped` (the queue was full).
     pub reports_forwarded: Family<Labels, Counter>,
+    /// Crawler connections accepted, by listener (`http` and `http2` once the TLS handshake
+    /// agreed which).
+    pub crawler_connections: Family<Labels, Counter>,
+    /// Requests crawlers made, by listener: an HTTP/1.1 request, an HTTP/2 stream, a SOCKS
+    /// request. Against `crawler_connections`, how many each connection carried.
+    pub requests: Family<Labels, Counter>,
     known: Mutex<BTreeSet<Labels>>,
 }
 
@@ -132,6 +146,18 @@ impl Metrics {
             "Quarantine signals sent on to the lease API, by result (ok, refused, failed, dropped)",
             reports_forwarded.clone(),
         );
+        let crawler_connections = Family::<Labels, Counter>::default();
+        let requests = Family::<Labels, Counter>::default();
+        registry.register(
+            "crawler_connections",
+            "Crawler connections accepted, by listener (http, http2, socks5)",
+            crawler_connections.clone(),
+        );
+        registry.register(
+            "requests",
+            "Crawler requests by listener: HTTP/1.1 requests, HTTP/2 streams, SOCKS requests",
+            requests.clone(),
+        );
         registry.register(
             "quarantine_signals",
             "Signals that a target refused a member, by source (report, status) and result",
@@ -186,6 +212,8 @@ impl Metrics {
             quarantine_signals,
             politeness,
             reports_forwarded,
+            crawler_connections,
+            requests,
             known: Mutex::new(BTreeSet::new()),
         }
     }
@@ -222,6 +250,18 @@ impl Metrics {
                 listener,
             ))
             .inc();
+    }
+
+    /// A crawler connection accepted on `listener`.
+    pub fn accepted(&self, listener: Listener) {
+        self.crawler_connections
+            .get_or_create(&on(Vec::new(), listener))
+            .inc();
+    }
+
+    /// A crawler request (an HTTP/2 stream, a SOCKS request) on `listener`.
+    pub fn request(&self, listener: Listener) {
+        self.requests.get_or_create(&on(Vec::new(), listener)).inc();
     }
 
     /// The member gauges of `snapshot`; the series of members that left are removed.

@@ -40,10 +40,13 @@ impl Gateway {
         let target = egress_core::target::target_of(&destination.host);
         let (mut parts, body) = req.into_parts();
         strip(&mut parts.headers);
+        if parts.version == http::Version::HTTP_2 {
+            as_http11(&mut parts);
+        }
         if a.options.report_banned
             && let Err(f) = self.take_report(&a, target.as_deref())
         {
-            return self.error(Some(&a.pool), &f);
+            return self.error(a.listener, Some(&a.pool), &f);
         }
         let mut exclude: Vec<MemberKey> = Vec::new();
         let attempts = self.attempts(&a.options);
@@ -62,7 +65,7 @@ impl Gateway {
                 .await
             {
                 Ok(e) => e,
-                Err(f) => return self.error(Some(&a.pool), &f),
+                Err(f) => return self.error(a.listener, Some(&a.pool), &f),
             };
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let _active = Active::new(&entry);
@@ -130,7 +133,7 @@ impl Gateway {
                     let status = resp.status();
                     if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
                         let h = forward::answered(&member, 407, "request");
-                        return self.error(Some(&a.pool), &h.failure);
+                        return self.error(a.listener, Some(&a.pool), &h.failure);
                     }
                     // A target's refusal of the member's address quarantines the member for
                     // that target (the answer is relayed as it came).
@@ -165,7 +168,7 @@ impl Gateway {
                     );
                     h.down = true;
                     self.hop_failed(&a, &entry, &h);
-                    self.error(Some(&a.pool), &h.failure)
+                    self.error(a.listener, Some(&a.pool), &h.failure)
                 }
                 Err(_) => {
                     let h = forward::member_timed_out(
@@ -177,11 +180,34 @@ impl Gateway {
                             self.limits.timeouts.answer
                         ),
                     );
-                    self.error(Some(&a.pool), &h.failure)
+                    self.error(a.listener, Some(&a.pool), &h.failure)
                 }
             };
         }
-        self.error(Some(&a.pool), &exhausted(last))
+        self.error(a.listener, Some(&a.pool), &exhausted(last))
+    }
+}
+
+/// An HTTP/2 request's head as the member's HTTP/1.1 reads it: `:authority` as `Host` (RFC
+/// 9113 §8.3.1), and the cookie pairs HTTP/2 sends as fields of their own joined into one
+/// `Cookie` again (§8.2.3).
+fn as_http11(parts: &mut http::request::Parts) {
+    if !parts.headers.contains_key(http::header::HOST)
+        && let Some(authority) = parts.uri.authority()
+        && let Ok(v) = HeaderValue::from_str(authority.as_str())
+    {
+        parts.headers.insert(http::header::HOST, v);
+    }
+    let cookies: Vec<&[u8]> = parts
+        .headers
+        .get_all(http::header::COOKIE)
+        .iter()
+        .map(HeaderValue::as_bytes)
+        .collect();
+    if cookies.len() > 1
+        && let Ok(v) = HeaderValue::from_bytes(&cookies.join(&b"; "[..]))
+    {
+        parts.headers.insert(http::header::COOKIE, v);
     }
 }
 
@@ -234,5 +260,46 @@ fn strip(headers: &mut http::HeaderMap) {
     }
     if let Some(codings) = codings {
         headers.insert(http::header::TRANSFER_ENCODING, codings);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parts(req: Request<()>) -> http::request::Parts {
+        req.into_parts().0
+    }
+
+    #[test]
+    fn an_http2_head_reads_as_http11_with_its_host_and_one_cookie() {
+        let mut p = parts(
+            Request::builder()
+                .version(http::Version::HTTP_2)
+                .uri("http://site.example:8080/a?b")
+                .header("cookie", "a=1")
+                .header("cookie", "b=2")
+                .body(())
+                .unwrap(),
+        );
+        as_http11(&mut p);
+        assert_eq!(p.headers["host"], "site.example:8080");
+        let cookies: Vec<_> = p.headers.get_all("cookie").iter().collect();
+        assert_eq!(cookies, ["a=1; b=2"]);
+
+        // A Host the request names is kept; a lone cookie is left as it is.
+        let mut p = parts(
+            Request::builder()
+                .version(http::Version::HTTP_2)
+                .uri("http://site.example/")
+                .header("host", "other.example")
+                .header("cookie", "a=1")
+                .body(())
+                .unwrap(),
+        );
+        as_http11(&mut p);
+        assert_eq!(p.headers["host"], "other.example");
+        assert_eq!(p.headers["cookie"], "a=1");
     }
 }

@@ -3,10 +3,13 @@
 //! tunnels. Plain requests are carried by [`crate::plain`], answers that refuse are made by
 //! [`crate::answers`], the admin listener is [`crate::admin`]. The SOCKS5 listener
 //! ([`crate::socks`]) admits its callers and opens its tunnels through the same
-//! `Gateway::admit_credential` and `Gateway::open_tunnel`.
+//! `Gateway::admit_credential` and `Gateway::open_tunnel`; HTTP/2 on the TLS listener
+//! ([`crate::h2`]) serves each stream through the same [`Gateway::handle_on`] as an HTTP/1.1
+//! request.
 
 use crate::admission::{
-    Connection, HEAD_TOO_LARGE, Prefixed, TOO_MANY_FROM_SOURCE, Unauthenticated, first_head,
+    Connection, HEAD_TOO_LARGE, InFlight, Prefixed, TOO_MANY_FROM_SOURCE, Unauthenticated,
+    first_head,
 };
 use crate::answers::{ask_failure, exhausted, failed, no_route, refusal};
 use crate::ask::{self, AskError, Credential, Options};
@@ -67,6 +70,8 @@ pub struct Limits {
     /// Which replica of the gateway this is, of how many: its share of every politeness
     /// budget (`--replica INDEX/COUNT`).
     pub replica: egress_core::politeness::Share,
+    /// HTTP/2 on the TLS listener: streams per connection, flow control, keep-alive.
+    pub http2: crate::h2::Http2Limits,
 }
 
 impl Default for Limits {
@@ -83,6 +88,7 @@ impl Default for Limits {
             retries: 1,
             outliers: Outliers::default(),
             replica: egress_core::politeness::Share::alone(),
+            http2: crate::h2::Http2Limits::default(),
         }
     }
 }
@@ -119,7 +125,6 @@ pub(crate) struct Opened {
     labels: metrics::Labels,
     fate: tokio::sync::watch::Receiver<crate::members::Fate>,
     pool: PoolKey,
-    member_id: String,
     listener: Listener,
     /// Counts the tunnel against its member until it ends.
     active: Active,
@@ -203,9 +208,10 @@ impl Gateway {
         &self,
         headers: &http::HeaderMap,
         source: IpAddr,
+        listener: Listener,
     ) -> Result<Admitted, (Option<PoolKey>, Failure)> {
         let credential = ask::credential(headers).map_err(|e| (None, ask_failure(&e)))?;
-        self.admit_credential(&credential, source, Listener::Http, |username| {
+        self.admit_credential(&credential, source, listener, |username| {
             ask::options(headers, username)
         })
         .await
@@ -369,9 +375,14 @@ impl Gateway {
             })
     }
 
-    pub(crate) fn error(&self, pool: Option<&PoolKey>, f: &Failure) -> Response<Body> {
+    pub(crate) fn error(
+        &self,
+        listener: Listener,
+        pool: Option<&PoolKey>,
+        f: &Failure,
+    ) -> Response<Body> {
         self.metrics
-            .error(Listener::Http, pool, f.member.as_deref(), f.kind);
+            .error(listener, pool, f.member.as_deref(), f.kind);
         // The details go to the crawler only: a username's options may hold what a crawler
         // mistook for them (a token pasted as the username), which the log must not keep.
         tracing::debug!(kind = f.kind.label(), status = f.status.as_u16(), "refused");
@@ -380,26 +391,31 @@ impl Gateway {
 
     /// Answers one request of a crawler from `source`, on a connection of its own.
     pub async fn handle(self: Arc<Self>, req: Request<Incoming>, source: IpAddr) -> Response<Body> {
-        self.handle_on(&Connection::default(), req, source).await
+        self.handle_on(&Connection::default(), req, source, Listener::Http, None)
+            .await
     }
 
-    /// Answers one request of a crawler on `connection`, which learns when its caller
-    /// authenticated.
-    async fn handle_on(
+    /// Answers one request of a crawler on `connection` (which learns when its caller
+    /// authenticated) of `listener`: an HTTP/1.1 request, or an HTTP/2 stream. `held`, where
+    /// given, is held by the tunnel a CONNECT opens until it ends (an HTTP/2 connection is not
+    /// idle while a stream of it carries a tunnel).
+    pub(crate) async fn handle_on(
         self: Arc<Self>,
         connection: &Connection,
         mut req: Request<Incoming>,
         source: IpAddr,
+        listener: Listener,
+        held: Option<InFlight>,
     ) -> Response<Body> {
         // The destination first: one the member's parser could read apart from ours is
         // refused before anything else is decided, let alone dialled.
         let destination = match destination(&req) {
             Ok(d) => d,
-            Err(f) => return self.error(None, &f),
+            Err(f) => return self.error(listener, None, &f),
         };
-        let admitted = match self.admit(req.headers(), source).await {
+        let admitted = match self.admit(req.headers(), source, listener).await {
             Ok(a) => a,
-            Err((pool, f)) => return self.error(pool.as_ref(), &f),
+            Err((pool, f)) => return self.error(listener, pool.as_ref(), &f),
         };
         connection.authenticated();
         if req.method() == Method::CONNECT {
@@ -407,12 +423,13 @@ impl Gateway {
             let span = tracing::info_span!(
                 "gateway.connect",
                 pool = %admitted.pool,
+                listener = listener.label(),
                 member = tracing::field::Empty,
             );
             let on_upgrade = hyper::upgrade::on(&mut req);
             return self
                 .clone()
-                .tunnel(admitted, destination, on_upgrade, started)
+                .tunnel(admitted, destination, on_upgrade, started, held)
                 .instrument(span)
                 .await;
         }
@@ -421,6 +438,7 @@ impl Gateway {
         let span = tracing::info_span!(
             "gateway.http",
             pool = %admitted.pool,
+            listener = listener.label(),
             member = tracing::field::Empty,
         );
         self.plain(admitted, req, destination)
@@ -435,15 +453,20 @@ impl Gateway {
         destination: Destination,
         on_upgrade: hyper::upgrade::OnUpgrade,
         started: Instant,
+        held: Option<InFlight>,
     ) -> Response<Body> {
         match self.open_tunnel(&a, &destination, started).await {
             Ok(opened) => {
                 let mut r = Response::new(full(Bytes::new()));
                 served_by(r.headers_mut(), &opened.entry);
-                tokio::spawn(self.clone().carry(on_upgrade, opened));
+                let carry = self.clone().carry(on_upgrade, opened);
+                tokio::spawn(async move {
+                    carry.await;
+                    drop(held);
+                });
                 r
             }
-            Err(f) => self.error(Some(&a.pool), &f),
+            Err(f) => self.error(a.listener, Some(&a.pool), &f),
         }
     }
 
@@ -499,7 +522,6 @@ impl Gateway {
                         labels,
                         fate: entry.slot.fate(),
                         pool: a.pool.clone(),
-                        member_id: entry.member.id(),
                         listener: a.listener,
                         active,
                         permit,
@@ -528,31 +550,27 @@ impl Gateway {
         Err(exhausted(last))
     }
 
-    /// A tunnel the member opened, once hyper hands over the crawler's socket: the relay,
-    /// socket to socket where the crawler's is plain.
+    /// A tunnel the member opened, once hyper hands over the crawler's side: the relay,
+    /// socket to socket where the crawler's is a plain socket of its own.
     async fn carry(self: Arc<Self>, on_upgrade: hyper::upgrade::OnUpgrade, opened: Opened) {
         let Ok(upgraded) = on_upgrade.await else {
             return;
         };
         // The crawler's own socket back from hyper (with what it read past the
         // CONNECT head): the relay then moves bytes socket to socket, with no
-        // layer of hyper's between. `serve` hands hyper that very type, so the
-        // downcast holds; a transport that is not (a caller serving `handle`
-        // some other way) ends its tunnels loudly rather than in silence. The
-        // socket's listener slot is kept until the tunnel ends: a tunnel counts
-        // against `max_connections` for as long as it is open.
-        let Ok(parts) = upgraded.downcast::<TokioIo<CrawlerIo>>() else {
-            tracing::warn!(
-                "a tunnel's connection is not a TCP socket; the gateway relays \
-                 only the sockets its own listener accepted"
-            );
-            self.metrics.error(
-                opened.listener,
-                Some(&opened.pool),
-                Some(&opened.member_id),
-                ErrorKind::MemberFailed,
-            );
-            return;
+        // layer of hyper's between. `serve` hands hyper that very type over
+        // HTTP/1.1, so the downcast holds there. An HTTP/2 stream (or a transport
+        // of a caller serving `handle` some other way) is no socket: its bytes
+        // are copied through hyper's stream. The socket's listener slot is kept
+        // until the tunnel ends: a tunnel counts against `max_connections` for as
+        // long as it is open (a stream through its connection's).
+        let parts = match upgraded.downcast::<TokioIo<CrawlerIo>>() {
+            Ok(parts) => parts,
+            Err(stream) => {
+                self.relay_crawler(opened, Crawler::Stream(TokioIo::new(stream)), Bytes::new())
+                    .await;
+                return;
+            }
         };
         let (unread, io) = parts.io.into_inner().into_parts();
         // The crawler's bytes past its CONNECT head: any left of those the
@@ -579,6 +597,12 @@ impl Gateway {
         crawler: Stream<Counted>,
         client_early: Bytes,
     ) {
+        self.relay_crawler(opened, Crawler::Socket(crawler), client_early)
+            .await
+    }
+
+    /// [`Gateway::relay_tunnel`] for either side a crawler's tunnel has.
+    async fn relay_crawler(&self, opened: Opened, crawler: Crawler, client_early: Bytes) {
         let _active = opened.active;
         let _permit = opened.permit;
         let tunnels = self.metrics.tunnels.get_or_create(&opened.labels).clone();
@@ -601,7 +625,7 @@ impl Gateway {
         let idle = self.limits.timeouts.idle;
         let ended = match crawler {
             // A socket of its own: kernel to kernel.
-            Stream::Plain(counted) => {
+            Crawler::Socket(Stream::Plain(counted)) => {
                 let (crawler, _slot) = counted.into_parts();
                 forward::relay(
                     crawler,
@@ -616,9 +640,23 @@ impl Gateway {
             }
             // TLS to the crawler: the bytes are decrypted and encrypted here, so
             // they come up to user space (the slot goes with the socket inside).
-            Stream::Tls(tls) => {
+            Crawler::Socket(Stream::Tls(tls)) => {
                 forward::relay_copied(
                     *tls,
+                    opened.member,
+                    opened.early,
+                    client_early,
+                    idle,
+                    opened.fate,
+                    &carried,
+                )
+                .await
+            }
+            // An HTTP/2 stream: copied through hyper's stream (its connection's flow control
+            // paces it), never spliced.
+            Crawler::Stream(stream) => {
+                forward::relay_copied(
+                    stream,
                     opened.member,
                     opened.early,
                     client_early,
@@ -640,6 +678,12 @@ impl Gateway {
             ))
             .inc();
     }
+}
+
+/// A tunnel's crawler side: a socket (plain or TLS) of its own, or an HTTP/2 stream.
+enum Crawler {
+    Socket(Stream<Counted>),
+    Stream(TokioIo<hyper::upgrade::Upgraded>),
 }
 
 /// Where a request goes: a CONNECT's authority, or the host and port of a plain request's
@@ -685,8 +729,11 @@ pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
 
 /// [`serve`] over `transport`: with TLS, a crawler's token and everything it asks cross the
 /// network inside it (an `https://` proxy URL), the handshake counted in the time a connection
-/// has before its first head.
+/// has before its first head. Over TLS, HTTP/2 is offered beside HTTP/1.1 (ALPN `h2`, which
+/// browsers take for an `https://` proxy): a connection that agreed on it is served by
+/// [`crate::h2`], each stream a request; in clear, HTTP/1.1 only (no h2c).
 pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport: Transport) {
+    let transport = transport.with_alpn(&[b"h2", b"http/1.1"]);
     let max = gateway.limits.max_connections;
     let sources = gateway.sources.clone();
     accept_bounded(listener, max, "gateway", |stream| {
@@ -722,6 +769,12 @@ pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport:
             else {
                 return;
             };
+            if stream.alpn_protocol() == Some(b"h2") {
+                gateway.metrics.accepted(Listener::Http2);
+                crate::h2::serve_connection(gateway, stream, source, pending, deadline).await;
+                return;
+            }
+            gateway.metrics.accepted(Listener::Http);
             let head =
                 match tokio::time::timeout_at(deadline, first_head(&mut stream, limits.max_head))
                     .await
@@ -753,7 +806,10 @@ pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport:
                     let gateway = gateway.clone();
                     let connection = connection.clone();
                     async move {
-                        let mut r = gateway.handle_on(&connection, req, source).await;
+                        gateway.metrics.request(Listener::Http);
+                        let mut r = gateway
+                            .handle_on(&connection, req, source, Listener::Http, None)
+                            .await;
                         // A connection serves further requests only once its caller
                         // authenticated: one that did not is answered and closed, so it never
                         // idles in hyper's keep-alive with its buffers.

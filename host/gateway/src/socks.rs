@@ -296,7 +296,10 @@ impl Gateway {
             return;
         }
         let request = match hs.read(wire::request, request_deadline).await {
-            Ok(r) => r,
+            Ok(r) => {
+                self.metrics.request(Listener::Socks5);
+                r
+            }
             Err(e) => {
                 self.handshake_failed(&e);
                 let reply = match e {
@@ -449,6 +452,7 @@ pub async fn serve_socks(listener: TcpListener, gateway: Arc<Gateway>, transport
             else {
                 return;
             };
+            gateway.metrics.accepted(Listener::Socks5);
             let hs = Handshake {
                 stream: WriteDeadline::new(stream, limits.write_timeout),
                 buf: Vec::new(),

@@ -169,6 +169,20 @@ impl Transport {
         }
     }
 
+    /// This transport offering `protocols` by ALPN, most preferred first, for a listener that
+    /// serves more than HTTP/1.1 (the gateway's HTTP/2) while the others sharing its
+    /// certificate offer HTTP/1.1 alone. The certificate is the same one, reloaded with it.
+    pub fn with_alpn(&self, protocols: &[&[u8]]) -> Self {
+        match self {
+            Self::Tls(acceptor) => {
+                let mut config = rustls::ServerConfig::clone(acceptor.config());
+                config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+                Self::tls(Arc::new(config))
+            }
+            Self::Plaintext => Self::Plaintext,
+        }
+    }
+
     /// The stream to serve over `tcp`: TLS once its handshake completes within `timeout`
     /// (a client that never finishes it holds its slot no longer than one that never sends a
     /// head), or the socket itself. None when the handshake failed or timed out.
@@ -199,6 +213,16 @@ impl Transport {
 pub enum Stream<S = TcpStream> {
     Plain(S),
     Tls(Box<tokio_rustls::server::TlsStream<S>>),
+}
+
+impl<S> Stream<S> {
+    /// The protocol the client and the server agreed on by ALPN, if any (never over plain).
+    pub fn alpn_protocol(&self) -> Option<&[u8]> {
+        match self {
+            Self::Plain(_) => None,
+            Self::Tls(s) => s.get_ref().1.alpn_protocol(),
+        }
+    }
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {

@@ -185,6 +185,15 @@ pub async fn run(
             });
         }
     };
+    if a.http2_stream_window > a.http2_connection_window {
+        return Err(CliError::Input {
+            what: "--http2-stream-window".into(),
+            message: format!(
+                "{} is more than --http2-connection-window ({}): one stalled stream would stall its connection",
+                a.http2_stream_window, a.http2_connection_window
+            ),
+        });
+    }
     let pools = a
         .pools
         .iter()
@@ -293,6 +302,15 @@ pub async fn run(
         unauthenticated_timeout: a.unauthenticated_timeout,
         unauthenticated_per_source: a.max_unauthenticated_per_source,
         replica: egress_core::politeness::Share::replica(a.replica.0, a.replica.1),
+        http2: egress_gateway::h2::Http2Limits {
+            max_concurrent_streams: a.http2_max_streams,
+            stream_window: a.http2_stream_window,
+            connection_window: a.http2_connection_window,
+            send_buffer: a.http2_send_buffer as usize,
+            keep_alive_interval: a.http2_keepalive_interval,
+            keep_alive_timeout: a.http2_keepalive_timeout,
+            ..Default::default()
+        },
         ..Limits::default()
     };
     let metrics = Arc::new(egress_gateway::metrics::Metrics::new());

@@ -2,15 +2,14 @@
 
 #![allow(clippy::unwrap_used)]
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Over an open tunnel: TLS to the echo at `ip` (its certificate pinned to `pin`), one GET,
-/// the echo's JSON.
-pub async fn echo_over(
+/// Over an open tunnel (a socket, an HTTP/2 stream): TLS to the echo at `ip` (its certificate
+/// pinned to `pin`), one GET, the echo's JSON.
+pub async fn echo_over<S: AsyncRead + AsyncWrite + Unpin>(
     pin: [u8; 32],
     ip: std::net::Ipv4Addr,
-    tunnel: TcpStream,
+    tunnel: S,
 ) -> serde_json::Value {
     let config = egress_check::tls::Trust::Pinned(pin)
         .client_config()
