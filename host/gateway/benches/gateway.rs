@@ -450,7 +450,7 @@ fn main() {
             h2: Some(h2_connection(gw_tls.addr, &h2_connector).await),
             ..gw_tls.clone()
         };
-        tokio::spawn(egress_gateway::server::serve_over(
+        tokio::spawn(egress_gateway::serve_over(
             tls_listener,
             gateway,
             transport,

@@ -21,6 +21,7 @@ use crate::admission::{Connection, Pending};
 use crate::body::Body;
 use crate::metrics::Listener;
 use crate::server::Gateway;
+pub use crate::server::Http2Limits;
 use egress_serve::Counted;
 use egress_serve::tls::Stream;
 use http::{Request, Response};
@@ -31,55 +32,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What one HTTP/2 connection may hold of the gateway.
-///
-/// Its buffered bytes are bounded: what the crawler sends ahead is at most
-/// `connection_window` across all its streams (the gateway grants more as its members take
-/// them), what the gateway holds for the crawler is at most `send_buffer` per stream; so one
-/// connection holds at most `connection_window + max_concurrent_streams × send_buffer` of
-/// stream data (4 MiB + 256 × 64 KiB = 20 MiB by default), beside each open tunnel's relay
-/// buffer (16 KiB), as an HTTP/1.1 tunnel over TLS has.
-#[derive(Debug, Clone, Copy)]
-pub struct Http2Limits {
-    /// Streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS): the
-    /// crawler's next is refused (REFUSED_STREAM, which clients retry) until one ends. Every
-    /// stream's tunnel also counts against its member as an HTTP/1.1 tunnel does.
-    pub max_concurrent_streams: u32,
-    /// What a crawler may send on one stream ahead of its member taking it
-    /// (SETTINGS_INITIAL_WINDOW_SIZE): a stream whose member does not read stalls itself
-    /// only, as long as it is below `connection_window`.
-    pub stream_window: u32,
-    /// What a crawler may send on all its streams together ahead of their members taking it:
-    /// the bound on what one connection makes the gateway buffer from it. Several stalled
-    /// streams (`connection_window / stream_window` of them, 16 by default) are needed before
-    /// the others wait.
-    pub connection_window: u32,
-    /// What the gateway queues for the crawler on one stream before the relay waits for it
-    /// to read (the crawler's own window paces it).
-    pub send_buffer: usize,
-    /// How often an idle connection is pinged; one that does not answer within
-    /// `keep_alive_timeout` is closed with its streams (a crawler gone without a FIN).
-    pub keep_alive_interval: Duration,
-    pub keep_alive_timeout: Duration,
-    /// Streams the crawler opened and reset before the gateway took them, held at once: past
-    /// it the connection is closed (the "rapid reset" flood).
-    pub max_pending_resets: usize,
-}
-
-impl Default for Http2Limits {
-    fn default() -> Self {
-        Self {
-            max_concurrent_streams: 256,
-            stream_window: 256 * 1024,
-            connection_window: 4 * 1024 * 1024,
-            send_buffer: 64 * 1024,
-            keep_alive_interval: Duration::from_secs(30),
-            keep_alive_timeout: Duration::from_secs(20),
-            max_pending_resets: 20,
-        }
-    }
-}
 
 /// The crawler's TLS connection once it agreed on HTTP/2.
 type CrawlerIo = egress_serve::WriteDeadline<Stream<Counted>>;

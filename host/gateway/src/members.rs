@@ -437,7 +437,7 @@ impl MemberTable {
         &self,
         policies: BTreeMap<PoolKey, egress_core::politeness::PolitenessPolicy>,
     ) {
-        let parsed = crate::politeness::parse_policies(policies);
+        let parsed = parse_policies(policies);
         *self.politeness.write().unwrap_or_else(|p| p.into_inner()) = parsed;
     }
 
@@ -514,6 +514,24 @@ impl Drop for Active {
     fn drop(&mut self) {
         self.0.slot.active.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// The pools' politeness, parsed; a policy that cannot be read acts on nothing (validation
+/// refuses such a pool before anything acts on it) and says so.
+pub fn parse_policies(
+    policies: std::collections::BTreeMap<PoolKey, egress_core::politeness::PolitenessPolicy>,
+) -> std::collections::BTreeMap<PoolKey, Arc<egress_core::politeness::Politeness>> {
+    policies
+        .into_iter()
+        .filter_map(|(pool, p)| match p.parse() {
+            Ok(parsed) if !parsed.rules.is_empty() => Some((pool, Arc::new(parsed))),
+            Ok(_) => None,
+            Err(why) => {
+                tracing::warn!(%pool, error = %why, "the pool's politeness cannot be read; the gateway enforces none for it");
+                None
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -7,10 +7,7 @@
 //! ([`crate::h2`]) serves each stream through the same [`Gateway::handle_on`] as an HTTP/1.1
 //! request.
 
-use crate::admission::{
-    Connection, HEAD_TOO_LARGE, InFlight, Prefixed, TOO_MANY_FROM_SOURCE, Unauthenticated,
-    first_head,
-};
+use crate::admission::{Connection, InFlight, Prefixed, Unauthenticated};
 use crate::answers::{ask_failure, exhausted, failed, no_route, refusal};
 use crate::ask::{self, AskError, Credential, Options};
 use crate::authority::{self, Destination};
@@ -21,18 +18,16 @@ use crate::metrics::{self, Listener, Metrics};
 use crate::route::{self, NoRoute, Sessions};
 use crate::status::{ErrorKind, Failure, served_by};
 use egress_core::target::target_of;
+use egress_serve::Counted;
 use egress_serve::auth::{Access, Guard, Refusal};
-use egress_serve::tls::{Stream, Transport};
-use egress_serve::{Counted, accept_bounded};
-use http::{HeaderValue, Method, Request, Response, StatusCode};
+use egress_serve::tls::Stream;
+use http::{Method, Request, Response, StatusCode};
 use hyper::body::{Bytes, Incoming};
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 use tracing::Instrument;
 
 /// What one crawler connection may hold of the gateway.
@@ -71,7 +66,7 @@ pub struct Limits {
     /// budget (`--replica INDEX/COUNT`).
     pub replica: egress_core::politeness::Share,
     /// HTTP/2 on the TLS listener: streams per connection, flow control, keep-alive.
-    pub http2: crate::h2::Http2Limits,
+    pub http2: Http2Limits,
 }
 
 impl Default for Limits {
@@ -88,7 +83,56 @@ impl Default for Limits {
             retries: 1,
             outliers: Outliers::default(),
             replica: egress_core::politeness::Share::alone(),
-            http2: crate::h2::Http2Limits::default(),
+            http2: Http2Limits::default(),
+        }
+    }
+}
+
+/// What one HTTP/2 connection may hold of the gateway.
+///
+/// Its buffered bytes are bounded: what the crawler sends ahead is at most
+/// `connection_window` across all its streams (the gateway grants more as its members take
+/// them), what the gateway holds for the crawler is at most `send_buffer` per stream; so one
+/// connection holds at most `connection_window + max_concurrent_streams × send_buffer` of
+/// stream data (4 MiB + 256 × 64 KiB = 20 MiB by default), beside each open tunnel's relay
+/// buffer (16 KiB), as an HTTP/1.1 tunnel over TLS has.
+#[derive(Debug, Clone, Copy)]
+pub struct Http2Limits {
+    /// Streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS): the
+    /// crawler's next is refused (REFUSED_STREAM, which clients retry) until one ends. Every
+    /// stream's tunnel also counts against its member as an HTTP/1.1 tunnel does.
+    pub max_concurrent_streams: u32,
+    /// What a crawler may send on one stream ahead of its member taking it
+    /// (SETTINGS_INITIAL_WINDOW_SIZE): a stream whose member does not read stalls itself
+    /// only, as long as it is below `connection_window`.
+    pub stream_window: u32,
+    /// What a crawler may send on all its streams together ahead of their members taking it:
+    /// the bound on what one connection makes the gateway buffer from it. Several stalled
+    /// streams (`connection_window / stream_window` of them, 16 by default) are needed before
+    /// the others wait.
+    pub connection_window: u32,
+    /// What the gateway queues for the crawler on one stream before the relay waits for it
+    /// to read (the crawler's own window paces it).
+    pub send_buffer: usize,
+    /// How often an idle connection is pinged; one that does not answer within
+    /// `keep_alive_timeout` is closed with its streams (a crawler gone without a FIN).
+    pub keep_alive_interval: Duration,
+    pub keep_alive_timeout: Duration,
+    /// Streams the crawler opened and reset before the gateway took them, held at once: past
+    /// it the connection is closed (the "rapid reset" flood).
+    pub max_pending_resets: usize,
+}
+
+impl Default for Http2Limits {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: 256,
+            stream_window: 256 * 1024,
+            connection_window: 4 * 1024 * 1024,
+            send_buffer: 64 * 1024,
+            keep_alive_interval: Duration::from_secs(30),
+            keep_alive_timeout: Duration::from_secs(20),
+            max_pending_resets: 20,
         }
     }
 }
@@ -109,7 +153,7 @@ pub struct Gateway {
     /// its share of them whichever protocol it speaks.
     pub(crate) sources: Arc<Unauthenticated>,
     /// Politeness: this replica's budgets per (member, target) and (pool, target).
-    pub budgets: Arc<crate::politeness::Budgets>,
+    pub budgets: Arc<crate::budgets::Budgets>,
     /// Where this replica's quarantine signals go on to (`--reports-to`), if anywhere.
     pub(crate) reports: Option<crate::reports::Reports>,
 }
@@ -129,7 +173,7 @@ pub(crate) struct Opened {
     /// Counts the tunnel against its member until it ends.
     active: Active,
     /// Its place in its politeness budgets' in-flight counts, until it ends.
-    permit: Option<crate::politeness::Permit>,
+    permit: Option<crate::budgets::Permit>,
 }
 
 /// What was decided about a request before a member is dialled.
@@ -160,7 +204,7 @@ impl Gateway {
             open: std::sync::atomic::AtomicUsize::new(0),
             ended: tokio::sync::Notify::new(),
             sources: Arc::new(Unauthenticated::new(limits.unauthenticated_per_source)),
-            budgets: Arc::new(crate::politeness::Budgets::new(limits.replica)),
+            budgets: Arc::new(crate::budgets::Budgets::new(limits.replica)),
             reports: None,
         }
     }
@@ -715,129 +759,4 @@ pub use egress_serve::listen;
 
 /// The crawler's socket as hyper serves it: its first head read ahead, a write deadline, and
 /// its listener slot.
-type CrawlerIo = Prefixed<egress_serve::WriteDeadline<Stream<Counted>>>;
-
-/// Serves crawlers on `listener` until the task is dropped.
-///
-/// Until its caller authenticates, a connection costs the gateway little: the gateway reads
-/// its first head itself, within `unauthenticated_timeout` and `max_head`, before hyper serves
-/// it, and an answer to a request that did not authenticate closes it. A source holds at most
-/// `unauthenticated_per_source` such connections at once.
-pub async fn serve(listener: TcpListener, gateway: Arc<Gateway>) {
-    serve_over(listener, gateway, Transport::Plaintext).await
-}
-
-/// [`serve`] over `transport`: with TLS, a crawler's token and everything it asks cross the
-/// network inside it (an `https://` proxy URL), the handshake counted in the time a connection
-/// has before its first head. Over TLS, HTTP/2 is offered beside HTTP/1.1 (ALPN `h2`, which
-/// browsers take for an `https://` proxy): a connection that agreed on it is served by
-/// [`crate::h2`], each stream a request; in clear, HTTP/1.1 only (no h2c).
-pub async fn serve_over(listener: TcpListener, gateway: Arc<Gateway>, transport: Transport) {
-    let transport = transport.with_alpn(&[b"h2", b"http/1.1"]);
-    let max = gateway.limits.max_connections;
-    let sources = gateway.sources.clone();
-    accept_bounded(listener, max, "gateway", |stream| {
-        let gateway = gateway.clone();
-        let source = egress_serve::auth::source_of(&stream);
-        let sources = sources.clone();
-        let transport = transport.clone();
-        // Admitted here, in the order the listener accepts, not in the spawned task: a
-        // source's next connection is judged after every earlier one is counted, and a refused
-        // one costs no task.
-        let admitted = stream.peer_addr().map(|peer| sources.admit(peer.ip()));
-        async move {
-            let limits = gateway.limits;
-            let pending = match admitted {
-                Ok(Some(p)) => p,
-                Ok(None) => {
-                    gateway
-                        .metrics
-                        .error(Listener::Http, None, None, ErrorKind::Overloaded);
-                    let _ = stream.try_write(TOO_MANY_FROM_SOURCE);
-                    return;
-                }
-                // Already gone.
-                Err(_) => return,
-            };
-            let _ = stream.set_nodelay(true);
-            // The TLS handshake and the first head share the time a connection that has not
-            // authenticated is given.
-            let deadline = tokio::time::Instant::now() + limits.unauthenticated_timeout;
-            let Some(mut stream) = transport
-                .accept(stream, limits.unauthenticated_timeout, "gateway")
-                .await
-            else {
-                return;
-            };
-            if stream.alpn_protocol() == Some(b"h2") {
-                gateway.metrics.accepted(Listener::Http2);
-                crate::h2::serve_connection(gateway, stream, source, pending, deadline).await;
-                return;
-            }
-            gateway.metrics.accepted(Listener::Http);
-            let head =
-                match tokio::time::timeout_at(deadline, first_head(&mut stream, limits.max_head))
-                    .await
-                {
-                    Ok(Ok(Some(head))) => head,
-                    Ok(Ok(None)) => return,
-                    Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
-                        use tokio::io::AsyncWriteExt;
-                        gateway
-                            .metrics
-                            .error(Listener::Http, None, None, ErrorKind::BadRequest);
-                        let _ = tokio::time::timeout(Duration::from_secs(1), async {
-                            stream.write_all(HEAD_TOO_LARGE).await?;
-                            stream.shutdown().await
-                        })
-                        .await;
-                        return;
-                    }
-                    Ok(Err(_)) => return,
-                    Err(_) => {
-                        tracing::debug!("gateway connection closed: no whole head in time");
-                        return;
-                    }
-                };
-            let connection = Arc::new(Connection::new(Some(pending)));
-            let svc = {
-                let connection = connection.clone();
-                service_fn(move |req: Request<Incoming>| {
-                    let gateway = gateway.clone();
-                    let connection = connection.clone();
-                    async move {
-                        gateway.metrics.request(Listener::Http);
-                        let mut r = gateway
-                            .handle_on(&connection, req, source, Listener::Http, None)
-                            .await;
-                        // A connection serves further requests only once its caller
-                        // authenticated: one that did not is answered and closed, so it never
-                        // idles in hyper's keep-alive with its buffers.
-                        if !connection.is_authenticated() {
-                            r.headers_mut().insert(
-                                http::header::CONNECTION,
-                                HeaderValue::from_static("close"),
-                            );
-                        }
-                        Ok::<_, std::convert::Infallible>(r)
-                    }
-                })
-            };
-            let io: CrawlerIo = Prefixed {
-                prefix: Bytes::from(head),
-                inner: egress_serve::WriteDeadline::new(stream, limits.write_timeout),
-            };
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout)
-                .max_buf_size(limits.max_head)
-                .serve_connection(TokioIo::new(io), svc)
-                .with_upgrades()
-                .await
-            {
-                tracing::debug!("gateway connection: {e}");
-            }
-        }
-    })
-    .await
-}
+pub(crate) type CrawlerIo = Prefixed<egress_serve::WriteDeadline<Stream<Counted>>>;

@@ -15,8 +15,8 @@ mod over_tls;
 mod support;
 
 use common::{
-    LEASE, NEIGHBOUR, OPS, RIVAL, SPIDER, basic, binding, credential, limits, member, metrics_text,
-    now, series, sha, squid,
+    Head, LEASE, NEIGHBOUR, OPS, RIVAL, SPIDER, basic, binding, credential, limits, member,
+    metrics_text, now, read_head, series, sha, squid,
 };
 use egress_core::lease::{LeaseBinding, LeaseMode};
 use egress_gateway::{Gateway, Limits, Member, MemberTable, PoolKey};
@@ -62,19 +62,8 @@ async fn serve_pools(
 }
 
 async fn world(n: usize) -> Option<World> {
-    let binary = support::squid_and_echo()?;
-    let (_, identity) = match support::shared_tls_echo() {
-        Ok(e) => e,
-        Err(why) => return support::skip(&format!("the TLS echo cannot listen on 443: {why}")),
-    };
-    let mut squids = Vec::new();
-    let mut members = Vec::new();
-    for i in 0..n {
-        let egress = Ipv4Addr::new(127, 0, 0, 21 + i as u8);
-        let s = squid(&binary, i + 1, egress);
-        members.push(member(i + 1, &s, egress));
-        squids.push(s);
-    }
+    let (binary, identity) = common::squid_and_tls_echo()?;
+    let (squids, members) = common::members_behind_squids(&binary, n, 21);
     let (gateway, admin, table, dir) = serve(members.clone(), limits()).await;
     Some(World {
         _squids: squids,
@@ -85,54 +74,6 @@ async fn world(n: usize) -> Option<World> {
         pin: identity.fingerprint,
         _dir: dir,
     })
-}
-
-/// A response head: status and headers (lower-case names).
-#[derive(Debug)]
-struct Head {
-    status: u16,
-    headers: Vec<(String, String)>,
-}
-
-impl Head {
-    fn get(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-async fn read_head(s: &mut TcpStream) -> Head {
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = s.read(&mut b).await.unwrap();
-        assert!(
-            n > 0,
-            "closed in the head: {}",
-            String::from_utf8_lossy(&buf)
-        );
-        buf.push(b[0]);
-    }
-    let text = String::from_utf8(buf).unwrap();
-    let mut lines = text.split("\r\n");
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let (k, v) = l.split_once(':').unwrap();
-            (k.trim().to_ascii_lowercase(), v.trim().to_string())
-        })
-        .collect();
-    Head { status, headers }
 }
 
 /// CONNECT to the TLS echo through the gateway with `auth` and `extra` header lines.
@@ -1423,7 +1364,7 @@ async fn over_tls_curl_reaches_the_echo_through_an_https_proxy() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (addr, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
-    tokio::spawn(egress_gateway::server::serve_over(
+    tokio::spawn(egress_gateway::serve_over(
         listener,
         gw.clone(),
         transport.clone(),

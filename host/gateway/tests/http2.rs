@@ -12,16 +12,14 @@ mod over_tls;
 #[path = "../../egress-check/tests/support/mod.rs"]
 mod support;
 
-use common::{
-    LEASE, NEIGHBOUR, SPIDER, basic, binding, limits, member, metrics_text, series, squid,
-};
+use common::{LEASE, NEIGHBOUR, SPIDER, basic, binding, limits, metrics_text, series};
 use egress_gateway::{Limits, Member, MemberTable};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,19 +50,8 @@ impl World {
 /// `n` members behind real Squids, and a gateway over them serving TLS (a certificate of a
 /// test CA for 127.0.0.1) with `limits`, its admin listener in clear.
 async fn world(n: usize, limits: Limits) -> Option<World> {
-    let binary = support::squid_and_echo()?;
-    let (_, identity) = match support::shared_tls_echo() {
-        Ok(e) => e,
-        Err(why) => return support::skip(&format!("the TLS echo cannot listen on 443: {why}")),
-    };
-    let mut squids = Vec::new();
-    let mut members = Vec::new();
-    for i in 0..n {
-        let egress = Ipv4Addr::new(127, 0, 0, 81 + i as u8);
-        let s = squid(&binary, i + 1, egress);
-        members.push(member(i + 1, &s, egress));
-        squids.push(s);
-    }
+    let (binary, identity) = common::squid_and_tls_echo()?;
+    let (squids, members) = common::members_behind_squids(&binary, n, 81);
     let (gw, table, dir) = common::gateway(&["ns/web"], members.clone(), limits);
     let certs = tempfile::tempdir().unwrap();
     let ca = egress_test_pki::TestCa::new("gateway test CA");
@@ -488,45 +475,14 @@ async fn streams_past_the_limit_wait_until_one_ends() {
 /// the Python client only (no browser download: Debian's Chromium is driven).
 const PLAYWRIGHT: &str = "playwright==1.65.3";
 
-/// A virtual environment with Playwright under the target directory, made once per pin; Err
-/// says why there is none.
+/// A virtual environment with Playwright (no browser: Debian's Chromium is used), made once
+/// per pin; Err says why there is none.
 fn python_with_playwright() -> Result<std::path::PathBuf, String> {
-    let pin = egress_serve::auth::tokens::sha256_hex(PLAYWRIGHT);
-    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("playwright-venv-{}", &pin[..12]));
-    let python = venv.join("bin/python");
-    if venv.join(".installed").exists() {
-        return Ok(python);
-    }
-    let _ = std::fs::remove_dir_all(&venv);
-    let run = |cmd: &mut std::process::Command, what: &str| -> Result<(), String> {
-        let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr)))
-        }
-    };
-    run(
-        std::process::Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv),
-        "python3 -m venv (Debian: apt-get install python3-venv)",
-    )?;
-    run(
-        std::process::Command::new(venv.join("bin/pip"))
-            .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-            .args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-input",
-                PLAYWRIGHT,
-            ]),
-        "pip could not install playwright from PyPI",
-    )?;
-    std::fs::write(venv.join(".installed"), "").map_err(|e| e.to_string())?;
-    Ok(python)
+    common::python_venv(
+        "playwright",
+        &[PLAYWRIGHT],
+        &[("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")],
+    )
 }
 
 /// The base64 of the SHA-256 of a certificate's SubjectPublicKeyInfo: what Chromium's

@@ -10,7 +10,7 @@ mod common;
 #[path = "../../egress-check/tests/support/mod.rs"]
 mod support;
 
-use common::{SPIDER, basic, limits, member, metrics_text, series, squid};
+use common::{Head, SPIDER, basic, limits, metrics_text, read_head, series};
 use egress_core::politeness::{PolitenessPolicy, Share};
 use egress_gateway::{Limits, Member, MemberTable, PoolKey};
 use std::collections::BTreeMap;
@@ -81,14 +81,7 @@ struct World {
 /// `n` members behind real Squids, egressing from 127.0.0.51 on.
 fn world(n: usize) -> Option<World> {
     let binary = support::squid_and_echo()?;
-    let mut squids = Vec::new();
-    let mut members = Vec::new();
-    for i in 0..n {
-        let egress = Ipv4Addr::new(127, 0, 0, 51 + i as u8);
-        let s = squid(&binary, i + 1, egress);
-        members.push(member(i + 1, &s, egress));
-        squids.push(s);
-    }
+    let (squids, members) = common::members_behind_squids(&binary, n, 51);
     Some(World {
         _squids: squids,
         members,
@@ -122,53 +115,6 @@ async fn serve(members: Vec<Member>, limits: Limits, policy: &str) -> Served {
         _table: table,
         _dir: dir,
     }
-}
-
-#[derive(Debug)]
-struct Head {
-    status: u16,
-    headers: Vec<(String, String)>,
-}
-
-impl Head {
-    fn get(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-async fn read_head(s: &mut TcpStream) -> Head {
-    let mut buf = Vec::new();
-    let mut b = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = s.read(&mut b).await.unwrap();
-        assert!(
-            n > 0,
-            "closed in the head: {}",
-            String::from_utf8_lossy(&buf)
-        );
-        buf.push(b[0]);
-    }
-    let text = String::from_utf8(buf).unwrap();
-    let mut lines = text.split("\r\n");
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            let (k, v) = l.split_once(':').unwrap();
-            (k.trim().to_ascii_lowercase(), v.trim().to_string())
-        })
-        .collect();
-    Head { status, headers }
 }
 
 /// A plain GET of `http://{site}/` through `gateway` as `user` (the token as password): the

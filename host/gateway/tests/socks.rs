@@ -609,42 +609,7 @@ async fn over_tls_a_socks_client_reaches_the_echo() {
 /// The interpreter and PySocks for [`python_requests_through_socks5h`]: a virtual environment
 /// under the target directory, made once per pin; Err says why there is none.
 fn python_with_pysocks() -> Result<std::path::PathBuf, String> {
-    const REQUIREMENTS: &str = "requests==2.32.3 PySocks==1.7.1";
-    let pin = egress_serve::auth::tokens::sha256_hex(REQUIREMENTS);
-    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("socks-venv-{}", &pin[..12]));
-    let python = venv.join("bin/python");
-    if venv.join(".installed").exists() {
-        return Ok(python);
-    }
-    let _ = std::fs::remove_dir_all(&venv);
-    let run = |cmd: &mut std::process::Command, what: &str| -> Result<(), String> {
-        let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr)))
-        }
-    };
-    run(
-        std::process::Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv),
-        "python3 -m venv (Debian: apt-get install python3-venv)",
-    )?;
-    run(
-        std::process::Command::new(venv.join("bin/pip"))
-            .args([
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-input",
-            ])
-            .args(REQUIREMENTS.split(' ')),
-        "pip could not install requests and PySocks from PyPI",
-    )?;
-    std::fs::write(venv.join(".installed"), "").map_err(|e| e.to_string())?;
-    Ok(python)
+    common::python_venv("socks", &["requests==2.32.3", "PySocks==1.7.1"], &[])
 }
 
 /// Python's requests with PySocks (`requests[socks]`), as a crawler written in Python uses a

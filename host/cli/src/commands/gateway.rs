@@ -368,7 +368,7 @@ pub async fn run(
         ));
     }
     tokio::select! {
-        () = egress_gateway::server::serve_over(listener, gateway.clone(), transport) => {}
+        () = egress_gateway::serve_over(listener, gateway.clone(), transport) => {}
         () = stop => {}
     }
     let open = gateway.tunnels_open();

@@ -162,3 +162,124 @@ pub fn binding(holder: &str, expires_in: i64) -> LeaseBinding {
         ip: Some("127.0.0.1".into()),
     }
 }
+
+/// A response head: status and headers (lower-case names).
+#[derive(Debug)]
+pub struct Head {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Head {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub async fn read_head(s: &mut TcpStream) -> Head {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = s.read(&mut b).await.unwrap();
+        assert!(
+            n > 0,
+            "closed in the head: {}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.push(b[0]);
+    }
+    let text = String::from_utf8(buf).unwrap();
+    let mut lines = text.split("\r\n");
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (k, v) = l.split_once(':').unwrap();
+            (k.trim().to_ascii_lowercase(), v.trim().to_string())
+        })
+        .collect();
+    Head { status, headers }
+}
+
+/// A virtual environment named `name` under the target directory with `requirements` (pinned)
+/// installed from PyPI, made once per pin; pip runs with `env`. Err says why there is none.
+pub fn python_venv(
+    name: &str,
+    requirements: &[&str],
+    env: &[(&str, &str)],
+) -> Result<std::path::PathBuf, String> {
+    let pin = egress_serve::auth::tokens::sha256_hex(&requirements.join(" "));
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{name}-venv-{}", &pin[..12]));
+    let python = venv.join("bin/python");
+    if venv.join(".installed").exists() {
+        return Ok(python);
+    }
+    let _ = std::fs::remove_dir_all(&venv);
+    let run = |cmd: &mut std::process::Command, what: &str| -> Result<(), String> {
+        let out = cmd.output().map_err(|e| format!("{what}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr)))
+        }
+    };
+    run(
+        std::process::Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv),
+        "python3 -m venv (Debian: apt-get install python3-venv)",
+    )?;
+    run(
+        std::process::Command::new(venv.join("bin/pip"))
+            .envs(env.iter().copied())
+            .args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-input",
+            ])
+            .args(requirements),
+        &format!("pip could not install {} from PyPI", requirements.join(" ")),
+    )?;
+    std::fs::write(venv.join(".installed"), "").map_err(|e| e.to_string())?;
+    Ok(python)
+}
+
+/// `n` members behind real Squids of `binary`, the i-th egressing from 127.0.0.(first + i):
+/// the Squids (which stop when dropped) and the members.
+pub fn members_behind_squids(
+    binary: &std::path::Path,
+    n: usize,
+    first: u8,
+) -> (Vec<support::Squid>, Vec<Member>) {
+    let mut squids = Vec::new();
+    let mut members = Vec::new();
+    for i in 0..n {
+        let egress = Ipv4Addr::new(127, 0, 0, first + i as u8);
+        let s = squid(binary, i + 1, egress);
+        members.push(member(i + 1, &s, egress));
+        squids.push(s);
+    }
+    (squids, members)
+}
+
+/// Squid's binary and the TLS echo's identity, once both echoes serve; None (said) where they
+/// cannot.
+pub fn squid_and_tls_echo() -> Option<(std::path::PathBuf, egress_check::ServerIdentity)> {
+    let binary = support::squid_and_echo()?;
+    match support::shared_tls_echo() {
+        Ok((_, identity)) => Some((binary, identity)),
+        Err(why) => support::skip(&format!("the TLS echo cannot listen on 443: {why}")),
+    }
+}
