@@ -91,8 +91,22 @@ pub struct Metrics {
     /// Requests crawlers made, by listener: an HTTP/1.1 request, an HTTP/2 stream, a SOCKS
     /// request. Against `crawler_connections`, how many each connection carried.
     pub requests: Family<Labels, Counter>,
+    /// Per target, by namespace, pool, target and result: plain answers relayed (`served`:
+    /// below 400; `refused`: one of the pool's `quarantine.signalStatuses`; `failed`: any other
+    /// 4xx or 5xx), from which a target's success ratio is read.
+    pub target_answers: Family<Labels, Counter>,
+    /// Per target, by namespace, pool, target and source: quarantine signals.
+    pub target_signals: Family<Labels, Counter>,
+    /// Per target, by namespace, pool and target: requests answered 429 for politeness.
+    pub target_politeness_refusals: Family<Labels, Counter>,
+    /// The targets each pool has series of: the first [`TARGETS_PER_POOL`] seen; any other is
+    /// counted under `target="other"`, so a crawler's list of sites cannot grow the series.
+    targets: Mutex<std::collections::BTreeMap<(String, String), BTreeSet<String>>>,
     known: Mutex<BTreeSet<Labels>>,
 }
+
+/// Targets of a pool with series of their own; the rest aggregate under `other`.
+pub const TARGETS_PER_POOL: usize = 20;
 
 pub fn member_labels(e: &Entry) -> Labels {
     vec![
@@ -139,6 +153,24 @@ impl Metrics {
             "politeness",
             "Tunnels and requests under a politeness rule, by result (started, waited, refused)",
             politeness.clone(),
+        );
+        let target_answers = Family::<Labels, Counter>::default();
+        let target_signals = Family::<Labels, Counter>::default();
+        let target_politeness_refusals = Family::<Labels, Counter>::default();
+        registry.register(
+            "target_answers",
+            "Plain answers relayed per target (the first 20 of a pool; the rest as other), by result (served, refused, failed)",
+            target_answers.clone(),
+        );
+        registry.register(
+            "target_signals",
+            "Quarantine signals per target (the first 20 of a pool; the rest as other), by source",
+            target_signals.clone(),
+        );
+        registry.register(
+            "target_politeness_refusals",
+            "Requests answered 429 for politeness per target (the first 20 of a pool; the rest as other)",
+            target_politeness_refusals.clone(),
         );
         let reports_forwarded = Family::<Labels, Counter>::default();
         registry.register(
@@ -212,10 +244,32 @@ impl Metrics {
             quarantine_signals,
             politeness,
             reports_forwarded,
+            target_answers,
+            target_signals,
+            target_politeness_refusals,
+            targets: Mutex::new(std::collections::BTreeMap::new()),
             crawler_connections,
             requests,
             known: Mutex::new(BTreeSet::new()),
         }
+    }
+
+    /// The labels of `target` on `pool`: its own name for the first [`TARGETS_PER_POOL`]
+    /// targets the pool saw, `other` past them.
+    pub fn target_labels(&self, pool: &PoolKey, target: &str) -> Labels {
+        let mut seen = self.targets.lock().unwrap_or_else(|p| p.into_inner());
+        let named = seen
+            .entry((pool.namespace.clone(), pool.name.clone()))
+            .or_default();
+        let label = if named.contains(target) {
+            target
+        } else if named.len() < TARGETS_PER_POOL {
+            named.insert(target.to_string());
+            target
+        } else {
+            "other"
+        };
+        with(pool_labels(pool), "target", label)
     }
 
     /// A report sent on to the lease API ended as `result`.
@@ -319,5 +373,41 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A pool's targets have series of their own up to the bound, the rest as `other`, and
+    /// one pool's targets do not use another's room.
+    #[test]
+    fn the_targets_of_a_pool_are_named_up_to_the_bound_and_the_rest_aggregate() {
+        let m = Metrics::new();
+        let pool = |name: &str| PoolKey {
+            namespace: "ns".into(),
+            name: name.into(),
+        };
+        let target = |l: Labels| l.into_iter().find(|(k, _)| k == "target").unwrap().1;
+        for i in 0..TARGETS_PER_POOL + 5 {
+            let l = m.target_labels(&pool("web"), &format!("site-{i}.example"));
+            let want = if i < TARGETS_PER_POOL {
+                format!("site-{i}.example")
+            } else {
+                "other".into()
+            };
+            assert_eq!(target(l), want);
+        }
+        // Named once, named for good; another pool has room of its own.
+        assert_eq!(
+            target(m.target_labels(&pool("web"), "site-3.example")),
+            "site-3.example"
+        );
+        assert_eq!(
+            target(m.target_labels(&pool("api"), "site-99.example")),
+            "site-99.example"
+        );
     }
 }

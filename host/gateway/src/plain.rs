@@ -137,12 +137,28 @@ impl Gateway {
                     }
                     // A target's refusal of the member's address quarantines the member for
                     // that target (the answer is relayed as it came).
+                    let refused = self
+                        .table
+                        .quarantine_policy(&a.pool)
+                        .signal_statuses
+                        .contains(&status.as_u16());
+                    if let Some(t) = &target {
+                        let result = match (refused, status.as_u16()) {
+                            (true, _) => "refused",
+                            (false, 400..) => "failed",
+                            (false, _) => "served",
+                        };
+                        self.metrics
+                            .target_answers
+                            .get_or_create(&metrics::with(
+                                self.metrics.target_labels(&a.pool, t),
+                                "result",
+                                result,
+                            ))
+                            .inc();
+                    }
                     if let Some(t) = &target
-                        && self
-                            .table
-                            .quarantine_policy(&a.pool)
-                            .signal_statuses
-                            .contains(&status.as_u16())
+                        && refused
                     {
                         let wait = retry_after(resp.headers(), egress_time::now::unix_now());
                         self.signal(&a, &entry, t, wait, Source::Status);

@@ -153,6 +153,10 @@ impl Gateway {
     /// `Proxy-Status` naming the target and the rule.
     fn refused(&self, a: &Admitted, ask: &Ask<'_>, out: &OutOfBudget, now: u64) -> Failure {
         self.count(&a.pool, "refused");
+        self.metrics
+            .target_politeness_refusals
+            .get_or_create(&self.metrics.target_labels(&a.pool, ask.target))
+            .inc();
         let every = ask.rule.per_address.every.as_millis() as u64;
         let (wait_ms, why) = match out.admit {
             Admit::At(t) => (t.saturating_sub(now), "no start allowed yet"),

@@ -176,6 +176,14 @@ impl Gateway {
                 token: a.token.clone(),
             });
         }
+        self.metrics
+            .target_signals
+            .get_or_create(&crate::metrics::with(
+                self.metrics.target_labels(&a.pool, target),
+                "source",
+                source.label(),
+            ))
+            .inc();
         let labels = crate::metrics::with(
             crate::metrics::with(
                 crate::metrics::pool_labels(&a.pool),

@@ -1570,6 +1570,27 @@ async fn a_sites_refusal_and_a_crawlers_report_keep_a_member_from_that_site_only
         Some(1.0),
         "{text}"
     );
+    // Per target: its success ratio (29 served of 30) and its signal.
+    for (result, n) in [("served", 29.0), ("refused", 1.0)] {
+        assert_eq!(
+            series(
+                &text,
+                &format!(
+                    "egress_gateway_target_answers_total{{namespace=\"ns\",pool=\"web\",target=\"127.0.0.13\",result=\"{result}\"}}"
+                )
+            ),
+            Some(n),
+            "{text}"
+        );
+    }
+    assert_eq!(
+        series(
+            &text,
+            "egress_gateway_target_signals_total{namespace=\"ns\",pool=\"web\",target=\"127.0.0.13\",source=\"status\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
     // Another site keeps every member, the quarantined one included.
     let mut origins = std::collections::BTreeSet::new();
     for _ in 0..40 {

@@ -343,6 +343,14 @@ async fn out_of_budget_is_a_429_naming_the_target_and_the_rule_before_any_dial()
     assert_eq!(
         series(
             &text,
+            "egress_gateway_target_politeness_refusals_total{namespace=\"ns\",pool=\"web\",target=\"127.0.0.14\"}"
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        series(
+            &text,
             "egress_gateway_errors_total{namespace=\"ns\",pool=\"web\",member=\"\",kind=\"politeness\",listener=\"http\"}"
         ),
         Some(1.0),
