@@ -1515,25 +1515,7 @@ async fn banning_site(
 /// One plain GET of `url` through the gateway with `auth` and `extra` header lines: the head
 /// and the body.
 async fn get_through(w: &World, url: &str, auth: &str, extra: &str) -> (Head, String) {
-    let host = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
-    let mut s = TcpStream::connect(w.gateway).await.unwrap();
-    s.write_all(
-        format!(
-            "GET {url} HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {auth}\r\n{extra}Connection: close\r\n\r\n"
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let head = read_head(&mut s).await;
-    let mut body = Vec::new();
-    let _ = s.read_to_end(&mut body).await;
-    (head, String::from_utf8_lossy(&body).into_owned())
+    common::plain_get(w.gateway, url, auth, extra).await
 }
 
 /// A site's refusal the gateway relays (a 429 on plain HTTP) quarantines the member for that

@@ -120,20 +120,13 @@ async fn serve(members: Vec<Member>, limits: Limits, policy: &str) -> Served {
 /// A plain GET of `http://{site}/` through `gateway` as `user` (the token as password): the
 /// head and the body.
 async fn get(gateway: SocketAddr, site: Ipv4Addr, user: &str) -> (Head, String) {
-    let mut s = TcpStream::connect(gateway).await.unwrap();
-    s.write_all(
-        format!(
-            "GET http://{site}/ HTTP/1.1\r\nHost: {site}\r\nProxy-Authorization: {}\r\nConnection: close\r\n\r\n",
-            basic(user, SPIDER)
-        )
-        .as_bytes(),
+    common::plain_get(
+        gateway,
+        &format!("http://{site}/"),
+        &basic(user, SPIDER),
+        "",
     )
     .await
-    .unwrap();
-    let head = read_head(&mut s).await;
-    let mut body = Vec::new();
-    let _ = s.read_to_end(&mut body).await;
-    (head, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// A CONNECT to `{site}:443` through `gateway`: the head, and on a 200 what the site wrote

@@ -283,3 +283,27 @@ pub fn squid_and_tls_echo() -> Option<(std::path::PathBuf, egress_check::ServerI
         Err(why) => support::skip(&format!("the TLS echo cannot listen on 443: {why}")),
     }
 }
+
+/// One plain GET of `url` through the gateway at `gateway` with `auth` (a Proxy-Authorization
+/// value) and `extra` header lines, on a connection of its own: the head and the body.
+pub async fn plain_get(gateway: SocketAddr, url: &str, auth: &str, extra: &str) -> (Head, String) {
+    let host = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    s.write_all(
+        format!(
+            "GET {url} HTTP/1.1\r\nHost: {host}\r\nProxy-Authorization: {auth}\r\n{extra}Connection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    let mut body = Vec::new();
+    let _ = s.read_to_end(&mut body).await;
+    (head, String::from_utf8_lossy(&body).into_owned())
+}
