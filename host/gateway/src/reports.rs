@@ -245,6 +245,34 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    /// Past the queue's bound a signal is dropped and counted, never held: a flood of signals
+    /// costs at most the queue, whatever the API does.
+    #[test]
+    fn past_the_queue_a_signal_is_dropped_and_counted() {
+        let metrics = Arc::new(Metrics::new());
+        // The sending task is never run: nothing leaves the queue.
+        let (reports, _sending) =
+            Reports::start("http://127.0.0.1:9", None, metrics.clone()).unwrap();
+        let pool = PoolKey {
+            namespace: "ns".into(),
+            name: "web".into(),
+        };
+        for i in 0..QUEUE + 3 {
+            reports.send(Outgoing {
+                pool: pool.clone(),
+                proxy: format!("web-{i}"),
+                target: "example.com".into(),
+                retry_after: None,
+                token: Token::new("t"),
+            });
+        }
+        let dropped = metrics
+            .reports_forwarded
+            .get_or_create(&vec![("result".into(), "dropped".into())])
+            .get();
+        assert_eq!(dropped, 3);
+    }
+
     #[test]
     fn the_api_is_https_or_loopback_and_the_path_is_the_reports() {
         assert_eq!(
