@@ -180,7 +180,9 @@ if [ -z "$binary" ]; then
   if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "$target"; then
     rustup target add "$target"
   fi
-  cargo build --release --locked -p egress-proxies --target "$target"
+  # Without the default `unify-with-tests`: the image carries none of the test build's features
+  # (tokio's paused clock among them; host/workspace-hack says why the dev build has them).
+  cargo build --release --locked -p egress-proxies --no-default-features --target "$target"
   binary=$target_dir/$target/release/egress-proxies
 else
   case $binary in /*) ;; *) binary=$here/$binary ;; esac

@@ -151,7 +151,7 @@ fn the_containerfile_builds_on_the_pinned_toolchain() {
     let target = script_var("target");
     assert!(text.contains(&format!("rustup target add wasm32-wasip2 {target}")));
     assert!(text.contains(&format!(
-        "cargo build --release --locked -p egress-proxies --target {target}"
+        "cargo build --release --locked -p egress-proxies --no-default-features --target {target}"
     )));
     assert_eq!(stage[0], "FROM scratch");
 }
