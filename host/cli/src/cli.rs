@@ -82,6 +82,17 @@ pub struct GatewayArgs {
     /// (default: the system's roots).
     #[arg(long, value_name = "FILE", requires = "reports_to")]
     pub reports_ca: Option<PathBuf>,
+    /// The audit trail: one JSON line per tunnel and plain request (holder, pool, member,
+    /// egress address, destination host and port, bytes each way, duration, result; never a
+    /// path, query or credential), to FILE or `-` for stdout. Unset: no trail.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// The audit log FILE rotates (FILE.1, FILE.2, ...) before a line would take it past this.
+    #[arg(long, value_name = "BYTES", default_value_t = 100 * 1024 * 1024)]
+    pub audit_max_bytes: u64,
+    /// Rotated audit log files kept.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub audit_keep: usize,
     /// In a cluster: the Secret holding the credential every pool member admits for the
     /// gateway (the operator makes it in its namespace), NAMESPACE/NAME. The gateway reads no
     /// other Secret. Default: egress-proxies-gateway-credential in the gateway's own namespace.

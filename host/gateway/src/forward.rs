@@ -291,6 +291,8 @@ impl Ended {
 pub struct Meter {
     count: Arc<AtomicU64>,
     metric: Option<prometheus_client::metrics::counter::Counter>,
+    /// A second counter added to alike: the holder's.
+    also: Option<prometheus_client::metrics::counter::Counter>,
 }
 
 impl Meter {
@@ -298,12 +300,22 @@ impl Meter {
         Self {
             count: Arc::default(),
             metric: Some(metric),
+            also: None,
         }
+    }
+
+    /// This meter, adding to `also` as well.
+    pub fn and(mut self, also: prometheus_client::metrics::counter::Counter) -> Self {
+        self.also = Some(also);
+        self
     }
 
     pub fn add(&self, n: u64) {
         self.count.fetch_add(n, Ordering::Relaxed);
         if let Some(m) = &self.metric {
+            m.inc_by(n);
+        }
+        if let Some(m) = &self.also {
             m.inc_by(n);
         }
     }

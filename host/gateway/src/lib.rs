@@ -4,6 +4,7 @@ pub mod admin;
 pub mod admission;
 pub mod answers;
 pub mod ask;
+pub mod audit;
 pub mod authority;
 pub mod body;
 pub mod budgets;
@@ -22,6 +23,7 @@ pub mod route;
 pub mod server;
 pub mod socks;
 pub mod status;
+pub mod usage;
 
 pub use admin::{serve_admin, serve_admin_over};
 pub use listener::{serve, serve_over};

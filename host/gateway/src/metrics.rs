@@ -99,11 +99,32 @@ pub struct Metrics {
     pub target_signals: Family<Labels, Counter>,
     /// Per target, by namespace, pool and target: requests answered 429 for politeness.
     pub target_politeness_refusals: Family<Labels, Counter>,
+    /// Per holder (the authenticated caller), by the pool's namespace, holder and direction:
+    /// bytes relayed, as [`Metrics::bytes`] counts them.
+    pub holder_bytes: Family<Labels, Counter>,
+    /// Per holder: tunnels by result (how they ended: `closed`, `idle`, `retired`; or the
+    /// error kind of one refused or failed before it opened).
+    pub holder_tunnels: Family<Labels, Counter>,
+    /// Per holder: plain requests by result (`served`, `refused`, `failed`, or an error kind).
+    pub holder_requests: Family<Labels, Counter>,
+    /// Per holder: tunnels open now.
+    pub holder_tunnels_open: Family<Labels, Gauge>,
+    /// Tunnels and requests of holders past [`HOLDERS_PER_NAMESPACE`], accounted under
+    /// `holder="other"`, by namespace: a nonzero value says the per-holder series are not all
+    /// there is (the audit trail names every holder).
+    pub holders_aggregated: Family<Labels, Counter>,
+    /// The audit trail's lines, by result (`queued`, `dropped`: its queue was full).
+    pub audit_records: Family<Labels, Counter>,
+    /// The holders each namespace has series of: the first [`HOLDERS_PER_NAMESPACE`] seen.
+    holders: Mutex<std::collections::BTreeMap<String, BTreeSet<String>>>,
     /// The targets each pool has series of: the first [`TARGETS_PER_POOL`] seen; any other is
     /// counted under `target="other"`, so a crawler's list of sites cannot grow the series.
     targets: Mutex<std::collections::BTreeMap<(String, String), BTreeSet<String>>>,
     known: Mutex<BTreeSet<Labels>>,
 }
+
+/// Holders of a namespace with series of their own; the rest aggregate under `other`.
+pub const HOLDERS_PER_NAMESPACE: usize = 100;
 
 /// Targets of a pool with series of their own; the rest aggregate under `other`.
 pub const TARGETS_PER_POOL: usize = 20;
@@ -231,8 +252,51 @@ impl Metrics {
             "Answers of the SOCKS listener, by reply code name",
             socks_replies.clone(),
         );
+        let holder_bytes = Family::<Labels, Counter>::default();
+        let holder_tunnels = Family::<Labels, Counter>::default();
+        let holder_requests = Family::<Labels, Counter>::default();
+        let holder_tunnels_open = Family::<Labels, Gauge>::default();
+        let holders_aggregated = Family::<Labels, Counter>::default();
+        let audit_records = Family::<Labels, Counter>::default();
+        registry.register(
+            "holder_bytes",
+            "Bytes relayed per holder (the first 100 of a namespace; the rest as other), by direction",
+            holder_bytes.clone(),
+        );
+        registry.register(
+            "holder_tunnels",
+            "Tunnels per holder, by result (closed, idle, retired, or the error kind)",
+            holder_tunnels.clone(),
+        );
+        registry.register(
+            "holder_requests",
+            "Plain requests per holder, by result (served, refused, failed, or the error kind)",
+            holder_requests.clone(),
+        );
+        registry.register(
+            "holder_tunnels_open",
+            "Tunnels open per holder",
+            holder_tunnels_open.clone(),
+        );
+        registry.register(
+            "holders_aggregated",
+            "Tunnels and requests accounted under holder=\"other\" (past the namespace's 100 holders)",
+            holders_aggregated.clone(),
+        );
+        registry.register(
+            "audit_records",
+            "Audit trail lines, by result (queued, dropped: the queue was full)",
+            audit_records.clone(),
+        );
         Self {
             registry,
+            holder_bytes,
+            holder_tunnels,
+            holder_requests,
+            holder_tunnels_open,
+            holders_aggregated,
+            audit_records,
+            holders: Mutex::new(std::collections::BTreeMap::new()),
             connections,
             tunnels,
             bytes,
@@ -270,6 +334,29 @@ impl Metrics {
             "other"
         };
         with(pool_labels(pool), "target", label)
+    }
+
+    /// The labels of `holder` using a pool of `namespace`: its own name for the first
+    /// [`HOLDERS_PER_NAMESPACE`] holders the namespace saw, `other` past them (counted in
+    /// [`Metrics::holders_aggregated`]).
+    pub fn holder_labels(&self, namespace: &str, holder: &str) -> Labels {
+        let mut seen = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        let named = seen.entry(namespace.to_string()).or_default();
+        let label = if named.contains(holder) {
+            holder
+        } else if named.len() < HOLDERS_PER_NAMESPACE {
+            named.insert(holder.to_string());
+            holder
+        } else {
+            self.holders_aggregated
+                .get_or_create(&vec![("namespace".into(), namespace.into())])
+                .inc();
+            "other"
+        };
+        vec![
+            ("namespace".into(), namespace.into()),
+            ("holder".into(), label.into()),
+        ]
     }
 
     /// A report sent on to the lease API ended as `result`.
@@ -380,6 +467,30 @@ impl Metrics {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// A namespace's holders have series of their own up to the bound, the rest as `other`
+    /// (and counted so), and one namespace's holders do not use another's room.
+    #[test]
+    fn the_holders_of_a_namespace_are_named_up_to_the_bound_and_the_rest_aggregate() {
+        let m = Metrics::new();
+        let holder = |l: Labels| l.into_iter().find(|(k, _)| k == "holder").unwrap().1;
+        for i in 0..HOLDERS_PER_NAMESPACE + 3 {
+            let want = if i < HOLDERS_PER_NAMESPACE {
+                format!("h{i}")
+            } else {
+                "other".into()
+            };
+            assert_eq!(holder(m.holder_labels("ns", &format!("h{i}"))), want);
+        }
+        assert_eq!(holder(m.holder_labels("ns", "h7")), "h7");
+        assert_eq!(holder(m.holder_labels("team-b", "h999")), "h999");
+        assert!(
+            m.encode()
+                .contains("egress_gateway_holders_aggregated_total{namespace=\"ns\"} 3"),
+            "{}",
+            m.encode()
+        );
+    }
 
     /// A pool's targets have series of their own up to the bound, the rest as `other`, and
     /// one pool's targets do not use another's room.

@@ -11,6 +11,7 @@ use crate::metrics;
 use crate::quarantine::{Source, retry_after};
 use crate::server::{Admitted, Gateway};
 use crate::status::served_by;
+use crate::usage::{Account, Exchange, Outcome};
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -38,15 +39,35 @@ impl Gateway {
         destination: crate::authority::Destination,
     ) -> Response<Body> {
         let target = egress_core::target::target_of(&destination.host);
+        let account = self.account(&a, &destination, target.as_deref(), req.method().as_str());
+        match self
+            .clone()
+            .plain_for(&a, req, target, account.clone())
+            .await
+        {
+            Ok(r) => r,
+            Err(f) => {
+                self.failed(&account, &f, Exchange::Request);
+                self.error(a.listener, Some(&a.pool), &f)
+            }
+        }
+    }
+
+    /// [`Gateway::plain`], its failure answered and accounted by the caller.
+    async fn plain_for(
+        self: Arc<Self>,
+        a: &Admitted,
+        req: Request<Incoming>,
+        target: Option<String>,
+        account: Account,
+    ) -> Result<Response<Body>, crate::status::Failure> {
         let (mut parts, body) = req.into_parts();
         strip(&mut parts.headers);
         if parts.version == http::Version::HTTP_2 {
             as_http11(&mut parts);
         }
-        if a.options.report_banned
-            && let Err(f) = self.take_report(&a, target.as_deref())
-        {
-            return self.error(a.listener, Some(&a.pool), &f);
+        if a.options.report_banned {
+            self.take_report(a, target.as_deref())?;
         }
         let mut exclude: Vec<MemberKey> = Vec::new();
         let attempts = self.attempts(&a.options);
@@ -54,25 +75,15 @@ impl Gateway {
         // The body can be sent once: only the dial is retried, before anything was sent.
         let mut body = Some(body);
         for _ in 0..attempts {
-            let (entry, permit) = match self
-                .polite_member(
-                    &a,
-                    &destination.host,
-                    target.as_deref(),
-                    &exclude,
-                    &mut last,
-                )
-                .await
-            {
-                Ok(e) => e,
-                Err(f) => return self.error(a.listener, Some(&a.pool), &f),
-            };
+            let (entry, permit) = self
+                .polite_member(a, &account.host, target.as_deref(), &exclude, &mut last)
+                .await?;
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let _active = Active::new(&entry);
             let stream = match forward::dial(&entry.member, &self.limits.timeouts).await {
                 Ok(s) => s,
                 Err(h) => {
-                    self.hop_failed(&a, &entry, &h);
+                    self.hop_failed(a, &entry, &h);
                     self.metrics.error(
                         a.listener,
                         Some(&a.pool),
@@ -96,10 +107,18 @@ impl Gateway {
                     .clone()
             };
             let (up, down) = (counter("up"), counter("down"));
+            let (holder_up, holder_down) = (
+                self.holder_bytes(&account, "up"),
+                self.holder_bytes(&account, "down"),
+            );
+            let carried = forward::Carried::default();
+            let carried_up = carried.up.clone();
             let idle = self.limits.body_idle_timeout;
             let body = IdleBody::new(body, idle).map_frame(move |frame| {
                 if let Some(d) = frame.data_ref() {
                     up.inc_by(d.len() as u64);
+                    holder_up.inc_by(d.len() as u64);
+                    carried_up.add(d.len() as u64);
                 }
                 frame
             });
@@ -129,11 +148,11 @@ impl Gateway {
             };
             return match tokio::time::timeout(self.limits.timeouts.answer, exchange).await {
                 Ok(Ok(resp)) => {
-                    self.served(&a, &entry);
+                    self.served(a, &entry);
                     let status = resp.status();
                     if status == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
                         let h = forward::answered(&member, 407, "request");
-                        return self.error(a.listener, Some(&a.pool), &h.failure);
+                        return Err(h.failure);
                     }
                     // A target's refusal of the member's address quarantines the member for
                     // that target (the answer is relayed as it came).
@@ -142,12 +161,12 @@ impl Gateway {
                         .quarantine_policy(&a.pool)
                         .signal_statuses
                         .contains(&status.as_u16());
+                    let result = match (refused, status.as_u16()) {
+                        (true, _) => "refused",
+                        (false, 400..) => "failed",
+                        (false, _) => "served",
+                    };
                     if let Some(t) = &target {
-                        let result = match (refused, status.as_u16()) {
-                            (true, _) => "refused",
-                            (false, 400..) => "failed",
-                            (false, _) => "served",
-                        };
                         self.metrics
                             .target_answers
                             .get_or_create(&metrics::with(
@@ -161,20 +180,32 @@ impl Gateway {
                         && refused
                     {
                         let wait = retry_after(resp.headers(), egress_time::now::unix_now());
-                        self.signal(&a, &entry, t, wait, Source::Status);
+                        self.signal(a, &entry, t, wait, Source::Status);
                     }
                     let (mut rparts, rbody) = resp.into_parts();
                     strip(&mut rparts.headers);
                     served_by(&mut rparts.headers, &entry);
-                    // The request is in flight for its budget until its answer's body ends.
+                    // The request is in flight for its budget until its answer's body ends, and
+                    // is accounted then (or when the crawler went away before it did).
+                    let ended = Ended {
+                        gateway: self.clone(),
+                        account,
+                        entry: entry.clone(),
+                        status: status.as_u16(),
+                        result,
+                        carried: carried.clone(),
+                    };
                     let rbody = IdleBody::new(rbody, idle).map_frame(move |frame| {
                         let _in_flight = &permit;
+                        let _ended = &ended;
                         if let Some(d) = frame.data_ref() {
                             down.inc_by(d.len() as u64);
+                            holder_down.inc_by(d.len() as u64);
+                            carried.down.add(d.len() as u64);
                         }
                         frame
                     });
-                    Response::from_parts(rparts, rbody.boxed())
+                    Ok(Response::from_parts(rparts, rbody.boxed()))
                 }
                 Ok(Err(e)) => {
                     let mut h = forward::member_failed(
@@ -183,8 +214,8 @@ impl Gateway {
                         format!("member {} failed the request: {e}", member.id()),
                     );
                     h.down = true;
-                    self.hop_failed(&a, &entry, &h);
-                    self.error(a.listener, Some(&a.pool), &h.failure)
+                    self.hop_failed(a, &entry, &h);
+                    Err(h.failure)
                 }
                 Err(_) => {
                     let h = forward::member_timed_out(
@@ -196,11 +227,36 @@ impl Gateway {
                             self.limits.timeouts.answer
                         ),
                     );
-                    self.error(a.listener, Some(&a.pool), &h.failure)
+                    Err(h.failure)
                 }
             };
         }
-        self.error(a.listener, Some(&a.pool), &exhausted(last))
+        Err(exhausted(last))
+    }
+}
+
+/// A relayed answer's end: when its body is dropped (sent in full, or the crawler gone), the
+/// request is accounted with the bytes it carried.
+struct Ended {
+    gateway: Arc<Gateway>,
+    account: Account,
+    entry: crate::members::Entry,
+    status: u16,
+    result: &'static str,
+    carried: forward::Carried,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let mut outcome = Outcome::through(
+            &self.entry,
+            self.carried.up.get(),
+            self.carried.down.get(),
+            self.result,
+        );
+        outcome.status = Some(self.status);
+        self.gateway
+            .ended(&self.account, Exchange::Request, outcome);
     }
 }
 

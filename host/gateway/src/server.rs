@@ -156,6 +156,8 @@ pub struct Gateway {
     pub budgets: Arc<crate::budgets::Budgets>,
     /// Where this replica's quarantine signals go on to (`--reports-to`), if anywhere.
     pub(crate) reports: Option<crate::reports::Reports>,
+    /// The audit trail (`--audit-log`), if kept.
+    pub(crate) audit: Option<crate::audit::Audit>,
 }
 
 /// A tunnel its member opened (it answered `200` to the gateway's CONNECT), waiting for the
@@ -174,6 +176,8 @@ pub(crate) struct Opened {
     active: Active,
     /// Its place in its politeness budgets' in-flight counts, until it ends.
     permit: Option<crate::budgets::Permit>,
+    /// Whom it is accounted to.
+    account: crate::usage::Account,
 }
 
 /// What was decided about a request before a member is dialled.
@@ -206,7 +210,27 @@ impl Gateway {
             sources: Arc::new(Unauthenticated::new(limits.unauthenticated_per_source)),
             budgets: Arc::new(crate::budgets::Budgets::new(limits.replica)),
             reports: None,
+            audit: None,
         }
+    }
+
+    /// This gateway, writing its audit trail to `sink` ([`crate::audit`]).
+    pub fn with_audit(
+        mut self,
+        sink: crate::audit::Sink,
+    ) -> Result<Self, crate::audit::AuditError> {
+        let counter = |result: &str| {
+            self.metrics
+                .audit_records
+                .get_or_create(&vec![("result".into(), result.into())])
+                .clone()
+        };
+        self.audit = Some(crate::audit::Audit::start(
+            sink,
+            counter("queued"),
+            counter("dropped"),
+        )?);
+        Ok(self)
     }
 
     /// This gateway, sending its quarantine signals on to the lease API through `reports`.
@@ -527,6 +551,28 @@ impl Gateway {
         started: Instant,
     ) -> Result<Opened, Failure> {
         let target = target_of(&destination.host);
+        let account = self.account(a, destination, target.as_deref(), "CONNECT");
+        match self
+            .open_tunnel_for(a, destination, target, started, account.clone())
+            .await
+        {
+            Ok(opened) => Ok(opened),
+            Err(f) => {
+                self.failed(&account, &f, crate::usage::Exchange::Tunnel);
+                Err(f)
+            }
+        }
+    }
+
+    /// [`Gateway::open_tunnel`], its failure accounted by the caller.
+    async fn open_tunnel_for(
+        &self,
+        a: &Admitted,
+        destination: &Destination,
+        target: Option<String>,
+        started: Instant,
+        account: crate::usage::Account,
+    ) -> Result<Opened, Failure> {
         if a.options.report_banned {
             self.take_report(a, target.as_deref())?;
         }
@@ -570,6 +616,7 @@ impl Gateway {
                         active,
                         permit,
                         entry,
+                        account,
                     });
                 }
                 Err(h) if h.retryable => {
@@ -651,6 +698,12 @@ impl Gateway {
         let _permit = opened.permit;
         let tunnels = self.metrics.tunnels.get_or_create(&opened.labels).clone();
         tunnels.inc();
+        let holder_open = self
+            .metrics
+            .holder_tunnels_open
+            .get_or_create(&opened.account.labels)
+            .clone();
+        holder_open.inc();
         self.open.fetch_add(1, Ordering::SeqCst);
         // The member's byte counters, added to as the relay moves bytes, so a
         // long tunnel shows in them while it runs.
@@ -661,6 +714,7 @@ impl Gateway {
                     .get_or_create(&metrics::with(opened.labels.clone(), "direction", dir))
                     .clone(),
             )
+            .and(self.holder_bytes(&opened.account, dir))
         };
         let carried = Carried {
             up: meter("up"),
@@ -712,6 +766,17 @@ impl Gateway {
             }
         };
         tunnels.dec();
+        holder_open.dec();
+        self.ended(
+            &opened.account,
+            crate::usage::Exchange::Tunnel,
+            crate::usage::Outcome::through(
+                &opened.entry,
+                carried.up.get(),
+                carried.down.get(),
+                ended.label(),
+            ),
+        );
         self.open.fetch_sub(1, Ordering::SeqCst);
         self.ended.notify_waiters();
         self.metrics

@@ -340,6 +340,21 @@ pub async fn run(
         tokio::spawn(sending);
         gateway = gateway.with_reports(reports);
     }
+    if let Some(log) = &a.audit_log {
+        let sink = if log.as_os_str() == "-" {
+            egress_gateway::audit::Sink::Stdout
+        } else {
+            egress_gateway::audit::Sink::File {
+                path: log.clone(),
+                max_bytes: a.audit_max_bytes,
+                keep: a.audit_keep,
+            }
+        };
+        gateway = gateway.with_audit(sink).map_err(|e| CliError::Input {
+            what: "--audit-log".into(),
+            message: e.to_string(),
+        })?;
+    }
     let gateway = Arc::new(gateway);
     let transport = tls
         .start(a.reload_interval, "the gateway")

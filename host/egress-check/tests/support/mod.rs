@@ -173,7 +173,14 @@ pub fn for_this_machine(conf: &str, listen: SocketAddr, dir: &Path) -> String {
             let new = match directive {
                 "http_port" => format!("http_port {listen}"),
                 "pid_filename" => format!("pid_filename {}", dir.join("squid.pid").display()),
-                "access_log" => format!("access_log stdio:{}", dir.join("access.log").display()),
+                // The path is this machine's; a format named after it is kept.
+                "access_log" => std::iter::once(format!(
+                    "access_log stdio:{}",
+                    dir.join("access.log").display()
+                ))
+                .chain(line.split_whitespace().skip(2).map(str::to_string))
+                .collect::<Vec<_>>()
+                .join(" "),
                 "cache_log" => format!("cache_log {}", dir.join("cache.log").display()),
                 _ => return line.to_string(),
             };
@@ -312,6 +319,11 @@ impl Squid {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Its access log so far.
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("access.log")).unwrap_or_default()
     }
 
     pub fn logs(&self) -> String {

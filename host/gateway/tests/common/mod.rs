@@ -105,6 +105,16 @@ pub fn gateway(
     members: Vec<Member>,
     limits: Limits,
 ) -> (Arc<Gateway>, Arc<MemberTable>, tempfile::TempDir) {
+    gateway_built(served, members, limits, |g| g)
+}
+
+/// [`gateway`], `build` adding to the gateway before it is shared.
+pub fn gateway_built(
+    served: &[&str],
+    members: Vec<Member>,
+    limits: Limits,
+    build: impl FnOnce(Gateway) -> Gateway,
+) -> (Arc<Gateway>, Arc<MemberTable>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.yaml");
     std::fs::write(
@@ -124,12 +134,12 @@ pub fn gateway(
         served.iter().map(|p| PoolKey::parse(p).unwrap()).collect(),
     ));
     table.replace(members, true);
-    let gw = Arc::new(Gateway::new(
+    let gw = Arc::new(build(Gateway::new(
         table.clone(),
         guard,
         Arc::new(egress_gateway::metrics::Metrics::new()),
         limits,
-    ));
+    )));
     (gw, table, dir)
 }
 

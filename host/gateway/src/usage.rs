@@ -1,0 +1,154 @@
+//! Who used what: each tunnel and plain request a caller was admitted for is accounted to its
+//! holder (the authenticated caller, under the pool's namespace) in the metrics as its bytes
+//! move, and written to the audit trail ([`crate::audit`]) once it ends. A request refused
+//! before admission (no token, a pool the caller may not use) has no holder to account to; the
+//! error metrics count it.
+
+use crate::audit::Record;
+use crate::authority::Destination;
+use crate::members::{Entry, PoolKey};
+use crate::metrics::{Labels, Listener, with};
+use crate::server::{Admitted, Gateway};
+use crate::status::Failure;
+use prometheus_client::metrics::counter::Counter;
+use std::time::Instant;
+
+/// What a tunnel or a plain request is accounted by, from its admission on.
+#[derive(Debug, Clone)]
+pub(crate) struct Account {
+    pub(crate) holder: String,
+    /// `namespace` and `holder` (or `other`) for the metrics.
+    pub(crate) labels: Labels,
+    pub(crate) pool: PoolKey,
+    pub(crate) session: Option<String>,
+    pub(crate) lease: Option<String>,
+    pub(crate) listener: Listener,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) target: Option<String>,
+    pub(crate) method: String,
+    pub(crate) started: Instant,
+}
+
+/// What was accounted: a tunnel (`CONNECT` of any listener) or a plain request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exchange {
+    Tunnel,
+    Request,
+}
+
+/// How an accounted exchange ended.
+pub(crate) struct Outcome<'a> {
+    /// The member that carried it, and its egress address.
+    pub(crate) member: Option<&'a str>,
+    pub(crate) address: Option<&'a str>,
+    pub(crate) up: u64,
+    pub(crate) down: u64,
+    pub(crate) status: Option<u16>,
+    pub(crate) result: &'a str,
+}
+
+impl<'a> Outcome<'a> {
+    /// What `entry` carried.
+    pub(crate) fn through(entry: &'a Entry, up: u64, down: u64, result: &'a str) -> Self {
+        Self {
+            member: Some(&entry.member.name),
+            address: entry.member.egress_ip.as_deref(),
+            up,
+            down,
+            status: None,
+            result,
+        }
+    }
+}
+
+impl Gateway {
+    /// The account of `a`'s request to `destination`.
+    pub(crate) fn account(
+        &self,
+        a: &Admitted,
+        destination: &Destination,
+        target: Option<&str>,
+        method: &str,
+    ) -> Account {
+        Account {
+            holder: a.caller.clone(),
+            labels: self.metrics.holder_labels(&a.pool.namespace, &a.caller),
+            pool: a.pool.clone(),
+            session: a.options.session.clone(),
+            lease: a.options.lease.clone(),
+            listener: a.listener,
+            host: destination.host.clone(),
+            port: destination.port,
+            target: target.map(str::to_string),
+            method: method.to_string(),
+            started: Instant::now(),
+        }
+    }
+
+    /// The holder's byte counter for `direction` (`up`, `down`).
+    pub(crate) fn holder_bytes(&self, account: &Account, direction: &str) -> Counter {
+        self.metrics
+            .holder_bytes
+            .get_or_create(&with(account.labels.clone(), "direction", direction))
+            .clone()
+    }
+
+    /// `account`'s tunnel or request ended: relayed, or failed before it was.
+    pub(crate) fn ended(&self, account: &Account, exchange: Exchange, outcome: Outcome<'_>) {
+        let (family, event) = match exchange {
+            Exchange::Tunnel => (&self.metrics.holder_tunnels, "egress.tunnel"),
+            Exchange::Request => (&self.metrics.holder_requests, "egress.request"),
+        };
+        family
+            .get_or_create(&with(account.labels.clone(), "result", outcome.result))
+            .inc();
+        if let Some(audit) = &self.audit {
+            audit.record(&record(account, event, outcome));
+        }
+    }
+
+    /// `f` ended `account`'s tunnel or request before any byte was relayed.
+    pub(crate) fn failed(&self, account: &Account, f: &Failure, exchange: Exchange) {
+        let member = f
+            .member
+            .as_deref()
+            .map(|id| id.rsplit_once('/').map_or(id, |(_, name)| name));
+        self.ended(
+            account,
+            exchange,
+            Outcome {
+                member,
+                address: None,
+                up: 0,
+                down: 0,
+                status: Some(f.status.as_u16()),
+                result: f.kind.label(),
+            },
+        );
+    }
+}
+
+fn record(account: &Account, event: &'static str, outcome: Outcome<'_>) -> Record {
+    Record {
+        timestamp: egress_time::format_rfc3339_millis(egress_time::now::unix_now_millis()),
+        event,
+        holder: account.holder.clone(),
+        namespace: account.pool.namespace.clone(),
+        pool: account.pool.name.clone(),
+        session: account.session.clone(),
+        lease: account.lease.clone(),
+        member: outcome.member.map(str::to_string),
+        address: outcome.address.map(str::to_string),
+        host: account.host.clone(),
+        port: account.port,
+        target: account.target.clone(),
+        listener: account.listener.label(),
+        method: account.method.clone(),
+        status: outcome.status,
+        up: outcome.up,
+        down: outcome.down,
+        duration_ms: account.started.elapsed().as_millis() as u64,
+        result: outcome.result.to_string(),
+    }
+}

@@ -1,0 +1,386 @@
+//! Who used what, with real parts on loopback: two holders of two namespaces move known payloads
+//! through the gateway (tunnels and plain requests, at once) to real Squids from the generated
+//! config (each member its own egress address), and what the gateway's metrics and its audit
+//! trail say each holder moved is checked against the payloads and against what the members'
+//! own Squid access logs say. Skips without squid or ports 80/443 (root), unless
+//! EGRESS_REQUIRE_REAL_BACKENDS=1.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "../../egress-check/tests/support/mod.rs"]
+mod support;
+
+use common::{RIVAL, SPIDER, basic, limits, metrics_text, read_head, series};
+use egress_gateway::Member;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The site: in the destinations the generated config opts in (127.0.0.8/29).
+const SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 12);
+
+/// A byte of a payload: a pattern, so a short or shifted relay would not pass for a whole one.
+fn byte(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// The site on `SITE`: on 443 a tunnel's peer (16 bytes saying how many bytes come up and how
+/// many to send down, those bytes, then those it asked for, then a close); on 80 a plain HTTP
+/// server that reads a request's body and answers `?down=N` bytes.
+async fn site() {
+    for port in [443u16, 80] {
+        let std = support::bind_patiently(SocketAddr::from((SITE, port))).unwrap();
+        std.set_nonblocking(true).unwrap();
+        let listener = tokio::net::TcpListener::from_std(std).unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((s, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    if port == 443 {
+                        tunnel_peer(s).await;
+                    } else {
+                        http_peer(s).await;
+                    }
+                });
+            }
+        });
+    }
+}
+
+async fn tunnel_peer(mut s: TcpStream) {
+    let mut sizes = [0u8; 16];
+    if s.read_exact(&mut sizes).await.is_err() {
+        return;
+    }
+    let up = u64::from_be_bytes(sizes[..8].try_into().unwrap()) as usize;
+    let down = u64::from_be_bytes(sizes[8..].try_into().unwrap()) as usize;
+    let mut got = vec![0u8; up];
+    if s.read_exact(&mut got).await.is_err() {
+        return;
+    }
+    assert!(got.iter().enumerate().all(|(i, b)| *b == byte(i)));
+    let body: Vec<u8> = (0..down).map(byte).collect();
+    let _ = s.write_all(&body).await;
+    let _ = s.shutdown().await;
+}
+
+async fn http_peer(mut s: TcpStream) {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 16 * 1024];
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match s.read(&mut b).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().unwrap());
+    let down: usize = head
+        .split_once("down=")
+        .map(|(_, rest)| rest.split(|c: char| !c.is_ascii_digit()).next().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut body = buf.len() - end;
+    while body < length {
+        match s.read(&mut b).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => body += n,
+        }
+    }
+    let mut answer =
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {down}\r\nConnection: close\r\n\r\n")
+            .into_bytes();
+    answer.extend((0..down).map(byte));
+    let _ = s.write_all(&answer).await;
+    let _ = s.shutdown().await;
+}
+
+/// A tunnel through `gateway` with `token` to the site, carrying `up` bytes (after the 16 that
+/// say the sizes) and `down` back; the bytes it carried each way.
+async fn tunnel(gateway: SocketAddr, token: &str, up: usize, down: usize) -> (u64, u64) {
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    s.write_all(
+        format!(
+            "CONNECT {SITE}:443 HTTP/1.1\r\nHost: {SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
+            basic("web", token)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let mut out = Vec::with_capacity(16 + up);
+    out.extend_from_slice(&(up as u64).to_be_bytes());
+    out.extend_from_slice(&(down as u64).to_be_bytes());
+    out.extend((0..up).map(byte));
+    s.write_all(&out).await.unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got.len(), down);
+    assert!(got.iter().enumerate().all(|(i, b)| *b == byte(i)));
+    ((16 + up) as u64, down as u64)
+}
+
+/// A plain POST of `up` bytes through `gateway` with `token`, answered with `down`.
+async fn post(gateway: SocketAddr, token: &str, up: usize, down: usize) -> (u64, u64) {
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    let mut out = format!(
+        "POST http://{SITE}/upload?down={down} HTTP/1.1\r\nHost: {SITE}\r\nProxy-Authorization: {}\r\nContent-Length: {up}\r\nConnection: close\r\n\r\n",
+        basic("web", token)
+    )
+    .into_bytes();
+    out.extend((0..up).map(byte));
+    s.write_all(&out).await.unwrap();
+    let head = read_head(&mut s).await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got.len(), down);
+    (up as u64, down as u64)
+}
+
+/// Squids from the generated config logging the bytes of each transaction (`%>st`: received
+/// from the gateway, `%<st`: sent to it) and its method; members `first..first+n` of
+/// `namespace`/web, each egressing from its own address.
+fn members(
+    binary: &std::path::Path,
+    namespace: &str,
+    first: usize,
+    n: usize,
+) -> (Vec<support::Squid>, Vec<Member>) {
+    let (mut squids, mut members) = (Vec::new(), Vec::new());
+    for i in first..first + n {
+        let egress = Ipv4Addr::new(127, 0, 0, 40 + i as u8);
+        let mut conf = support::generated_conf_for(&["127.0.0.1/32"]);
+        let line = conf
+            .lines()
+            .find(|l| l.starts_with("access_log "))
+            .unwrap()
+            .to_string();
+        conf = conf.replace(
+            &line,
+            &format!("logformat bytes %>st %<st %rm\n{line} bytes"),
+        );
+        conf.push_str(&format!("tcp_outgoing_address {egress}\n"));
+        let htpasswd =
+            common::credential(i).htpasswd(&[i as u8; egress_core::credential::SALT_BYTES]);
+        let squid =
+            support::Squid::start_with_htpasswd(binary, &conf, Ipv4Addr::LOCALHOST, &htpasswd);
+        let mut m = common::member(i, &squid, egress);
+        m.namespace = namespace.into();
+        members.push(m);
+        squids.push(squid);
+    }
+    (squids, members)
+}
+
+/// What `squids`' access logs say they received and sent for CONNECTs and POSTs, once they
+/// logged `transactions` of them.
+async fn logged(squids: &[support::Squid], transactions: usize) -> (u64, u64, usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (mut received, mut sent, mut n) = (0, 0, 0);
+        for s in squids {
+            for l in s.access_log().lines() {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                if f.len() == 3 && (f[2] == "CONNECT" || f[2] == "POST") {
+                    received += f[0].parse::<u64>().unwrap();
+                    sent += f[1].parse::<u64>().unwrap();
+                    n += 1;
+                }
+            }
+        }
+        if n >= transactions || tokio::time::Instant::now() > deadline {
+            return (received, sent, n);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn within(what: &str, ours: u64, squid: u64, share: f64) {
+    let diff = (ours as f64 - squid as f64).abs() / squid as f64;
+    eprintln!(
+        "{what}: the gateway {ours}, Squid {squid} ({:.3}% apart)",
+        diff * 100.0
+    );
+    assert!(
+        diff <= share,
+        "{what}: the gateway says {ours}, Squid {squid}: {:.3}% apart",
+        diff * 100.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_holders_bytes_in_the_metrics_and_the_audit_trail_match_the_members_squids() {
+    let Some(binary) = support::squid_and_echo() else {
+        return;
+    };
+    site().await;
+    let (ns_squids, mut all) = members(&binary, "ns", 1, 2);
+    let (other_squids, other) = members(&binary, "other", 3, 2);
+    all.extend(other);
+    let audit_dir = tempfile::tempdir().unwrap();
+    let audit_log = audit_dir.path().join("audit.log");
+    let (gw, _table, _dir) = common::gateway_built(&["ns/web", "other/web"], all, limits(), |g| {
+        g.with_audit(egress_gateway::audit::Sink::File {
+            path: audit_log.clone(),
+            max_bytes: 1 << 30,
+            keep: 1,
+        })
+        .unwrap()
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (gateway, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
+    tokio::spawn(egress_gateway::serve(listener, gw.clone()));
+    tokio::spawn(egress_gateway::serve_admin(admin, gw.clone()));
+
+    // spider (namespace ns) and rival (namespace other), at once: tunnels and plain requests of
+    // sizes of each their own.
+    const K: usize = 1024;
+    let mut work = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        work.spawn(async move { ("spider", tunnel(gateway, SPIDER, 256 * K, 1024 * K).await) });
+    }
+    for _ in 0..4 {
+        work.spawn(async move { ("spider", post(gateway, SPIDER, 128 * K, 512 * K).await) });
+    }
+    for _ in 0..3 {
+        work.spawn(async move { ("rival", tunnel(gateway, RIVAL, 384 * K, 768 * K).await) });
+    }
+    for _ in 0..2 {
+        work.spawn(async move { ("rival", post(gateway, RIVAL, 64 * K, 256 * K).await) });
+    }
+    let mut moved = std::collections::BTreeMap::<&str, (u64, u64)>::new();
+    while let Some(done) = work.join_next().await {
+        let (holder, (up, down)) = done.unwrap();
+        let m = moved.entry(holder).or_default();
+        m.0 += up;
+        m.1 += down;
+    }
+
+    // The audit trail: one line per tunnel and request, each holder's bytes the payloads'.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let text = std::fs::read_to_string(&audit_log).unwrap_or_default();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines.len() >= 15 || tokio::time::Instant::now() > deadline {
+            assert!(!text.contains(SPIDER) && !text.contains(RIVAL), "{text}");
+            assert!(
+                !text.contains("upload") && !text.contains("down="),
+                "{text}"
+            );
+            break lines;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(lines.len(), 15, "{lines:#?}");
+    for (holder, namespace, tunnels, requests) in [("spider", "ns", 6, 4), ("rival", "other", 3, 2)]
+    {
+        let of = |event: &str| {
+            lines
+                .iter()
+                .filter(|l| l["user.name"] == holder && l["event.name"] == event)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(of("egress.tunnel").len(), tunnels, "{holder}");
+        assert_eq!(of("egress.request").len(), requests, "{holder}");
+        let mine: Vec<_> = lines.iter().filter(|l| l["user.name"] == holder).collect();
+        for l in &mine {
+            assert_eq!(l["k8s.namespace.name"], namespace);
+            assert_eq!(l["egress.pool"], "web");
+            assert_eq!(l["server.address"], SITE.to_string());
+            let ip = l["egress.address"].as_str().unwrap();
+            let member = l["egress.member"].as_str().unwrap();
+            let ours = if namespace == "ns" {
+                ["web-1", "web-2"]
+            } else {
+                ["web-3", "web-4"]
+            };
+            assert!(ours.contains(&member), "{l}");
+            assert_eq!(
+                ip,
+                format!("127.0.0.{}", 40 + member[4..].parse::<u8>().unwrap())
+            );
+            let (result, port) = if l["event.name"] == "egress.tunnel" {
+                ("closed", 443)
+            } else {
+                assert_eq!(l["http.request.method"], "POST");
+                assert_eq!(l["http.response.status_code"], 200);
+                ("served", 80)
+            };
+            assert_eq!(l["egress.result"], result, "{l}");
+            assert_eq!(l["server.port"], port);
+        }
+        let sum = |key: &str| mine.iter().map(|l| l[key].as_u64().unwrap()).sum::<u64>();
+        assert_eq!(
+            (sum("egress.bytes.up"), sum("egress.bytes.down")),
+            moved[holder],
+            "{holder}'s audit lines"
+        );
+    }
+
+    // The metrics: each holder's bytes, tunnels and requests, under its pool's namespace.
+    let text = metrics_text(admin_addr).await;
+    for (holder, namespace) in [("spider", "ns"), ("rival", "other")] {
+        let labels = format!("namespace=\"{namespace}\",holder=\"{holder}\"");
+        let bytes = |dir: &str| {
+            series(
+                &text,
+                &format!("egress_gateway_holder_bytes_total{{{labels},direction=\"{dir}\"}}"),
+            )
+            .unwrap_or_else(|| panic!("no {holder} {dir} bytes:\n{text}")) as u64
+        };
+        assert_eq!(
+            (bytes("up"), bytes("down")),
+            moved[holder],
+            "{holder}'s metrics"
+        );
+        assert_eq!(
+            series(
+                &text,
+                &format!("egress_gateway_holder_tunnels_open{{{labels}}}")
+            ),
+            Some(0.0)
+        );
+    }
+    assert_eq!(
+        series(
+            &text,
+            "egress_gateway_holder_tunnels_total{namespace=\"ns\",holder=\"spider\",result=\"closed\"}"
+        ),
+        Some(6.0)
+    );
+    assert_eq!(
+        series(
+            &text,
+            "egress_gateway_holder_requests_total{namespace=\"other\",holder=\"rival\",result=\"served\"}"
+        ),
+        Some(2.0)
+    );
+
+    // The members' own Squids: each holder's members logged what the gateway says it moved,
+    // within 0.5% (Squid counts the request and answer heads too).
+    for (holder, squids, transactions) in [("spider", &ns_squids, 10), ("rival", &other_squids, 5)]
+    {
+        let (received, sent, n) = logged(squids, transactions).await;
+        assert_eq!(n, transactions, "{holder}'s Squids logged {n} transactions");
+        within(&format!("{holder} up"), moved[holder].0, received, 0.005);
+        within(&format!("{holder} down"), moved[holder].1, sent, 0.005);
+    }
+}
