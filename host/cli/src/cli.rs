@@ -93,6 +93,10 @@ pub struct GatewayArgs {
     /// Rotated audit log files kept.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub audit_keep: usize,
+    /// Quotas per namespace and per holder (bytes per UTC day, tunnels at once), YAML: see
+    /// the gateway's README. A holder past one gets 429 naming it; its tunnels are cut.
+    #[arg(long, value_name = "FILE")]
+    pub quotas: Option<PathBuf>,
     /// In a cluster: the Secret holding the credential every pool member admits for the
     /// gateway (the operator makes it in its namespace), NAMESPACE/NAME. The gateway reads no
     /// other Secret. Default: egress-proxies-gateway-credential in the gateway's own namespace.

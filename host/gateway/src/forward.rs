@@ -272,6 +272,8 @@ pub enum Ended {
     Idle,
     /// Its member retired (drain deadline) or left the table.
     Retired,
+    /// Its holder passed a byte quota.
+    Quota,
 }
 
 impl Ended {
@@ -280,6 +282,7 @@ impl Ended {
             Ended::Closed => "closed",
             Ended::Idle => "idle",
             Ended::Retired => "retired",
+            Ended::Quota => "quota",
         }
     }
 }
@@ -293,6 +296,8 @@ pub struct Meter {
     metric: Option<prometheus_client::metrics::counter::Counter>,
     /// A second counter added to alike: the holder's.
     also: Option<prometheus_client::metrics::counter::Counter>,
+    /// The byte counts of the holder's quotas (`crate::quota`).
+    quota: Vec<Arc<AtomicU64>>,
 }
 
 impl Meter {
@@ -301,7 +306,14 @@ impl Meter {
             count: Arc::default(),
             metric: Some(metric),
             also: None,
+            quota: Vec::new(),
         }
+    }
+
+    /// This meter, adding to the quota counts `quota` as well.
+    pub fn quota(mut self, quota: Vec<Arc<AtomicU64>>) -> Self {
+        self.quota = quota;
+        self
     }
 
     /// This meter, adding to `also` as well.
@@ -318,6 +330,9 @@ impl Meter {
         if let Some(m) = &self.also {
             m.inc_by(n);
         }
+        for q in &self.quota {
+            q.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// Bytes carried so far.
@@ -331,6 +346,8 @@ impl Meter {
 pub struct Carried {
     pub up: Meter,
     pub down: Meter,
+    /// Turns true when the tunnel's holder passed a byte quota: the tunnel ends then.
+    pub cut: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Size of a relay buffer: large enough that a bulk transfer costs few system calls per
@@ -632,10 +649,22 @@ async fn until_ended(
             }
         }
     };
+    let cut = async {
+        match carried.cut.clone() {
+            Some(mut cut) => {
+                if cut.wait_for(|past| *past).await.is_err() {
+                    // The quotas went with the gateway: nothing will cut it.
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         () = copy => Ended::Closed,
         () = watch_idle => Ended::Idle,
         () = retired => Ended::Retired,
+        () = cut => Ended::Quota,
     }
 }
 
@@ -858,6 +887,7 @@ mod tests {
         let carried = Carried {
             up: Meter::new(up.clone()),
             down: Meter::new(down.clone()),
+            cut: None,
         };
         let fate = tokio::sync::watch::Sender::new(Fate::Serving);
         let running = relay_bare(

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod plain;
 pub mod politeness;
 pub mod quarantine;
+pub mod quota;
 pub mod reports;
 pub mod route;
 pub mod server;

@@ -66,6 +66,7 @@ impl Gateway {
         if parts.version == http::Version::HTTP_2 {
             as_http11(&mut parts);
         }
+        self.within_quota(&account, false)?;
         if a.options.report_banned {
             self.take_report(a, target.as_deref())?;
         }
@@ -111,7 +112,11 @@ impl Gateway {
                 self.holder_bytes(&account, "up"),
                 self.holder_bytes(&account, "down"),
             );
-            let carried = forward::Carried::default();
+            let carried = forward::Carried {
+                up: forward::Meter::default().quota(self.quota_counters(&account)),
+                down: forward::Meter::default().quota(self.quota_counters(&account)),
+                cut: None,
+            };
             let carried_up = carried.up.clone();
             let idle = self.limits.body_idle_timeout;
             let body = IdleBody::new(body, idle).map_frame(move |frame| {

@@ -158,6 +158,8 @@ pub struct Gateway {
     pub(crate) reports: Option<crate::reports::Reports>,
     /// The audit trail (`--audit-log`), if kept.
     pub(crate) audit: Option<crate::audit::Audit>,
+    /// The installation's quotas (`--quotas`); none by default.
+    pub(crate) quotas: Arc<crate::quota::Quotas>,
 }
 
 /// A tunnel its member opened (it answered `200` to the gateway's CONNECT), waiting for the
@@ -178,6 +180,8 @@ pub(crate) struct Opened {
     permit: Option<crate::budgets::Permit>,
     /// Whom it is accounted to.
     account: crate::usage::Account,
+    /// Its place under its holder's `concurrentTunnels`, until it ends.
+    quota_held: Option<crate::quota::TunnelHeld>,
 }
 
 /// What was decided about a request before a member is dialled.
@@ -211,7 +215,19 @@ impl Gateway {
             budgets: Arc::new(crate::budgets::Budgets::new(limits.replica)),
             reports: None,
             audit: None,
+            quotas: Arc::default(),
         }
+    }
+
+    /// This gateway, holding its callers to `quotas` ([`crate::quota`]): their crossings are
+    /// looked for on a task of the current runtime.
+    pub fn with_quotas(mut self, quotas: crate::quota::Quotas) -> Self {
+        let quotas = Arc::new(quotas);
+        if !quotas.is_empty() {
+            tokio::spawn(quotas.clone().watch());
+        }
+        self.quotas = quotas;
+        self
     }
 
     /// This gateway, writing its audit trail to `sink` ([`crate::audit`]).
@@ -573,6 +589,7 @@ impl Gateway {
         started: Instant,
         account: crate::usage::Account,
     ) -> Result<Opened, Failure> {
+        self.within_quota(&account, true)?;
         if a.options.report_banned {
             self.take_report(a, target.as_deref())?;
         }
@@ -616,6 +633,7 @@ impl Gateway {
                         active,
                         permit,
                         entry,
+                        quota_held: account.quota.as_ref().map(|h| self.quotas.tunnel(h)),
                         account,
                     });
                 }
@@ -696,6 +714,7 @@ impl Gateway {
     async fn relay_crawler(&self, opened: Opened, crawler: Crawler, client_early: Bytes) {
         let _active = opened.active;
         let _permit = opened.permit;
+        let _quota_held = opened.quota_held;
         let tunnels = self.metrics.tunnels.get_or_create(&opened.labels).clone();
         tunnels.inc();
         let holder_open = self
@@ -715,10 +734,16 @@ impl Gateway {
                     .clone(),
             )
             .and(self.holder_bytes(&opened.account, dir))
+            .quota(self.quota_counters(&opened.account))
         };
         let carried = Carried {
             up: meter("up"),
             down: meter("down"),
+            cut: opened
+                .account
+                .quota
+                .as_ref()
+                .map(|h| self.quotas.cut_signal(h)),
         };
         let idle = self.limits.timeouts.idle;
         let ended = match crawler {

@@ -58,7 +58,8 @@ pub fn reply_for(f: &Failure) -> Reply {
         | ErrorKind::LeaseGone
         | ErrorKind::Refused
         | ErrorKind::BadRequest
-        | ErrorKind::Unauthenticated => Reply::NotAllowed,
+        | ErrorKind::Unauthenticated
+        | ErrorKind::Quota => Reply::NotAllowed,
         ErrorKind::NoMember
         | ErrorKind::SessionGone
         | ErrorKind::AuthUnavailable

@@ -41,10 +41,12 @@ pub enum ErrorKind {
     /// No politeness budget for the request's target on any member it may use, within the
     /// pool's `maxWait`: 429.
     Polite,
+    /// The holder reached a quota the installation set (`crate::quota`): 429.
+    Quota,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 11] = [
+    pub const ALL: [ErrorKind; 12] = [
         ErrorKind::Unauthenticated,
         ErrorKind::Forbidden,
         ErrorKind::AuthUnavailable,
@@ -56,6 +58,7 @@ impl ErrorKind {
         ErrorKind::Refused,
         ErrorKind::Overloaded,
         ErrorKind::Polite,
+        ErrorKind::Quota,
     ];
 
     pub fn label(self) -> &'static str {
@@ -71,6 +74,7 @@ impl ErrorKind {
             ErrorKind::Refused => "refused",
             ErrorKind::Overloaded => "overloaded",
             ErrorKind::Polite => "politeness",
+            ErrorKind::Quota => "quota",
         }
     }
 
@@ -90,6 +94,7 @@ impl ErrorKind {
             // The gateway's own rate limit on the destination: a refusal of the request as it
             // stands, which coming back later lifts.
             ErrorKind::Polite => "http_request_denied",
+            ErrorKind::Quota => "http_request_denied",
         }
     }
 }

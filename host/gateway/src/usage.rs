@@ -28,6 +28,8 @@ pub(crate) struct Account {
     pub(crate) target: Option<String>,
     pub(crate) method: String,
     pub(crate) started: Instant,
+    /// Its holder's place under the quotas, where any applies.
+    pub(crate) quota: Option<crate::quota::Holder>,
 }
 
 /// What was accounted: a tunnel (`CONNECT` of any listener) or a plain request.
@@ -83,7 +85,43 @@ impl Gateway {
             target: target.map(str::to_string),
             method: method.to_string(),
             started: Instant::now(),
+            quota: (!self.quotas.is_empty())
+                .then(|| self.quotas.holder(&a.pool.namespace, &a.caller)),
         }
+    }
+
+    /// The quota `account`'s holder reached, as the answer that refuses it (before any member
+    /// is dialled); `tunnel`: it asks to open one.
+    pub(crate) fn within_quota(&self, account: &Account, tunnel: bool) -> Result<(), Failure> {
+        let Some(h) = &account.quota else {
+            return Ok(());
+        };
+        let Some(r) = self.quotas.reached(h, egress_time::now::unix_now(), tunnel) else {
+            return Ok(());
+        };
+        let when = match r.resets_in {
+            Some(s) => format!("; it resets in {s}s (the next UTC day)"),
+            None => "; a tunnel that ends frees its place".to_string(),
+        };
+        let mut f = Failure::new(
+            crate::status::ErrorKind::Quota,
+            http::StatusCode::TOO_MANY_REQUESTS,
+            format!("quota: {} of {} reached{when}", r.quota, r.of),
+        );
+        f.retry_after = Some(r.resets_in.unwrap_or(1).max(1));
+        Err(f)
+    }
+
+    /// The byte counts of `account`'s quotas.
+    pub(crate) fn quota_counters(
+        &self,
+        account: &Account,
+    ) -> Vec<std::sync::Arc<std::sync::atomic::AtomicU64>> {
+        account
+            .quota
+            .as_ref()
+            .map(|h| self.quotas.counters(h))
+            .unwrap_or_default()
     }
 
     /// The holder's byte counter for `direction` (`up`, `down`).

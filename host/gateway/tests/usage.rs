@@ -18,20 +18,24 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// The site: in the destinations the generated config opts in (127.0.0.8/29).
+/// The sites, one per test: in the destinations the generated config opts in (127.0.0.8/29).
 const SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 12);
+const QUOTA_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 13);
+
+/// Asked of the site as a tunnel's bytes down: a stream until the tunnel ends.
+const STREAM: usize = u64::MAX as usize;
 
 /// A byte of a payload: a pattern, so a short or shifted relay would not pass for a whole one.
 fn byte(i: usize) -> u8 {
     (i % 251) as u8
 }
 
-/// The site on `SITE`: on 443 a tunnel's peer (16 bytes saying how many bytes come up and how
+/// The site on `ip`: on 443 a tunnel's peer (16 bytes saying how many bytes come up and how
 /// many to send down, those bytes, then those it asked for, then a close); on 80 a plain HTTP
 /// server that reads a request's body and answers `?down=N` bytes.
-async fn site() {
+async fn site(ip: Ipv4Addr) {
     for port in [443u16, 80] {
-        let std = support::bind_patiently(SocketAddr::from((SITE, port))).unwrap();
+        let std = support::bind_patiently(SocketAddr::from((ip, port))).unwrap();
         std.set_nonblocking(true).unwrap();
         let listener = tokio::net::TcpListener::from_std(std).unwrap();
         tokio::spawn(async move {
@@ -63,6 +67,14 @@ async fn tunnel_peer(mut s: TcpStream) {
         return;
     }
     assert!(got.iter().enumerate().all(|(i, b)| *b == byte(i)));
+    if down == STREAM {
+        // 64 KiB every 20 ms until the tunnel ends.
+        let chunk: Vec<u8> = (0..64 * 1024).map(byte).collect();
+        while s.write_all(&chunk).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        return;
+    }
     let body: Vec<u8> = (0..down).map(byte).collect();
     let _ = s.write_all(&body).await;
     let _ = s.shutdown().await;
@@ -109,10 +121,21 @@ async fn http_peer(mut s: TcpStream) {
 /// A tunnel through `gateway` with `token` to the site, carrying `up` bytes (after the 16 that
 /// say the sizes) and `down` back; the bytes it carried each way.
 async fn tunnel(gateway: SocketAddr, token: &str, up: usize, down: usize) -> (u64, u64) {
+    tunnel_to(gateway, SITE, token, up, down).await
+}
+
+/// [`tunnel`] to the site on `site`.
+async fn tunnel_to(
+    gateway: SocketAddr,
+    site: Ipv4Addr,
+    token: &str,
+    up: usize,
+    down: usize,
+) -> (u64, u64) {
     let mut s = TcpStream::connect(gateway).await.unwrap();
     s.write_all(
         format!(
-            "CONNECT {SITE}:443 HTTP/1.1\r\nHost: {SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
+            "CONNECT {site}:443 HTTP/1.1\r\nHost: {site}:443\r\nProxy-Authorization: {}\r\n\r\n",
             basic("web", token)
         )
         .as_bytes(),
@@ -227,7 +250,7 @@ async fn each_holders_bytes_in_the_metrics_and_the_audit_trail_match_the_members
     let Some(binary) = support::squid_and_echo() else {
         return;
     };
-    site().await;
+    site(SITE).await;
     let (ns_squids, mut all) = members(&binary, "ns", 1, 2);
     let (other_squids, other) = members(&binary, "other", 3, 2);
     all.extend(other);
@@ -383,4 +406,141 @@ async fn each_holders_bytes_in_the_metrics_and_the_audit_trail_match_the_members
         within(&format!("{holder} up"), moved[holder].0, received, 0.005);
         within(&format!("{holder} down"), moved[holder].1, sent, 0.005);
     }
+}
+
+/// A tunnel through `gateway` with `token` that the site streams down until it ends, read as
+/// it comes: when its bytes (with the 16 that went up) passed `quota`, and when it ended.
+async fn streamed(
+    gateway: SocketAddr,
+    token: &str,
+    quota: u64,
+    stop: tokio::time::Instant,
+) -> (Option<tokio::time::Instant>, tokio::time::Instant, u64) {
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    s.write_all(
+        format!(
+            "CONNECT {QUOTA_SITE}:443 HTTP/1.1\r\nHost: {QUOTA_SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
+            basic("web", token)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let mut sizes = [0u8; 16];
+    sizes[8..].copy_from_slice(&(STREAM as u64).to_be_bytes());
+    s.write_all(&sizes).await.unwrap();
+    let (mut total, mut crossed) = (16u64, None);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let read = tokio::time::timeout_at(stop, s.read(&mut buf)).await;
+        match read {
+            Ok(Ok(n)) if n > 0 => {
+                total += n as u64;
+                if total >= quota && crossed.is_none() {
+                    crossed = Some(tokio::time::Instant::now());
+                }
+            }
+            // Ended by the gateway, or still open at `stop`.
+            _ => return (crossed, tokio::time::Instant::now(), total),
+        }
+    }
+}
+
+/// A holder's byte quota, declared for it alone: its tunnel is cut within a second of the byte
+/// that crossed it and a new one is refused naming the quota, before any member is dialled;
+/// the other namespace's holder, streaming at the same time, is not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_byte_quota_cuts_its_holder_off_within_a_second_and_no_one_else() {
+    let Some(binary) = support::squid_and_echo() else {
+        return;
+    };
+    site(QUOTA_SITE).await;
+    let (_ns_squids, mut all) = members(&binary, "ns", 5, 1);
+    let (_other_squids, other) = members(&binary, "other", 6, 1);
+    all.extend(other);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("quotas.yaml");
+    const QUOTA: u64 = 3 * 1024 * 1024;
+    std::fs::write(
+        &file,
+        format!("quotas:\n- {{namespace: ns, holder: spider, bytesPerDay: {QUOTA}}}\n- {{namespace: other, bytesPerDay: 1Ti}}\n"),
+    )
+    .unwrap();
+    let quotas = egress_gateway::quota::Quotas::load(&file).unwrap();
+    let (gw, _table, _dir) = common::gateway_built(&["ns/web", "other/web"], all, limits(), |g| {
+        g.with_quotas(quotas)
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (gateway, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
+    tokio::spawn(egress_gateway::serve(listener, gw.clone()));
+    tokio::spawn(egress_gateway::serve_admin(admin, gw.clone()));
+
+    // Both stream at about 3 MiB/s; spider's quota is 3 MiB.
+    let stop = tokio::time::Instant::now() + Duration::from_secs(6);
+    let rival = tokio::spawn(streamed(gateway, RIVAL, u64::MAX, stop));
+    let (crossed, ended, total) = streamed(gateway, SPIDER, QUOTA, stop).await;
+    let crossed = crossed.expect("spider's tunnel never passed its quota");
+    let after = ended - crossed;
+    eprintln!("spider: cut {after:?} after it passed its quota, at {total} bytes");
+    assert!(
+        ended < stop,
+        "spider's tunnel was not cut: {total} bytes in 6 s"
+    );
+    assert!(
+        after < Duration::from_secs(1),
+        "cut {after:?} after the crossing"
+    );
+
+    // A new tunnel or request of spider's: 429 naming the quota, nothing dialled.
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    s.write_all(
+        format!(
+            "CONNECT {QUOTA_SITE}:443 HTTP/1.1\r\nHost: {QUOTA_SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
+            basic("web", SPIDER)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    assert_eq!(head.status, 429, "{head:?}");
+    let status = head.get("proxy-status").unwrap();
+    assert!(
+        status.contains("quota: bytesPerDay of holder spider in namespace ns reached"),
+        "{status}"
+    );
+    let retry: u64 = head.get("retry-after").unwrap().parse().unwrap();
+    assert!((1..=86_400).contains(&retry), "{retry}");
+
+    // rival streamed on to the end, and still opens tunnels.
+    let (_, rival_ended, rival_total) = rival.await.unwrap();
+    assert!(
+        rival_ended >= stop,
+        "rival's tunnel ended early, at {rival_total} bytes"
+    );
+    assert_eq!(
+        tunnel_to(gateway, QUOTA_SITE, RIVAL, 10, 10).await,
+        (26, 10)
+    );
+
+    let text = metrics_text(admin_addr).await;
+    assert_eq!(
+        series(
+            &text,
+            "egress_gateway_holder_tunnels_total{namespace=\"ns\",holder=\"spider\",result=\"quota\"}"
+        ),
+        Some(2.0),
+        "the cut tunnel and the refused one:\n{text}"
+    );
+    assert_eq!(
+        series(
+            &text,
+            "egress_gateway_connections_total{namespace=\"ns\",pool=\"web\",member=\"web-5\",kind=\"connect\",listener=\"http\"}"
+        ),
+        Some(1.0),
+        "the refused tunnel dialled its member"
+    );
 }

@@ -355,6 +355,13 @@ pub async fn run(
             message: e.to_string(),
         })?;
     }
+    if let Some(file) = &a.quotas {
+        let quotas = egress_gateway::quota::Quotas::load(file).map_err(|e| CliError::Input {
+            what: "--quotas".into(),
+            message: e.to_string(),
+        })?;
+        gateway = gateway.with_quotas(quotas);
+    }
     let gateway = Arc::new(gateway);
     let transport = tls
         .start(a.reload_interval, "the gateway")

@@ -1,0 +1,423 @@
+//! Quotas per namespace and per holder, declared by whoever runs the installation (`--quotas
+//! FILE`; in a cluster a ConfigMap of the installation's own namespace, which no tenant may
+//! write), not by the tenants: a tenant that could write its own quota would have none.
+//!
+//! ```yaml
+//! quotas:
+//!   - namespace: crawlers          # every holder on the namespace's pools, together
+//!     bytesPerDay: 500Gi
+//!     concurrentTunnels: 2000
+//!   - namespace: crawlers
+//!     holder: system:serviceaccount:crawlers:spider   # this holder on them
+//!     bytesPerDay: 50Gi
+//!     concurrentTunnels: 200
+//! ```
+//!
+//! A day is a UTC day. Bytes count both ways, as the holder metrics count them. A holder past
+//! any quota that applies to it gets `429` with `Proxy-Status` naming the quota and a
+//! `Retry-After` until it resets (SOCKS: reply 0x02, not allowed), before any member is dialled;
+//! its open tunnels are cut within [`CHECK`] of the crossing. Each replica counts what it
+//! relays.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often crossings are looked for: open tunnels of a holder past its quota end within
+/// this of the byte that crossed it.
+pub const CHECK: Duration = Duration::from_millis(250);
+
+/// Rules at most in a quotas file.
+pub const MAX_RULES: usize = 10_000;
+
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct File {
+    quotas: Vec<Rule>,
+}
+
+/// One quota.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Rule {
+    /// The namespace whose pools it covers.
+    pub namespace: String,
+    /// One holder on them; unset: all of them together.
+    #[serde(default)]
+    pub holder: Option<String>,
+    /// Bytes both ways per UTC day: a number, or one with a binary suffix (`Ki`, `Mi`, `Gi`,
+    /// `Ti`).
+    #[serde(default, deserialize_with = "bytes")]
+    pub bytes_per_day: Option<u64>,
+    /// Tunnels open at once.
+    #[serde(default)]
+    pub concurrent_tunnels: Option<u64>,
+}
+
+fn bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Given {
+        Number(u64),
+        Text(String),
+    }
+    let given = Option::<Given>::deserialize(d)?;
+    match given {
+        None => Ok(None),
+        Some(Given::Number(n)) => Ok(Some(n)),
+        Some(Given::Text(t)) => parse_bytes(&t).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+/// `500Gi` → bytes.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = [("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40)]
+        .iter()
+        .find_map(|(s, shift)| t.strip_suffix(s).map(|d| (d, *shift)))
+        .unwrap_or((t, 0));
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a byte count (a number, or with Ki, Mi, Gi, Ti)"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+/// Why a quotas file is refused, naming where.
+#[derive(Debug, thiserror::Error)]
+pub enum QuotaError {
+    #[error("{path}: {message}")]
+    Read { path: String, message: String },
+}
+
+/// Which quota a holder reached, and until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reached {
+    /// `bytesPerDay` or `concurrentTunnels`.
+    pub quota: &'static str,
+    /// `namespace crawlers` or `holder spider in namespace crawlers`.
+    pub of: String,
+    /// Seconds until it resets (bytes: the next UTC day); none for tunnels (one ending frees
+    /// its place).
+    pub resets_in: Option<u64>,
+}
+
+/// The counters of one rule.
+#[derive(Debug)]
+struct Usage {
+    /// Bytes this UTC day, and the day they count for ([`NO_DAY`] until the first look).
+    bytes: Arc<AtomicU64>,
+    day: AtomicU64,
+    tunnels: AtomicU64,
+}
+
+/// A rule's day before it was first looked at: the bytes so far are the first day's.
+const NO_DAY: u64 = u64::MAX;
+
+impl Default for Usage {
+    fn default() -> Self {
+        Self {
+            bytes: Arc::default(),
+            day: AtomicU64::new(NO_DAY),
+            tunnels: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A holder's place under the quotas: the rules that apply to it, and the signal that cuts its
+/// tunnels.
+#[derive(Debug, Clone)]
+pub struct Holder {
+    rules: Vec<usize>,
+    cut: tokio::sync::watch::Sender<bool>,
+}
+
+/// The quotas and what each has used.
+#[derive(Debug, Default)]
+pub struct Quotas {
+    rules: Vec<Rule>,
+    usage: Vec<Usage>,
+    holders: Mutex<BTreeMap<(String, String), Holder>>,
+}
+
+fn today(now_secs: i64) -> u64 {
+    (now_secs.max(0) / 86_400) as u64
+}
+
+impl Quotas {
+    pub fn new(rules: Vec<Rule>) -> Self {
+        let usage = rules.iter().map(|_| Usage::default()).collect();
+        Self {
+            rules,
+            usage,
+            holders: Mutex::default(),
+        }
+    }
+
+    /// The quotas of `path` (YAML), checked: each rule names a namespace and a limit.
+    pub fn load(path: &std::path::Path) -> Result<Self, QuotaError> {
+        let error = |message: String| QuotaError::Read {
+            path: path.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
+        let file: File =
+            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(&text))
+                .map_err(|e| error(e.to_string()))?;
+        if file.quotas.len() > MAX_RULES {
+            return Err(error(format!("quotas: more than {MAX_RULES} rules")));
+        }
+        for (i, r) in file.quotas.iter().enumerate() {
+            if r.namespace.is_empty() {
+                return Err(error(format!("quotas[{i}].namespace: empty")));
+            }
+            if r.bytes_per_day.is_none() && r.concurrent_tunnels.is_none() {
+                return Err(error(format!(
+                    "quotas[{i}]: neither bytesPerDay nor concurrentTunnels"
+                )));
+            }
+        }
+        Ok(Self::new(file.quotas))
+    }
+
+    /// Whether any quota is declared.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// `holder`'s place on the pools of `namespace`.
+    pub fn holder(&self, namespace: &str, holder: &str) -> Holder {
+        let mut holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        holders
+            .entry((namespace.to_string(), holder.to_string()))
+            .or_insert_with(|| Holder {
+                rules: self
+                    .rules
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| {
+                        r.namespace == namespace && r.holder.as_deref().is_none_or(|h| h == holder)
+                    })
+                    .map(|(i, _)| i)
+                    .collect(),
+                cut: tokio::sync::watch::Sender::new(false),
+            })
+            .clone()
+    }
+
+    /// The byte counters a tunnel or request of `h` adds to as it relays.
+    pub fn counters(&self, h: &Holder) -> Vec<Arc<AtomicU64>> {
+        h.rules
+            .iter()
+            .filter(|i| self.rules[**i].bytes_per_day.is_some())
+            .map(|i| self.usage[*i].bytes.clone())
+            .collect()
+    }
+
+    /// Rolls the rules' byte counts over to day `day`.
+    fn roll(&self, day: u64) {
+        for u in &self.usage {
+            let was = u.day.swap(day, Ordering::AcqRel);
+            if was != day && was != NO_DAY {
+                u.bytes.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// The first quota `h` reached at `now_secs`, if any; `tunnel`: it asks to open one more.
+    pub fn reached(&self, h: &Holder, now_secs: i64, tunnel: bool) -> Option<Reached> {
+        self.roll(today(now_secs));
+        for &i in &h.rules {
+            let (rule, usage) = (&self.rules[i], &self.usage[i]);
+            let of = || match &rule.holder {
+                Some(holder) => format!("holder {holder} in namespace {}", rule.namespace),
+                None => format!("namespace {}", rule.namespace),
+            };
+            if let Some(limit) = rule.bytes_per_day
+                && usage.bytes.load(Ordering::Acquire) >= limit
+            {
+                let next = (today(now_secs) + 1) * 86_400;
+                return Some(Reached {
+                    quota: "bytesPerDay",
+                    of: of(),
+                    resets_in: Some(next.saturating_sub(now_secs.max(0) as u64)),
+                });
+            }
+            if tunnel
+                && let Some(limit) = rule.concurrent_tunnels
+                && usage.tunnels.load(Ordering::Acquire) >= limit
+            {
+                return Some(Reached {
+                    quota: "concurrentTunnels",
+                    of: of(),
+                    resets_in: None,
+                });
+            }
+        }
+        None
+    }
+
+    /// A tunnel of `h` opened: counted against its rules until the guard drops.
+    pub fn tunnel(self: &Arc<Self>, h: &Holder) -> TunnelHeld {
+        for &i in &h.rules {
+            self.usage[i].tunnels.fetch_add(1, Ordering::AcqRel);
+        }
+        TunnelHeld {
+            quotas: self.clone(),
+            rules: h.rules.clone(),
+        }
+    }
+
+    /// A receiver that turns true when `h` passes a byte quota.
+    pub fn cut_signal(&self, h: &Holder) -> tokio::sync::watch::Receiver<bool> {
+        h.cut.subscribe()
+    }
+
+    /// Sets each holder's cut signal from its rules at `now_secs`: on while past a byte quota.
+    pub fn check(&self, now_secs: i64) {
+        let holders: Vec<Holder> = {
+            let holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+            holders.values().cloned().collect()
+        };
+        for h in holders {
+            let past = matches!(
+                self.reached(&h, now_secs, false),
+                Some(Reached {
+                    quota: "bytesPerDay",
+                    ..
+                })
+            );
+            h.cut
+                .send_if_modified(|cut| std::mem::replace(cut, past) != past);
+        }
+    }
+
+    /// Checks every [`CHECK`], for as long as it runs.
+    pub async fn watch(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(CHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.check(egress_time::now::unix_now());
+        }
+    }
+}
+
+/// A tunnel's place under its holder's `concurrentTunnels`, until it drops.
+#[derive(Debug)]
+pub struct TunnelHeld {
+    quotas: Arc<Quotas>,
+    rules: Vec<usize>,
+}
+
+impl Drop for TunnelHeld {
+    fn drop(&mut self) {
+        for &i in &self.rules {
+            self.quotas.usage[i].tunnels.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn rule(
+        namespace: &str,
+        holder: Option<&str>,
+        bytes: Option<u64>,
+        tunnels: Option<u64>,
+    ) -> Rule {
+        Rule {
+            namespace: namespace.into(),
+            holder: holder.map(str::to_string),
+            bytes_per_day: bytes,
+            concurrent_tunnels: tunnels,
+        }
+    }
+
+    /// A namespace's quota counts its holders together, a holder's only its own, another
+    /// namespace's holders not at all; bytes reset with the UTC day; tunnels free their place
+    /// as they end; the cut signal follows the byte quotas.
+    #[test]
+    fn quotas_count_whom_they_name_reset_daily_and_cut() {
+        let q = Arc::new(Quotas::new(vec![
+            rule("ns", None, Some(1000), None),
+            rule("ns", Some("spider"), Some(600), Some(2)),
+        ]));
+        let day = 20_000 * 86_400;
+        let (spider, neighbour, rival) = (
+            q.holder("ns", "spider"),
+            q.holder("ns", "neighbour"),
+            q.holder("other", "spider"),
+        );
+        let add = |h: &Holder, n: u64| {
+            for c in q.counters(h) {
+                c.fetch_add(n, Ordering::AcqRel);
+            }
+        };
+        let cut = q.cut_signal(&spider);
+        add(&spider, 599);
+        q.check(day);
+        assert_eq!(q.reached(&spider, day, false), None);
+        assert!(!*cut.borrow());
+        add(&spider, 1);
+        q.check(day + 10);
+        let r = q.reached(&spider, day + 10, false).unwrap();
+        assert_eq!(r.quota, "bytesPerDay");
+        assert_eq!(r.of, "holder spider in namespace ns");
+        assert_eq!(r.resets_in, Some(86_390));
+        assert!(*cut.borrow());
+        // The neighbour shares the namespace's 1000, of which 600 are used.
+        assert_eq!(q.reached(&neighbour, day, false), None);
+        add(&neighbour, 400);
+        assert_eq!(
+            q.reached(&neighbour, day, false).unwrap().of,
+            "namespace ns"
+        );
+        // Another namespace: no quota.
+        assert_eq!(q.counters(&rival).len(), 0);
+        assert_eq!(q.reached(&rival, day, true), None);
+        // The next UTC day: all clear, and the cut lifts.
+        q.check(day + 86_400);
+        assert_eq!(q.reached(&spider, day + 86_400, false), None);
+        assert!(!*cut.borrow());
+        // Tunnels: two at once, a third refused until one ends.
+        let (a, _b) = (q.tunnel(&spider), q.tunnel(&spider));
+        assert_eq!(
+            q.reached(&spider, day + 86_400, true).unwrap().quota,
+            "concurrentTunnels"
+        );
+        drop(a);
+        assert_eq!(q.reached(&spider, day + 86_400, true), None);
+    }
+
+    #[test]
+    fn a_quotas_file_is_checked_naming_the_rule_at_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("quotas.yaml");
+        std::fs::write(
+            &path,
+            "quotas:\n- {namespace: ns, bytesPerDay: 50Gi}\n- {namespace: ns, holder: spider, concurrentTunnels: 3, bytesPerDay: 1000}\n",
+        )
+        .unwrap();
+        let q = Quotas::load(&path).unwrap();
+        assert_eq!(q.rules[0].bytes_per_day, Some(50 << 30));
+        assert_eq!(q.rules[1].bytes_per_day, Some(1000));
+        for (text, want) in [
+            ("quotas:\n- {namespace: ns}\n", "quotas[0]: neither"),
+            (
+                "quotas:\n- {namespace: ns, bytesPerDay: 5Xi}\n",
+                "quotas[0].bytesPerDay",
+            ),
+            ("quotas:\n- {namespace: ns, bytes: 5}\n", "quotas[0]"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = Quotas::load(&path).unwrap_err().to_string();
+            assert!(err.contains(want), "{text}: {err}");
+        }
+    }
+}
