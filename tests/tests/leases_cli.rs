@@ -189,6 +189,11 @@ async fn watch(dir: &Path, providers: &Path, proxies: &Path) -> Watch {
         Some(Serving {
             listener,
             api_tokens: tokens(dir),
+            audit: Some(egress_serve::audit::Sink::File {
+                path: dir.join("api-audit.log"),
+                max_bytes: 1 << 20,
+                keep: 1,
+            }),
             tls: {
                 let leaf = CA.leaf(dir, "api", &["127.0.0.1"]);
                 egress_serve::tls::Mode::Tls {
@@ -584,6 +589,22 @@ async fn the_cli_serves_leases_that_survive_a_restart_and_drain_a_retired_member
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The lease API's audit trail: the grants, by their holder, with the proxies they hold,
+    // and no token.
+    let trail = std::fs::read_to_string(dir.path().join("api-audit.log")).unwrap();
+    assert!(!trail.contains(SPIDER) && !trail.contains(RIVAL), "{trail}");
+    let granted: Vec<serde_json::Value> = trail
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["event.name"] == "egress.lease.acquire" && l["egress.result"] == "ok")
+        .collect();
+    assert!(!granted.is_empty(), "{trail}");
+    assert!(
+        granted.iter().all(|l| l["user.name"] == "spider"
+            && l["http.response.status_code"] == 201
+            && !l["egress.members"].as_array().unwrap().is_empty()),
+        "{trail}"
+    );
     w.stop().await;
     drop((old, new));
 }

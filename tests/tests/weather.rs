@@ -66,6 +66,28 @@ async fn a_pool_keeps_its_floor_through_a_day_of_weather() {
     let available = condition(pool, "Available");
     assert_eq!(available.status, "True", "{available:?}");
     assert!(pool.status.available_replicas >= 95, "{:?}", pool.status);
+    // Priced (the example's providers have prices): a hundred members for 24 hours, with the
+    // rotations' surges on top, half on Compute Engine, a quarter each on the lab and the
+    // cluster; instances and addresses, no egress (a plan knows no bytes).
+    let cost = pool
+        .cost
+        .as_ref()
+        .expect("the weather example's providers have prices");
+    assert_eq!(cost.currency, "USD");
+    assert_eq!(cost.unpriced_member_hours, 0.0);
+    assert!(
+        (2400.0..2520.0).contains(&cost.member_hours),
+        "{} member-hours",
+        cost.member_hours
+    );
+    let at_fixed_size =
+        50.0 * 24.0 * (0.0184 + 0.005) + 25.0 * 24.0 * (0.006 + 0.002) + 25.0 * 24.0 * 0.004;
+    assert!(
+        cost.total >= at_fixed_size && cost.total < at_fixed_size * 1.05,
+        "{cost:?} against {at_fixed_size} at a fixed hundred"
+    );
+    assert!((cost.total - cost.cost.instances - cost.cost.addresses).abs() < 1e-9);
+    assert_eq!(cost.cost.egress, 0.0);
     // The NAT shows: several verified Pods report the one address the echo saw.
     let behind_nat = report
         .proxies

@@ -107,15 +107,57 @@ pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// Milliseconds (as the clock capability gives them) as RFC 3339 UTC.
+/// Milliseconds (as the clock capability gives them) as RFC 3339 UTC, to the second.
 pub fn format_rfc3339_millis(ms: u64) -> String {
     format_rfc3339((ms / 1000) as i64)
+}
+
+/// Milliseconds as RFC 3339 UTC with them: `YYYY-MM-DDTHH:MM:SS.mmmZ` (audit lines).
+pub fn format_rfc3339_with_millis(ms: u64) -> String {
+    let seconds = format_rfc3339((ms / 1000) as i64);
+    let whole = seconds.trim_end_matches('Z');
+    format!("{whole}.{:03}Z", ms % 1000)
+}
+
+/// RFC 3339 to UTC Unix milliseconds (a fraction's first three digits; none before 1970).
+pub fn parse_rfc3339_millis(s: &str) -> Option<u64> {
+    let secs = u64::try_from(parse_rfc3339(s)?).ok()?;
+    let frac = s
+        .get(19..)
+        .and_then(|r| r.strip_prefix('.'))
+        .map(|f| {
+            let digits: String = f.chars().take_while(char::is_ascii_digit).take(3).collect();
+            format!("{digits:0<3}").parse::<u64>().unwrap_or(0)
+        })
+        .unwrap_or(0);
+    Some(secs * 1000 + frac)
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn milliseconds_go_there_and_back() {
+        for ms in [0u64, 1, 999, 1_000, 1_765_134_123_456] {
+            let text = format_rfc3339_with_millis(ms);
+            assert_eq!(parse_rfc3339_millis(&text), Some(ms), "{text}");
+        }
+        assert_eq!(
+            format_rfc3339_with_millis(1_765_134_123_456),
+            "2025-12-07T19:02:03.456Z"
+        );
+        assert_eq!(
+            parse_rfc3339_millis("2025-12-07T19:02:03.4Z"),
+            Some(1_765_134_123_400)
+        );
+        assert_eq!(
+            parse_rfc3339_millis("2025-12-07T19:02:03Z"),
+            Some(1_765_134_123_000)
+        );
+        assert_eq!(parse_rfc3339_millis("1969-12-31T23:59:59Z"), None);
+    }
 
     #[test]
     fn formatting_matches_the_formatter_over_every_year_and_time_of_day() {

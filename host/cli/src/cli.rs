@@ -22,6 +22,10 @@ pub enum Command {
     Reconcile(ReconcileArgs),
     /// Run each provider's health check and print its targets.
     Check(CheckArgs),
+    /// Who used what over a time range, per holder and per pool, from audit trail files
+    /// (the gateway's and the lease API's --audit-log): tunnels, requests, bytes, leases and
+    /// lease-hours, bans; with --providers and --pools, what the bytes cost.
+    Usage(UsageArgs),
     /// List the proxies a crawler may use now (Ready; verified where the egress check is
     /// configured) from a state file: one `http://IP:PORT` a line, or JSON.
     Proxies(ProxiesArgs),
@@ -82,17 +86,11 @@ pub struct GatewayArgs {
     /// (default: the system's roots).
     #[arg(long, value_name = "FILE", requires = "reports_to")]
     pub reports_ca: Option<PathBuf>,
-    /// The audit trail: one JSON line per tunnel and plain request (holder, pool, member,
-    /// egress address, destination host and port, bytes each way, duration, result; never a
-    /// path, query or credential), to FILE or `-` for stdout. Unset: no trail.
-    #[arg(long, value_name = "FILE")]
-    pub audit_log: Option<PathBuf>,
-    /// The audit log FILE rotates (FILE.1, FILE.2, ...) before a line would take it past this.
-    #[arg(long, value_name = "BYTES", default_value_t = 100 * 1024 * 1024)]
-    pub audit_max_bytes: u64,
-    /// Rotated audit log files kept.
-    #[arg(long, value_name = "N", default_value_t = 5)]
-    pub audit_keep: usize,
+    /// One JSON line per tunnel and plain request (holder, pool, member, egress address,
+    /// destination host and port, bytes each way, duration, result; never a path, query or
+    /// credential).
+    #[command(flatten)]
+    pub audit: AuditArgs,
     /// Quotas per namespace and per holder (bytes per UTC day, tunnels at once), YAML: see
     /// the gateway's README. A holder past one gets 429 naming it; its tunnels are cut.
     #[arg(long, value_name = "FILE")]
@@ -336,6 +334,36 @@ pub struct DoctorLibvirtArgs {
     pub pool: Option<String>,
 }
 
+/// An audit trail's destination: JSON lines, to a file that rotates by size or to stdout.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuditArgs {
+    /// The audit trail, to FILE or `-` for stdout. Unset: no trail.
+    #[arg(long, value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+    /// The audit log FILE rotates (FILE.1, FILE.2, ...) before a line would take it past this.
+    #[arg(long, value_name = "BYTES", default_value_t = 100 * 1024 * 1024)]
+    pub audit_max_bytes: u64,
+    /// Rotated audit log files kept.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub audit_keep: usize,
+}
+
+impl AuditArgs {
+    /// Where the trail goes, if anywhere.
+    pub fn sink(&self) -> Option<egress_serve::audit::Sink> {
+        let log = self.audit_log.as_ref()?;
+        Some(if log.as_os_str() == "-" {
+            egress_serve::audit::Sink::Stdout
+        } else {
+            egress_serve::audit::Sink::File {
+                path: log.clone(),
+                max_bytes: self.audit_max_bytes,
+                keep: self.audit_keep,
+            }
+        })
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The providers config (a mounted ConfigMap); reloaded when it changes.
@@ -359,6 +387,10 @@ pub struct RunArgs {
     pub tls: TlsArgs,
     #[command(flatten)]
     pub audiences: AudienceArgs,
+    /// One JSON line per lease call and ban report (holder, pool, lease, proxies and their
+    /// addresses, outcome, result; never a token).
+    #[command(flatten)]
+    pub audit: AuditArgs,
     /// Address of /healthz and /readyz alone, for the kubelet: a listener of their own, which
     /// clients holding every connection of the API cannot delay.
     #[arg(long, default_value = "0.0.0.0:8081")]
@@ -541,11 +573,43 @@ pub struct ReconcileArgs {
     /// With --listen: TLS (--tls-cert, --tls-key) or --plaintext.
     #[command(flatten)]
     pub tls: TlsArgs,
+    /// With --listen: one JSON line per lease call and ban report (holder, pool, lease,
+    /// proxies and their addresses, outcome, result; never a token).
+    #[command(flatten)]
+    pub audit: AuditArgs,
     /// How a real run shows what it is doing on stderr: live lines on a terminal and plain
     /// lines elsewhere (auto), either of them always, or nothing beyond the logs. A dry-run
     /// shows none.
     #[arg(long, value_enum, default_value = "auto")]
     pub progress: crate::progress::ProgressMode,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UsageArgs {
+    /// Audit trail files, rotated ones too (FILE FILE.1 ...), in any order.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    /// The range's start: RFC 3339, or a duration back from now (`24h`, `7d` as `168h`).
+    #[arg(long, default_value = "24h")]
+    pub since: String,
+    /// The range's end: RFC 3339, or a duration back from now. Default: now.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// The providers config whose `prices` price each pool's bytes (with --pools).
+    #[arg(long, requires = "pools")]
+    pub providers: Option<PathBuf>,
+    /// The ProxyPools (the file `reconcile -f` reads): each pool's bytes priced at its
+    /// placements' providers' `egressPerGiB`, by weight.
+    #[arg(long, requires = "providers")]
+    pub pools: Option<PathBuf>,
+    #[arg(short, long, value_enum, default_value = "text")]
+    pub output: UsageFormat,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum UsageFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, clap::Args)]

@@ -10,6 +10,7 @@ pub mod operator;
 pub mod provider;
 pub mod proxies;
 pub mod reconcile;
+pub mod usage;
 
 use std::process::ExitCode;
 

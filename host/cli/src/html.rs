@@ -503,6 +503,7 @@ mod tests {
             deletions_below_floor: 0,
             events: Vec::new(),
             targets,
+            cost: None,
             timeline: Vec::new(),
         };
         let hours = |ms: u64| ms as f64 / 3_600_000.0;

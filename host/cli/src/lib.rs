@@ -17,6 +17,7 @@ pub mod serve;
 pub mod signals;
 pub mod state;
 pub mod telemetry;
+pub mod usage;
 pub mod watch;
 mod wiring;
 

@@ -40,5 +40,6 @@ async fn run(cli: Cli, progress: &Progress) -> ExitCode {
         Command::Gateway(a) => commands::gateway::command(a, terminated()).await,
         Command::Echo(a) => commands::echo::command(&a, interrupted()).await,
         Command::Check(a) => commands::check::command(a).await,
+        Command::Usage(a) => commands::usage::command(a),
     }
 }

@@ -233,6 +233,21 @@ fn reconcile_text(r: &Report, dry_run: bool) -> String {
                 c.type_, c.status, c.reason, c.message
             );
         }
+        if let Some(c) = &pool.cost {
+            let _ = writeln!(
+                out,
+                "    cost: {:.1} member-hours, {} {:.2} (instances {:.2}, addresses {:.2}){}",
+                c.member_hours,
+                c.currency,
+                c.total,
+                c.cost.instances,
+                c.cost.addresses,
+                match c.unpriced_member_hours {
+                    0.0 => String::new(),
+                    h => format!("; {h:.1} member-hours unpriced"),
+                }
+            );
+        }
         for t in &pool.targets {
             let _ = writeln!(
                 out,

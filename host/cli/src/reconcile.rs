@@ -228,7 +228,7 @@ impl Driver<'_> {
                 .push(step.into());
         }
         let steady = tracked.values().all(|t| t.released || t.steady);
-        let proxies = tracked
+        let proxies: Vec<ProxyReport> = tracked
             .into_iter()
             .map(|(key, t)| ProxyReport {
                 namespace: t.proxy.metadata.namespace.clone(),
@@ -241,6 +241,9 @@ impl Driver<'_> {
                     .get(egress_core::discovery::POOL_LABEL)
                     .cloned(),
                 deleted: t.released,
+                created_ms: t.created_ms,
+                released_ms: t.released_ms,
+                machine_type: t.proxy.spec.placement.machine_type.clone(),
                 steady: t.released || t.steady,
                 changes: by_subject.remove(&key).unwrap_or_default(),
                 events: t.events,
@@ -253,20 +256,23 @@ impl Driver<'_> {
             })
             .collect();
         let next_due_ms = pool_runs.iter().filter_map(|r| r.next_at_ms).min();
+        let end_ms = self.time.now_ms();
+        let pools = pool_runs
+            .into_iter()
+            .map(|run| {
+                let key = run.key();
+                let mut r = run.report();
+                if let Some(c) = &crawl {
+                    r.targets = c.totals(&key);
+                }
+                r.cost = report::pool_cost(&r, &proxies, self.config, started_ms, end_ms);
+                r
+            })
+            .collect();
         let report = Report {
             next_due_ms,
             proxies,
-            pools: pool_runs
-                .into_iter()
-                .map(|run| {
-                    let key = run.key();
-                    let mut r = run.report();
-                    if let Some(c) = &crawl {
-                        r.targets = c.totals(&key);
-                    }
-                    r
-                })
-                .collect(),
+            pools,
             gc: GcReport {
                 changes: by_subject.remove("gc").unwrap_or_default(),
                 verdicts: gc,
@@ -600,6 +606,9 @@ impl Driver<'_> {
         }));
         t.status = r.status;
         t.steady = r.steady;
+        if r.released && !t.released {
+            t.released_ms = Some(now_ms);
+        }
         t.released = r.released;
         if let Some(c) = &self.egress {
             c.record_status(

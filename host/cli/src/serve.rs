@@ -20,6 +20,8 @@ pub struct Serving {
     pub api_tokens: PathBuf,
     /// TLS, or plain text where asked for by name.
     pub tls: egress_serve::tls::Mode,
+    /// Where the lease calls' audit trail goes, if anywhere.
+    pub audit: Option<egress_serve::audit::Sink>,
 }
 
 /// Stops the API server when the watch ends.
@@ -92,6 +94,13 @@ pub(crate) fn serve_api(
             egress_time::now::system_clock(),
             metrics.clone(),
         ))),
+        audit: match serving.audit.clone() {
+            Some(sink) => Some(metrics.audit(sink).map_err(|e| CliError::Input {
+                what: "--audit-log".into(),
+                message: e.to_string(),
+            })?),
+            None => None,
+        },
     });
     let transport = serving
         .tls

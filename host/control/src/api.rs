@@ -5,6 +5,7 @@
 //! what it may see, 503 when that could not be found out. Where the Proxies come from is a [`ProxySource`], where leases are kept a
 //! [`LeaseBook`]: the operator's watch and Proxy statuses, or the CLI's state and lease file.
 
+use crate::audit::LeaseLine;
 use crate::leases::{LeaseBook, LeaseRefusal};
 use crate::metrics::Metrics;
 use egress_core::discovery::{self, Discovered, Filter};
@@ -320,6 +321,8 @@ pub struct Api {
     pub guard: Arc<Guard>,
     /// Where leases are kept; None: `/v1/leases` is not served (404).
     pub leases: Option<Arc<dyn LeaseBook>>,
+    /// The audit trail of lease calls and ban reports ([`crate::audit`]), if kept.
+    pub audit: Option<egress_serve::audit::Audit>,
 }
 
 /// The largest request body read (a lease request is a few hundred bytes).
@@ -431,10 +434,22 @@ impl Api {
                     .await;
                 match asked {
                     Err(n) => n.response(),
-                    Ok((a, caller)) => done(
-                        book.acquire(&caller.username, &a.body).await.map(view),
-                        StatusCode::CREATED,
-                    ),
+                    Ok((a, caller)) => {
+                        let r = book.acquire(&caller.username, &a.body).await;
+                        let line = |status| {
+                            LeaseLine::new(
+                                "egress.lease.acquire",
+                                &caller.username,
+                                &a.body.namespace,
+                                &a.body.pool,
+                                status,
+                            )
+                            .with(r.as_ref().map(Some))
+                        };
+                        let out = done(r.clone().map(view), StatusCode::CREATED);
+                        self.audit(|| line(out.status().as_u16()));
+                        out
+                    }
                 }
             }
             (Method::GET, []) => {
@@ -488,12 +503,22 @@ impl Api {
                     .await
                 {
                     Err(n) => n.response(),
-                    Ok((a, caller)) => done(
-                        book.renew(&caller.username, &a.at, id, &a.body)
-                            .await
-                            .map(view),
-                        StatusCode::OK,
-                    ),
+                    Ok((a, caller)) => {
+                        let r = book.renew(&caller.username, &a.at, id, &a.body).await;
+                        let mut line = LeaseLine::new(
+                            "egress.lease.renew",
+                            &caller.username,
+                            &a.at.namespace,
+                            &a.at.pool,
+                            0,
+                        )
+                        .with(r.as_ref().map(Some));
+                        line.lease.get_or_insert_with(|| id.to_string());
+                        let out = done(r.map(view), StatusCode::OK);
+                        line.status = out.status().as_u16();
+                        self.audit(|| line);
+                        out
+                    }
                 }
             }
             (Method::DELETE, [id]) => {
@@ -502,12 +527,33 @@ impl Api {
                     .await
                 {
                     Err(n) => n.response(),
-                    Ok((a, caller)) => done(
-                        book.release(&caller.username, &a.at, id, &a.body)
-                            .await
-                            .map(|()| serde_json::json!({ "released": id })),
-                        StatusCode::OK,
-                    ),
+                    Ok((a, caller)) => {
+                        let r = book.release(&caller.username, &a.at, id, &a.body).await;
+                        let mut line = LeaseLine::new(
+                            "egress.lease.release",
+                            &caller.username,
+                            &a.at.namespace,
+                            &a.at.pool,
+                            0,
+                        )
+                        .with(r.as_ref().map(|_| None));
+                        line.lease = Some(id.to_string());
+                        line.outcome = Some(
+                            match a.body.outcome {
+                                Some(egress_core::lease::Outcome::Banned) => "banned",
+                                _ => "ok",
+                            }
+                            .into(),
+                        );
+                        line.target.clone_from(&a.body.target);
+                        let out = done(
+                            r.map(|()| serde_json::json!({ "released": id })),
+                            StatusCode::OK,
+                        );
+                        line.status = out.status().as_u16();
+                        self.audit(|| line);
+                        out
+                    }
                 }
             }
             (_, [] | [_] | [_, "renew"]) => respond(
@@ -550,12 +596,36 @@ impl Api {
             .await;
         match asked {
             Err(n) => n.response(),
-            Ok((a, caller)) => match book.report(&caller.username, &a.body).await {
-                Ok(r) => {
-                    json_response(StatusCode::OK, &serde_json::to_value(r).unwrap_or_default())
-                }
-                Err(e) => lease_refused(&e),
-            },
+            Ok((a, caller)) => {
+                let r = book.report(&caller.username, &a.body).await;
+                let mut line = LeaseLine::new(
+                    "egress.report",
+                    &caller.username,
+                    &a.body.namespace,
+                    &a.body.pool,
+                    0,
+                )
+                .with(r.as_ref().map(|_| None));
+                line.members = vec![a.body.proxy.clone()];
+                line.target = Some(a.body.target.clone());
+                line.outcome = Some("banned".into());
+                let out = match r {
+                    Ok(r) => {
+                        json_response(StatusCode::OK, &serde_json::to_value(r).unwrap_or_default())
+                    }
+                    Err(e) => lease_refused(&e),
+                };
+                line.status = out.status().as_u16();
+                self.audit(|| line);
+                out
+            }
+        }
+    }
+
+    /// Writes `line()` to the audit trail, where one is kept.
+    fn audit(&self, line: impl FnOnce() -> LeaseLine) {
+        if let Some(a) = &self.audit {
+            a.record(&line());
         }
     }
 
@@ -812,6 +882,7 @@ mod tests {
         let readiness = Readiness::default();
         readiness.set(ready);
         Api {
+            audit: None,
             metrics: Arc::new(metrics),
             ready: Arc::new(readiness),
             source,
@@ -986,6 +1057,96 @@ mod tests {
                 counted: true,
             })
         }
+    }
+
+    /// Each lease call and ban report is one line of the trail, refusals included: who, which
+    /// pool and lease, the outcome and target a release names, the answer's status, and why
+    /// it was refused; never the token.
+    #[tokio::test]
+    async fn lease_calls_and_reports_are_in_the_audit_trail_once_each_without_the_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        let metrics = Metrics::new();
+        let audit = metrics
+            .audit(egress_serve::audit::Sink::File {
+                path: path.clone(),
+                max_bytes: 1 << 20,
+                keep: 1,
+            })
+            .unwrap();
+        let mut api = api(metrics, true, Arc::new(Source(AtomicBool::new(true))));
+        api.leases = Some(Arc::new(Book::default()));
+        api.audit = Some(audit);
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::AUTHORIZATION,
+            format!("Bearer {TOKEN}").parse().unwrap(),
+        );
+        let calls: [(Method, &str, &str); 4] = [
+            (
+                Method::POST,
+                "/v1/leases",
+                r#"{"namespace": "ns", "pool": "web"}"#,
+            ),
+            (
+                Method::POST,
+                "/v1/leases/ns_web_l-abcdefghijklmnopqrstuvwx/renew",
+                "{}",
+            ),
+            (
+                Method::DELETE,
+                "/v1/leases/ns_web_l-abcdefghijklmnopqrstuvwx",
+                r#"{"outcome": "banned", "target": "www.example.com"}"#,
+            ),
+            (
+                Method::POST,
+                "/v1/reports",
+                r#"{"namespace": "ns", "pool": "web", "proxy": "web-1", "target": "shop.example.org"}"#,
+            ),
+        ];
+        for (method, path, body) in calls {
+            api.answer(&method, path, None, &headers, body.as_bytes())
+                .await;
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let text = loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            if text.lines().count() >= 4 || std::time::Instant::now() > deadline {
+                break text;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        assert!(!text.contains(TOKEN), "{text}");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        let field = |i: usize, k: &str| lines[i][k].clone();
+        for (i, (event, status, result)) in [
+            ("egress.lease.acquire", 503, "unavailable"),
+            ("egress.lease.renew", 404, "not_found"),
+            ("egress.lease.release", 200, "ok"),
+            ("egress.report", 200, "ok"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(field(i, "event.name"), event, "{text}");
+            assert_eq!(field(i, "http.response.status_code"), status, "{text}");
+            assert_eq!(field(i, "egress.result"), result, "{text}");
+            assert_eq!(field(i, "user.name"), "all");
+            assert_eq!(field(i, "k8s.namespace.name"), "ns");
+            assert_eq!(field(i, "egress.pool"), "web");
+        }
+        assert_eq!(
+            field(1, "egress.lease"),
+            "ns_web_l-abcdefghijklmnopqrstuvwx"
+        );
+        assert_eq!(field(2, "egress.outcome"), "banned");
+        assert_eq!(field(2, "server.address"), "www.example.com");
+        assert_eq!(field(3, "egress.members"), serde_json::json!(["web-1"]));
+        assert_eq!(field(3, "server.address"), "shop.example.org");
     }
 
     /// A report reaches the book with the caller as holder; a malformed one is a 400 naming

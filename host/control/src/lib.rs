@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod api;
+pub mod audit;
 pub mod crawl;
 pub mod credential_store;
 pub mod egress;

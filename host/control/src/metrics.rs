@@ -60,6 +60,8 @@ const POOL_GAUGES: [(&str, &str); 10] = [
 
 pub struct Metrics {
     registry: Registry,
+    /// The lease API's audit trail lines, by result (`queued`, `dropped`).
+    pub audit_records: Family<Labels, Counter>,
     pub reconciles: Family<Labels, Counter>,
     pub errors: Family<Labels, Counter>,
     pub provider_calls: Family<Labels, Histogram>,
@@ -105,6 +107,19 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Starts the lease API's audit trail on `sink`, its lines counted here.
+    pub fn audit(
+        &self,
+        sink: egress_serve::audit::Sink,
+    ) -> Result<egress_serve::audit::Audit, egress_serve::audit::AuditError> {
+        let counter = |result: &str| {
+            self.audit_records
+                .get_or_create(&vec![("result".into(), result.into())])
+                .clone()
+        };
+        egress_serve::audit::Audit::start(sink, counter("queued"), counter("dropped"))
+    }
+
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("egress_proxies");
         let reconciles = Family::<Labels, Counter>::default();
@@ -242,8 +257,15 @@ impl Metrics {
             "Proxies a pool created, by provider",
             pool_creations.clone(),
         );
+        let audit_records = Family::<Labels, Counter>::default();
+        registry.register(
+            "audit_records",
+            "Lease API audit trail lines, by result (queued, dropped: the queue was full)",
+            audit_records.clone(),
+        );
         Self {
             registry,
+            audit_records,
             reconciles,
             errors,
             provider_calls,

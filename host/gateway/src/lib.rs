@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod account;
 pub mod admin;
 pub mod admission;
 pub mod answers;

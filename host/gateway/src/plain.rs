@@ -2,6 +2,7 @@
 //! the hop's own headers stripped both ways, only the dial retried, bodies bounded by the time
 //! between their frames and counted into the member's bytes.
 
+use crate::account::{Account, Exchange, Outcome};
 use crate::answers::exhausted;
 use crate::ask;
 use crate::body::{Body, IdleBody};
@@ -11,7 +12,6 @@ use crate::metrics;
 use crate::quarantine::{Source, retry_after};
 use crate::server::{Admitted, Gateway};
 use crate::status::served_by;
-use crate::usage::{Account, Exchange, Outcome};
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;

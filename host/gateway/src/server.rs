@@ -179,7 +179,7 @@ pub(crate) struct Opened {
     /// Its place in its politeness budgets' in-flight counts, until it ends.
     permit: Option<crate::budgets::Permit>,
     /// Whom it is accounted to.
-    account: crate::usage::Account,
+    account: crate::account::Account,
     /// Its place under its holder's `concurrentTunnels`, until it ends.
     quota_held: Option<crate::quota::TunnelHeld>,
 }
@@ -574,7 +574,7 @@ impl Gateway {
         {
             Ok(opened) => Ok(opened),
             Err(f) => {
-                self.failed(&account, &f, crate::usage::Exchange::Tunnel);
+                self.failed(&account, &f, crate::account::Exchange::Tunnel);
                 Err(f)
             }
         }
@@ -587,7 +587,7 @@ impl Gateway {
         destination: &Destination,
         target: Option<String>,
         started: Instant,
-        account: crate::usage::Account,
+        account: crate::account::Account,
     ) -> Result<Opened, Failure> {
         self.within_quota(&account, true)?;
         if a.options.report_banned {
@@ -794,8 +794,8 @@ impl Gateway {
         holder_open.dec();
         self.ended(
             &opened.account,
-            crate::usage::Exchange::Tunnel,
-            crate::usage::Outcome::through(
+            crate::account::Exchange::Tunnel,
+            crate::account::Outcome::through(
                 &opened.entry,
                 carried.up.get(),
                 carried.down.get(),

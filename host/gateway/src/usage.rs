@@ -4,65 +4,14 @@
 //! before admission (no token, a pool the caller may not use) has no holder to account to; the
 //! error metrics count it.
 
+use crate::account::{Account, Exchange, Outcome};
 use crate::audit::Record;
 use crate::authority::Destination;
-use crate::members::{Entry, PoolKey};
-use crate::metrics::{Labels, Listener, with};
+use crate::metrics::with;
 use crate::server::{Admitted, Gateway};
 use crate::status::Failure;
 use prometheus_client::metrics::counter::Counter;
 use std::time::Instant;
-
-/// What a tunnel or a plain request is accounted by, from its admission on.
-#[derive(Debug, Clone)]
-pub(crate) struct Account {
-    pub(crate) holder: String,
-    /// `namespace` and `holder` (or `other`) for the metrics.
-    pub(crate) labels: Labels,
-    pub(crate) pool: PoolKey,
-    pub(crate) session: Option<String>,
-    pub(crate) lease: Option<String>,
-    pub(crate) listener: Listener,
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    pub(crate) target: Option<String>,
-    pub(crate) method: String,
-    pub(crate) started: Instant,
-    /// Its holder's place under the quotas, where any applies.
-    pub(crate) quota: Option<crate::quota::Holder>,
-}
-
-/// What was accounted: a tunnel (`CONNECT` of any listener) or a plain request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Exchange {
-    Tunnel,
-    Request,
-}
-
-/// How an accounted exchange ended.
-pub(crate) struct Outcome<'a> {
-    /// The member that carried it, and its egress address.
-    pub(crate) member: Option<&'a str>,
-    pub(crate) address: Option<&'a str>,
-    pub(crate) up: u64,
-    pub(crate) down: u64,
-    pub(crate) status: Option<u16>,
-    pub(crate) result: &'a str,
-}
-
-impl<'a> Outcome<'a> {
-    /// What `entry` carried.
-    pub(crate) fn through(entry: &'a Entry, up: u64, down: u64, result: &'a str) -> Self {
-        Self {
-            member: Some(&entry.member.name),
-            address: entry.member.egress_ip.as_deref(),
-            up,
-            down,
-            status: None,
-            result,
-        }
-    }
-}
 
 impl Gateway {
     /// The account of `a`'s request to `destination`.
@@ -169,11 +118,12 @@ impl Gateway {
 
 fn record(account: &Account, event: &'static str, outcome: Outcome<'_>) -> Record {
     Record {
-        timestamp: egress_time::format_rfc3339_millis(egress_time::now::unix_now_millis()),
-        event,
-        holder: account.holder.clone(),
-        namespace: account.pool.namespace.clone(),
-        pool: account.pool.name.clone(),
+        who: crate::audit::Who::now(
+            event,
+            &account.holder,
+            &account.pool.namespace,
+            &account.pool.name,
+        ),
         session: account.session.clone(),
         lease: account.lease.clone(),
         member: outcome.member.map(str::to_string),

@@ -21,6 +21,8 @@ pub enum Error {
     ApiTokens(#[from] auth::tokens::TokenFileError),
     #[error("{0}")]
     Certificate(#[from] tls::CertificateError),
+    #[error("--audit-log: {0}")]
+    Audit(#[from] egress_serve::audit::AuditError),
     #[error(
         "the Lease namespace {0:?} does not exist: create it, or name the operator's namespace with --namespace"
     )]

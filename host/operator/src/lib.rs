@@ -62,6 +62,8 @@ pub struct Options {
     pub api_tokens: Option<PathBuf>,
     /// The ProxyPool admission webhook, when it is served (see [`webhook`]).
     pub webhook: Option<WebhookOptions>,
+    /// Where the lease API's audit trail goes (`egress_control::audit`), if anywhere.
+    pub audit: Option<egress_serve::audit::Sink>,
     /// The most replicas a ProxyPool may ask for (at most
     /// [`egress_core::pool::MAX_REPLICAS_CEILING`]); a pool beyond it is refused at admission
     /// and marked InvalidSpec.
@@ -241,6 +243,10 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             egress_time::now::system_clock(),
             metrics.clone(),
         ))),
+        audit: match opts.audit.clone() {
+            Some(sink) => Some(metrics.audit(sink)?),
+            None => None,
+        },
     });
     tokio::spawn(egress_control::api::serve_probes(
         probe_listener,

@@ -89,6 +89,7 @@ async fn serve(reviewer: Arc<dyn Reviewer>, clock: &Clock) -> SocketAddr {
     tokio::spawn(api::serve(
         listener,
         Arc::new(Api {
+            audit: None,
             metrics: Arc::new(metrics),
             ready,
             source: Arc::new(Fixed),

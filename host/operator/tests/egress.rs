@@ -317,6 +317,7 @@ impl Env {
         tokio::spawn(api::serve(
             listener,
             Arc::new(api::Api {
+                audit: None,
                 metrics: self.ctx.metrics.clone(),
                 ready: Arc::new(Readiness::default()),
                 source,
@@ -959,6 +960,7 @@ async fn no_proxy_password_reaches_the_log() {
     tokio::spawn(api::serve(
         listener,
         Arc::new(api::Api {
+            audit: None,
             metrics: e.ctx.metrics.clone(),
             ready: Arc::new(Readiness::default()),
             source: source.clone(),

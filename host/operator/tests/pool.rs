@@ -1077,6 +1077,7 @@ fn scrape(metrics: Arc<Metrics>) -> String {
             tokio::spawn(egress_control::api::serve(
                 listener,
                 Arc::new(egress_control::api::Api {
+                    audit: None,
                     metrics,
                     ready: Arc::new(egress_control::api::Readiness::default()),
                     source: Arc::new(NoProxies),
@@ -1318,6 +1319,7 @@ fn lease_api(r: &Run) -> egress_control::api::Api {
     let source = Arc::new(egress_operator::server::StoreSource::new(store));
     let clock = r.clock.clone();
     egress_control::api::Api {
+        audit: None,
         metrics: r.ctx.metrics.clone(),
         ready: Arc::new(egress_control::api::Readiness::default()),
         source: source.clone(),

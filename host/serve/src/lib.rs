@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod audit;
 pub mod auth;
 pub mod body;
 pub mod conn;

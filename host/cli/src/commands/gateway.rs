@@ -340,16 +340,7 @@ pub async fn run(
         tokio::spawn(sending);
         gateway = gateway.with_reports(reports);
     }
-    if let Some(log) = &a.audit_log {
-        let sink = if log.as_os_str() == "-" {
-            egress_gateway::audit::Sink::Stdout
-        } else {
-            egress_gateway::audit::Sink::File {
-                path: log.clone(),
-                max_bytes: a.audit_max_bytes,
-                keep: a.audit_keep,
-            }
-        };
+    if let Some(sink) = a.audit.sink() {
         gateway = gateway.with_audit(sink).map_err(|e| CliError::Input {
             what: "--audit-log".into(),
             message: e.to_string(),

@@ -34,6 +34,7 @@ pub async fn command(a: RunArgs) -> ExitCode {
             _ => None,
         },
         max_replicas: a.max_replicas,
+        audit: a.audit.sink(),
     };
     exit(egress_operator::run(opts).await)
 }

@@ -28,6 +28,11 @@ pub fn embedded_dry_run() -> ReconcileArgs {
         listen: None,
         api_tokens: None,
         tls: Default::default(),
+        audit: crate::cli::AuditArgs {
+            audit_log: None,
+            audit_max_bytes: 100 * 1024 * 1024,
+            audit_keep: 5,
+        },
         progress: ProgressMode::Auto,
     }
 }
@@ -67,6 +72,7 @@ pub async fn command(
     };
     if a.watch {
         let format = a.output;
+        let audit = a.audit.sink();
         let serving = match (a.listen, a.api_tokens) {
             (Some(addr), Some(api_tokens)) => {
                 let tls = match a.tls.mode("--listen") {
@@ -83,6 +89,7 @@ pub async fn command(
                             listener,
                             api_tokens,
                             tls,
+                            audit: audit.clone(),
                         })
                     }
                     Err(e) => return failed(format!("--listen {addr}: {e}")),

@@ -325,6 +325,7 @@ impl PoolRun {
             deletions_below_floor: self.deletions_below_floor,
             events: self.events,
             targets: Vec::new(),
+            cost: None,
             timeline: self.timeline,
         }
     }

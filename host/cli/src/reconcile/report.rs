@@ -43,6 +43,14 @@ pub struct ProxyReport {
     /// The Proxy was removed from the proxies file and its instance deleted.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
+    /// When it was first tracked, and when its instance was deleted within the run: its
+    /// member-hours (not serialised: the pool's `cost` sums them).
+    #[serde(skip)]
+    pub created_ms: u64,
+    #[serde(skip)]
+    pub released_ms: Option<u64>,
+    #[serde(skip)]
+    pub machine_type: Option<String>,
     pub steady: bool,
     pub changes: Vec<Change>,
     /// What happened to the Proxy worth telling (the Events an operator would record).
@@ -227,7 +235,75 @@ pub struct PoolReport {
     /// What each target of its crawl (the world's `crawl`) did over the run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<egress_control::crawl::TargetTotals>,
+    /// Its members' hours over the run and what they cost, where its providers have
+    /// `prices`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<PoolCost>,
     /// Its counts over the run (not serialised: `-o html` draws them).
     #[serde(skip)]
     pub timeline: Vec<PoolSample>,
+}
+
+/// What a pool's members cost over a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoolCost {
+    /// Hours its members' instances existed over the run: each from its creation (or the run's
+    /// start) to its deletion (or the run's end), whether ready or not, as a bill counts them.
+    pub member_hours: f64,
+    /// Of those, hours on a provider entry without `prices` (or in another currency than the
+    /// first priced one's), which the cost leaves out.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unpriced_member_hours: f64,
+    pub currency: String,
+    #[serde(flatten)]
+    pub cost: egress_core::config::Cost,
+    pub total: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
+}
+
+/// `pool`'s [`PoolCost`] from the lifetimes of its `proxies` between `started_ms` and `end_ms`
+/// and the providers' prices; none where no provider of its members has prices. The dry-run
+/// knows no bytes, so egress costs nothing here.
+pub fn pool_cost(
+    pool: &PoolReport,
+    proxies: &[ProxyReport],
+    config: &egress_core::config::ProvidersConfig,
+    started_ms: u64,
+    end_ms: u64,
+) -> Option<PoolCost> {
+    let mut total = PoolCost {
+        member_hours: 0.0,
+        unpriced_member_hours: 0.0,
+        currency: String::new(),
+        cost: egress_core::config::Cost::default(),
+        total: 0.0,
+    };
+    let mut priced = false;
+    for p in proxies
+        .iter()
+        .filter(|p| p.namespace == pool.namespace && p.pool.as_deref() == Some(&pool.name))
+    {
+        let from = p.created_ms.max(started_ms);
+        let to = p.released_ms.unwrap_or(end_ms).max(from);
+        let hours = (to - from) as f64 / 3_600_000.0;
+        total.member_hours += hours;
+        let prices = config
+            .provider(&p.provider)
+            .and_then(|e| e.prices.as_ref())
+            .filter(|pr| !priced || pr.currency == total.currency);
+        match prices {
+            Some(pr) => {
+                priced = true;
+                total.currency.clone_from(&pr.currency);
+                total.cost.add(pr.cost(p.machine_type.as_deref(), hours, 0));
+            }
+            None => total.unpriced_member_hours += hours,
+        }
+    }
+    total.total = total.cost.total();
+    priced.then_some(total)
 }

@@ -15,6 +15,8 @@ pub(super) struct Tracked {
     pub(super) attempts: u32,
     pub(super) steady: bool,
     pub(super) released: bool,
+    /// When its instance was deleted and the Proxy let go, within the run.
+    pub(super) released_ms: Option<u64>,
 }
 
 impl Tracked {
@@ -29,6 +31,7 @@ impl Tracked {
             attempts: 0,
             steady: false,
             released: false,
+            released_ms: None,
         }
     }
 }

@@ -6,6 +6,7 @@ mod egress_check;
 mod finite;
 mod grants;
 mod module_ref;
+mod prices;
 mod provider;
 mod text;
 mod verification;
@@ -13,6 +14,7 @@ mod verification;
 pub use egress_check::*;
 pub use grants::*;
 pub use module_ref::*;
+pub use prices::*;
 pub use provider::*;
 pub use text::*;
 pub use verification::*;
@@ -175,6 +177,9 @@ impl ProvidersConfig {
                         format!("{h:?} is not host, host:port or [ipv6]:port"),
                     ));
                 }
+            }
+            if let Some(prices) = &p.prices {
+                prices.validate(&format!("{at}.prices"))?;
             }
             if let Some(limits) = &p.limits {
                 if limits.memory_mib == Some(0) {

@@ -71,6 +71,10 @@ pub struct ProviderEntry {
     pub grants: Option<Grants>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<Limits>,
+    /// What its instances cost (`super::Prices`): dry-run plans and usage reports price
+    /// member-hours and bytes with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<super::prices::Prices>,
 }
 
 impl ProviderEntry {
