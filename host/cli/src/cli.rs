@@ -95,6 +95,18 @@ pub struct GatewayArgs {
     /// the gateway's README. A holder past one gets 429 naming it; its tunnels are cut.
     #[arg(long, value_name = "FILE")]
     pub quotas: Option<PathBuf>,
+    /// The other replicas' admin listeners (https://HOST:9090, or http to loopback), whose
+    /// quota counts this one reads every 250 ms and adds to its own: a byte quota then holds
+    /// across replicas.
+    #[arg(long, value_name = "URL", value_delimiter = ',', requires_all = ["quotas", "quota_peer_token_file"])]
+    pub quota_peers: Vec<String>,
+    /// The token presented to the peers (one each lets read /metrics), read from FILE.
+    #[arg(long, value_name = "FILE", requires = "quota_peers")]
+    pub quota_peer_token_file: Option<PathBuf>,
+    /// The CA certificates (PEM) the peers' certificates are checked against (default: the
+    /// system's roots).
+    #[arg(long, value_name = "FILE", requires = "quota_peers")]
+    pub quota_peer_ca: Option<PathBuf>,
     /// In a cluster: the Secret holding the credential every pool member admits for the
     /// gateway (the operator makes it in its namespace), NAMESPACE/NAME. The gateway reads no
     /// other Secret. Default: egress-proxies-gateway-credential in the gateway's own namespace.

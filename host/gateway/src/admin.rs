@@ -1,4 +1,5 @@
-//! The gateway's admin listener: the probes and `/metrics`.
+//! The gateway's admin listener: the probes, `/metrics`, and `/v1/usage` (this replica's
+//! quota counts, which its peers read: `crate::quota`).
 
 use crate::body::{Body, full};
 use crate::server::Gateway;
@@ -67,7 +68,7 @@ impl Gateway {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the members have not been read yet\n".into(),
             ),
-            "/metrics" => {
+            "/metrics" | "/v1/usage" => {
                 let allowed = async {
                     let token = Guard::bearer(headers)?;
                     let caller = self.guard.authenticate_scraper(source, &token).await?;
@@ -76,6 +77,13 @@ impl Gateway {
                         .await
                 };
                 match allowed.await {
+                    Ok(()) if path == "/v1/usage" => {
+                        let counts = self.quotas.own_counts(egress_time::now::unix_now());
+                        text(
+                            StatusCode::OK,
+                            serde_json::to_string(&counts).unwrap_or_default(),
+                        )
+                    }
                     Ok(()) => {
                         self.metrics
                             .observe(&self.table.snapshot(), egress_time::now::unix_now());

@@ -115,6 +115,8 @@ pub struct Metrics {
     pub holders_aggregated: Family<Labels, Counter>,
     /// The audit trail's lines, by result (`queued`, `dropped`: its queue was full).
     pub audit_records: Family<Labels, Counter>,
+    /// Reads of the peers' quota counts (`--quota-peers`), by result (`ok`, `failed`).
+    pub quota_peer_reads: Family<Labels, Counter>,
     /// The holders each namespace has series of: the first [`HOLDERS_PER_NAMESPACE`] seen.
     holders: Mutex<std::collections::BTreeMap<String, BTreeSet<String>>>,
     /// The targets each pool has series of: the first [`TARGETS_PER_POOL`] seen; any other is
@@ -258,6 +260,12 @@ impl Metrics {
         let holder_tunnels_open = Family::<Labels, Gauge>::default();
         let holders_aggregated = Family::<Labels, Counter>::default();
         let audit_records = Family::<Labels, Counter>::default();
+        let quota_peer_reads = Family::<Labels, Counter>::default();
+        registry.register(
+            "quota_peer_reads",
+            "Reads of the peer replicas' quota counts, by result (ok, failed)",
+            quota_peer_reads.clone(),
+        );
         registry.register(
             "holder_bytes",
             "Bytes relayed per holder (the first 100 of a namespace; the rest as other), by direction",
@@ -296,6 +304,7 @@ impl Metrics {
             holder_tunnels_open,
             holders_aggregated,
             audit_records,
+            quota_peer_reads,
             holders: Mutex::new(std::collections::BTreeMap::new()),
             connections,
             tunnels,

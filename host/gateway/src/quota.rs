@@ -16,8 +16,14 @@
 //! A day is a UTC day. Bytes count both ways, as the holder metrics count them. A holder past
 //! any quota that applies to it gets `429` with `Proxy-Status` naming the quota and a
 //! `Retry-After` until it resets (SOCKS: reply 0x02, not allowed), before any member is dialled;
-//! its open tunnels are cut within [`CHECK`] of the crossing. Each replica counts what it
-//! relays.
+//! its open tunnels are cut within [`CHECK`] of the crossing.
+//!
+//! Replicas share their byte counts (`--quota-peers`): each serves what it relayed today per
+//! holder on its admin listener (`GET /v1/usage`, to a caller allowed `/metrics`) and reads its
+//! peers' every [`CHECK`], so a byte quota holds across replicas, a holder's bytes through one
+//! counting against it on all, and a crossing on one cuts its tunnels on every other within
+//! two checks and a read. A peer that cannot be read keeps its last counts of the day (a quota
+//! errs toward holding). `concurrentTunnels` is per replica.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -126,12 +132,28 @@ impl Default for Usage {
     }
 }
 
-/// A holder's place under the quotas: the rules that apply to it, and the signal that cuts its
-/// tunnels.
+/// A holder's place under the quotas: the rules that apply to it, what it relayed through
+/// this replica today, and the signal that cuts its tunnels.
 #[derive(Debug, Clone)]
 pub struct Holder {
     rules: Vec<usize>,
+    own: Arc<Usage>,
     cut: tokio::sync::watch::Sender<bool>,
+}
+
+/// What a peer replica relayed on one UTC day, per (namespace, holder).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct Counts {
+    pub day: u64,
+    pub holders: Vec<HolderBytes>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HolderBytes {
+    pub namespace: String,
+    pub holder: String,
+    pub bytes: u64,
 }
 
 /// The quotas and what each has used.
@@ -140,6 +162,8 @@ pub struct Quotas {
     rules: Vec<Rule>,
     usage: Vec<Usage>,
     holders: Mutex<BTreeMap<(String, String), Holder>>,
+    /// The peers' counts, by peer.
+    peers: Mutex<BTreeMap<String, Counts>>,
 }
 
 fn today(now_secs: i64) -> u64 {
@@ -153,6 +177,7 @@ impl Quotas {
             rules,
             usage,
             holders: Mutex::default(),
+            peers: Mutex::default(),
         }
     }
 
@@ -202,28 +227,81 @@ impl Quotas {
                     })
                     .map(|(i, _)| i)
                     .collect(),
+                own: Arc::default(),
                 cut: tokio::sync::watch::Sender::new(false),
             })
             .clone()
     }
 
-    /// The byte counters a tunnel or request of `h` adds to as it relays.
+    /// The byte counters a tunnel or request of `h` adds to as it relays: its byte rules' and
+    /// its own (which the peers read).
     pub fn counters(&self, h: &Holder) -> Vec<Arc<AtomicU64>> {
-        h.rules
+        let mut counters: Vec<Arc<AtomicU64>> = h
+            .rules
             .iter()
             .filter(|i| self.rules[**i].bytes_per_day.is_some())
             .map(|i| self.usage[*i].bytes.clone())
-            .collect()
+            .collect();
+        // A holder no byte quota names has nothing to count, here or for the peers.
+        if !counters.is_empty() {
+            counters.push(h.own.bytes.clone());
+        }
+        counters
     }
 
-    /// Rolls the rules' byte counts over to day `day`.
+    /// Rolls the byte counts, the rules' and the holders', over to day `day`.
     fn roll(&self, day: u64) {
-        for u in &self.usage {
+        let holders: Vec<Arc<Usage>> = {
+            let holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+            holders.values().map(|h| h.own.clone()).collect()
+        };
+        for u in self.usage.iter().chain(holders.iter().map(|u| &**u)) {
             let was = u.day.swap(day, Ordering::AcqRel);
             if was != day && was != NO_DAY {
                 u.bytes.store(0, Ordering::Release);
             }
         }
+    }
+
+    /// What this replica relayed on day of `now_secs`, per holder: what its peers read.
+    pub fn own_counts(&self, now_secs: i64) -> Counts {
+        let day = today(now_secs);
+        self.roll(day);
+        let holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        Counts {
+            day,
+            holders: holders
+                .iter()
+                .map(|((namespace, holder), h)| HolderBytes {
+                    namespace: namespace.clone(),
+                    holder: holder.clone(),
+                    bytes: h.own.bytes.load(Ordering::Acquire),
+                })
+                .filter(|h| h.bytes > 0)
+                .collect(),
+        }
+    }
+
+    /// Peer `peer`'s counts, as it served them.
+    pub fn set_peer(&self, peer: &str, counts: Counts) {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.insert(peer.to_string(), counts);
+    }
+
+    /// What the peers relayed on `day` under rule `i`.
+    fn peers_bytes(&self, i: usize, day: u64) -> u64 {
+        let rule = &self.rules[i];
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers
+            .values()
+            .filter(|c| c.day == day)
+            .flat_map(|c| &c.holders)
+            .filter(|h| {
+                h.namespace == rule.namespace
+                    && rule.holder.as_deref().is_none_or(|x| x == h.holder)
+            })
+            .map(|h| h.bytes)
+            .fold(0u64, u64::saturating_add)
     }
 
     /// The first quota `h` reached at `now_secs`, if any; `tunnel`: it asks to open one more.
@@ -236,7 +314,11 @@ impl Quotas {
                 None => format!("namespace {}", rule.namespace),
             };
             if let Some(limit) = rule.bytes_per_day
-                && usage.bytes.load(Ordering::Acquire) >= limit
+                && usage
+                    .bytes
+                    .load(Ordering::Acquire)
+                    .saturating_add(self.peers_bytes(i, today(now_secs)))
+                    >= limit
             {
                 let next = (today(now_secs) + 1) * 86_400;
                 return Some(Reached {
@@ -303,6 +385,71 @@ impl Quotas {
             self.check(egress_time::now::unix_now());
         }
     }
+}
+
+/// The largest answer read from a peer: a count per holder of the day, well within it.
+const MAX_COUNTS: usize = 4 << 20;
+
+/// Reads `peers`' counts (`GET /v1/usage` with `token`) every [`CHECK`] into `quotas`, and
+/// looks for crossings after each round; each read's result is counted in `metrics`.
+pub async fn share(
+    quotas: Arc<Quotas>,
+    client: reqwest::Client,
+    peers: Vec<reqwest::Url>,
+    token: String,
+    metrics: Arc<crate::metrics::Metrics>,
+) {
+    let mut tick = tokio::time::interval(CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let reads = futures::future::join_all(peers.iter().map(|url| {
+            let (client, token) = (&client, &token);
+            async move { (url, read_peer(client, url, token).await) }
+        }))
+        .await;
+        for (url, read) in reads {
+            let result = match read {
+                Ok(counts) => {
+                    quotas.set_peer(url.as_str(), counts);
+                    "ok"
+                }
+                Err(e) => {
+                    tracing::debug!(peer = %url, error = %e, "a peer's quota counts could not be read");
+                    "failed"
+                }
+            };
+            metrics
+                .quota_peer_reads
+                .get_or_create(&vec![("result".into(), result.into())])
+                .inc();
+        }
+        quotas.check(egress_time::now::unix_now());
+    }
+}
+
+async fn read_peer(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    token: &str,
+) -> Result<Counts, String> {
+    let mut resp = client
+        .get(url.clone())
+        .bearer_auth(token)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !resp.status().is_success() {
+        return Err(format!("answered {}", resp.status()));
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_COUNTS {
+            return Err(format!("answered more than {MAX_COUNTS} bytes"));
+        }
+    }
+    serde_json::from_slice(&body).map_err(|e| e.to_string())
 }
 
 /// A tunnel's place under its holder's `concurrentTunnels`, until it drops.
@@ -393,6 +540,59 @@ mod tests {
         );
         drop(a);
         assert_eq!(q.reached(&spider, day + 86_400, true), None);
+    }
+
+    /// A peer's counts add to the rules that name their holders, for their day only; this
+    /// replica serves its own per holder.
+    #[test]
+    fn a_peers_counts_add_to_the_rules_naming_their_holders_on_their_day() {
+        let q = Quotas::new(vec![
+            rule("ns", None, Some(1000), None),
+            rule("ns", Some("spider"), Some(600), None),
+        ]);
+        let day = 20_000 * 86_400;
+        let (spider, neighbour) = (q.holder("ns", "spider"), q.holder("ns", "neighbour"));
+        for c in q.counters(&spider) {
+            c.fetch_add(100, Ordering::AcqRel);
+        }
+        let own = q.own_counts(day);
+        assert_eq!(own.day, 20_000);
+        assert_eq!(
+            own.holders,
+            [HolderBytes {
+                namespace: "ns".into(),
+                holder: "spider".into(),
+                bytes: 100
+            }]
+        );
+        let peer = |holders: &[(&str, &str, u64)], day: u64| Counts {
+            day,
+            holders: holders
+                .iter()
+                .map(|(ns, h, b)| HolderBytes {
+                    namespace: (*ns).into(),
+                    holder: (*h).into(),
+                    bytes: *b,
+                })
+                .collect(),
+        };
+        // Yesterday's counts and another namespace's count for nothing.
+        q.set_peer("a", peer(&[("ns", "spider", 10_000)], 19_999));
+        q.set_peer("b", peer(&[("other", "spider", 10_000)], 20_000));
+        assert_eq!(q.reached(&spider, day, false), None);
+        // Today's: spider's 100 here and 500 on c reach its 600.
+        q.set_peer("c", peer(&[("ns", "spider", 500)], 20_000));
+        assert_eq!(
+            q.reached(&spider, day, false).unwrap().of,
+            "holder spider in namespace ns"
+        );
+        assert_eq!(q.reached(&neighbour, day, false), None);
+        // The neighbour's 400 on d bring the namespace to 1000.
+        q.set_peer("d", peer(&[("ns", "neighbour", 400)], 20_000));
+        assert_eq!(
+            q.reached(&neighbour, day, false).unwrap().of,
+            "namespace ns"
+        );
     }
 
     #[test]

@@ -59,6 +59,12 @@ pub enum ReportsError {
 /// The `/v1/reports` URL of the API at `base`: https, or http to a loopback address, where
 /// no token crosses a network.
 pub fn reports_url(base: &str) -> Result<reqwest::Url, ReportsError> {
+    api_url(base, "/v1/reports")
+}
+
+/// `path` under `base`, an https URL or an http one to a loopback address: what the gateway
+/// sends carries a token, which never crosses a network in clear.
+pub fn api_url(base: &str, path: &str) -> Result<reqwest::Url, ReportsError> {
     let url = reqwest::Url::parse(base).map_err(|_| ReportsError::Url(base.into()))?;
     let Some(host) = url.host_str() else {
         return Err(ReportsError::Url(base.into()));
@@ -77,7 +83,7 @@ pub fn reports_url(base: &str) -> Result<reqwest::Url, ReportsError> {
     let mut url = url;
     url.set_query(None);
     url.set_fragment(None);
-    let path = format!("{}/v1/reports", url.path().trim_end_matches('/'));
+    let path = format!("{}{path}", url.path().trim_end_matches('/'));
     url.set_path(&path);
     Ok(url)
 }
@@ -118,7 +124,7 @@ impl Reports {
 
 /// The client of the API: rustls with ring, `ca` alone as roots when given, no environment
 /// proxy, no redirect (a redirect would carry the token elsewhere).
-fn client(ca: Option<&[u8]>) -> Result<reqwest::Client, ReportsError> {
+pub(crate) fn client(ca: Option<&[u8]>) -> Result<reqwest::Client, ReportsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

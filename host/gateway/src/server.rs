@@ -230,6 +230,30 @@ impl Gateway {
         self
     }
 
+    /// This gateway, sharing its quota counts with `peers` (their admin listeners' base URLs:
+    /// https, `ca` the roots when given, or http to loopback) as the caller of `token`, a
+    /// token each peer lets read `/metrics`.
+    pub fn with_quota_peers(
+        self,
+        peers: &[String],
+        ca: Option<&[u8]>,
+        token: String,
+    ) -> Result<Self, crate::reports::ReportsError> {
+        let urls = peers
+            .iter()
+            .map(|p| crate::reports::api_url(p, "/v1/usage"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = crate::reports::client(ca)?;
+        tokio::spawn(crate::quota::share(
+            self.quotas.clone(),
+            client,
+            urls,
+            token,
+            self.metrics.clone(),
+        ));
+        Ok(self)
+    }
+
     /// This gateway, writing its audit trail to `sink` ([`crate::audit`]).
     pub fn with_audit(
         mut self,

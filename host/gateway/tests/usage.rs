@@ -21,9 +21,12 @@ use tokio::net::TcpStream;
 /// The sites, one per test: in the destinations the generated config opts in (127.0.0.8/29).
 const SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 12);
 const QUOTA_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 13);
+const PEERS_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 14);
 
 /// Asked of the site as a tunnel's bytes down: a stream until the tunnel ends.
 const STREAM: usize = u64::MAX as usize;
+/// A slow stream: 40 KB/s.
+const TRICKLE: usize = STREAM - 1;
 
 /// A byte of a payload: a pattern, so a short or shifted relay would not pass for a whole one.
 fn byte(i: usize) -> u8 {
@@ -67,11 +70,16 @@ async fn tunnel_peer(mut s: TcpStream) {
         return;
     }
     assert!(got.iter().enumerate().all(|(i, b)| *b == byte(i)));
-    if down == STREAM {
-        // 64 KiB every 20 ms until the tunnel ends.
-        let chunk: Vec<u8> = (0..64 * 1024).map(byte).collect();
+    if down == STREAM || down == TRICKLE {
+        // 64 KiB every 20 ms, or 4 KiB every 100 ms, until the tunnel ends.
+        let (size, every) = if down == STREAM {
+            (64 * 1024, 20)
+        } else {
+            (4 * 1024, 100)
+        };
+        let chunk: Vec<u8> = (0..size).map(byte).collect();
         while s.write_all(&chunk).await.is_ok() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(every)).await;
         }
         return;
     }
@@ -416,10 +424,31 @@ async fn streamed(
     quota: u64,
     stop: tokio::time::Instant,
 ) -> (Option<tokio::time::Instant>, tokio::time::Instant, u64) {
+    let (timeline, ended, total) = streamed_to(gateway, QUOTA_SITE, token, STREAM, stop).await;
+    let crossed = timeline
+        .iter()
+        .find(|(_, t)| *t >= quota)
+        .map(|(at, _)| *at);
+    (crossed, ended, total)
+}
+
+/// When a stream had carried how much: (when, bytes so far, the 16 sent up included).
+type Timeline = Vec<(tokio::time::Instant, u64)>;
+
+/// A tunnel through `gateway` with `token` to the site on `site`, which sends `down` (STREAM
+/// or TRICKLE) until it ends, read as it comes: when it had carried how much, when it ended,
+/// and its bytes.
+async fn streamed_to(
+    gateway: SocketAddr,
+    site: Ipv4Addr,
+    token: &str,
+    down: usize,
+    stop: tokio::time::Instant,
+) -> (Timeline, tokio::time::Instant, u64) {
     let mut s = TcpStream::connect(gateway).await.unwrap();
     s.write_all(
         format!(
-            "CONNECT {QUOTA_SITE}:443 HTTP/1.1\r\nHost: {QUOTA_SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
+            "CONNECT {site}:443 HTTP/1.1\r\nHost: {site}:443\r\nProxy-Authorization: {}\r\n\r\n",
             basic("web", token)
         )
         .as_bytes(),
@@ -429,21 +458,19 @@ async fn streamed(
     let head = read_head(&mut s).await;
     assert_eq!(head.status, 200, "{head:?}");
     let mut sizes = [0u8; 16];
-    sizes[8..].copy_from_slice(&(STREAM as u64).to_be_bytes());
+    sizes[8..].copy_from_slice(&(down as u64).to_be_bytes());
     s.write_all(&sizes).await.unwrap();
-    let (mut total, mut crossed) = (16u64, None);
+    let (mut total, mut timeline) = (16u64, Timeline::new());
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let read = tokio::time::timeout_at(stop, s.read(&mut buf)).await;
         match read {
             Ok(Ok(n)) if n > 0 => {
                 total += n as u64;
-                if total >= quota && crossed.is_none() {
-                    crossed = Some(tokio::time::Instant::now());
-                }
+                timeline.push((tokio::time::Instant::now(), total));
             }
             // Ended by the gateway, or still open at `stop`.
-            _ => return (crossed, tokio::time::Instant::now(), total),
+            _ => return (timeline, tokio::time::Instant::now(), total),
         }
     }
 }
@@ -543,4 +570,117 @@ async fn a_byte_quota_cuts_its_holder_off_within_a_second_and_no_one_else() {
         Some(1.0),
         "the refused tunnel dialled its member"
     );
+}
+
+/// Two replicas sharing their counts (each reads the other's `/v1/usage`): a holder's bytes
+/// through one count on both, so when its streaming through replica A crosses its quota, its
+/// tunnel open on replica B is cut within a second, and B refuses its next one naming the
+/// quota; the other namespace's holder, on B, is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second() {
+    let Some(binary) = support::squid_and_echo() else {
+        return;
+    };
+    site(PEERS_SITE).await;
+    let (_ns_squids, mut all) = members(&binary, "ns", 7, 1);
+    let (_other_squids, other) = members(&binary, "other", 8, 1);
+    all.extend(other);
+    const QUOTA: u64 = 3 * 1024 * 1024;
+    let quotas = || {
+        egress_gateway::quota::Quotas::new(vec![egress_gateway::quota::Rule {
+            namespace: "ns".into(),
+            holder: Some("spider".into()),
+            bytes_per_day: Some(QUOTA),
+            concurrent_tunnels: None,
+        }])
+    };
+    // Each replica's admin listener first, so each can name the other as its peer.
+    let admins = [
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    ];
+    let urls: Vec<String> = admins
+        .iter()
+        .map(|l| format!("http://{}", l.local_addr().unwrap()))
+        .collect();
+    let mut gateways = Vec::new();
+    let mut keep = Vec::new();
+    for (i, admin) in admins.into_iter().enumerate() {
+        let peer = urls[1 - i].clone();
+        let (gw, table, dir) =
+            common::gateway_built(&["ns/web", "other/web"], all.clone(), limits(), |g| {
+                g.with_quotas(quotas())
+                    .with_quota_peers(&[peer], None, common::OPS.to_string())
+                    .unwrap()
+            });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        gateways.push(listener.local_addr().unwrap());
+        tokio::spawn(egress_gateway::serve(listener, gw.clone()));
+        tokio::spawn(egress_gateway::serve_admin(admin, gw));
+        keep.push((table, dir));
+    }
+    let (a, b) = (gateways[0], gateways[1]);
+    let stop = tokio::time::Instant::now() + Duration::from_secs(8);
+    // On B: spider's tunnel trickling (40 KB/s: B alone would take over a minute to the
+    // quota) and rival's streaming; on A, spider streams at about 3 MiB/s. The crossing is A's
+    // bytes and B's together, and B learns of A's only from A.
+    let on_b = tokio::spawn(streamed_to(b, PEERS_SITE, SPIDER, TRICKLE, stop));
+    let rival = tokio::spawn(streamed_to(b, PEERS_SITE, RIVAL, STREAM, stop));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (on_a, a_ended, a_total) = streamed_to(a, PEERS_SITE, SPIDER, STREAM, stop).await;
+    let (on_b, b_ended, b_total) = on_b.await.unwrap();
+    // When spider's bytes, through A and B together, passed the quota: the earliest time at
+    // which what each had carried by then sums to it.
+    let by = |line: &Timeline, at: tokio::time::Instant| {
+        line.iter()
+            .take_while(|(t, _)| *t <= at)
+            .last()
+            .map_or(16, |(_, n)| *n)
+    };
+    let crossed = on_a
+        .iter()
+        .chain(&on_b)
+        .map(|(t, _)| *t)
+        .filter(|t| by(&on_a, *t) + by(&on_b, *t) >= QUOTA)
+        .min()
+        .expect("spider's bytes never passed the quota");
+    let after = b_ended.saturating_duration_since(crossed);
+    eprintln!(
+        "spider: {a_total} bytes through A, {b_total} through B; B's tunnel cut {after:?} after the crossing, A's {:?}",
+        a_ended.saturating_duration_since(crossed)
+    );
+    assert!(
+        b_total < QUOTA / 4,
+        "B carried {b_total}: the crossing was not A's"
+    );
+    assert!(
+        b_ended < stop,
+        "spider's tunnel on B was not cut: {b_total} bytes"
+    );
+    assert!(
+        after < Duration::from_secs(1),
+        "B cut {after:?} after the crossing"
+    );
+
+    // B refuses spider's next tunnel naming the quota; rival streamed on to the end.
+    let mut s = TcpStream::connect(b).await.unwrap();
+    s.write_all(
+        format!(
+            "CONNECT {PEERS_SITE}:443 HTTP/1.1\r\nHost: {PEERS_SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
+            basic("web", SPIDER)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    assert_eq!(head.status, 429, "{head:?}");
+    assert!(
+        head.get("proxy-status")
+            .unwrap()
+            .contains("bytesPerDay of holder spider in namespace ns"),
+        "{head:?}"
+    );
+    let (_, rival_ended, rival_total) = rival.await.unwrap();
+    assert!(rival_ended >= stop, "rival was cut at {rival_total} bytes");
 }

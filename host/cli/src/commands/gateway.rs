@@ -352,6 +352,31 @@ pub async fn run(
             message: e.to_string(),
         })?;
         gateway = gateway.with_quotas(quotas);
+        if !a.quota_peers.is_empty() {
+            let read = |what: &str, f: &std::path::Path| {
+                std::fs::read(f).map_err(|e| CliError::Input {
+                    what: what.into(),
+                    message: format!("{}: {e}", f.display()),
+                })
+            };
+            let token = match &a.quota_peer_token_file {
+                Some(f) => String::from_utf8_lossy(&read("--quota-peer-token-file", f)?)
+                    .trim()
+                    .to_string(),
+                None => String::new(),
+            };
+            let ca = a
+                .quota_peer_ca
+                .as_deref()
+                .map(|f| read("--quota-peer-ca", f))
+                .transpose()?;
+            gateway = gateway
+                .with_quota_peers(&a.quota_peers, ca.as_deref(), token)
+                .map_err(|e| CliError::Input {
+                    what: "--quota-peers".into(),
+                    message: e.to_string(),
+                })?;
+        }
     }
     let gateway = Arc::new(gateway);
     let transport = tls
