@@ -344,6 +344,48 @@ fn deploy_kustomization_builds() {
         gateway_pods["app.kubernetes.io/component"], pods["app.kubernetes.io/component"],
         "the gateway scales apart from the operator"
     );
+    // The replicas share their quota counts: --quota-peers names every replica by the
+    // StatefulSet's headless Service, which selects them, and the certificate covers those
+    // names; the quotas the ConfigMap declares load.
+    let peers = find("Service", "egress-proxies-gateway-peers");
+    assert_eq!(peers["spec"]["clusterIP"], "None");
+    assert_eq!(set["spec"]["serviceName"], "egress-proxies-gateway-peers");
+    assert_eq!(
+        peers["spec"]["selector"],
+        set["spec"]["selector"]["matchLabels"]
+    );
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let listed: Vec<&str> = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--quota-peers="))
+        .expect("--quota-peers")
+        .split(',')
+        .collect();
+    let want: Vec<String> = (0..replicas)
+        .map(|i| format!("https://egress-proxies-gateway-{i}.egress-proxies-gateway-peers.egress-proxies.svc:9090"))
+        .collect();
+    assert_eq!(listed, want);
+    let names =
+        serde_yaml::to_string(&find("Certificate", "egress-proxies-gateway")["spec"]["dnsNames"])
+            .unwrap();
+    assert!(
+        names.contains("'*.egress-proxies-gateway-peers.egress-proxies.svc'"),
+        "{names}"
+    );
+    let quotas = find("ConfigMap", "egress-proxies-gateway-quotas")["data"]["quotas.yaml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("quotas.yaml"), &quotas).unwrap();
+    egress_gateway::quota::Quotas::load(&dir.path().join("quotas.yaml")).unwrap();
+    assert!(args.contains(&"--quotas=/etc/egress-proxies-quotas/quotas.yaml"));
+    assert!(args.contains(&"--audit-log=-"));
     kinds.sort();
     assert_eq!(
         kinds,
@@ -359,6 +401,7 @@ fn deploy_kustomization_builds() {
             "ClusterRoleBinding egress-proxies",
             "ClusterRoleBinding egress-proxies-gateway",
             "ClusterRoleBinding egress-proxies-pods",
+            "ConfigMap egress-proxies-gateway-quotas",
             "ConfigMap egress-proxies-providers",
             "CustomResourceDefinition providerhealths.crawl.example.com",
             "CustomResourceDefinition proxies.crawl.example.com",
@@ -375,6 +418,7 @@ fn deploy_kustomization_builds() {
             "RoleBinding egress-proxies-leader",
             "Service egress-proxies",
             "Service egress-proxies-gateway",
+            "Service egress-proxies-gateway-peers",
             "ServiceAccount egress-proxies",
             "ServiceAccount egress-proxies-gateway",
             "StatefulSet egress-proxies-gateway",

@@ -390,19 +390,49 @@ impl Quotas {
 /// The largest answer read from a peer: a count per holder of the day, well within it.
 const MAX_COUNTS: usize = 4 << 20;
 
+/// The token a replica presents to its peers.
+#[derive(Debug, Clone)]
+pub enum PeerToken {
+    Fixed(String),
+    /// Read again for every round: a projected ServiceAccount token is rotated in place.
+    File(std::path::PathBuf),
+}
+
+impl PeerToken {
+    fn get(&self) -> Result<String, String> {
+        match self {
+            PeerToken::Fixed(t) => Ok(t.clone()),
+            PeerToken::File(f) => std::fs::read_to_string(f)
+                .map(|t| t.trim().to_string())
+                .map_err(|e| format!("{}: {e}", f.display())),
+        }
+    }
+}
+
 /// Reads `peers`' counts (`GET /v1/usage` with `token`) every [`CHECK`] into `quotas`, and
 /// looks for crossings after each round; each read's result is counted in `metrics`.
 pub async fn share(
     quotas: Arc<Quotas>,
     client: reqwest::Client,
     peers: Vec<reqwest::Url>,
-    token: String,
+    token: PeerToken,
     metrics: Arc<crate::metrics::Metrics>,
 ) {
     let mut tick = tokio::time::interval(CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        let token = match token.get() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "the token for the quota peers could not be read");
+                metrics
+                    .quota_peer_reads
+                    .get_or_create(&vec![("result".into(), "failed".into())])
+                    .inc_by(peers.len() as u64);
+                continue;
+            }
+        };
         let reads = futures::future::join_all(peers.iter().map(|url| {
             let (client, token) = (&client, &token);
             async move { (url, read_peer(client, url, token).await) }

@@ -237,7 +237,7 @@ impl Gateway {
         self,
         peers: &[String],
         ca: Option<&[u8]>,
-        token: String,
+        token: crate::quota::PeerToken,
     ) -> Result<Self, crate::reports::ReportsError> {
         let urls = peers
             .iter()

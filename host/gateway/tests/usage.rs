@@ -610,7 +610,11 @@ async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second(
         let (gw, table, dir) =
             common::gateway_built(&["ns/web", "other/web"], all.clone(), limits(), |g| {
                 g.with_quotas(quotas())
-                    .with_quota_peers(&[peer], None, common::OPS.to_string())
+                    .with_quota_peers(
+                        &[peer],
+                        None,
+                        egress_gateway::quota::PeerToken::Fixed(common::OPS.to_string()),
+                    )
                     .unwrap()
             });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

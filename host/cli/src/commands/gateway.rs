@@ -359,19 +359,31 @@ pub async fn run(
                     message: format!("{}: {e}", f.display()),
                 })
             };
+            // Read once here, so a missing file stops the start; again for every round, as
+            // a projected ServiceAccount token is rotated in place.
             let token = match &a.quota_peer_token_file {
-                Some(f) => String::from_utf8_lossy(&read("--quota-peer-token-file", f)?)
-                    .trim()
-                    .to_string(),
-                None => String::new(),
+                Some(f) => {
+                    read("--quota-peer-token-file", f)?;
+                    egress_gateway::quota::PeerToken::File(f.clone())
+                }
+                None => egress_gateway::quota::PeerToken::Fixed(String::new()),
             };
+            // Every replica takes the same list: the one naming this replica's own Pod (its
+            // host's first label is POD_NAME) is left out.
+            let own = std::env::var("POD_NAME").ok();
+            let peers: Vec<String> = a
+                .quota_peers
+                .iter()
+                .filter(|p| !names_pod(p, own.as_deref()))
+                .cloned()
+                .collect();
             let ca = a
                 .quota_peer_ca
                 .as_deref()
                 .map(|f| read("--quota-peer-ca", f))
                 .transpose()?;
             gateway = gateway
-                .with_quota_peers(&a.quota_peers, ca.as_deref(), token)
+                .with_quota_peers(&peers, ca.as_deref(), token)
                 .map_err(|e| CliError::Input {
                     what: "--quota-peers".into(),
                     message: e.to_string(),
@@ -420,6 +432,21 @@ pub async fn run(
 /// Runs `gateway` until `stop`: exit code 1 on an error.
 pub async fn command(a: GatewayArgs, stop: impl std::future::Future<Output = ()>) -> ExitCode {
     super::exit(run(a, stop).await)
+}
+
+/// Whether peer URL `url`'s host is Pod `pod`'s own name under its StatefulSet's Service
+/// (`https://POD.SERVICE.NAMESPACE.svc:9090`).
+fn names_pod(url: &str, pod: Option<&str>) -> bool {
+    let Some(pod) = pod.filter(|p| !p.is_empty()) else {
+        return false;
+    };
+    let host = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', ':'])
+        .next()
+        .unwrap_or_default();
+    host.split('.').next() == Some(pod)
 }
 
 #[cfg(test)]
@@ -472,5 +499,15 @@ mod tests {
             e.contains("ProxyPool ns/web") && e.contains("spec.politeness.targets[0].match"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_replica_leaves_out_the_peer_url_naming_its_own_pod() {
+        let url =
+            "https://egress-proxies-gateway-0.egress-proxies-gateway-peers.egress-proxies.svc:9090";
+        assert!(super::names_pod(url, Some("egress-proxies-gateway-0")));
+        assert!(!super::names_pod(url, Some("egress-proxies-gateway-1")));
+        assert!(!super::names_pod(url, Some("egress-proxies-gateway")));
+        assert!(!super::names_pod(url, None));
     }
 }
