@@ -684,6 +684,42 @@ fn the_monitoring_component_builds_onto_the_deploy() {
                     && s["namespace"] == secret["metadata"]["namespace"])),
         "no ClusterRoleBinding of egress-proxies-metrics-reader to {account}"
     );
+    // The gateway's replicas too: their admin port, over the gateway's TLS, the same token;
+    // it selects the gateway's Service and no other.
+    let gateway = find("ServiceMonitor", "egress-proxies-gateway");
+    let endpoint = &gateway["spec"]["endpoints"][0];
+    assert_eq!(endpoint["port"], "admin");
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(
+        endpoint["authorization"],
+        monitor["spec"]["endpoints"][0]["authorization"]
+    );
+    let selected: Vec<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Service")
+        .filter(|d| {
+            gateway["spec"]["selector"]["matchLabels"]
+                .as_mapping()
+                .unwrap()
+                .iter()
+                .all(|(k, v)| &d["metadata"]["labels"][k] == v)
+        })
+        .filter_map(|d| d["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(selected, ["egress-proxies-gateway"]);
+    let service = find("Service", "egress-proxies-gateway");
+    assert!(
+        service["spec"]["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "admin"),
+        "{service:?}"
+    );
+    assert_eq!(
+        endpoint["tlsConfig"]["ca"]["secret"]["name"],
+        find("Certificate", "egress-proxies-gateway")["spec"]["secretName"]
+    );
     let rule = find("PrometheusRule", "egress-proxies");
     assert_eq!(rule["metadata"]["namespace"], "egress-proxies");
     let dashboard = find("ConfigMap", "egress-proxies-dashboard");

@@ -117,6 +117,10 @@ pub struct Metrics {
     pub audit_records: Family<Labels, Counter>,
     /// Reads of the peers' quota counts (`--quota-peers`), by result (`ok`, `failed`).
     pub quota_peer_reads: Family<Labels, Counter>,
+    /// Each byte quota's bytes of the day (this replica's and its peers') and its limit, by
+    /// namespace and holder (`*`: the namespace's holders together).
+    pub quota_used_bytes: Family<Labels, Gauge>,
+    pub quota_limit_bytes: Family<Labels, Gauge>,
     /// The holders each namespace has series of: the first [`HOLDERS_PER_NAMESPACE`] seen.
     holders: Mutex<std::collections::BTreeMap<String, BTreeSet<String>>>,
     /// The targets each pool has series of: the first [`TARGETS_PER_POOL`] seen; any other is
@@ -261,6 +265,18 @@ impl Metrics {
         let holders_aggregated = Family::<Labels, Counter>::default();
         let audit_records = Family::<Labels, Counter>::default();
         let quota_peer_reads = Family::<Labels, Counter>::default();
+        let quota_used_bytes = Family::<Labels, Gauge>::default();
+        let quota_limit_bytes = Family::<Labels, Gauge>::default();
+        registry.register(
+            "quota_used_bytes",
+            "Bytes of the UTC day under each byte quota, all replicas', by namespace and holder (* for the namespace's)",
+            quota_used_bytes.clone(),
+        );
+        registry.register(
+            "quota_limit_bytes",
+            "Each byte quota's bytes per UTC day, by namespace and holder (* for the namespace's)",
+            quota_limit_bytes.clone(),
+        );
         registry.register(
             "quota_peer_reads",
             "Reads of the peer replicas' quota counts, by result (ok, failed)",
@@ -305,6 +321,8 @@ impl Metrics {
             holders_aggregated,
             audit_records,
             quota_peer_reads,
+            quota_used_bytes,
+            quota_limit_bytes,
             holders: Mutex::new(std::collections::BTreeMap::new()),
             connections,
             tunnels,

@@ -376,13 +376,49 @@ impl Quotas {
         }
     }
 
-    /// Checks every [`CHECK`], for as long as it runs.
-    pub async fn watch(self: Arc<Self>) {
+    /// Checks every [`CHECK`], and publishes each byte quota's use in `metrics`, for as long
+    /// as it runs.
+    pub async fn watch(self: Arc<Self>, metrics: Arc<crate::metrics::Metrics>) {
         let mut tick = tokio::time::interval(CHECK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            self.check(egress_time::now::unix_now());
+            let now = egress_time::now::unix_now();
+            self.check(now);
+            self.publish(now, &metrics);
+        }
+    }
+
+    /// Each byte quota's bytes of the day (this replica's and its peers') and its limit, as
+    /// gauges by namespace and holder (`*` for a namespace's): an alert warns before a
+    /// holder reaches its quota.
+    pub fn publish(&self, now_secs: i64, metrics: &crate::metrics::Metrics) {
+        let day = today(now_secs);
+        self.roll(day);
+        for (i, rule) in self.rules.iter().enumerate() {
+            let Some(limit) = rule.bytes_per_day else {
+                continue;
+            };
+            let used = self.usage[i]
+                .bytes
+                .load(Ordering::Acquire)
+                .saturating_add(self.peers_bytes(i, day));
+            let labels = vec![
+                ("namespace".to_string(), rule.namespace.clone()),
+                (
+                    "holder".to_string(),
+                    rule.holder.clone().unwrap_or_else(|| "*".into()),
+                ),
+            ];
+            let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            metrics
+                .quota_used_bytes
+                .get_or_create(&labels)
+                .set(gauge(used));
+            metrics
+                .quota_limit_bytes
+                .get_or_create(&labels)
+                .set(gauge(limit));
         }
     }
 }

@@ -224,7 +224,7 @@ impl Gateway {
     pub fn with_quotas(mut self, quotas: crate::quota::Quotas) -> Self {
         let quotas = Arc::new(quotas);
         if !quotas.is_empty() {
-            tokio::spawn(quotas.clone().watch());
+            tokio::spawn(quotas.clone().watch(self.metrics.clone()));
         }
         self.quotas = quotas;
         self

@@ -14,6 +14,7 @@ mod support;
 use common::{RIVAL, SPIDER, basic, limits, metrics_text, read_head, series};
 use egress_gateway::Member;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -496,8 +497,15 @@ async fn a_byte_quota_cuts_its_holder_off_within_a_second_and_no_one_else() {
     )
     .unwrap();
     let quotas = egress_gateway::quota::Quotas::load(&file).unwrap();
+    let trail = dir.path().join("audit.log");
     let (gw, _table, _dir) = common::gateway_built(&["ns/web", "other/web"], all, limits(), |g| {
         g.with_quotas(quotas)
+            .with_audit(egress_gateway::audit::Sink::File {
+                path: trail.clone(),
+                max_bytes: 1 << 20,
+                keep: 1,
+            })
+            .unwrap()
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -570,6 +578,49 @@ async fn a_byte_quota_cuts_its_holder_off_within_a_second_and_no_one_else() {
         Some(1.0),
         "the refused tunnel dialled its member"
     );
+    // The quota's use and limit, for the alert that warns before it.
+    let quota = "namespace=\"ns\",holder=\"spider\"";
+    assert_eq!(
+        series(
+            &text,
+            &format!("egress_gateway_quota_limit_bytes{{{quota}}}")
+        ),
+        Some(QUOTA as f64)
+    );
+    assert!(
+        series(
+            &text,
+            &format!("egress_gateway_quota_used_bytes{{{quota}}}")
+        )
+        .unwrap()
+            >= QUOTA as f64,
+        "{text}"
+    );
+    // Every gateway series the shipped alerts and dashboard read is one this gateway serves.
+    let monitoring =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/deploy/components/monitoring");
+    let read = ["prometheusrule.yaml", "dashboard.json"]
+        .iter()
+        .map(|f| std::fs::read_to_string(monitoring.join(f)).unwrap())
+        .collect::<String>();
+    let mut named = std::collections::BTreeSet::new();
+    let mut rest = read.as_str();
+    while let Some(i) = rest.find("egress_gateway_") {
+        let name: String = rest[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        rest = &rest[i + name.len()..];
+        named.insert(name);
+    }
+    assert!(named.len() >= 3, "{named:?}");
+    for name in &named {
+        let family = name.strip_suffix("_total").unwrap_or(name);
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "{name} is read by the monitoring component but this gateway does not serve it:\n{text}"
+        );
+    }
 }
 
 /// Two replicas sharing their counts (each reads the other's `/v1/usage`): a holder's bytes

@@ -1166,6 +1166,10 @@ async fn a_pools_metrics_follow_it_pass_promtool_and_carry_what_the_alerts_and_d
         m.gc_sweep_failed("east", "memory");
         m.target("east", "api", true);
         m.lease_call("crawlers", "web", "acquire", "unavailable");
+        // The lease API's audit trail, as its writer counts a line.
+        m.audit_records
+            .get_or_create(&vec![("result".into(), "queued".into())])
+            .inc();
         m.pool_drained("crawlers", "web", "Rotated");
         // A pool some target quarantines members of (the pool decision lists it).
         m.pool_observed(
