@@ -58,8 +58,17 @@ const POOL_GAUGES: [(&str, &str); 10] = [
     ),
 ];
 
+/// Holders of a pool with series of their own; the rest aggregate under `other`.
+pub const HOLDERS_PER_POOL: usize = 100;
+
 pub struct Metrics {
     registry: Registry,
+    /// Per holder of a pool: its live leases, and the members they hold by mode (exclusive:
+    /// its member-hours, as Prometheus integrates them).
+    pub holder_leases: Family<Labels, Gauge>,
+    pub holder_leased_members: Family<Labels, Gauge>,
+    /// The holders each pool has series of.
+    holders: Mutex<BTreeMap<(String, String), BTreeSet<String>>>,
     /// The lease API's audit trail lines, by result (`queued`, `dropped`).
     pub audit_records: Family<Labels, Counter>,
     pub reconciles: Family<Labels, Counter>,
@@ -257,6 +266,18 @@ impl Metrics {
             "Proxies a pool created, by provider",
             pool_creations.clone(),
         );
+        let holder_leases = Family::<Labels, Gauge>::default();
+        let holder_leased_members = Family::<Labels, Gauge>::default();
+        registry.register(
+            "holder_leases",
+            "Live leases per holder of a pool (the first 100 holders; the rest as other)",
+            holder_leases.clone(),
+        );
+        registry.register(
+            "holder_leased_members",
+            "Members held per holder of a pool, by lease mode (exclusive: its member-hours)",
+            holder_leased_members.clone(),
+        );
         let audit_records = Family::<Labels, Counter>::default();
         registry.register(
             "audit_records",
@@ -265,6 +286,9 @@ impl Metrics {
         );
         Self {
             registry,
+            holder_leases,
+            holder_leased_members,
+            holders: Mutex::new(BTreeMap::new()),
             audit_records,
             reconciles,
             errors,
@@ -406,6 +430,63 @@ impl Metrics {
             .inc();
     }
 
+    /// What each holder holds of pool `namespace/pool` now (`egress_core::lease::holdings`):
+    /// its live leases and the members they hold by mode, the first [`HOLDERS_PER_POOL`]
+    /// holders by name and the rest as `other`; a holder that holds nothing any more loses its
+    /// series.
+    pub fn pool_holdings(
+        &self,
+        namespace: &str,
+        pool: &str,
+        holdings: &BTreeMap<String, egress_core::lease::Holding>,
+    ) {
+        let mut folded: BTreeMap<&str, egress_core::lease::Holding> = BTreeMap::new();
+        for (i, (holder, h)) in holdings.iter().enumerate() {
+            let name = if i < HOLDERS_PER_POOL {
+                holder.as_str()
+            } else {
+                "other"
+            };
+            let f = folded.entry(name).or_default();
+            f.leases += h.leases;
+            f.exclusive_members += h.exclusive_members;
+            f.shared_members += h.shared_members;
+        }
+        let mut held = self.holders.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.to_string(), pool.to_string());
+        let before = held.remove(&key).unwrap_or_default();
+        for gone in before.iter().filter(|h| !folded.contains_key(h.as_str())) {
+            self.remove_holder(namespace, pool, gone);
+        }
+        for (holder, h) in &folded {
+            let l = labels(&[("namespace", namespace), ("pool", pool), ("holder", holder)]);
+            self.holder_leases
+                .get_or_create(&l)
+                .set(i64::from(h.leases));
+            for (mode, n) in [
+                ("exclusive", h.exclusive_members),
+                ("shared", h.shared_members),
+            ] {
+                let mut l = l.clone();
+                l.push(("mode".into(), mode.into()));
+                self.holder_leased_members
+                    .get_or_create(&l)
+                    .set(i64::from(n));
+            }
+        }
+        held.insert(key, folded.keys().map(|h| h.to_string()).collect());
+    }
+
+    fn remove_holder(&self, namespace: &str, pool: &str, holder: &str) {
+        let l = labels(&[("namespace", namespace), ("pool", pool), ("holder", holder)]);
+        self.holder_leases.remove(&l);
+        for mode in ["exclusive", "shared"] {
+            let mut l = l.clone();
+            l.push(("mode".into(), mode.into()));
+            self.holder_leased_members.remove(&l);
+        }
+    }
+
     /// Drops the gauges of every pool not in `live` (namespace, name): a pool that is gone
     /// says nothing, rather than its last counts forever. Its counters stay, as counters of
     /// a finished job do, until the process restarts.
@@ -416,7 +497,11 @@ impl Metrics {
             .filter(|k| !live.contains(*k))
             .cloned()
             .collect();
+        let mut held = self.holders.lock().unwrap_or_else(|p| p.into_inner());
         for key in gone {
+            for holder in held.remove(&key).unwrap_or_default() {
+                self.remove_holder(&key.0, &key.1, &holder);
+            }
             let l = labels(&[("namespace", &key.0), ("pool", &key.1)]);
             for family in &self.pool_gauges {
                 family.remove(&l);

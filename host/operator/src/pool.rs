@@ -428,6 +428,17 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         .saturating_sub(pool::budgets(&core.spec).1 as u32);
     ctx.metrics
         .pool_observed(&namespace, &name, core.spec.replicas, floor, &status);
+    ctx.metrics.pool_holdings(
+        &namespace,
+        &name,
+        &egress_core::lease::holdings(
+            owned
+                .iter()
+                .filter_map(|p| p.status.as_ref())
+                .map(|s| (s.leases.as_slice(), s.ip.as_deref())),
+            now,
+        ),
+    );
     if status != old {
         write_status(&pools, &name, &status).await?;
     }

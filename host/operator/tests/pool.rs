@@ -2203,6 +2203,17 @@ async fn a_holder_holds_at_most_max_per_holder_of_a_pool() {
     )
     .await;
     assert_eq!(code, 201, "raised to 3: {v}");
+    // Its holdings in the pool's metrics: three members held exclusively by two leases; rival,
+    // which released its lease, has no series left.
+    r.until("the holdings in the metrics", Duration::from_secs(120), |r| {
+        let m = r.ctx.metrics.encode();
+        m.contains(&format!(
+            "egress_proxies_holder_leased_members{{namespace=\"{NS}\",pool=\"web\",holder=\"spider\",mode=\"exclusive\"}} 3\n"
+        )) && m.contains(&format!(
+            "egress_proxies_holder_leases{{namespace=\"{NS}\",pool=\"web\",holder=\"spider\"}} 2\n"
+        )) && !m.contains("holder=\"rival\"")
+    })
+    .await;
 }
 
 /// The lease lost in silence, with no fault at all: a lease on a member, a rollout,

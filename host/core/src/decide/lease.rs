@@ -39,6 +39,45 @@ pub enum BanVerdict {
 
 /// Holder `holder`'s report that proxy with reports `on_proxy` was banned, at `now`, given
 /// every report on the pool's proxies (`in_pool`, this proxy's among them).
+/// What one holder holds of a pool now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Holding {
+    /// Its live leases (distinct ids).
+    pub leases: u32,
+    /// The members its live leases hold, by mode: exclusive ones are its alone, so their
+    /// hours are its member-hours.
+    pub exclusive_members: u32,
+    pub shared_members: u32,
+}
+
+/// Per holder, what it holds of a pool's members (each `(bindings, ip)`: a member's status
+/// bindings and its address now) at `now`: a binding counts while live and on the instance it
+/// was granted on.
+pub fn holdings<'a>(
+    members: impl IntoIterator<Item = (&'a [LeaseBinding], Option<&'a str>)>,
+    now: i64,
+) -> std::collections::BTreeMap<String, Holding> {
+    let mut out: std::collections::BTreeMap<String, Holding> = Default::default();
+    let mut ids: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> =
+        Default::default();
+    for (bindings, ip) in members {
+        for b in bindings.iter().filter(|b| b.live(now) && b.holds(ip)) {
+            let h = out.entry(b.holder.clone()).or_default();
+            match b.mode {
+                LeaseMode::Exclusive => h.exclusive_members += 1,
+                LeaseMode::Shared => h.shared_members += 1,
+            }
+            ids.entry(b.holder.as_str()).or_default().insert(&b.id);
+        }
+    }
+    for (holder, ids) in ids {
+        if let Some(h) = out.get_mut(holder) {
+            h.leases = ids.len() as u32;
+        }
+    }
+    out
+}
+
 pub fn report_ban<'a>(
     on_proxy: &[BanReport],
     in_pool: impl IntoIterator<Item = &'a BanReport>,

@@ -429,3 +429,58 @@ fn what_a_lease_lost_is_its_holders_and_never_what_it_holds() {
         "lease l-a is not held (expired, released or unknown)"
     );
 }
+
+/// A holder's holdings count its live bindings on the instances they were granted on, by
+/// mode, and its distinct leases; an expired binding or one of a replaced instance counts for
+/// nothing.
+#[test]
+fn holdings_count_live_bindings_on_their_instance_by_holder_and_mode() {
+    let on = |mut b: LeaseBinding, ip: &str| {
+        b.ip = Some(ip.into());
+        b
+    };
+    let a = [on(
+        binding("l-1", "spider", LeaseMode::Exclusive, 60),
+        "10.0.0.1",
+    )];
+    let b = [on(
+        binding("l-1", "spider", LeaseMode::Exclusive, 60),
+        "10.0.0.2",
+    )];
+    let c = [
+        binding("l-2", "spider", LeaseMode::Shared, 60),
+        binding("l-3", "rival", LeaseMode::Shared, 60),
+        binding("l-4", "rival", LeaseMode::Shared, -1),
+    ];
+    // Its instance was replaced: 10.0.0.9 now, granted on 10.0.0.4.
+    let d = [on(
+        binding("l-5", "rival", LeaseMode::Exclusive, 60),
+        "10.0.0.4",
+    )];
+    let h = holdings(
+        [
+            (&a[..], Some("10.0.0.1")),
+            (&b[..], Some("10.0.0.2")),
+            (&c[..], Some("10.0.0.3")),
+            (&d[..], Some("10.0.0.9")),
+        ],
+        NOW,
+    );
+    assert_eq!(
+        h["spider"],
+        Holding {
+            leases: 2,
+            exclusive_members: 2,
+            shared_members: 1
+        }
+    );
+    assert_eq!(
+        h["rival"],
+        Holding {
+            leases: 1,
+            exclusive_members: 0,
+            shared_members: 1
+        }
+    );
+    assert_eq!(h.len(), 2);
+}
