@@ -69,6 +69,11 @@ pub struct Metrics {
     pub holder_leased_members: Family<Labels, Gauge>,
     /// The holders each pool has series of.
     holders: Mutex<BTreeMap<(String, String), BTreeSet<String>>>,
+    /// What a pool's members cost an hour now, by its providers' `prices` (one currency: the
+    /// first priced placement's).
+    pub pool_cost_per_hour: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    /// The currency each priced pool's series has.
+    pool_currencies: Mutex<BTreeMap<(String, String), String>>,
     /// The lease API's audit trail lines, by result (`queued`, `dropped`).
     pub audit_records: Family<Labels, Counter>,
     pub reconciles: Family<Labels, Counter>,
@@ -266,6 +271,13 @@ impl Metrics {
             "Proxies a pool created, by provider",
             pool_creations.clone(),
         );
+        let pool_cost_per_hour =
+            Family::<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "pool_cost_per_hour",
+            "What a pool's members cost an hour now (instances and their addresses), by its providers' prices",
+            pool_cost_per_hour.clone(),
+        );
         let holder_leases = Family::<Labels, Gauge>::default();
         let holder_leased_members = Family::<Labels, Gauge>::default();
         registry.register(
@@ -289,6 +301,8 @@ impl Metrics {
             holder_leases,
             holder_leased_members,
             holders: Mutex::new(BTreeMap::new()),
+            pool_cost_per_hour,
+            pool_currencies: Mutex::new(BTreeMap::new()),
             audit_records,
             reconciles,
             errors,
@@ -477,6 +491,35 @@ impl Metrics {
         held.insert(key, folded.keys().map(|h| h.to_string()).collect());
     }
 
+    /// What pool `namespace/pool`'s members cost an hour now: `cost` in `currency`, or none
+    /// priced (its series goes).
+    pub fn pool_cost(&self, namespace: &str, pool: &str, cost: Option<(&str, f64)>) {
+        let mut currencies = self
+            .pool_currencies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.to_string(), pool.to_string());
+        if let Some(was) = currencies.remove(&key) {
+            if cost.is_none_or(|(c, _)| c != was) {
+                self.pool_cost_per_hour.remove(&labels(&[
+                    ("namespace", namespace),
+                    ("pool", pool),
+                    ("currency", &was),
+                ]));
+            }
+        }
+        if let Some((currency, per_hour)) = cost {
+            self.pool_cost_per_hour
+                .get_or_create(&labels(&[
+                    ("namespace", namespace),
+                    ("pool", pool),
+                    ("currency", currency),
+                ]))
+                .set(per_hour);
+            currencies.insert(key, currency.to_string());
+        }
+    }
+
     fn remove_holder(&self, namespace: &str, pool: &str, holder: &str) {
         let l = labels(&[("namespace", namespace), ("pool", pool), ("holder", holder)]);
         self.holder_leases.remove(&l);
@@ -499,6 +542,7 @@ impl Metrics {
             .collect();
         let mut held = self.holders.lock().unwrap_or_else(|p| p.into_inner());
         for key in gone {
+            self.pool_cost(&key.0, &key.1, None);
             for holder in held.remove(&key).unwrap_or_default() {
                 self.remove_holder(&key.0, &key.1, &holder);
             }

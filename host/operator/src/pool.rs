@@ -428,6 +428,21 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         .saturating_sub(pool::budgets(&core.spec).1 as u32);
     ctx.metrics
         .pool_observed(&namespace, &name, core.spec.replicas, floor, &status);
+    let config = &loaded.config;
+    ctx.metrics.pool_cost(
+        &namespace,
+        &name,
+        egress_core::config::per_hour(owned.iter().map(|p| {
+            (
+                config
+                    .provider(&p.spec.provider)
+                    .and_then(|e| e.prices.as_ref()),
+                p.spec.placement.machine_type.as_deref(),
+            )
+        }))
+        .as_ref()
+        .map(|(c, h)| (c.as_str(), *h)),
+    );
     ctx.metrics.pool_holdings(
         &namespace,
         &name,

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 const NS: &str = "crawlers";
 const GROUP: &str = "crawl.example.com/v1alpha1";
-const PROVIDERS: &str = "installation: test\nproviders:\n- {name: east, type: kubernetes}\n- {name: west, type: kubernetes}\n";
+const PROVIDERS: &str = "installation: test\nproviders:\n- {name: east, type: kubernetes, prices: {currency: USD, instanceHour: {default: 0.01}, ipv4Hour: 0.005}}\n- {name: west, type: kubernetes}\n";
 
 /// The egress check of [`start_with`]'s runs: every 30 s, Ready on one verified check.
 const EGRESS_CHECK: &str = "egressCheck: {urls: ['http://127.0.0.1/anything', 'https://127.0.0.1/anything'], interval: 30s, timeout: 1s, failureThreshold: 2, readinessFailureThreshold: 1, startupTimeout: 10m}\n";
@@ -1114,6 +1114,19 @@ async fn a_pools_metrics_follow_it_pass_promtool_and_carry_what_the_alerts_and_d
             "{gauge} {v}:\n{m}"
         );
     }
+    // Two members on east, priced (0.01 an instance-hour and 0.005 its address), one on west,
+    // which has no prices: 0.03 an hour.
+    let cost: f64 = m
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                r#"egress_proxies_pool_cost_per_hour{namespace="crawlers",pool="web",currency="USD"} "#,
+            )
+        })
+        .unwrap_or_else(|| panic!("no cost per hour:\n{m}"))
+        .parse()
+        .unwrap();
+    assert!((cost - 0.03).abs() < 1e-9, "{cost}");
     for (placement, provider, n) in [("0", "east", 2), ("1", "west", 1)] {
         let l = format!(
             r#"{{namespace="crawlers",pool="web",placement="{placement}",provider="{provider}"}}"#
@@ -1166,6 +1179,19 @@ async fn a_pools_metrics_follow_it_pass_promtool_and_carry_what_the_alerts_and_d
         m.gc_sweep_failed("east", "memory");
         m.target("east", "api", true);
         m.lease_call("crawlers", "web", "acquire", "unavailable");
+        // A holder's holdings, as the pool reconcile sets them.
+        m.pool_holdings(
+            "crawlers",
+            "news",
+            &std::collections::BTreeMap::from([(
+                "spider".to_string(),
+                egress_core::lease::Holding {
+                    leases: 1,
+                    exclusive_members: 1,
+                    shared_members: 0,
+                },
+            )]),
+        );
         // The lease API's audit trail, as its writer counts a line.
         m.audit_records
             .get_or_create(&vec![("result".into(), "queued".into())])

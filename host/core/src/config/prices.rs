@@ -113,6 +113,23 @@ impl Prices {
     }
 }
 
+/// What `members` (each its provider entry's prices, where it has any, and its machine type)
+/// cost an hour now, in the first priced one's currency; members priced in another currency
+/// are left out. None: no member is priced.
+pub fn per_hour<'a>(
+    members: impl IntoIterator<Item = (Option<&'a Prices>, Option<&'a str>)>,
+) -> Option<(String, f64)> {
+    let mut total: Option<(String, f64)> = None;
+    for (prices, machine_type) in members {
+        let Some(p) = prices else { continue };
+        let t = total.get_or_insert_with(|| (p.currency.clone(), 0.0));
+        if t.0 == p.currency {
+            t.1 += p.cost(machine_type, 1.0, 0).total();
+        }
+    }
+    total
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -139,6 +156,23 @@ mod tests {
         let mut without_default = prices();
         without_default.instance_hour.remove("default");
         assert_eq!(without_default.instance_hour(Some("n2")), None);
+    }
+
+    #[test]
+    fn an_hour_of_members_sums_those_priced_in_the_first_currency() {
+        let usd = prices();
+        let mut eur = prices();
+        eur.currency = "EUR".into();
+        let (c, h) = per_hour([
+            (None, None),
+            (Some(&usd), Some("e2-micro")),
+            (Some(&usd), None),
+            (Some(&eur), None),
+        ])
+        .unwrap();
+        assert_eq!(c, "USD");
+        assert!((h - (0.01 + 0.005 + 0.02 + 0.005)).abs() < 1e-12, "{h}");
+        assert_eq!(per_hour([(None, Some("x"))]), None);
     }
 
     #[test]
