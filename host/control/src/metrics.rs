@@ -499,14 +499,14 @@ impl Metrics {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let key = (namespace.to_string(), pool.to_string());
-        if let Some(was) = currencies.remove(&key) {
-            if cost.is_none_or(|(c, _)| c != was) {
-                self.pool_cost_per_hour.remove(&labels(&[
-                    ("namespace", namespace),
-                    ("pool", pool),
-                    ("currency", &was),
-                ]));
-            }
+        if let Some(was) = currencies.remove(&key)
+            && cost.is_none_or(|(c, _)| c != was)
+        {
+            self.pool_cost_per_hour.remove(&labels(&[
+                ("namespace", namespace),
+                ("pool", pool),
+                ("currency", &was),
+            ]));
         }
         if let Some((currency, per_hour)) = cost {
             self.pool_cost_per_hour
