@@ -40,7 +40,9 @@ pub async fn serve_admin_over(listener: TcpListener, gateway: Arc<Gateway>, tran
                 let gateway = gateway.clone();
                 async move {
                     Ok::<_, std::convert::Infallible>(
-                        gateway.admin(req.uri().path(), req.headers(), source).await,
+                        gateway
+                            .admin(req.uri().path(), req.uri().query(), req.headers(), source)
+                            .await,
                     )
                 }
             });
@@ -55,7 +57,13 @@ pub async fn serve_admin_over(listener: TcpListener, gateway: Arc<Gateway>, tran
 }
 
 impl Gateway {
-    async fn admin(&self, path: &str, headers: &http::HeaderMap, source: IpAddr) -> Response<Body> {
+    async fn admin(
+        &self,
+        path: &str,
+        query: Option<&str>,
+        headers: &http::HeaderMap,
+        source: IpAddr,
+    ) -> Response<Body> {
         let text = |status: StatusCode, body: String| {
             let mut r = Response::new(full(body));
             *r.status_mut() = status;
@@ -78,7 +86,21 @@ impl Gateway {
                 };
                 match allowed.await {
                     Ok(()) if path == "/v1/usage" => {
-                        let counts = self.quotas.own_counts(egress_time::now::unix_now());
+                        // `?of=URL`: what this replica last read of that peer, for the peer
+                        // to take back after a restart.
+                        let of = query.and_then(form_urlencoded_of);
+                        let counts = match of {
+                            Some(peer) => match self.quotas.peer_counts(&peer) {
+                                Some(c) => c,
+                                None => {
+                                    return text(
+                                        StatusCode::NOT_FOUND,
+                                        "no counts of that peer\n".into(),
+                                    );
+                                }
+                            },
+                            None => self.quotas.own_counts(egress_time::now::unix_now()),
+                        };
                         text(
                             StatusCode::OK,
                             serde_json::to_string(&counts).unwrap_or_default(),
@@ -95,4 +117,13 @@ impl Gateway {
             _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
         }
     }
+}
+
+/// The `of` parameter of a query string, decoded.
+fn form_urlencoded_of(query: &str) -> Option<String> {
+    reqwest::Url::parse(&format!("http://x/?{query}"))
+        .ok()?
+        .query_pairs()
+        .find(|(k, _)| k == "of")
+        .map(|(_, v)| v.into_owned())
 }

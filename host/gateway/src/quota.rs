@@ -23,7 +23,8 @@
 //! peers' every [`CHECK`], so a byte quota holds across replicas, a holder's bytes through one
 //! counting against it on all, and a crossing on one cuts its tunnels on every other within
 //! two checks and a read. A peer that cannot be read keeps its last counts of the day (a quota
-//! errs toward holding). `concurrentTunnels` is per replica.
+//! errs toward holding). A replica that restarts takes back its own counts of the day from
+//! what its peers last read of them (`/v1/usage?of=URL`). `concurrentTunnels` is per replica.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -288,6 +289,38 @@ impl Quotas {
         peers.insert(peer.to_string(), counts);
     }
 
+    /// The counts this replica last read from `peer` (its `/v1/usage` URL), if any: what a
+    /// restarted peer asks for to recover its own.
+    pub fn peer_counts(&self, peer: &str) -> Option<Counts> {
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.get(peer).cloned()
+    }
+
+    /// Takes back this replica's own counts of the day of `now_secs` as its peers last read
+    /// them (a restart lost them): each holder's count becomes at least what `recovered`
+    /// says, and its rules' counts grow by what that adds. Counts of another day are ignored.
+    pub fn recover(&self, recovered: &Counts, now_secs: i64) {
+        let day = today(now_secs);
+        if recovered.day != day {
+            return;
+        }
+        self.roll(day);
+        for h in &recovered.holders {
+            let holder = self.holder(&h.namespace, &h.holder);
+            let was = holder.own.bytes.fetch_max(h.bytes, Ordering::AcqRel);
+            let added = h.bytes.saturating_sub(was);
+            if added == 0 {
+                continue;
+            }
+            holder.own.day.store(day, Ordering::Release);
+            for &i in &holder.rules {
+                if self.rules[i].bytes_per_day.is_some() {
+                    self.usage[i].bytes.fetch_add(added, Ordering::AcqRel);
+                }
+            }
+        }
+    }
+
     /// What the peers relayed on `day` under rule `i`.
     fn peers_bytes(&self, i: usize, day: u64) -> u64 {
         let rule = &self.rules[i];
@@ -446,14 +479,30 @@ impl PeerToken {
 }
 
 /// Reads `peers`' counts (`GET /v1/usage` with `token`) every [`CHECK`] into `quotas`, and
-/// looks for crossings after each round; each read's result is counted in `metrics`.
+/// looks for crossings after each round; each read's result is counted in `metrics`. With
+/// `own` (this replica's `/v1/usage` URL as its peers know it), it first takes back its own
+/// counts of the day from what its peers last read of them, so a restart forgets nothing a
+/// peer saw.
 pub async fn share(
     quotas: Arc<Quotas>,
     client: reqwest::Client,
     peers: Vec<reqwest::Url>,
+    own: Option<reqwest::Url>,
     token: PeerToken,
     metrics: Arc<crate::metrics::Metrics>,
 ) {
+    if let (Some(own), Ok(t)) = (&own, token.get()) {
+        for peer in &peers {
+            let mut url = peer.clone();
+            url.query_pairs_mut().append_pair("of", own.as_str());
+            match read_peer(&client, &url, &t).await {
+                Ok(counts) => quotas.recover(&counts, egress_time::now::unix_now()),
+                Err(e) => {
+                    tracing::debug!(peer = %peer, error = %e, "a peer kept no counts of this replica")
+                }
+            }
+        }
+    }
     let mut tick = tokio::time::interval(CHECK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

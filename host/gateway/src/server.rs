@@ -233,9 +233,12 @@ impl Gateway {
     /// This gateway, sharing its quota counts with `peers` (their admin listeners' base URLs:
     /// https, `ca` the roots when given, or http to loopback) as the caller of `token`, a
     /// token each peer lets read `/metrics`.
+    /// `own`, where given, is this replica's admin URL as its peers know it: at start it takes
+    /// back its counts of the day from what they last read of it.
     pub fn with_quota_peers(
         self,
         peers: &[String],
+        own: Option<&str>,
         ca: Option<&[u8]>,
         token: crate::quota::PeerToken,
     ) -> Result<Self, crate::reports::ReportsError> {
@@ -243,11 +246,15 @@ impl Gateway {
             .iter()
             .map(|p| crate::reports::api_url(p, "/v1/usage"))
             .collect::<Result<Vec<_>, _>>()?;
+        let own = own
+            .map(|o| crate::reports::api_url(o, "/v1/usage"))
+            .transpose()?;
         let client = crate::reports::client(ca)?;
         tokio::spawn(crate::quota::share(
             self.quotas.clone(),
             client,
             urls,
+            own,
             token,
             self.metrics.clone(),
         ));

@@ -23,6 +23,7 @@ use tokio::net::TcpStream;
 const SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 12);
 const QUOTA_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 13);
 const PEERS_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 14);
+const RESTART_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 15);
 
 /// Asked of the site as a tunnel's bytes down: a stream until the tunnel ends.
 const STREAM: usize = u64::MAX as usize;
@@ -623,6 +624,16 @@ async fn a_byte_quota_cuts_its_holder_off_within_a_second_and_no_one_else() {
     }
 }
 
+/// A quota of `bytes` a day for spider in `ns`.
+fn spiders_quota(bytes: u64) -> egress_gateway::quota::Quotas {
+    egress_gateway::quota::Quotas::new(vec![egress_gateway::quota::Rule {
+        namespace: "ns".into(),
+        holder: Some("spider".into()),
+        bytes_per_day: Some(bytes),
+        concurrent_tunnels: None,
+    }])
+}
+
 /// Two replicas sharing their counts (each reads the other's `/v1/usage`): a holder's bytes
 /// through one count on both, so when its streaming through replica A crosses its quota, its
 /// tunnel open on replica B is cut within a second, and B refuses its next one naming the
@@ -637,14 +648,7 @@ async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second(
     let (_other_squids, other) = members(&binary, "other", 8, 1);
     all.extend(other);
     const QUOTA: u64 = 3 * 1024 * 1024;
-    let quotas = || {
-        egress_gateway::quota::Quotas::new(vec![egress_gateway::quota::Rule {
-            namespace: "ns".into(),
-            holder: Some("spider".into()),
-            bytes_per_day: Some(QUOTA),
-            concurrent_tunnels: None,
-        }])
-    };
+    let quotas = || spiders_quota(QUOTA);
     // Each replica's admin listener first, so each can name the other as its peer.
     let admins = [
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
@@ -663,6 +667,7 @@ async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second(
                 g.with_quotas(quotas())
                     .with_quota_peers(
                         &[peer],
+                        None,
                         None,
                         egress_gateway::quota::PeerToken::Fixed(common::OPS.to_string()),
                     )
@@ -738,4 +743,82 @@ async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second(
     );
     let (_, rival_ended, rival_total) = rival.await.unwrap();
     assert!(rival_ended >= stop, "rival was cut at {rival_total} bytes");
+}
+
+/// A replica restarted mid-day takes back its own counts from what its peer last read of
+/// them: a holder it had cut off stays cut off. Without its own URL (as before the peers knew
+/// it), the new replica would let the holder through again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_replica_takes_back_its_days_counts_from_its_peer() {
+    let Some(binary) = support::squid_and_echo() else {
+        return;
+    };
+    site(RESTART_SITE).await;
+    let (_squids, members) = members(&binary, "ns", 9, 1);
+    const QUOTA: u64 = 2 * 1024 * 1024;
+    let quotas = || spiders_quota(QUOTA);
+    let peer_token = || egress_gateway::quota::PeerToken::Fixed(common::OPS.to_string());
+    // A replica with `peer` as its peer and, where given, `own` as its URL to its peer; its
+    // proxy address.
+    let mut keep = Vec::new();
+    let mut replica = async |admin: tokio::net::TcpListener, peer: String, own: Option<String>| {
+        let (gw, table, dir) = common::gateway_built(&["ns/web"], members.clone(), limits(), |g| {
+            g.with_quotas(quotas())
+                .with_quota_peers(&[peer], own.as_deref(), None, peer_token())
+                .unwrap()
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(egress_gateway::serve(listener, gw.clone()));
+        tokio::spawn(egress_gateway::serve_admin(admin, gw));
+        keep.push((table, dir));
+        addr
+    };
+    let admin = || async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let (a_admin, b_admin) = (admin().await, admin().await);
+    let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().unwrap());
+    let (a_url, b_url) = (url(&a_admin), url(&b_admin));
+    let _a = replica(a_admin, b_url.clone(), None).await;
+    let b = replica(b_admin, a_url.clone(), None).await;
+    // spider streams through B until B cuts it; A reads B's counts meanwhile.
+    let stop = tokio::time::Instant::now() + Duration::from_secs(8);
+    let (_, ended, total) = streamed_to(b, RESTART_SITE, SPIDER, STREAM, stop).await;
+    assert!(ended < stop && total >= QUOTA, "not cut: {total} bytes");
+    // Long enough for A to have read B's last count.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let connect = async |gateway: SocketAddr| {
+        let mut s = TcpStream::connect(gateway).await.unwrap();
+        s.write_all(
+            format!(
+                "CONNECT {RESTART_SITE}:443 HTTP/1.1\r\nHost: {RESTART_SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
+                basic("web", SPIDER)
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+        read_head(&mut s).await.status
+    };
+    // B "restarted": a new replica known to A by B's URL takes back B's count and refuses.
+    let b2 = replica(admin().await, a_url.clone(), Some(b_url.clone())).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let status = connect(b2).await;
+        if status == 429 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the restarted replica let spider through ({status})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Without its URL it would not know: a fresh replica admits spider.
+    let fresh = replica(admin().await, a_url, None).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        connect(fresh).await,
+        200,
+        "a replica without B's count refused"
+    );
 }

@@ -382,8 +382,11 @@ pub async fn run(
                 .as_deref()
                 .map(|f| read("--quota-peer-ca", f))
                 .transpose()?;
+            // Its own URL, as the others read it: at start it takes back its counts of the day
+            // from what they last read (a restart forgets nothing they saw).
+            let me = a.quota_peers.iter().find(|p| names_pod(p, own.as_deref()));
             gateway = gateway
-                .with_quota_peers(&peers, ca.as_deref(), token)
+                .with_quota_peers(&peers, me.map(String::as_str), ca.as_deref(), token)
                 .map_err(|e| CliError::Input {
                     what: "--quota-peers".into(),
                     message: e.to_string(),
