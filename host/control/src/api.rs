@@ -436,18 +436,14 @@ impl Api {
                     Err(n) => n.response(),
                     Ok((a, caller)) => {
                         let r = book.acquire(&caller.username, &a.body).await;
-                        let line = |status| {
-                            LeaseLine::new(
-                                "egress.lease.acquire",
-                                &caller.username,
-                                &a.body.namespace,
-                                &a.body.pool,
-                                status,
-                            )
-                            .with(r.as_ref().map(Some))
-                        };
-                        let out = done(r.clone().map(view), StatusCode::CREATED);
-                        self.audit(|| line(out.status().as_u16()));
+                        let line = self.line(
+                            "egress.lease.acquire",
+                            &caller.username,
+                            (&a.body.namespace, &a.body.pool),
+                            r.as_ref().map(Some),
+                        );
+                        let out = done(r.map(view), StatusCode::CREATED);
+                        self.record(line, &out);
                         out
                     }
                 }
@@ -505,18 +501,19 @@ impl Api {
                     Err(n) => n.response(),
                     Ok((a, caller)) => {
                         let r = book.renew(&caller.username, &a.at, id, &a.body).await;
-                        let mut line = LeaseLine::new(
-                            "egress.lease.renew",
-                            &caller.username,
-                            &a.at.namespace,
-                            &a.at.pool,
-                            0,
-                        )
-                        .with(r.as_ref().map(Some));
-                        line.lease.get_or_insert_with(|| id.to_string());
+                        let line = self
+                            .line(
+                                "egress.lease.renew",
+                                &caller.username,
+                                (&a.at.namespace, &a.at.pool),
+                                r.as_ref().map(Some),
+                            )
+                            .map(|mut l| {
+                                l.lease.get_or_insert_with(|| id.to_string());
+                                l
+                            });
                         let out = done(r.map(view), StatusCode::OK);
-                        line.status = out.status().as_u16();
-                        self.audit(|| line);
+                        self.record(line, &out);
                         out
                     }
                 }
@@ -529,29 +526,26 @@ impl Api {
                     Err(n) => n.response(),
                     Ok((a, caller)) => {
                         let r = book.release(&caller.username, &a.at, id, &a.body).await;
-                        let mut line = LeaseLine::new(
-                            "egress.lease.release",
-                            &caller.username,
-                            &a.at.namespace,
-                            &a.at.pool,
-                            0,
-                        )
-                        .with(r.as_ref().map(|_| None));
-                        line.lease = Some(id.to_string());
-                        line.outcome = Some(
-                            match a.body.outcome {
-                                Some(egress_core::lease::Outcome::Banned) => "banned",
-                                _ => "ok",
-                            }
-                            .into(),
-                        );
-                        line.target.clone_from(&a.body.target);
+                        let line = self
+                            .line(
+                                "egress.lease.release",
+                                &caller.username,
+                                (&a.at.namespace, &a.at.pool),
+                                r.as_ref().map(|_| None),
+                            )
+                            .map(|mut l| {
+                                l.lease = Some(id.to_string());
+                                let banned = a.body.outcome
+                                    == Some(egress_core::lease::Outcome::Banned);
+                                l.outcome = Some(if banned { "banned" } else { "ok" }.into());
+                                l.target.clone_from(&a.body.target);
+                                l
+                            });
                         let out = done(
                             r.map(|()| serde_json::json!({ "released": id })),
                             StatusCode::OK,
                         );
-                        line.status = out.status().as_u16();
-                        self.audit(|| line);
+                        self.record(line, &out);
                         out
                     }
                 }
@@ -598,34 +592,50 @@ impl Api {
             Err(n) => n.response(),
             Ok((a, caller)) => {
                 let r = book.report(&caller.username, &a.body).await;
-                let mut line = LeaseLine::new(
-                    "egress.report",
-                    &caller.username,
-                    &a.body.namespace,
-                    &a.body.pool,
-                    0,
-                )
-                .with(r.as_ref().map(|_| None));
-                line.members = vec![a.body.proxy.clone()];
-                line.target = Some(a.body.target.clone());
-                line.outcome = Some("banned".into());
+                let line = self
+                    .line(
+                        "egress.report",
+                        &caller.username,
+                        (&a.body.namespace, &a.body.pool),
+                        r.as_ref().map(|_| None),
+                    )
+                    .map(|mut l| {
+                        l.members = vec![a.body.proxy.clone()];
+                        l.target = Some(a.body.target.clone());
+                        l.outcome = Some("banned".into());
+                        l
+                    });
                 let out = match r {
                     Ok(r) => {
                         json_response(StatusCode::OK, &serde_json::to_value(r).unwrap_or_default())
                     }
                     Err(e) => lease_refused(&e),
                 };
-                line.status = out.status().as_u16();
-                self.audit(|| line);
+                self.record(line, &out);
                 out
             }
         }
     }
 
-    /// Writes `line()` to the audit trail, where one is kept.
-    fn audit(&self, line: impl FnOnce() -> LeaseLine) {
-        if let Some(a) = &self.audit {
-            a.record(&line());
+    /// The trail's line of `event` by `holder` on pool `at` with what it answered, where a
+    /// trail is kept (none is built otherwise).
+    fn line(
+        &self,
+        event: &'static str,
+        holder: &str,
+        at: (&str, &str),
+        answer: Result<Option<&LeaseView>, &LeaseRefusal>,
+    ) -> Option<LeaseLine> {
+        self.audit
+            .as_ref()
+            .map(|_| LeaseLine::new(event, holder, at.0, at.1, 0).with(answer))
+    }
+
+    /// Writes `line` to the trail with the status of `out`, its answer.
+    fn record(&self, line: Option<LeaseLine>, out: &Response<Full<Bytes>>) {
+        if let (Some(audit), Some(mut line)) = (&self.audit, line) {
+            line.status = out.status().as_u16();
+            audit.record(&line);
         }
     }
 

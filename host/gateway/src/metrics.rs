@@ -135,6 +135,11 @@ pub const HOLDERS_PER_NAMESPACE: usize = 100;
 /// Targets of a pool with series of their own; the rest aggregate under `other`.
 pub const TARGETS_PER_POOL: usize = 20;
 
+/// A member's name from its id (`NAMESPACE/NAME`), as its series and trail lines name it.
+pub fn member_name(id: &str) -> &str {
+    id.rsplit_once('/').map_or(id, |(_, name)| name)
+}
+
 pub fn member_labels(e: &Entry) -> Labels {
     vec![
         ("namespace".into(), e.member.namespace.clone()),
@@ -409,9 +414,7 @@ impl Metrics {
                 ("pool".into(), String::new()),
             ],
         };
-        let member = member
-            .map(|id| id.rsplit_once('/').map_or(id, |(_, name)| name))
-            .unwrap_or_default();
+        let member = member.map(member_name).unwrap_or_default();
         self.errors
             .get_or_create(&on(
                 with(with(labels, "member", member), "kind", kind.label()),

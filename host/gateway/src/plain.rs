@@ -100,30 +100,12 @@ impl Gateway {
                 break;
             };
             // Bytes counted as frames pass, both ways, into the member's byte counters.
-            let labels = metrics::member_labels(&entry);
-            let counter = |dir| {
-                self.metrics
-                    .bytes
-                    .get_or_create(&metrics::with(labels.clone(), "direction", dir))
-                    .clone()
-            };
-            let (up, down) = (counter("up"), counter("down"));
-            let (holder_up, holder_down) = (
-                self.holder_bytes(&account, "up"),
-                self.holder_bytes(&account, "down"),
-            );
-            let carried = forward::Carried {
-                up: forward::Meter::default().quota(self.quota_counters(&account)),
-                down: forward::Meter::default().quota(self.quota_counters(&account)),
-                cut: None,
-            };
-            let carried_up = carried.up.clone();
+            let carried = self.meters(&metrics::member_labels(&entry), &account);
+            let up = carried.up.clone();
             let idle = self.limits.body_idle_timeout;
             let body = IdleBody::new(body, idle).map_frame(move |frame| {
                 if let Some(d) = frame.data_ref() {
-                    up.inc_by(d.len() as u64);
-                    holder_up.inc_by(d.len() as u64);
-                    carried_up.add(d.len() as u64);
+                    up.add(d.len() as u64);
                 }
                 frame
             });
@@ -204,8 +186,6 @@ impl Gateway {
                         let _in_flight = &permit;
                         let _ended = &ended;
                         if let Some(d) = frame.data_ref() {
-                            down.inc_by(d.len() as u64);
-                            holder_down.inc_by(d.len() as u64);
                             carried.down.add(d.len() as u64);
                         }
                         frame

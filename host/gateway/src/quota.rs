@@ -165,6 +165,12 @@ pub struct Quotas {
     holders: Mutex<BTreeMap<(String, String), Holder>>,
     /// The peers' counts, by peer.
     peers: Mutex<BTreeMap<String, Counts>>,
+    /// Per rule, what the peers relayed under it on [`Quotas::day`]: summed when their counts
+    /// come in (every [`CHECK`]), so an admission reads one number per rule.
+    peer_bytes: Vec<AtomicU64>,
+    /// The UTC day the counts are of ([`NO_DAY`] until the first look): the counts roll over
+    /// once when it changes, not at every admission.
+    day: AtomicU64,
 }
 
 fn today(now_secs: i64) -> u64 {
@@ -174,9 +180,12 @@ fn today(now_secs: i64) -> u64 {
 impl Quotas {
     pub fn new(rules: Vec<Rule>) -> Self {
         let usage = rules.iter().map(|_| Usage::default()).collect();
+        let peer_bytes = rules.iter().map(|_| AtomicU64::new(0)).collect();
         Self {
             rules,
             usage,
+            peer_bytes,
+            day: AtomicU64::new(NO_DAY),
             holders: Mutex::default(),
             peers: Mutex::default(),
         }
@@ -228,7 +237,11 @@ impl Quotas {
                     })
                     .map(|(i, _)| i)
                     .collect(),
-                own: Arc::default(),
+                // Of the day the counts are of, so the next roll resets it.
+                own: Arc::new(Usage {
+                    day: AtomicU64::new(self.day.load(Ordering::Acquire)),
+                    ..Usage::default()
+                }),
                 cut: tokio::sync::watch::Sender::new(false),
             })
             .clone()
@@ -252,6 +265,9 @@ impl Quotas {
 
     /// Rolls the byte counts, the rules' and the holders', over to day `day`.
     fn roll(&self, day: u64) {
+        if self.day.load(Ordering::Acquire) == day {
+            return;
+        }
         let holders: Vec<Arc<Usage>> = {
             let holders = self.holders.lock().unwrap_or_else(|p| p.into_inner());
             holders.values().map(|h| h.own.clone()).collect()
@@ -261,6 +277,27 @@ impl Quotas {
             if was != day && was != NO_DAY {
                 u.bytes.store(0, Ordering::Release);
             }
+        }
+        self.day.store(day, Ordering::Release);
+        self.sum_peers();
+    }
+
+    /// Sums the peers' counts of the current day under each rule into [`Quotas::peer_bytes`].
+    fn sum_peers(&self) {
+        let day = self.day.load(Ordering::Acquire);
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        for (rule, total) in self.rules.iter().zip(&self.peer_bytes) {
+            let sum = peers
+                .values()
+                .filter(|c| c.day == day)
+                .flat_map(|c| &c.holders)
+                .filter(|h| {
+                    h.namespace == rule.namespace
+                        && rule.holder.as_deref().is_none_or(|x| x == h.holder)
+                })
+                .map(|h| h.bytes)
+                .fold(0u64, u64::saturating_add);
+            total.store(sum, Ordering::Release);
         }
     }
 
@@ -285,8 +322,11 @@ impl Quotas {
 
     /// Peer `peer`'s counts, as it served them.
     pub fn set_peer(&self, peer: &str, counts: Counts) {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        peers.insert(peer.to_string(), counts);
+        {
+            let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+            peers.insert(peer.to_string(), counts);
+        }
+        self.sum_peers();
     }
 
     /// The counts this replica last read from `peer` (its `/v1/usage` URL), if any: what a
@@ -321,20 +361,9 @@ impl Quotas {
         }
     }
 
-    /// What the peers relayed on `day` under rule `i`.
-    fn peers_bytes(&self, i: usize, day: u64) -> u64 {
-        let rule = &self.rules[i];
-        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        peers
-            .values()
-            .filter(|c| c.day == day)
-            .flat_map(|c| &c.holders)
-            .filter(|h| {
-                h.namespace == rule.namespace
-                    && rule.holder.as_deref().is_none_or(|x| x == h.holder)
-            })
-            .map(|h| h.bytes)
-            .fold(0u64, u64::saturating_add)
+    /// What the peers relayed today under rule `i`.
+    fn peers_bytes(&self, i: usize) -> u64 {
+        self.peer_bytes[i].load(Ordering::Acquire)
     }
 
     /// The first quota `h` reached at `now_secs`, if any; `tunnel`: it asks to open one more.
@@ -350,7 +379,7 @@ impl Quotas {
                 && usage
                     .bytes
                     .load(Ordering::Acquire)
-                    .saturating_add(self.peers_bytes(i, today(now_secs)))
+                    .saturating_add(self.peers_bytes(i))
                     >= limit
             {
                 let next = (today(now_secs) + 1) * 86_400;
@@ -435,7 +464,7 @@ impl Quotas {
             let used = self.usage[i]
                 .bytes
                 .load(Ordering::Acquire)
-                .saturating_add(self.peers_bytes(i, day));
+                .saturating_add(self.peers_bytes(i));
             let labels = vec![
                 ("namespace".to_string(), rule.namespace.clone()),
                 (

@@ -755,26 +755,15 @@ impl Gateway {
             .clone();
         holder_open.inc();
         self.open.fetch_add(1, Ordering::SeqCst);
-        // The member's byte counters, added to as the relay moves bytes, so a
-        // long tunnel shows in them while it runs.
-        let meter = |dir| {
-            forward::Meter::new(
-                self.metrics
-                    .bytes
-                    .get_or_create(&metrics::with(opened.labels.clone(), "direction", dir))
-                    .clone(),
-            )
-            .and(self.holder_bytes(&opened.account, dir))
-            .quota(self.quota_counters(&opened.account))
-        };
+        // The byte counters, added to as the relay moves bytes, so a long tunnel shows in
+        // them while it runs; and the holder's quota, which may cut it.
         let carried = Carried {
-            up: meter("up"),
-            down: meter("down"),
             cut: opened
                 .account
                 .quota
                 .as_ref()
                 .map(|h| self.quotas.cut_signal(h)),
+            ..self.meters(&opened.labels, &opened.account)
         };
         let idle = self.limits.timeouts.idle;
         let ended = match crawler {

@@ -7,10 +7,12 @@
 use crate::account::{Account, Exchange, Outcome};
 use crate::audit::Record;
 use crate::authority::Destination;
-use crate::metrics::with;
+use crate::forward::{Carried, Meter};
+use crate::metrics::{Labels, with};
 use crate::server::{Admitted, Gateway};
 use crate::status::Failure;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use std::time::Instant;
 
 impl Gateway {
@@ -73,12 +75,25 @@ impl Gateway {
             .unwrap_or_default()
     }
 
-    /// The holder's byte counter for `direction` (`up`, `down`).
-    pub(crate) fn holder_bytes(&self, account: &Account, direction: &str) -> Counter {
-        self.metrics
-            .holder_bytes
-            .get_or_create(&with(account.labels.clone(), "direction", direction))
-            .clone()
+    /// The meters of an exchange of `account` through the member of `member` (its labels):
+    /// each direction adds to the member's and the holder's byte counters and to the holder's
+    /// quota counts. No cut: a tunnel's relay sets it.
+    pub(crate) fn meters(&self, member: &Labels, account: &Account) -> Carried {
+        let meter = |direction: &str| {
+            let counter = |family: &Family<Labels, Counter>, labels: &Labels| {
+                family
+                    .get_or_create(&with(labels.clone(), "direction", direction))
+                    .clone()
+            };
+            Meter::new(counter(&self.metrics.bytes, member))
+                .and(counter(&self.metrics.holder_bytes, &account.labels))
+                .quota(self.quota_counters(account))
+        };
+        Carried {
+            up: meter("up"),
+            down: meter("down"),
+            cut: None,
+        }
     }
 
     /// `account`'s tunnel or request ended: relayed, or failed before it was.
@@ -97,10 +112,7 @@ impl Gateway {
 
     /// `f` ended `account`'s tunnel or request before any byte was relayed.
     pub(crate) fn failed(&self, account: &Account, f: &Failure, exchange: Exchange) {
-        let member = f
-            .member
-            .as_deref()
-            .map(|id| id.rsplit_once('/').map_or(id, |(_, name)| name));
+        let member = f.member.as_deref().map(crate::metrics::member_name);
         self.ended(
             account,
             exchange,
