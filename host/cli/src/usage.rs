@@ -76,10 +76,10 @@ impl Usage {
     }
 
     /// Reads trail lines (any order, any mix of the two trails).
-    pub fn read<'a>(&mut self, lines: impl IntoIterator<Item = &'a str>) {
+    pub fn read<L: AsRef<str>>(&mut self, lines: impl IntoIterator<Item = L>) {
         let mut leases: BTreeMap<String, Lease> = BTreeMap::new();
         for line in lines {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line.as_ref()) else {
                 self.skipped += 1;
                 continue;
             };
@@ -162,11 +162,11 @@ impl Usage {
     /// Prices the bytes that left through each pool's members at `price(pool)` per GiB (down
     /// and up both leave a member: up to the site, down back to the crawler); a holder's cost
     /// is its bytes' through each pool, so the trails are read again per pool.
-    pub fn price<'a>(
+    pub fn price<L: AsRef<str>>(
         &mut self,
         currency: &str,
         per_gib: impl Fn(&str) -> Option<f64>,
-        lines: impl IntoIterator<Item = &'a str>,
+        lines: impl IntoIterator<Item = L>,
     ) {
         let gib = (1u64 << 30) as f64;
         for (pool, t) in self.pools.iter_mut() {
@@ -175,7 +175,7 @@ impl Usage {
             }
         }
         for line in lines {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line.as_ref()) else {
                 continue;
             };
             let (Some(at), Some(holder), Some(ns), Some(pool)) = (
