@@ -128,6 +128,42 @@ async fn http_peer(mut s: TcpStream) {
     let _ = s.shutdown().await;
 }
 
+/// Serves `gw` on a proxy listener of its own and on `admin`: the proxy's address.
+async fn serve(
+    gw: std::sync::Arc<egress_gateway::Gateway>,
+    admin: tokio::net::TcpListener,
+) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(egress_gateway::serve(listener, gw.clone()));
+    tokio::spawn(egress_gateway::serve_admin(admin, gw));
+    addr
+}
+
+/// A loopback listener for an admin side, and its address.
+async fn admin_listener() -> (tokio::net::TcpListener, SocketAddr) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    (l, addr)
+}
+
+/// A CONNECT through `gateway` with `token` to the site on `site`: the socket and the
+/// gateway's answer.
+async fn connect(gateway: SocketAddr, site: Ipv4Addr, token: &str) -> (TcpStream, common::Head) {
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    s.write_all(
+        format!(
+            "CONNECT {site}:443 HTTP/1.1\r\nHost: {site}:443\r\nProxy-Authorization: {}\r\n\r\n",
+            basic("web", token)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let head = read_head(&mut s).await;
+    (s, head)
+}
+
 /// A tunnel through `gateway` with `token` to the site, carrying `up` bytes (after the 16 that
 /// say the sizes) and `down` back; the bytes it carried each way.
 async fn tunnel(gateway: SocketAddr, token: &str, up: usize, down: usize) -> (u64, u64) {
@@ -142,17 +178,7 @@ async fn tunnel_to(
     up: usize,
     down: usize,
 ) -> (u64, u64) {
-    let mut s = TcpStream::connect(gateway).await.unwrap();
-    s.write_all(
-        format!(
-            "CONNECT {site}:443 HTTP/1.1\r\nHost: {site}:443\r\nProxy-Authorization: {}\r\n\r\n",
-            basic("web", token)
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let head = read_head(&mut s).await;
+    let (mut s, head) = connect(gateway, site, token).await;
     assert_eq!(head.status, 200, "{head:?}");
     let mut out = Vec::with_capacity(16 + up);
     out.extend_from_slice(&(up as u64).to_be_bytes());
@@ -274,11 +300,8 @@ async fn each_holders_bytes_in_the_metrics_and_the_audit_trail_match_the_members
         })
         .unwrap()
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (gateway, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
-    tokio::spawn(egress_gateway::serve(listener, gw.clone()));
-    tokio::spawn(egress_gateway::serve_admin(admin, gw.clone()));
+    let (admin, admin_addr) = admin_listener().await;
+    let gateway = serve(gw, admin).await;
 
     // spider (namespace ns) and rival (namespace other), at once: tunnels and plain requests of
     // sizes of each their own.
@@ -447,17 +470,7 @@ async fn streamed_to(
     down: usize,
     stop: tokio::time::Instant,
 ) -> (Timeline, tokio::time::Instant, u64) {
-    let mut s = TcpStream::connect(gateway).await.unwrap();
-    s.write_all(
-        format!(
-            "CONNECT {site}:443 HTTP/1.1\r\nHost: {site}:443\r\nProxy-Authorization: {}\r\n\r\n",
-            basic("web", token)
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let head = read_head(&mut s).await;
+    let (mut s, head) = connect(gateway, site, token).await;
     assert_eq!(head.status, 200, "{head:?}");
     let mut sizes = [0u8; 16];
     sizes[8..].copy_from_slice(&(down as u64).to_be_bytes());
@@ -508,11 +521,8 @@ async fn a_byte_quota_cuts_its_holder_off_within_a_second_and_no_one_else() {
             })
             .unwrap()
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let (gateway, admin_addr) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
-    tokio::spawn(egress_gateway::serve(listener, gw.clone()));
-    tokio::spawn(egress_gateway::serve_admin(admin, gw.clone()));
+    let (admin, admin_addr) = admin_listener().await;
+    let gateway = serve(gw, admin).await;
 
     // Both stream at about 3 MiB/s; spider's quota is 3 MiB.
     let stop = tokio::time::Instant::now() + Duration::from_secs(6);
@@ -531,17 +541,7 @@ async fn a_byte_quota_cuts_its_holder_off_within_a_second_and_no_one_else() {
     );
 
     // A new tunnel or request of spider's: 429 naming the quota, nothing dialled.
-    let mut s = TcpStream::connect(gateway).await.unwrap();
-    s.write_all(
-        format!(
-            "CONNECT {QUOTA_SITE}:443 HTTP/1.1\r\nHost: {QUOTA_SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
-            basic("web", SPIDER)
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let head = read_head(&mut s).await;
+    let (_, head) = connect(gateway, QUOTA_SITE, SPIDER).await;
     assert_eq!(head.status, 429, "{head:?}");
     let status = head.get("proxy-status").unwrap();
     assert!(
@@ -650,17 +650,15 @@ async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second(
     const QUOTA: u64 = 3 * 1024 * 1024;
     let quotas = || spiders_quota(QUOTA);
     // Each replica's admin listener first, so each can name the other as its peer.
-    let admins = [
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-    ];
+    let admins = [admin_listener().await, admin_listener().await];
     let urls: Vec<String> = admins
         .iter()
-        .map(|l| format!("http://{}", l.local_addr().unwrap()))
+        .map(|(_, addr)| format!("http://{addr}"))
         .collect();
+    let admin_addrs: Vec<SocketAddr> = admins.iter().map(|(_, addr)| *addr).collect();
     let mut gateways = Vec::new();
     let mut keep = Vec::new();
-    for (i, admin) in admins.into_iter().enumerate() {
+    for (i, (admin, _)) in admins.into_iter().enumerate() {
         let peer = urls[1 - i].clone();
         let (gw, table, dir) =
             common::gateway_built(&["ns/web", "other/web"], all.clone(), limits(), |g| {
@@ -673,13 +671,24 @@ async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second(
                     )
                     .unwrap()
             });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        gateways.push(listener.local_addr().unwrap());
-        tokio::spawn(egress_gateway::serve(listener, gw.clone()));
-        tokio::spawn(egress_gateway::serve_admin(admin, gw));
+        gateways.push(serve(gw, admin).await);
         keep.push((table, dir));
     }
     let (a, b) = (gateways[0], gateways[1]);
+    // The counts are for a caller allowed /metrics only: no token is 401, a crawler's 403.
+    for (auth, want) in [
+        ("", 401),
+        (&*format!("Authorization: Bearer {SPIDER}\r\n"), 403),
+    ] {
+        let mut s = TcpStream::connect(admin_addrs[0]).await.unwrap();
+        s.write_all(
+            format!("GET /v1/usage HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(read_head(&mut s).await.status, want, "{auth:?}");
+    }
     let stop = tokio::time::Instant::now() + Duration::from_secs(8);
     // On B: spider's tunnel trickling (40 KB/s: B alone would take over a minute to the
     // quota) and rival's streaming; on A, spider streams at about 3 MiB/s. The crossing is A's
@@ -723,17 +732,7 @@ async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second(
     );
 
     // B refuses spider's next tunnel naming the quota; rival streamed on to the end.
-    let mut s = TcpStream::connect(b).await.unwrap();
-    s.write_all(
-        format!(
-            "CONNECT {PEERS_SITE}:443 HTTP/1.1\r\nHost: {PEERS_SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
-            basic("web", SPIDER)
-        )
-        .as_bytes(),
-    )
-    .await
-    .unwrap();
-    let head = read_head(&mut s).await;
+    let (_, head) = connect(b, PEERS_SITE, SPIDER).await;
     assert_eq!(head.status, 429, "{head:?}");
     assert!(
         head.get("proxy-status")
@@ -767,14 +766,10 @@ async fn a_restarted_replica_takes_back_its_days_counts_from_its_peer() {
                 .with_quota_peers(&[peer], own.as_deref(), None, peer_token())
                 .unwrap()
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(egress_gateway::serve(listener, gw.clone()));
-        tokio::spawn(egress_gateway::serve_admin(admin, gw));
         keep.push((table, dir));
-        addr
+        serve(gw, admin).await
     };
-    let admin = || async { tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap() };
+    let admin = || async { admin_listener().await.0 };
     let (a_admin, b_admin) = (admin().await, admin().await);
     let url = |l: &tokio::net::TcpListener| format!("http://{}", l.local_addr().unwrap());
     let (a_url, b_url) = (url(&a_admin), url(&b_admin));
@@ -786,24 +781,13 @@ async fn a_restarted_replica_takes_back_its_days_counts_from_its_peer() {
     assert!(ended < stop && total >= QUOTA, "not cut: {total} bytes");
     // Long enough for A to have read B's last count.
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let connect = async |gateway: SocketAddr| {
-        let mut s = TcpStream::connect(gateway).await.unwrap();
-        s.write_all(
-            format!(
-                "CONNECT {RESTART_SITE}:443 HTTP/1.1\r\nHost: {RESTART_SITE}:443\r\nProxy-Authorization: {}\r\n\r\n",
-                basic("web", SPIDER)
-            )
-            .as_bytes(),
-        )
-        .await
-        .unwrap();
-        read_head(&mut s).await.status
-    };
+    let status_of =
+        async |gateway: SocketAddr| connect(gateway, RESTART_SITE, SPIDER).await.1.status;
     // B "restarted": a new replica known to A by B's URL takes back B's count and refuses.
     let b2 = replica(admin().await, a_url.clone(), Some(b_url.clone())).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
     loop {
-        let status = connect(b2).await;
+        let status = status_of(b2).await;
         if status == 429 {
             break;
         }
@@ -817,7 +801,7 @@ async fn a_restarted_replica_takes_back_its_days_counts_from_its_peer() {
     let fresh = replica(admin().await, a_url, None).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert_eq!(
-        connect(fresh).await,
+        status_of(fresh).await,
         200,
         "a replica without B's count refused"
     );
