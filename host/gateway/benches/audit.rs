@@ -11,20 +11,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../tests/common/mod.rs"]
+mod common;
 #[path = "../../egress-check/tests/support/mod.rs"]
 mod support;
 
-use base64::Engine;
-use egress_gateway::{Gateway, Limits, Member, MemberTable, PoolKey};
+use egress_gateway::Limits;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// The sink: in the echoes' opted-in range, on the one port Squid tunnels to.
 const SINK: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::new(127, 0, 0, 11)), 443);
-const TOKEN: &str = "bench-token-0123456789";
 const BULK: u64 = 128 * 1024 * 1024;
 const BURST: usize = 64;
 const BURSTS: usize = 8;
@@ -127,71 +126,34 @@ fn main() {
         tokio::spawn(sink(
             egress_gateway::listen(SINK).expect("the sink listens on 127.0.0.11:443 (needs root)"),
         ));
-        let mut conf = support::generated_conf_for(&["127.0.0.1/32"]);
-        conf.push_str("max_filedescriptors 16384\n");
-        let squid = support::Squid::start(&binary, &conf, Ipv4Addr::LOCALHOST);
+        // One member behind a real Squid, and gateways over it as the tests build them.
+        let (_squids, members) = common::members_behind_squids(&binary, 1, 50);
         let dir = tempfile::tempdir().unwrap();
-        let tokens = dir.path().join("tokens.yaml");
-        std::fs::write(
-            &tokens,
-            format!(
-                "tokens:\n- {{name: bench, sha256: {}, namespaces: [{{name: ns}}]}}\n",
-                egress_serve::auth::tokens::sha256_hex(TOKEN)
-            ),
-        )
-        .unwrap();
-        let gateway = |audit: Option<std::path::PathBuf>| {
-            let table = Arc::new(MemberTable::new(vec![PoolKey::parse("ns/web").unwrap()]));
-            table.replace(
-                [Member {
-                    namespace: "ns".into(),
-                    name: "web-1".into(),
-                    pool: "web".into(),
-                    addr: squid.listen,
-                    credential: Some(egress_core::credential::ProxyCredential {
-                        username: "fake-proxy".into(),
-                        password: guest_sdk::fakes::FAKE_PASSWORD.into(),
-                    }),
-                    egress_ip: Some("127.0.0.1".into()),
-                    zone: None,
-                    ready: true,
-                    cordoned: false,
-                    retire_at: None,
-                    leases: Vec::new(),
-                    quarantines: Vec::new(),
-                }],
-                true,
-            );
-            let reviewer =
-                Arc::new(egress_serve::auth::tokens::TokensFile::load(&tokens).unwrap());
-            let g = Gateway::new(
-                table,
-                Arc::new(egress_serve::auth::Guard::new(reviewer)),
-                Arc::new(egress_gateway::metrics::Metrics::new()),
-                Limits::default(),
-            );
-            let g = match audit {
-                Some(path) => g
-                    .with_audit(egress_gateway::audit::Sink::File {
-                        path,
-                        max_bytes: 100 << 20,
-                        keep: 1,
-                    })
-                    .unwrap(),
-                None => g,
-            };
+        let mut keep = Vec::new();
+        let mut gateway = async |audit: Option<std::path::PathBuf>| {
+            let (gw, table, tokens) =
+                common::gateway_built(&["ns/web"], members.clone(), Limits::default(), |g| {
+                    match audit {
+                        Some(path) => g
+                            .with_audit(egress_gateway::audit::Sink::File {
+                                path,
+                                max_bytes: 100 << 20,
+                                keep: 1,
+                            })
+                            .unwrap(),
+                        None => g,
+                    }
+                });
+            keep.push((table, tokens));
             let listener = egress_gateway::listen("127.0.0.1:0".parse().unwrap()).unwrap();
             let addr = listener.local_addr().unwrap();
-            tokio::spawn(egress_gateway::serve(listener, Arc::new(g)));
+            tokio::spawn(egress_gateway::serve(listener, gw));
             addr
         };
-        let without = gateway(None);
+        let without = gateway(None).await;
         let audit_log = dir.path().join("audit.log");
-        let with = gateway(Some(audit_log.clone()));
-        let auth = format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(format!("{TOKEN}:"))
-        );
+        let with = gateway(Some(audit_log.clone())).await;
+        let auth = common::basic("web", common::SPIDER);
         // Warm both (the token's review is cached from here on, as in steady use).
         short(without, &auth).await;
         short(with, &auth).await;
