@@ -112,6 +112,49 @@ async fn a_pool_keeps_its_floor_through_a_day_of_weather() {
     );
 }
 
+/// The same day with the pool sized by its crawlers' demand (proxies-autoscale.yaml: none at
+/// night, up to a hundred while the office-hours crawl of world.yaml runs): the crawl is
+/// served whole (its first requests held while the first members start, none refused), the
+/// pool never goes below the floor of the size it decided, it sleeps at night, and its day
+/// costs less than half the fixed hundred's.
+#[tokio::test]
+async fn an_autoscaled_pool_follows_office_hours_for_less_than_half_the_fixed_pools_cost() {
+    let report = support::dry_run(
+        &dir().join("proxies-autoscale.yaml"),
+        &dir().join("providers.yaml"),
+        Some(&dir().join("world.yaml")),
+        Some(Duration::from_secs(24 * 3600)),
+    )
+    .await;
+    let pool = &report.pools[0];
+    assert_eq!(pool.deletions_below_floor, 0, "{:?}", pool.events);
+    assert_eq!(pool.targets.len(), 2, "{:?}", pool.targets);
+    for t in &pool.targets {
+        // 400 a second for ten hours, each one served: held, not refused, while the first
+        // members started (a minute of the crawl, within coldStartWait's two).
+        assert_eq!(t.requests, 400 * 3600 * 10, "{t:?}");
+        assert_eq!(t.refused, 0, "{t:?}");
+        assert_eq!(t.served + t.delayed, t.requests, "{t:?}");
+        assert!(t.delayed > 0 && t.delayed <= 400 * 120, "{t:?}");
+    }
+    // Asleep at midnight, as before 08:00.
+    let scaled = pool.status.autoscale.as_ref().expect("status.autoscale");
+    assert_eq!(
+        (scaled.replicas, pool.status.replicas),
+        (0, 0),
+        "{scaled:?}"
+    );
+    // Ten hours at a hundred, the morning's start and the evening's idle quarter-hour on
+    // top: well under half the fixed pool's 2,400 member-hours and its USD 35.28.
+    let cost = pool.cost.as_ref().expect("priced");
+    assert!(
+        (1000.0..1100.0).contains(&cost.member_hours),
+        "{} member-hours",
+        cost.member_hours
+    );
+    assert!(cost.total < 35.28 / 2.0, "{cost:?}");
+}
+
 /// The lab's image is taken down: its creates fail for good, so its share moves to the other
 /// placements (within the cluster's maxReplicas) and the pool is Available from them, saying
 /// in PlacementDegraded where the share went.

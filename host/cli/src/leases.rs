@@ -84,6 +84,8 @@ pub struct Board {
     inner: Mutex<Inner>,
     /// A release or a cordon that a pool's decision may act on (a drain that may end).
     changed: tokio::sync::Notify,
+    /// What the gateways say of the pools' demand (`POST /v1/demand`), for autoscaled pools.
+    pub demand: Arc<egress_control::demand::DemandBoard>,
     path: PathBuf,
     credentials: Arc<FileCredentials>,
     now: Clock,
@@ -121,6 +123,7 @@ impl Board {
                 synced: false,
             }),
             changed: tokio::sync::Notify::new(),
+            demand: Arc::default(),
             path,
             credentials,
             now,
@@ -131,9 +134,20 @@ impl Board {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Resolves once a release or a cordon happened since the last time it resolved.
+    /// Resolves once a release or a cordon happened, or a pool's demand changed, since the
+    /// last time it resolved.
     pub async fn changed(&self) {
-        self.changed.notified().await
+        tokio::select! {
+            () = self.changed.notified() => {}
+            () = self.demand.changed() => {}
+        }
+    }
+
+    /// Pool `key`'s (`namespace/name`) demand as the gateways say it now.
+    pub fn demand_of(&self, key: &str) -> egress_core::autoscale::Demand {
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        self.demand
+            .demand(namespace, name, std::time::Instant::now())
     }
 
     /// A run recorded Proxy `key` (None: it is gone). A record of a Proxy that is gone, or

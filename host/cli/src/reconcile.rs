@@ -416,6 +416,9 @@ impl Driver<'_> {
                 // stepped (it is out of the map meanwhile).
                 for run in pools.iter_mut() {
                     let pool = Some(run.key());
+                    if let Some(b) = self.options.leases.as_deref() {
+                        run.set_demand(b.demand_of(&run.key()));
+                    }
                     let busy = flying.values().any(|p| *p == pool);
                     if !busy && run.due(now) {
                         run.step(

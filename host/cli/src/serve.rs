@@ -101,6 +101,7 @@ pub(crate) fn serve_api(
             })?),
             None => None,
         },
+        demand: Some(board.demand.clone()),
     });
     let transport = serving
         .tls

@@ -272,6 +272,26 @@ fn pool_write<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// What a `POST`-only path answers from, or its answer: 404 where it is not served here (no
+/// `served`), 405 to another method.
+fn post_to<T>(served: Option<T>, method: &Method, path: &str) -> Result<T, Response<Full<Bytes>>> {
+    let Some(served) = served else {
+        return Err(respond(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            format!("{path} is not served here\n"),
+        ));
+    };
+    if method != Method::POST {
+        return Err(respond(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            format!("POST {path}\n"),
+        ));
+    }
+    Ok(served)
+}
+
 /// The namespace and pool of lease `id`, or why it names none.
 fn lease_ref(id: &str) -> Result<LeaseRef, String> {
     LeaseRef::parse(id).ok_or_else(|| format!("{id:?} is not a lease id (NAMESPACE_POOL_l-…)"))
@@ -323,6 +343,9 @@ pub struct Api {
     pub leases: Option<Arc<dyn LeaseBook>>,
     /// The audit trail of lease calls and ban reports ([`crate::audit`]), if kept.
     pub audit: Option<egress_serve::audit::Audit>,
+    /// What the gateways say of each pool's demand (`POST /v1/demand`), for autoscaled
+    /// pools; None: not served (404).
+    pub demand: Option<Arc<crate::demand::DemandBoard>>,
 }
 
 /// The largest request body read (a lease request is a few hundred bytes).
@@ -366,6 +389,9 @@ impl Api {
         }
         if path == "/v1/reports" {
             return self.reports(source, method, headers, body).await;
+        }
+        if path == "/v1/demand" {
+            return self.demand(source, method, headers, body).await;
         }
         if method != Method::GET && method != Method::HEAD {
             return respond(
@@ -569,20 +595,10 @@ impl Api {
         headers: &http::HeaderMap,
         body: RequestBody,
     ) -> Response<Full<Bytes>> {
-        let Some(book) = self.leases.clone() else {
-            return respond(
-                StatusCode::NOT_FOUND,
-                "text/plain",
-                "reports are not served here\n".into(),
-            );
+        let book = match post_to(self.leases.clone(), method, "/v1/reports") {
+            Ok(book) => book,
+            Err(out) => return out,
         };
-        if method != Method::POST {
-            return respond(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "text/plain",
-                "POST /v1/reports\n".into(),
-            );
-        }
         let asked = self
             .admit_with_body(source, headers, body, |body| {
                 pool_write(body, |r: &ReportRequest| (&r.namespace, &r.pool))
@@ -613,6 +629,43 @@ impl Api {
                 };
                 self.record(line, &out);
                 out
+            }
+        }
+    }
+
+    /// `/v1/demand`: `POST` says a gateway replica's tunnels in flight and held for one pool
+    /// and caller ([`crate::demand`]). Authorised as taking a lease of the pool is, and sent
+    /// with the caller's own token: whoever may use a pool may wake it, up to its
+    /// `maxReplicas`.
+    async fn demand(
+        &self,
+        source: IpAddr,
+        method: &Method,
+        headers: &http::HeaderMap,
+        body: RequestBody,
+    ) -> Response<Full<Bytes>> {
+        let board = match post_to(self.demand.clone(), method, "/v1/demand") {
+            Ok(board) => board,
+            Err(out) => return out,
+        };
+        let asked = self
+            .admit_with_body(source, headers, body, |body| {
+                pool_write(body, |r: &crate::demand::DemandReport| {
+                    (&r.namespace, &r.pool)
+                })
+            })
+            .await;
+        match asked {
+            Err(n) => n.response(),
+            Ok((a, caller)) => {
+                match board.say(&caller.username, &a.body, std::time::Instant::now()) {
+                    Ok(()) => respond(StatusCode::NO_CONTENT, "text/plain", String::new()),
+                    Err(m) => respond(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "text/plain",
+                        format!("{m}\n"),
+                    ),
+                }
             }
         }
     }
@@ -893,6 +946,7 @@ mod tests {
         readiness.set(ready);
         Api {
             audit: None,
+            demand: None,
             metrics: Arc::new(metrics),
             ready: Arc::new(readiness),
             source,

@@ -56,6 +56,16 @@ pub struct WorldCrawl {
     /// target refuses it. 0: every request is routed anew.
     #[serde(default)]
     pub sessions: u32,
+    /// The hours it crawls, UTC, e.g. `08:00-18:00` (one that ends before it starts runs over
+    /// midnight); none: all day. Outside them it asks nothing, and an autoscaled pool may
+    /// sleep.
+    #[serde(default)]
+    pub hours: Option<String>,
+    /// How long each request holds its tunnel (default 1): the tunnels in flight an
+    /// autoscaled pool is sized by are the requests per second times this.
+    #[serde(default)]
+    #[schemars(range(min = 0.0, max = 3600.0))]
+    pub seconds_per_request: Option<f64>,
 }
 
 /// One host of a crawl.
@@ -119,6 +129,10 @@ pub struct TargetTotals {
     pub refused: u64,
     /// Quarantines the crawler's reports began.
     pub quarantines: u64,
+    /// Held at the gateway while an autoscaled pool woke with no member to route to, and
+    /// served once one verified (within `coldStartWait`; past it they are refused).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub delayed: u64,
     /// The most members it quarantined at once.
     pub max_quarantined: u32,
     /// Minutes it had signalled past the pool's cap (TargetBlocked).
@@ -146,10 +160,49 @@ pub struct TargetSample {
     pub signalled: u32,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// When and how heavily a pool crawls.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Schedule {
+    /// Minutes of the UTC day: from (inclusive) and until (exclusive); none: all day.
+    hours: Option<(u32, u32)>,
+    seconds_per_request: f64,
+}
+
+impl Schedule {
+    /// Whether it crawls at `now` (Unix seconds).
+    fn on(&self, now: i64) -> bool {
+        let Some((from, until)) = self.hours else {
+            return true;
+        };
+        let minute = (now.rem_euclid(86_400) / 60) as u32;
+        if from <= until {
+            (from..until).contains(&minute)
+        } else {
+            minute >= from || minute < until
+        }
+    }
+}
+
+/// `HH:MM-HH:MM` as minutes of the day.
+fn hours(text: &str) -> Option<(u32, u32)> {
+    let minute = |t: &str| {
+        let (h, m) = t.trim().split_once(':')?;
+        let (h, m): (u32, u32) = (h.parse().ok()?, m.parse().ok()?);
+        (h < 24 && m < 60 && h * 60 + m < 1440).then_some(h * 60 + m)
+    };
+    let (a, b) = text.split_once('-')?;
+    Some((minute(a)?, minute(b)?)).filter(|(a, b)| a != b)
+}
+
 /// The crawl of a run: its pools' requests, the targets' bans in force, and the totals.
 #[derive(Debug, Clone, Default)]
 pub struct Crawl {
     pools: BTreeMap<String, (Vec<Asked>, u32)>,
+    schedules: BTreeMap<String, Schedule>,
     started: i64,
     /// Bans in force: (address, target) until Unix seconds.
     banned: BTreeMap<(String, String), i64>,
@@ -232,6 +285,7 @@ impl Crawl {
             }
         }
         let mut pools = BTreeMap::new();
+        let mut schedules = BTreeMap::new();
         for (i, c) in crawls.iter().enumerate() {
             let field = format!("crawl[{i}]");
             if c.pool
@@ -265,15 +319,47 @@ impl Crawl {
                     bans: bans.clone(),
                 });
             }
+            let schedule = Schedule {
+                hours: match c.hours.as_deref() {
+                    None => None,
+                    Some(h) => Some(hours(h).ok_or_else(|| {
+                        format!("{field}.hours: from-until in UTC, e.g. 08:00-18:00")
+                    })?),
+                },
+                seconds_per_request: match c.seconds_per_request {
+                    None => 1.0,
+                    Some(s) if (0.0..=3600.0).contains(&s) => s,
+                    Some(_) => return Err(format!("{field}.secondsPerRequest: from 0 to 3600")),
+                },
+            };
             if pools.insert(c.pool.clone(), (asked, c.sessions)).is_some() {
                 return Err(format!("{field}.pool: {} crawls twice", c.pool));
             }
+            schedules.insert(c.pool.clone(), schedule);
         }
         Ok(Some(Self {
             pools,
+            schedules,
             started,
             ..Default::default()
         }))
+    }
+
+    /// The tunnels pool `key`'s crawl holds in flight at `now`: its requests per second
+    /// times how long each holds its tunnel, 0 outside its hours (what the gateways would
+    /// tell an autoscaled pool).
+    pub fn in_flight(&self, key: &str, now: i64) -> u32 {
+        let (Some((asked, _)), Some(schedule)) = (self.pools.get(key), self.schedules.get(key))
+        else {
+            return 0;
+        };
+        if !schedule.on(now) {
+            return 0;
+        }
+        let per_second: f64 = asked.iter().map(|a| a.per_minute as f64 / 60.0).sum();
+        (per_second * schedule.seconds_per_request)
+            .ceil()
+            .min(u32::MAX as f64) as u32
     }
 
     /// Whether pool `key` (`namespace/name`) crawls.
@@ -282,18 +368,25 @@ impl Crawl {
     }
 
     /// One minute of pool `key`'s crawl, ending at `now` (Unix seconds): `views` are its
-    /// targets as its records say now (the cap applied). Returns the refusals the crawler
-    /// reports.
+    /// targets as its records say now (the cap applied); `hold`: with no member to route to,
+    /// the gateway holds the requests (an autoscaled pool waking, within its
+    /// `coldStartWait`) rather than refusing them. Returns the refusals the crawler reports.
     pub fn minute(
         &mut self,
         key: &str,
         members: &[CrawlMember<'_>],
         views: &BTreeMap<String, TargetView>,
         now: i64,
+        hold: bool,
     ) -> Vec<Refusal> {
-        let Some((asked, sessions)) = self.pools.get(key).cloned() else {
+        let Some((mut asked, sessions)) = self.pools.get(key).cloned() else {
             return Vec::new();
         };
+        if !self.schedules.get(key).is_none_or(|s| s.on(now)) {
+            for a in &mut asked {
+                a.per_minute = 0;
+            }
+        }
         let mut refusals = Vec::new();
         self.banned.retain(|_, until| *until > now);
         for a in &asked {
@@ -359,7 +452,11 @@ impl Crawl {
                 continue;
             }
             if routable.is_empty() {
-                totals.refused += a.per_minute;
+                if hold && usable.is_empty() {
+                    totals.delayed += a.per_minute;
+                } else {
+                    totals.refused += a.per_minute;
+                }
                 sample(totals);
                 continue;
             }
@@ -519,7 +616,7 @@ crawl:
                 policy.max_quarantined_percent,
                 now,
             );
-            for r in crawl.minute("ns/web", &members, &views, now) {
+            for r in crawl.minute("ns/web", &members, &views, now, false) {
                 let all: Vec<Quarantine> = records.values().flatten().cloned().collect();
                 let mine = records.entry(r.member.clone()).or_default();
                 let s = Signal {

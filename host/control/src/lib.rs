@@ -4,6 +4,7 @@ pub mod api;
 pub mod audit;
 pub mod crawl;
 pub mod credential_store;
+pub mod demand;
 pub mod egress;
 pub mod leases;
 pub mod metrics;

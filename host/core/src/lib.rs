@@ -54,6 +54,12 @@ pub mod target {
     pub use crate::model::target::*;
 }
 
+/// [`model::autoscale`] and [`decide::autoscale`].
+pub mod autoscale {
+    pub use crate::decide::autoscale::*;
+    pub use crate::model::autoscale::*;
+}
+
 /// [`model::politeness`] and [`decide::politeness`].
 pub mod politeness {
     pub use crate::decide::politeness::*;

@@ -120,6 +120,7 @@ fn pool_of(replicas: u32, surge: u32, unavailable: u32) -> ProxyPool {
             drain_timeout: None,
             quarantine: None,
             politeness: None,
+            autoscale: None,
         },
         status: None,
     }

@@ -180,6 +180,15 @@ pub struct ProxyPoolSpec {
     /// flight at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub politeness: Option<egress_core::politeness::PolitenessPolicy>,
+    /// Follow the crawlers' demand instead of `replicas`: `minReplicas` (may be 0),
+    /// `maxReplicas`, `tunnelsPerMember` (tunnels in flight at the gateways one member is sized
+    /// for, default 16), `leasesPerMember` (default 1), `idleAfter` (how long the demand stays
+    /// below the size before members go, default 10m) and `coldStartWait` (how long the
+    /// gateway holds a tunnel and the lease API a lease request while no member is free,
+    /// default 2m, at most 10m). For an external autoscaler (KEDA, an HPA) leave it out and
+    /// let it write `replicas` through the scale subresource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<egress_core::autoscale::AutoscalePolicy>,
 }
 
 /// maxSurge and maxUnavailable as Kubernetes' IntOrString: a structural schema cannot hold
@@ -244,6 +253,7 @@ impl ProxyPool {
                 drain_timeout: self.spec.drain_timeout.clone(),
                 quarantine: self.spec.quarantine.clone(),
                 politeness: self.spec.politeness.clone(),
+                autoscale: self.spec.autoscale.clone(),
             },
             status: None,
         }

@@ -247,6 +247,10 @@ pub async fn run(opts: Options) -> Result<(), Error> {
             Some(sink) => Some(metrics.audit(sink)?),
             None => None,
         },
+        // The gateways' demand reaches a pool's decision out of a cluster
+        // (`reconcile --watch --listen`); in one, it would have to reach the leading replica
+        // whichever replica takes it, which this API does not do yet: `/v1/demand` is 404.
+        demand: None,
     });
     tokio::spawn(egress_control::api::serve_probes(
         probe_listener,

@@ -250,7 +250,16 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         None => provider_revisions,
     };
     let revisions = pool::revisions(&core.spec, &provider_revisions);
-    let d = pool::decide(&core.spec, &revisions, &members, &old, now);
+    // An autoscaled pool is sized by the leases its members hold (and its minReplicas): the
+    // gateways' demand does not reach the operator yet.
+    let d = egress_core::autoscale::decide(
+        &core.spec,
+        &revisions,
+        &members,
+        &old,
+        egress_core::autoscale::Demand::default(),
+        now,
+    );
 
     let listed_as = |proxy_name: &str| {
         owned
@@ -422,12 +431,18 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     status.member_serial = serial;
     status.selector = Some(selector_of(&name));
     stamp(&mut status, &old, generation, now);
-    let floor = core
-        .spec
+    let sized = pool::PoolSpec {
+        replicas: status
+            .autoscale
+            .as_ref()
+            .map_or(core.spec.replicas, |a| a.replicas),
+        ..core.spec.clone()
+    };
+    let floor = sized
         .replicas
-        .saturating_sub(pool::budgets(&core.spec).1 as u32);
+        .saturating_sub(pool::budgets(&sized).1 as u32);
     ctx.metrics
-        .pool_observed(&namespace, &name, core.spec.replicas, floor, &status);
+        .pool_observed(&namespace, &name, sized.replicas, floor, &status);
     let config = &loaded.config;
     ctx.metrics.pool_cost(
         &namespace,

@@ -90,6 +90,7 @@ async fn serve(reviewer: Arc<dyn Reviewer>, clock: &Clock) -> SocketAddr {
         listener,
         Arc::new(Api {
             audit: None,
+            demand: None,
             metrics: Arc::new(metrics),
             ready,
             source: Arc::new(Fixed),

@@ -318,6 +318,7 @@ impl Env {
             listener,
             Arc::new(api::Api {
                 audit: None,
+                demand: None,
                 metrics: self.ctx.metrics.clone(),
                 ready: Arc::new(Readiness::default()),
                 source,
@@ -961,6 +962,7 @@ async fn no_proxy_password_reaches_the_log() {
         listener,
         Arc::new(api::Api {
             audit: None,
+            demand: None,
             metrics: e.ctx.metrics.clone(),
             ready: Arc::new(Readiness::default()),
             source: source.clone(),

@@ -65,6 +65,7 @@ async fn thousands_of_idle_sockets_leave_the_api_answering_and_are_closed_at_the
     ready.set(true);
     let api = Arc::new(Api {
         audit: None,
+        demand: None,
         metrics: Arc::new(Metrics::new()),
         ready: Arc::new(ready),
         source: Arc::new(Nothing),

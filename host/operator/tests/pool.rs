@@ -1078,6 +1078,7 @@ fn scrape(metrics: Arc<Metrics>) -> String {
                 listener,
                 Arc::new(egress_control::api::Api {
                     audit: None,
+                    demand: None,
                     metrics,
                     ready: Arc::new(egress_control::api::Readiness::default()),
                     source: Arc::new(NoProxies),
@@ -1350,6 +1351,7 @@ fn lease_api(r: &Run) -> egress_control::api::Api {
     let clock = r.clock.clone();
     egress_control::api::Api {
         audit: None,
+        demand: None,
         metrics: r.ctx.metrics.clone(),
         ready: Arc::new(egress_control::api::Readiness::default()),
         source: source.clone(),

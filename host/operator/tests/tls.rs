@@ -43,6 +43,7 @@ async fn serve(mode: Mode) -> SocketAddr {
     .unwrap();
     let api = Arc::new(Api {
         audit: None,
+        demand: None,
         metrics: Arc::new(Metrics::new()),
         ready,
         source: Arc::new(Empty),

@@ -94,7 +94,25 @@ pub(super) fn minute(
                 usable: usable(t),
             })
             .collect();
-        let refusals = crawl.minute(&key, &seen, &views, now);
+        // What the gateways would tell the pool, and whether they would hold the minute's
+        // requests: an autoscaled pool with no member to route to, waking within its
+        // coldStartWait.
+        let tunnels = crawl.in_flight(&key, now);
+        run.set_demand(egress_core::autoscale::Demand {
+            tunnels,
+            ..Default::default()
+        });
+        let hold = match &run.pool.spec.autoscale {
+            Some(a) if tunnels > 0 && !seen.iter().any(|m| m.usable) => {
+                let since = *run.cold_since.get_or_insert(now);
+                now.saturating_sub(since) <= a.cold_start_wait().as_secs() as i64
+            }
+            _ => {
+                run.cold_since = None;
+                false
+            }
+        };
+        let refusals = crawl.minute(&key, &seen, &views, now, hold);
         let by_name: BTreeMap<String, String> = members
             .iter()
             .map(|(k, t)| (t.proxy.metadata.name.clone(), (*k).clone()))

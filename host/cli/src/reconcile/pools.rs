@@ -33,6 +33,12 @@ pub(super) struct PoolRun {
     revisions: Option<(Vec<String>, Vec<String>)>,
     /// Its counts at each decision that changed them, for `-o html`.
     timeline: Vec<PoolSample>,
+    /// What its crawlers ask of it now (the crawl's tunnels in a dry-run; the gateways' and
+    /// the lease API's in a watch): the size of an autoscaled pool.
+    pub demand: egress_core::autoscale::Demand,
+    /// Unix seconds: since when its crawl has asked with no member to route to (an
+    /// autoscaled pool waking), for how long the gateway holds its requests.
+    pub cold_since: Option<i64>,
 }
 
 impl PoolRun {
@@ -50,6 +56,18 @@ impl PoolRun {
             dirty: true,
             revisions: None,
             timeline: Vec::new(),
+            demand: egress_core::autoscale::Demand::default(),
+            cold_since: None,
+        }
+    }
+
+    /// A new demand: an autoscaled pool decides again when it changed.
+    pub fn set_demand(&mut self, demand: egress_core::autoscale::Demand) {
+        if demand != self.demand {
+            self.demand = demand;
+            if self.pool.spec.autoscale.is_some() {
+                self.touch();
+            }
         }
     }
 
@@ -147,10 +165,28 @@ impl PoolRun {
             })
             .collect();
         let now = (now_ms / 1000) as i64;
-        let d = pool::decide(spec, &revisions, &members, &self.status, now);
+        let d = egress_core::autoscale::decide(
+            spec,
+            &revisions,
+            &members,
+            &self.status,
+            self.demand,
+            now,
+        );
         // Counted here from the members, apart from the decision, so the report shows what
-        // the decision did rather than what it meant to do.
-        let floor = spec.replicas.saturating_sub(pool::budgets(spec).1 as u32);
+        // the decision did rather than what it meant to do. An autoscaled pool's floor is
+        // that of the size it decided.
+        let sized = pool::PoolSpec {
+            replicas: d
+                .status
+                .autoscale
+                .as_ref()
+                .map_or(spec.replicas, |a| a.replicas),
+            ..spec.clone()
+        };
+        let floor = sized
+            .replicas
+            .saturating_sub(pool::budgets(&sized).1 as u32);
         // As the pool counts them: with distinctEgress, a member sharing an older one's
         // address does not count, so deleting it costs the floor nothing; a cordoned one that
         // serves counts until it is replaced.
@@ -278,9 +314,14 @@ impl PoolRun {
         self.next_at_ms = d
             .requeue_after
             .map(|r| now_ms.saturating_add(r.as_millis() as u64));
+        // A demand lapses unless said again: an autoscaled pool with one looks again by then.
+        if spec.autoscale.is_some() && !self.demand.is_zero() {
+            let lapse = now_ms.saturating_add(egress_control::demand::TTL.as_millis() as u64);
+            self.next_at_ms = Some(self.next_at_ms.map_or(lapse, |n| n.min(lapse)));
+        }
         let sample = PoolSample {
             at_ms: now_ms,
-            replicas: spec.replicas,
+            replicas: sized.replicas,
             floor,
             ready: d.status.ready_replicas,
             available: d.status.available_replicas,

@@ -6,6 +6,7 @@
 //! - [`egress`]: what an egress check's result means for a Proxy, when the next is due, and when
 //!   a Proxy that stopped serving may be replaced.
 //! - [`pool`]: a ProxyPool's creates, deletes, drains and status.
+//! - [`autoscale`]: an autoscaled pool's size from its demand, and its decision at that size.
 //! - [`lease`]: which proxies a lease gets, renewals, releases, ban reports, lost proxies.
 //! - [`quarantine`]: which members a target's bans keep from it, within the cap per target.
 //! - [`politeness`]: whether a tunnel or request may start now on a (member, target) and a
@@ -14,6 +15,7 @@
 //! - [`gc`]: which instances no Proxy owns any more.
 //! - [`settle`]: a value that counts only once it held still.
 
+pub mod autoscale;
 pub mod discovery;
 pub mod egress;
 pub mod gc;

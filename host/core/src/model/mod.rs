@@ -2,6 +2,7 @@
 //! names put on them and the conditions they carry. Nothing here decides; the decisions in
 //! [`crate::decide`] read and write these types.
 
+pub mod autoscale;
 pub mod conditions;
 pub mod credential;
 pub mod instance;

@@ -71,6 +71,11 @@ pub struct PoolSpec {
     /// target, enforced by the gateway.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub politeness: Option<crate::model::politeness::PolitenessPolicy>,
+    /// Follow the crawlers' demand (tunnels in flight and waiting at the gateways, leases held
+    /// and asked for) between `minReplicas`, which may be 0, and `maxReplicas`. While set,
+    /// `replicas` is not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<crate::model::autoscale::AutoscalePolicy>,
 }
 
 impl PoolSpec {
@@ -286,6 +291,10 @@ pub struct PoolStatus {
     /// Targets that quarantine members now beyond those listed in `targets`.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub other_targets: u32,
+    /// With `spec.autoscale`: the size the demand asks for now, and since when it has been
+    /// below it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<crate::model::autoscale::AutoscaleStatus>,
 }
 
 /// Targets a pool's status lists at most (`status.targets`): a crawler's list of sites is

@@ -251,5 +251,6 @@ pub(super) fn status(
         lost_leases: Vec::new(),
         targets: Vec::new(),
         other_targets: 0,
+        autoscale: None,
     }
 }

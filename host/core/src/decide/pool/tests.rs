@@ -32,6 +32,7 @@ fn spec(replicas: u32, weights: &[u32]) -> PoolSpec {
         paused: false,
         spill_after: None,
         distinct_egress: false,
+        autoscale: None,
         leases: None,
         drain_timeout: None,
         quarantine: None,
@@ -1984,4 +1985,119 @@ fn the_status_lists_its_targets_and_says_when_one_is_past_the_cap() {
     assert_eq!(d.status.targets.len(), TARGETS_SHOWN);
     assert_eq!(d.status.other_targets, 5);
     assert!(d.status.condition(TARGET_BLOCKED).is_none());
+}
+
+/// Over every state of a small autoscaled pool (each member serving or not, leased or not; the
+/// size it had; the demand now; whether it has been below that size for idleAfter; its bounds
+/// and budget): a member serving a lease is neither deleted nor drained, the pool keeps at
+/// least what the demand and the leases need of its serving members, nothing goes for want of
+/// demand before idleAfter, and its deletions never leave fewer serving members than the floor
+/// of the size it decided, or than there were.
+#[test]
+fn over_every_state_an_autoscaled_pool_shrinks_only_idle_unleased_members_within_the_floor() {
+    use crate::model::autoscale::{AutoscalePolicy, AutoscaleStatus, Demand};
+    let mut decisions = 0u64;
+    let shapes = [(false, false), (true, false), (true, true)];
+    let mut sets: Vec<Vec<usize>> = vec![vec![]];
+    for a in 0..3 {
+        sets.push(vec![a]);
+        for b in a..3 {
+            sets.push(vec![a, b]);
+            for c in b..3 {
+                sets.push(vec![a, b, c]);
+                for d in c..3 {
+                    sets.push(vec![a, b, c, d]);
+                }
+            }
+        }
+    }
+    for min in 0..=1u32 {
+        for unavailable in 0..=1 {
+            let mut sp = spec(0, &[1]);
+            sp.strategy = Strategy {
+                max_surge: IntOrPercent::Int(1),
+                max_unavailable: IntOrPercent::Int(unavailable),
+            };
+            sp.autoscale = Some(AutoscalePolicy {
+                min_replicas: min,
+                max_replicas: 4,
+                tunnels_per_member: Some(1),
+                leases_per_member: Some(1),
+                idle_after: Some("10m".into()),
+                cold_start_wait: None,
+            });
+            let r = revs(&sp);
+            for set in &sets {
+                let members: Vec<Member> = set
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &i)| {
+                        let (serving, leased) = shapes[i];
+                        let mut m = member(&format!("m{k}"), 0, &r[0], serving, NOW - 3600);
+                        if leased {
+                            m.leases = vec![MemberLease::held(&format!("l-{k}"), NOW + 300, "h")];
+                        }
+                        m
+                    })
+                    .collect();
+                let leased = members.iter().filter(|m| m.leased(NOW)).count() as u32;
+                for had in 0..=4u32 {
+                    for tunnels in 0..=4u32 {
+                        for idle in [false, true] {
+                            let prior = PoolStatus {
+                                autoscale: Some(AutoscaleStatus {
+                                    replicas: had,
+                                    peak: 0,
+                                    since: Some(egress_time::format_rfc3339(
+                                        NOW - if idle { 600 } else { 599 },
+                                    )),
+                                    ..AutoscaleStatus::default()
+                                }),
+                                ..PoolStatus::default()
+                            };
+                            let demand = Demand {
+                                tunnels,
+                                ..Demand::default()
+                            };
+                            let d = crate::decide::autoscale::decide(
+                                &sp, &r, &members, &prior, demand, NOW,
+                            );
+                            decisions += 1;
+                            let size = d.status.autoscale.as_ref().unwrap().replicas;
+                            let case = format!(
+                                "{set:?} min {min} unavailable {unavailable} had {had} tunnels {tunnels} idle {idle}: size {size} {d:?}"
+                            );
+                            let need = tunnels.max(leased).clamp(min, 4);
+                            assert!(size >= need, "{case}");
+                            if !idle {
+                                assert!(size >= had.clamp(min, 4), "{case}");
+                            }
+                            let gone = |m: &Member| {
+                                d.deletes.iter().any(|(n, _)| *n == m.name)
+                                    || d.drains.iter().any(|(n, _)| *n == m.name)
+                            };
+                            for m in &members {
+                                assert!(!(m.leased(NOW) && m.available && gone(m)), "{case}");
+                            }
+                            let serving = members.iter().filter(|m| m.available).count();
+                            let after = members.iter().filter(|m| m.available && !gone(m)).count();
+                            let floor = (size as usize).saturating_sub(unavailable as usize);
+                            assert!(after >= serving.min(floor), "{case}");
+                            assert!(after >= serving.min(need as usize), "{case}");
+                            if !idle && had >= members.len() as u32 {
+                                assert!(
+                                    d.deletes
+                                        .iter()
+                                        .chain(&d.drains)
+                                        .all(|(_, why)| *why != DeleteReason::ScaledDown),
+                                    "{case}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(decisions, 2 * 2 * 35 * 5 * 5 * 2);
 }

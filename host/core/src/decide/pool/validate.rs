@@ -71,8 +71,13 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
             problems.push(format!("{field}: {m}"));
         }
     }
-    let (surge, unavailable) = budgets(s);
-    if s.replicas > 0 && surge == 0 && unavailable == 0 {
+    // An autoscaled pool's budgets are those of the size it may reach.
+    let at_most = PoolSpec {
+        replicas: s.autoscale.as_ref().map_or(s.replicas, |a| a.max_replicas),
+        ..s.clone()
+    };
+    let (surge, unavailable) = budgets(&at_most);
+    if at_most.replicas > 0 && surge == 0 && unavailable == 0 {
         problems.push(
             "spec.strategy: maxSurge and maxUnavailable cannot both be 0: nothing could ever be replaced"
                 .into(),
@@ -134,6 +139,45 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
     {
         problems.push(m);
     }
+    if let Some(a) = &s.autoscale {
+        if a.max_replicas < a.min_replicas {
+            problems.push(format!(
+                "spec.autoscale.maxReplicas: {} is less than minReplicas ({})",
+                a.max_replicas, a.min_replicas
+            ));
+        }
+        if a.max_replicas > MAX_REPLICAS_CEILING {
+            problems.push(format!(
+                "spec.autoscale.maxReplicas: {} is more than {MAX_REPLICAS_CEILING}",
+                a.max_replicas
+            ));
+        }
+        for (field, v) in [
+            ("tunnelsPerMember", a.tunnels_per_member),
+            ("leasesPerMember", a.leases_per_member),
+        ] {
+            if v == Some(0) {
+                problems.push(format!("spec.autoscale.{field}: must be at least 1"));
+            }
+        }
+        for (field, v, most) in [
+            ("idleAfter", &a.idle_after, None),
+            (
+                "coldStartWait",
+                &a.cold_start_wait,
+                Some(crate::model::autoscale::MAX_COLD_START_WAIT),
+            ),
+        ] {
+            match v.as_deref().map(crate::config::parse_duration) {
+                Some(Err(m)) => problems.push(format!("spec.autoscale.{field}: {m}")),
+                Some(Ok(d)) if most.is_some_and(|m| d > m) => problems.push(format!(
+                    "spec.autoscale.{field}: at most {}s",
+                    most.map_or(0, |m| m.as_secs())
+                )),
+                _ => {}
+            }
+        }
+    }
     if let Some(l) = &s.leases {
         if l.max_shared == 0 {
             problems.push("spec.leases.maxShared: must be at least 1".into());
@@ -185,6 +229,15 @@ pub struct Environment<'a> {
 pub fn validate_in(pool: &ProxyPool, env: Environment<'_>) -> Vec<String> {
     let mut problems = validate(pool);
     let s = &pool.spec;
+    if let Some(a) = &s.autoscale
+        && a.max_replicas > env.max_replicas
+        && a.max_replicas <= MAX_REPLICAS_CEILING
+    {
+        problems.push(format!(
+            "spec.autoscale.maxReplicas: {} is more than the {} this installation allows (--max-replicas raises it)",
+            a.max_replicas, env.max_replicas
+        ));
+    }
     if s.replicas > env.max_replicas && s.replicas <= MAX_REPLICAS_CEILING {
         problems.push(format!(
             "spec.replicas: {} is more than the {} this installation allows (--max-replicas raises it)",
