@@ -274,6 +274,8 @@ fn pool_write<T: serde::de::DeserializeOwned>(
 
 /// What a `POST`-only path answers from, or its answer: 404 where it is not served here (no
 /// `served`), 405 to another method.
+// The answer is what the caller returns at once: boxing it would only be unboxed again.
+#[allow(clippy::result_large_err)]
 fn post_to<T>(served: Option<T>, method: &Method, path: &str) -> Result<T, Response<Full<Bytes>>> {
     let Some(served) = served else {
         return Err(respond(
