@@ -56,7 +56,7 @@ fn pool_yaml(port: u16) -> String {
 fn provision(dir: &Path) {
     let pool: egress_core::pool::ProxyPool = serde_yaml::from_str(&pool_yaml(1)).unwrap();
     let mut text = String::new();
-    for serial in 1..=8 {
+    for serial in 1..=32 {
         let name = egress_core::pool::member_name(&pool, serial);
         let uid = egress_core::name::derived_uid("ns", &name);
         text.push_str(&format!(
@@ -270,6 +270,32 @@ async fn gateway_reporting_to(dir: &Path, api: Option<SocketAddr>) -> SocketAddr
     let table = std::sync::Arc::new(egress_gateway::MemberTable::new(vec![
         egress_gateway::PoolKey::parse("ns/web").unwrap(),
     ]));
+    test_gateway(dir, table, |gateway, metrics| match api {
+        Some(api) => {
+            let (reports, sending) = egress_gateway::reports::Reports::start(
+                &format!("https://{api}"),
+                Some(CA.pem().as_bytes()),
+                metrics,
+            )
+            .unwrap();
+            tokio::spawn(sending);
+            gateway.with_reports(reports)
+        }
+        None => gateway,
+    })
+    .await
+}
+
+/// A gateway on the state of `dir` with `table`, named tokens, member connections from the
+/// address the test Squids admit, as `add` makes it (given its metrics).
+async fn test_gateway(
+    dir: &Path,
+    table: std::sync::Arc<egress_gateway::MemberTable>,
+    add: impl FnOnce(
+        egress_gateway::Gateway,
+        std::sync::Arc<egress_gateway::metrics::Metrics>,
+    ) -> egress_gateway::Gateway,
+) -> SocketAddr {
     tokio::spawn(egress_proxies::gateway::follow_state(
         dir.join("state.yaml"),
         table.clone(),
@@ -279,7 +305,7 @@ async fn gateway_reporting_to(dir: &Path, api: Option<SocketAddr>) -> SocketAddr
         egress_serve::auth::tokens::TokensFile::load(&dir.join("tokens.yaml")).unwrap(),
     );
     let metrics = std::sync::Arc::new(egress_gateway::metrics::Metrics::new());
-    let mut gateway = egress_gateway::Gateway::new(
+    let gateway = egress_gateway::Gateway::new(
         table,
         std::sync::Arc::new(egress_serve::auth::Guard::new(reviewer)),
         metrics.clone(),
@@ -291,21 +317,40 @@ async fn gateway_reporting_to(dir: &Path, api: Option<SocketAddr>) -> SocketAddr
             ..Default::default()
         },
     );
-    if let Some(api) = api {
-        let (reports, sending) = egress_gateway::reports::Reports::start(
-            &format!("https://{api}"),
-            Some(CA.pem().as_bytes()),
-            metrics,
-        )
-        .unwrap();
-        tokio::spawn(sending);
-        gateway = gateway.with_reports(reports);
-    }
-    let gateway = std::sync::Arc::new(gateway);
+    let gateway = std::sync::Arc::new(add(gateway, metrics));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(egress_gateway::serve(listener, gateway));
     addr
+}
+
+/// A gateway with the pools of `pools` (their `autoscale`), saying their demand to the API at
+/// `api` as replica `from`; and its member table.
+async fn autoscaled_gateway(
+    dir: &Path,
+    api: SocketAddr,
+    pools: &Path,
+    from: &str,
+) -> (SocketAddr, std::sync::Arc<egress_gateway::MemberTable>) {
+    let table = std::sync::Arc::new(egress_gateway::MemberTable::new(vec![
+        egress_gateway::PoolKey::parse("ns/web").unwrap(),
+    ]));
+    egress_proxies::gateway::pool_policies(pools)
+        .unwrap()
+        .apply(&table);
+    let addr = test_gateway(dir, table.clone(), |gateway, metrics| {
+        let (demand, saying) = egress_gateway::demand::Demand::start(
+            &format!("https://{api}"),
+            Some(CA.pem().as_bytes()),
+            from,
+            metrics,
+        )
+        .unwrap();
+        tokio::spawn(saying);
+        gateway.with_demand(demand)
+    })
+    .await;
+    (addr, table)
 }
 
 /// A plain-HTTP GET of the echo through the gateway with `token`: the status and the member
@@ -619,14 +664,9 @@ async fn a_report_taken_by_one_gateway_replica_changes_routing_on_another_within
     let Some(squid) = real_parts() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let members = support::Squid::start(&squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
+    let (dir, members, proxies) = one_squid_pool(&squid, pool_yaml);
     let port = members.listen.port();
-    provision(dir.path());
-    let providers = providers(dir.path());
-    let proxies = dir.path().join("proxies.yaml");
-    std::fs::write(&proxies, pool_yaml(port)).unwrap();
-    let mut w = watch(dir.path(), &providers, &proxies).await;
+    let mut w = watch(dir.path(), &providers(dir.path()), &proxies).await;
     w.until("two verified members", |s| ready_on(s, port) == 2)
         .await;
 
@@ -695,5 +735,171 @@ async fn a_report_taken_by_one_gateway_replica_changes_routing_on_another_within
         "{file}"
     );
     assert!(!file.contains(SPIDER), "a token in the lease file: {file}");
+    w.stop().await;
+}
+
+/// A state directory (credentials provisioned), one real Squid for its members, and the
+/// proxies file of the pool `pool` writes for that Squid's port.
+fn one_squid_pool(
+    squid: &Path,
+    pool: impl Fn(u16) -> String,
+) -> (tempfile::TempDir, support::Squid, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let members = support::Squid::start(squid, &support::generated_conf(), Ipv4Addr::LOCALHOST);
+    provision(dir.path());
+    let proxies = dir.path().join("proxies.yaml");
+    std::fs::write(&proxies, pool(members.listen.port())).unwrap();
+    (dir, members, proxies)
+}
+
+/// Keeps `htpasswd` (a test Squid's) holding every credential of the `credentials` file beside
+/// the fake host's, as the CLI mints them.
+async fn admit_minted(credentials: PathBuf, htpasswd: PathBuf) {
+    let mut seen = String::new();
+    let mut written = 0;
+    loop {
+        let text = std::fs::read_to_string(&credentials).unwrap_or_default();
+        if text != seen {
+            let map: std::collections::BTreeMap<String, egress_core::credential::ProxyCredential> =
+                serde_yaml::from_str::<std::collections::BTreeMap<String, serde_yaml::Value>>(&text)
+                    .unwrap_or_default()
+                    .into_values()
+                    .filter_map(|v| {
+                        let c = egress_core::credential::ProxyCredential {
+                            username: v.get("username")?.as_str()?.to_string(),
+                            password: v.get("password")?.as_str()?.to_string(),
+                        };
+                        Some((c.username.clone(), c))
+                    })
+                    .collect();
+            let mut lines = guest_sdk::fakes::FAKE_HTPASSWD.to_string();
+            for c in map.values() {
+                lines
+                    .push_str(&c.htpasswd_fewest_rounds(&[7; egress_core::credential::SALT_BYTES]));
+            }
+            let tmp = htpasswd.with_extension("new");
+            std::fs::write(&tmp, lines).unwrap();
+            // Squid's helper reads the file again when its modification time (in seconds)
+            // changes: each version gets a second of its own.
+            written += 1;
+            std::fs::File::options()
+                .write(true)
+                .open(&tmp)
+                .unwrap()
+                .set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000 + written))
+                .unwrap();
+            std::fs::rename(&tmp, &htpasswd).unwrap();
+            seen = text;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A pool at zero, autoscaled (`minReplicas: 0`): twenty times over, a crawler's request
+/// through the gateway finds no member, is held while the gateway says its demand to the API,
+/// the pool makes a member, the CLI verifies it through the real Squid and echo, and the held
+/// request is served (none lost; the time to its answer reported); the request done, the pool
+/// goes back to zero within idleAfter plus one check interval. A tunnel held open keeps its
+/// member past idleAfter (nothing in flight is cut).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_autoscaled_pool_wakes_from_zero_for_held_requests_twenty_times_and_sleeps_when_idle() {
+    let Some(squid) = real_parts() else {
+        return;
+    };
+    let (dir, members, proxies) = one_squid_pool(&squid, |port| {
+        pool_yaml(port).replace(
+            "  replicas: 2\n",
+            "  replicas: 0\n  autoscale: {minReplicas: 0, maxReplicas: 2, tunnelsPerMember: 4, idleAfter: 2s, coldStartWait: 60s}\n",
+        )
+    });
+    let providers = providers(dir.path());
+    // The CLI mints each new member's credential (none is made before the member is); the
+    // test's one Squid, standing in for each new instance, is given it as a provider would.
+    tokio::spawn(admit_minted(
+        dir.path().join("state.yaml.credentials"),
+        members.htpasswd(),
+    ));
+    let mut w = watch(dir.path(), &providers, &proxies).await;
+    let empty = |s: &Summary| s.members.is_empty() && s.settled_in_time;
+    w.until("the pool asleep at zero", empty).await;
+    let (gateway, table) = autoscaled_gateway(dir.path(), w.addr, &proxies, "gw-a").await;
+
+    // A tunnel held open through idleAfter keeps its member.
+    let mut tunnel = tokio::net::TcpStream::connect(gateway).await.unwrap();
+    let echo = support::ECHO_IP;
+    tunnel
+        .write_all(
+            format!(
+                "CONNECT {echo}:443 HTTP/1.1\r\nHost: {echo}:443\r\nProxy-Authorization: Bearer {SPIDER}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut head = [0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(60), tunnel.read(&mut head))
+        .await
+        .expect("the held CONNECT was answered within coldStartWait")
+        .unwrap();
+    let head = String::from_utf8_lossy(&head[..n]);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let now = w.until("a report after idleAfter", |_| true).await;
+    let last = now.last().unwrap();
+    assert_eq!(last.members.len(), 1, "the tunnel's member stays: {last:?}");
+    let mut byte = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), tunnel.read(&mut byte))
+            .await
+            .is_err(),
+        "the tunnel is still open, nothing came or closed"
+    );
+    drop(tunnel);
+    w.until("the pool asleep once the tunnel closed", empty)
+        .await;
+
+    // Asleep as the gateway sees it: no member of the pool in its table (which follows the
+    // state and its journal).
+    let pool = egress_gateway::PoolKey::parse("ns/web").unwrap();
+    let asleep_now = || {
+        table
+            .snapshot()
+            .pools
+            .get(&pool)
+            .is_none_or(|members| members.is_empty())
+    };
+    let until_asleep = || async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !asleep_now() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the pool stayed awake"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    until_asleep().await;
+    let mut answered = Vec::new();
+    let mut asleep = Vec::new();
+    for i in 0..20 {
+        assert!(asleep_now(), "cold start {i} from zero");
+        let t0 = tokio::time::Instant::now();
+        let (code, member) = through_gateway(gateway, SPIDER, "").await;
+        answered.push(t0.elapsed());
+        assert_eq!(code, 200, "cold start {i}: the held request was lost");
+        assert!(!member.is_empty(), "cold start {i}");
+        let t1 = tokio::time::Instant::now();
+        until_asleep().await;
+        asleep.push(t1.elapsed());
+    }
+    answered.sort();
+    asleep.sort();
+    eprintln!(
+        "20 cold starts: time to the answer min {:?} median {:?} max {:?}; back to zero min {:?} median {:?} max {:?}",
+        answered[0], answered[10], answered[19], asleep[0], asleep[10], asleep[19]
+    );
+    // Not before idleAfter (2 s), and within it plus one check interval (2 s).
+    assert!(asleep[0] >= Duration::from_secs(2), "{asleep:?}");
+    assert!(asleep[19] < Duration::from_secs(4), "{asleep:?}");
     w.stop().await;
 }

@@ -72,14 +72,15 @@ pub struct GatewayArgs {
     pub audiences: AudienceArgs,
     /// The lease API to send this gateway's quarantine signals on to, as their callers'
     /// reports (the operator's API in a cluster, `reconcile --watch --listen` out of one):
-    /// written on the members' statuses, they change routing on every replica. https, or
-    /// http on loopback only (the reports carry the callers' tokens). Unset: a signal holds
-    /// on this replica alone.
+    /// written on the members' statuses, they change routing on every replica. The demand
+    /// of autoscaled pools (tunnels in flight and held) goes there too, each count with its
+    /// caller's token. https, or http on loopback only (both carry the callers' tokens).
+    /// Unset: a signal holds on this replica alone, and no demand wakes a pool.
     #[arg(long, value_name = "URL")]
     pub reports_to: Option<String>,
     /// Out of a cluster (--state): the ProxyPools (the file `reconcile -f` reads) whose
-    /// `quarantine` and `politeness` the gateway applies, read again when it changes. Unset:
-    /// the quarantine defaults and no politeness.
+    /// `quarantine`, `politeness` and `autoscale` the gateway applies, read again when it
+    /// changes. Unset: the quarantine defaults, no politeness, no pool autoscaled.
     #[arg(long, value_name = "FILE", requires = "state")]
     pub pools_from: Option<PathBuf>,
     /// The CA certificates (PEM) the --reports-to API's certificate is checked against

@@ -22,6 +22,8 @@ pub(crate) struct Account {
     pub(crate) started: Instant,
     /// Its holder's place under the quotas, where any applies.
     pub(crate) quota: Option<crate::quota::Holder>,
+    /// Its place in its autoscaled pool's demand, until it ends.
+    pub(crate) _in_flight: Option<std::sync::Arc<crate::demand::Counted>>,
 }
 
 /// What was accounted: a tunnel (`CONNECT` of any listener) or a plain request.

@@ -94,6 +94,7 @@ pub async fn run(client: kube::Client, table: Arc<MemberTable>, secret: (String,
         loop {
             table.set_quarantine_policies(quarantine_policies(&pools.state()));
             table.set_politeness_policies(politeness_policies(&pools.state()));
+            table.set_autoscale_policies(autoscale_policies(&pools.state()));
             let gateway = credential
                 .state()
                 .first()
@@ -119,27 +120,11 @@ pub async fn run(client: kube::Client, table: Arc<MemberTable>, secret: (String,
     tokio::join!(proxies, credential_watch, pool_watch, rebuild, tick);
 }
 
-/// Each pool's `spec.quarantine` (its defaults where it sets none).
-pub fn quarantine_policies(
+/// What `of` reads of each pool that has it, by pool.
+fn per_pool<T>(
     pools: &[Arc<ProxyPool>],
-) -> std::collections::BTreeMap<crate::members::PoolKey, egress_core::target::QuarantinePolicy> {
-    pools
-        .iter()
-        .map(|p| {
-            let key = crate::members::PoolKey {
-                namespace: p.namespace().unwrap_or_default(),
-                name: p.name_any(),
-            };
-            (key, p.spec.quarantine.clone().unwrap_or_default())
-        })
-        .collect()
-}
-
-/// Each pool's `spec.politeness` (none where it sets none).
-pub fn politeness_policies(
-    pools: &[Arc<ProxyPool>],
-) -> std::collections::BTreeMap<crate::members::PoolKey, egress_core::politeness::PolitenessPolicy>
-{
+    of: impl Fn(&ProxyPool) -> Option<T>,
+) -> std::collections::BTreeMap<crate::members::PoolKey, T> {
     pools
         .iter()
         .filter_map(|p| {
@@ -147,9 +132,33 @@ pub fn politeness_policies(
                 namespace: p.namespace().unwrap_or_default(),
                 name: p.name_any(),
             };
-            Some((key, p.spec.politeness.clone()?))
+            Some((key, of(p)?))
         })
         .collect()
+}
+
+/// Each pool's `spec.quarantine` (its defaults where it sets none).
+pub fn quarantine_policies(
+    pools: &[Arc<ProxyPool>],
+) -> std::collections::BTreeMap<crate::members::PoolKey, egress_core::target::QuarantinePolicy> {
+    per_pool(pools, |p| {
+        Some(p.spec.quarantine.clone().unwrap_or_default())
+    })
+}
+
+/// Each pool's `spec.politeness` (none where it sets none).
+pub fn politeness_policies(
+    pools: &[Arc<ProxyPool>],
+) -> std::collections::BTreeMap<crate::members::PoolKey, egress_core::politeness::PolitenessPolicy>
+{
+    per_pool(pools, |p| p.spec.politeness.clone())
+}
+
+/// Each pool's `spec.autoscale` (none where it sets none).
+pub fn autoscale_policies(
+    pools: &[Arc<ProxyPool>],
+) -> std::collections::BTreeMap<crate::members::PoolKey, egress_core::autoscale::AutoscalePolicy> {
+    per_pool(pools, |p| p.spec.autoscale.clone())
 }
 
 /// A watch error as the log may carry it.

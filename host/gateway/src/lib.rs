@@ -10,6 +10,7 @@ pub mod authority;
 pub mod body;
 pub mod budgets;
 pub mod cluster;
+pub mod demand;
 pub mod forward;
 pub mod h2;
 pub mod hash;

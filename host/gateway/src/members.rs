@@ -392,6 +392,8 @@ pub struct MemberTable {
     changed: tokio::sync::watch::Sender<u64>,
     policies: RwLock<BTreeMap<PoolKey, QuarantinePolicy>>,
     politeness: RwLock<BTreeMap<PoolKey, Arc<egress_core::politeness::Politeness>>>,
+    /// The autoscaled pools, each with its `coldStartWait`.
+    autoscaled: RwLock<BTreeMap<PoolKey, std::time::Duration>>,
 }
 
 impl MemberTable {
@@ -404,6 +406,7 @@ impl MemberTable {
             changed: tokio::sync::watch::Sender::new(0),
             policies: RwLock::new(BTreeMap::new()),
             politeness: RwLock::new(BTreeMap::new()),
+            autoscaled: RwLock::new(BTreeMap::new()),
         }
     }
 
@@ -439,6 +442,38 @@ impl MemberTable {
     ) {
         let parsed = parse_policies(policies);
         *self.politeness.write().unwrap_or_else(|p| p.into_inner()) = parsed;
+    }
+
+    /// The pools' `spec.autoscale`, as their source read them.
+    pub fn set_autoscale_policies(
+        &self,
+        policies: BTreeMap<PoolKey, egress_core::autoscale::AutoscalePolicy>,
+    ) {
+        let waits = policies
+            .into_iter()
+            .map(|(k, p)| (k, p.cold_start_wait()))
+            .collect();
+        *self.autoscaled.write().unwrap_or_else(|p| p.into_inner()) = waits;
+    }
+
+    /// Pool `pool`'s `coldStartWait`, where it is autoscaled.
+    pub fn cold_start_wait(&self, pool: &PoolKey) -> Option<std::time::Duration> {
+        self.autoscaled
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pool)
+            .copied()
+    }
+
+    /// The autoscaled pools served: known to routing even with no member (asleep at zero).
+    pub fn autoscaled(&self) -> Vec<PoolKey> {
+        self.autoscaled
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .filter(|k| self.serves(k))
+            .cloned()
+            .collect()
     }
 
     pub fn served(&self) -> &[PoolKey] {

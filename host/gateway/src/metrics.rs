@@ -47,6 +47,11 @@ pub fn on(labels: Labels, listener: Listener) -> Labels {
     with(labels, "listener", listener.label())
 }
 
+/// From a tenth of a second to about seven minutes: a member made and verified.
+fn cold_start_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.1, 2.0, 13))
+}
+
 fn setup_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 14))
 }
@@ -85,6 +90,14 @@ pub struct Metrics {
     /// `ok`, `refused` (4xx: the caller may not report it, or is past its rate), `failed` (no
     /// answer, 5xx) and `dropped` (the queue was full).
     pub reports_forwarded: Family<Labels, Counter>,
+    /// Autoscaled pools' demand said to the lease API, by result: `ok`, `refused` (4xx),
+    /// `failed` (no answer, 5xx), `unkept` (past the bound of counts kept).
+    pub demand_said: Family<Labels, Counter>,
+    /// Tunnels and requests held while their autoscaled pool had no member, by namespace,
+    /// pool and result (`served`: a member verified within coldStartWait; `timeout`: answered
+    /// 503), and how long each was held.
+    pub cold_starts: Family<Labels, Counter>,
+    pub cold_start_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     /// Crawler connections accepted, by listener (`http` and `http2` once the TLS handshake
     /// agreed which).
     pub crawler_connections: Family<Labels, Counter>,
@@ -209,6 +222,27 @@ impl Metrics {
             "reports_forwarded",
             "Quarantine signals sent on to the lease API, by result (ok, refused, failed, dropped)",
             reports_forwarded.clone(),
+        );
+        let demand_said = Family::<Labels, Counter>::default();
+        registry.register(
+            "demand_said",
+            "Autoscaled pools' demand said to the lease API, by result (ok, refused, failed, unkept)",
+            demand_said.clone(),
+        );
+        let cold_starts = Family::<Labels, Counter>::default();
+        registry.register(
+            "cold_starts",
+            "Tunnels and requests held while their autoscaled pool had no member, by result (served, timeout)",
+            cold_starts.clone(),
+        );
+        let cold_start_seconds =
+            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
+                cold_start_histogram as fn() -> Histogram,
+            );
+        registry.register(
+            "cold_start_seconds",
+            "How long tunnels and requests were held while their autoscaled pool woke",
+            cold_start_seconds.clone(),
         );
         let crawler_connections = Family::<Labels, Counter>::default();
         let requests = Family::<Labels, Counter>::default();
@@ -340,6 +374,9 @@ impl Metrics {
             quarantine_signals,
             politeness,
             reports_forwarded,
+            demand_said,
+            cold_starts,
+            cold_start_seconds,
             target_answers,
             target_signals,
             target_politeness_refusals,
@@ -392,6 +429,22 @@ impl Metrics {
     }
 
     /// A report sent on to the lease API ended as `result`.
+    pub fn demand_said(&self, result: &str) {
+        self.demand_said
+            .get_or_create(&vec![("result".into(), result.into())])
+            .inc();
+    }
+
+    /// A tunnel or request held `held` while `pool` woke, ending in `result`.
+    pub fn cold_start(&self, pool: &PoolKey, result: &str, held: std::time::Duration) {
+        self.cold_starts
+            .get_or_create(&with(pool_labels(pool), "result", result))
+            .inc();
+        self.cold_start_seconds
+            .get_or_create(&pool_labels(pool))
+            .observe(held.as_secs_f64());
+    }
+
     pub fn report_forwarded(&self, result: &str) {
         self.reports_forwarded
             .get_or_create(&vec![("result".into(), result.into())])

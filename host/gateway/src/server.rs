@@ -160,6 +160,8 @@ pub struct Gateway {
     pub(crate) audit: Option<crate::audit::Audit>,
     /// The installation's quotas (`--quotas`); none by default.
     pub(crate) quotas: Arc<crate::quota::Quotas>,
+    /// Where its autoscaled pools' demand is said (`--reports-to`), if anywhere.
+    pub(crate) demand: Option<Arc<crate::demand::Demand>>,
 }
 
 /// A tunnel its member opened (it answered `200` to the gateway's CONNECT), waiting for the
@@ -216,7 +218,15 @@ impl Gateway {
             reports: None,
             audit: None,
             quotas: Arc::default(),
+            demand: None,
         }
+    }
+
+    /// This gateway, saying its autoscaled pools' demand through `demand`
+    /// ([`crate::demand::Demand::start`]).
+    pub fn with_demand(mut self, demand: Arc<crate::demand::Demand>) -> Self {
+        self.demand = Some(demand);
+        self
     }
 
     /// This gateway, holding its callers to `quotas` ([`crate::quota`]): their crossings are
@@ -359,7 +369,13 @@ impl Gateway {
             f.retry_after = Some(2);
             return Err((None, f));
         }
-        let named = route::pools_named(options.pool.as_ref(), self.table.served(), &snapshot);
+        let mut named = route::pools_named(options.pool.as_ref(), self.table.served(), &snapshot);
+        // An autoscaled pool asleep at zero has no member to be known by.
+        for pool in self.table.autoscaled() {
+            if !named.contains(&pool) && options.pool.as_ref().is_none_or(|n| n.matches(&pool)) {
+                named.push(pool);
+            }
+        }
         let access = |pool: &PoolKey| match &options.lease {
             Some(_) => Access::Leases {
                 namespace: pool.namespace.clone(),
@@ -533,6 +549,12 @@ impl Gateway {
             Err((pool, f)) => return self.error(listener, pool.as_ref(), &f),
         };
         connection.authenticated();
+        // Held while its autoscaled pool wakes; counted in its demand until this returns (its
+        // tunnel or request counted by then).
+        let _woke = match self.woken(&admitted).await {
+            Ok(w) => w,
+            Err(f) => return self.error(listener, Some(&admitted.pool), &f),
+        };
         if req.method() == Method::CONNECT {
             let started = Instant::now();
             let span = tracing::info_span!(

@@ -374,6 +374,14 @@ impl Gateway {
                 return;
             }
         };
+        let woke = match self.woken(&admitted).await {
+            Ok(w) => w,
+            Err(f) => {
+                let reply = refuse(Some(&admitted.pool), f, true);
+                hs.refuse(&reply.message()).await;
+                return;
+            }
+        };
         let span = tracing::info_span!(
             "gateway.socks5",
             pool = %admitted.pool,
@@ -383,6 +391,8 @@ impl Gateway {
             .open_tunnel(&admitted, &destination, started)
             .instrument(span)
             .await;
+        // The tunnel counts itself in its pool's demand from here.
+        drop(woke);
         let opened = match opened {
             Ok(o) => o,
             Err(f) => {

@@ -38,6 +38,7 @@ impl Gateway {
             started: Instant::now(),
             quota: (!self.quotas.is_empty())
                 .then(|| self.quotas.holder(&a.pool.namespace, &a.caller)),
+            _in_flight: self.in_flight(a),
         }
     }
 

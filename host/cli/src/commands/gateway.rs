@@ -120,6 +120,9 @@ pub fn pool_policies(path: &Path) -> Result<PoolPolicies, CliError> {
         policies
             .quarantine
             .insert(key.clone(), p.spec.quarantine_policy());
+        if let Some(a) = &p.spec.autoscale {
+            policies.autoscale.insert(key.clone(), a.clone());
+        }
         if let Some(polite) = &p.spec.politeness {
             policies.politeness.insert(key, polite.clone());
         }
@@ -127,11 +130,21 @@ pub fn pool_policies(path: &Path) -> Result<PoolPolicies, CliError> {
     Ok(policies)
 }
 
-/// Pools' `quarantine` and `politeness`, by pool.
+/// Pools' `quarantine`, `politeness` and `autoscale`, by pool.
 #[derive(Debug, Default)]
 pub struct PoolPolicies {
     pub quarantine: std::collections::BTreeMap<PoolKey, egress_core::target::QuarantinePolicy>,
     pub politeness: std::collections::BTreeMap<PoolKey, egress_core::politeness::PolitenessPolicy>,
+    pub autoscale: std::collections::BTreeMap<PoolKey, egress_core::autoscale::AutoscalePolicy>,
+}
+
+impl PoolPolicies {
+    /// Puts them in force on `table`.
+    pub fn apply(self, table: &MemberTable) {
+        table.set_quarantine_policies(self.quarantine);
+        table.set_politeness_policies(self.politeness);
+        table.set_autoscale_policies(self.autoscale);
+    }
 }
 
 /// Keeps `table`'s pool policies to the file at `path`, read again when it changes; a file
@@ -146,8 +159,7 @@ pub async fn follow_pools(path: PathBuf, table: Arc<MemberTable>, interval: Dura
         if last_stamp != Some(now) {
             match pool_policies(&path) {
                 Ok(p) => {
-                    table.set_quarantine_policies(p.quarantine);
-                    table.set_politeness_policies(p.politeness);
+                    p.apply(&table);
                     last_stamp = Some(now);
                     last_error = None;
                 }
@@ -221,9 +233,7 @@ pub async fn run(
             // the start.
             table.replace(members_from_state(state)?, true);
             if let Some(pools) = &a.pools_from {
-                let p = pool_policies(pools)?;
-                table.set_quarantine_policies(p.quarantine);
-                table.set_politeness_policies(p.politeness);
+                pool_policies(pools)?.apply(&table);
                 tokio::spawn(follow_pools(
                     pools.clone(),
                     table.clone(),
@@ -327,18 +337,32 @@ pub async fn run(
             })
             .transpose()?;
         let (reports, sending) =
-            egress_gateway::reports::Reports::start(url, ca.as_deref(), metrics).map_err(|e| {
-                CliError::Input {
+            egress_gateway::reports::Reports::start(url, ca.as_deref(), metrics.clone()).map_err(
+                |e| CliError::Input {
                     what: match e {
                         egress_gateway::reports::ReportsError::Ca(_) => "--reports-ca",
                         _ => "--reports-to",
                     }
                     .into(),
                     message: e.to_string(),
-                }
-            })?;
+                },
+            )?;
         tokio::spawn(sending);
         gateway = gateway.with_reports(reports);
+        // The replica's name, so replicas' demands add up rather than overwrite: its Pod's
+        // name in a cluster, its host's and process's out of one.
+        let from = std::env::var("POD_NAME").unwrap_or_else(|_| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("{}-{}", host.trim(), std::process::id())
+        });
+        let (demand, saying) =
+            egress_gateway::demand::Demand::start(url, ca.as_deref(), &from, metrics.clone())
+                .map_err(|e| CliError::Input {
+                    what: "--reports-to".into(),
+                    message: e.to_string(),
+                })?;
+        tokio::spawn(saying);
+        gateway = gateway.with_demand(demand);
     }
     if let Some(sink) = a.audit.sink() {
         gateway = gateway.with_audit(sink).map_err(|e| CliError::Input {

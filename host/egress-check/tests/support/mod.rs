@@ -254,6 +254,11 @@ impl Squid {
         Self::start_with_htpasswd(binary, conf, ip, guest_sdk::fakes::FAKE_HTPASSWD)
     }
 
+    /// The htpasswd it reads (Squid's helper reads it again when it changes).
+    pub fn htpasswd(&self) -> PathBuf {
+        self.dir.path().join("htpasswd")
+    }
+
     pub fn start_with_htpasswd(binary: &Path, conf: &str, ip: Ipv4Addr, htpasswd: &str) -> Squid {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("htpasswd"), htpasswd).unwrap();

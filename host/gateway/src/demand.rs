@@ -1,0 +1,322 @@
+//! What this replica's callers ask of its autoscaled pools, said to the lease API
+//! (`POST /v1/demand`, the URL of `--reports-to`) so the pool's decision can size it: per pool
+//! and caller, the tunnels and plain requests in flight and those held while the pool wakes
+//! ([`Gateway::woken`]).
+//!
+//! Each count goes with its caller's own token, as the quarantine reports do ([`crate::reports`]):
+//! the API authorises it as a lease of the pool, so a caller can wake only a pool it may use.
+//! A change is said at once (a held tunnel is a cold start waiting), and a count above zero
+//! again every [`REFRESH`] so the API keeps it; a count said zero is dropped here.
+//!
+//! Bounded: at most [`MAX_KEYS`] (pool, caller) counts (past it a new caller's traffic is
+//! served, its demand not said, and counted); one post at a time per count, each within the
+//! client's timeout.
+
+use crate::members::{PoolKey, Snapshot};
+use crate::metrics::Metrics;
+use crate::server::{Admitted, Gateway};
+use crate::status::{ErrorKind, Failure};
+use egress_serve::auth::Token;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a count above zero is said again (the API forgets one after 20 s).
+pub const REFRESH: Duration = Duration::from_secs(5);
+/// The most (pool, caller) counts kept.
+pub const MAX_KEYS: usize = 4096;
+/// Posts in flight at once.
+const IN_FLIGHT: usize = 8;
+/// What a caller held past coldStartWait is told to wait before asking again.
+const RETRY_AFTER: u64 = 5;
+
+type Key = (PoolKey, String);
+
+#[derive(Debug)]
+struct Count {
+    tunnels: u32,
+    waiting: u32,
+    token: Token,
+    /// What was last said, and when.
+    said: Option<((u32, u32), Instant)>,
+    /// A post of it is on its way.
+    posting: bool,
+}
+
+/// The counts, and the wake-up of the task that says them.
+pub struct Demand {
+    counts: Mutex<HashMap<Key, Count>>,
+    wake: tokio::sync::Notify,
+    /// This replica's name, so replicas do not overwrite one another's counts.
+    from: String,
+    metrics: Arc<Metrics>,
+}
+
+/// One tunnel or request counted, or one held: uncounted when dropped.
+#[derive(Debug)]
+pub struct Counted {
+    demand: Arc<Demand>,
+    key: Key,
+    waiting: bool,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.demand.add(&self.key, self.waiting, false, None);
+    }
+}
+
+impl std::fmt::Debug for Demand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Demand").field("from", &self.from).finish()
+    }
+}
+
+impl Demand {
+    /// Counts said to the API at `base` (`--reports-to`, https or http to loopback; `ca` the
+    /// roots when given) as replica `from`. The returned task says them; the caller runs it.
+    pub fn start(
+        base: &str,
+        ca: Option<&[u8]>,
+        from: &str,
+        metrics: Arc<Metrics>,
+    ) -> Result<
+        (
+            Arc<Self>,
+            impl std::future::Future<Output = ()> + Send + 'static,
+        ),
+        crate::reports::ReportsError,
+    > {
+        let url = crate::reports::api_url(base, "/v1/demand")?;
+        let client = crate::reports::client(ca)?;
+        let demand = Arc::new(Self {
+            counts: Mutex::new(HashMap::new()),
+            wake: tokio::sync::Notify::new(),
+            from: from.to_string(),
+            metrics,
+        });
+        Ok((demand.clone(), demand.run(client, url)))
+    }
+
+    /// Counts one tunnel or request of `a` (`waiting`: one held for want of a member) until
+    /// the returned value drops; None past [`MAX_KEYS`].
+    pub(crate) fn count(self: &Arc<Self>, a: &Admitted, waiting: bool) -> Option<Counted> {
+        let key = (a.pool.clone(), a.caller.clone());
+        if !self.add(&key, waiting, true, Some(&a.token)) {
+            self.metrics.demand_said("unkept");
+            return None;
+        }
+        Some(Counted {
+            demand: self.clone(),
+            key,
+            waiting,
+        })
+    }
+
+    /// Adds or takes one; false when a new key would pass the bound.
+    fn add(&self, key: &Key, waiting: bool, up: bool, token: Option<&Token>) -> bool {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if !counts.contains_key(key) {
+            if !up || counts.len() >= MAX_KEYS {
+                return false;
+            }
+            let Some(token) = token else { return false };
+            counts.insert(
+                key.clone(),
+                Count {
+                    tunnels: 0,
+                    waiting: 0,
+                    token: token.clone(),
+                    said: None,
+                    posting: false,
+                },
+            );
+        }
+        let Some(c) = counts.get_mut(key) else {
+            return false;
+        };
+        let n = if waiting {
+            &mut c.waiting
+        } else {
+            &mut c.tunnels
+        };
+        *n = if up {
+            n.saturating_add(1)
+        } else {
+            n.saturating_sub(1)
+        };
+        if let Some(t) = token {
+            // The latest token of the caller: an older one may have expired.
+            c.token = t.clone();
+        }
+        drop(counts);
+        self.wake.notify_one();
+        true
+    }
+
+    /// The counts to say now: changed since said, or above zero and not said for REFRESH.
+    fn due(&self, now: Instant) -> Vec<(Key, (u32, u32), Token)> {
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        // A count said zero and still zero is done with.
+        counts.retain(|_, c| {
+            c.posting || c.tunnels + c.waiting > 0 || c.said.is_none_or(|(s, _)| s != (0, 0))
+        });
+        let mut out = Vec::new();
+        for (k, c) in counts.iter_mut() {
+            if c.posting {
+                continue;
+            }
+            let now_counts = (c.tunnels, c.waiting);
+            let stale = match c.said {
+                None => true,
+                Some((s, at)) => s != now_counts || (now_counts != (0, 0) && now >= at + REFRESH),
+            };
+            if stale {
+                c.posting = true;
+                out.push((k.clone(), now_counts, c.token.clone()));
+            }
+        }
+        out
+    }
+
+    fn said(&self, key: &Key, counts: (u32, u32), ok: bool, now: Instant) {
+        let mut all = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = all.get_mut(key) {
+            c.posting = false;
+            if ok {
+                c.said = Some((counts, now));
+            }
+        }
+    }
+
+    async fn run(self: Arc<Self>, client: reqwest::Client, url: reqwest::Url) {
+        use futures::StreamExt;
+        loop {
+            let due = self.due(Instant::now());
+            let this = &self;
+            futures::stream::iter(due)
+                .for_each_concurrent(IN_FLIGHT, |(key, counts, token)| {
+                    let (client, url) = (&client, &url);
+                    async move {
+                        let ok = this.post(client, url, &key, counts, &token).await;
+                        this.said(&key, counts, ok, Instant::now());
+                    }
+                })
+                .await;
+            // Again at a change, or for the refresh (a failed post is tried again then).
+            let _ = tokio::time::timeout(REFRESH / 5, self.wake.notified()).await;
+        }
+    }
+
+    async fn post(
+        &self,
+        client: &reqwest::Client,
+        url: &reqwest::Url,
+        key: &Key,
+        (tunnels, waiting): (u32, u32),
+        token: &Token,
+    ) -> bool {
+        let body = serde_json::json!({
+            "namespace": key.0.namespace,
+            "pool": key.0.name,
+            "from": self.from,
+            "tunnels": tunnels,
+            "waitingTunnels": waiting,
+        });
+        let sent = client
+            .post(url.clone())
+            .bearer_auth(token.secret())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await;
+        let result = match sent {
+            Ok(a) if a.status().is_success() => "ok",
+            Ok(a) if a.status().is_client_error() => {
+                tracing::warn!(status = a.status().as_u16(), pool = %key.0, "the API did not take a pool's demand");
+                "refused"
+            }
+            Ok(_) => "failed",
+            Err(e) => {
+                tracing::warn!(error = %e, pool = %key.0, "a pool's demand could not be said to the API");
+                "failed"
+            }
+        };
+        self.metrics.demand_said(result);
+        // A refusal is final for these counts: said (as nothing) until they change.
+        result != "failed"
+    }
+}
+
+/// Whether pool `pool` has a member to route new traffic to.
+fn awake(snapshot: &Snapshot, pool: &PoolKey) -> bool {
+    snapshot
+        .pools
+        .get(pool)
+        .is_some_and(|v| v.iter().any(|e| e.member.usable()))
+}
+
+impl Gateway {
+    /// Holds `a` while its pool, autoscaled, has no member to route to (asleep at zero, or
+    /// all of it starting): up to the pool's `coldStartWait`, its wait counted in the demand
+    /// said to the API, so the pool wakes for it. Then it goes on, or is answered 503 with
+    /// Retry-After. A request on a lease is not held: its lease names its member.
+    ///
+    /// What it returns, where it held, counts the request as in flight until the caller's own
+    /// count of it is taken (its [`crate::account::Account`]): dropped before, the demand
+    /// said between the two would be none, and the pool would start its idle time while the
+    /// request it woke for is being served.
+    pub(crate) async fn woken(&self, a: &Admitted) -> Result<Option<Counted>, Failure> {
+        let Some(wait) = self.table.cold_start_wait(&a.pool) else {
+            return Ok(None);
+        };
+        if a.options.lease.is_some() {
+            return Ok(None);
+        }
+        let mut changes = self.table.changes();
+        if awake(&self.table.snapshot(), &a.pool) {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let _held = self.demand.as_ref().and_then(|d| d.count(a, true));
+        let deadline = tokio::time::sleep(wait);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                r = changes.changed() => {
+                    if r.is_err() {
+                        break;
+                    }
+                    if awake(&self.table.snapshot(), &a.pool) {
+                        self.metrics.cold_start(&a.pool, "served", started.elapsed());
+                        return Ok(self.demand.as_ref().and_then(|d| d.count(a, false)));
+                    }
+                }
+                () = &mut deadline => break,
+            }
+        }
+        self.metrics
+            .cold_start(&a.pool, "timeout", started.elapsed());
+        let mut f = Failure::new(
+            ErrorKind::NoMember,
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "pool {} is waking: no member of it verified within its coldStartWait of {}s",
+                a.pool,
+                wait.as_secs()
+            ),
+        );
+        f.retry_after = Some(RETRY_AFTER);
+        Err(f)
+    }
+
+    /// Counts `a`'s tunnel or request in its pool's demand while the returned value lives
+    /// (autoscaled pools only, where demand is said at all).
+    pub(crate) fn in_flight(&self, a: &Admitted) -> Option<Arc<Counted>> {
+        self.table.cold_start_wait(&a.pool)?;
+        self.demand
+            .as_ref()
+            .and_then(|d| d.count(a, false))
+            .map(Arc::new)
+    }
+}
