@@ -34,6 +34,8 @@ pub struct KnownPool {
     /// `spec.quarantine`.
     quarantine: QuarantinePolicy,
     lost: Vec<LostProxy>,
+    /// With `spec.autoscale`: its `coldStartWait`.
+    cold_start_wait: Option<std::time::Duration>,
 }
 
 struct Inner {
@@ -203,9 +205,14 @@ impl Board {
                     key,
                     KnownPool {
                         policy: spec.lease_policy(),
-                        replicas: spec.replicas,
+                        // An autoscaled pool's share per holder is of the most it may have.
+                        replicas: spec
+                            .autoscale
+                            .as_ref()
+                            .map_or(spec.replicas, |a| a.max_replicas),
                         quarantine: spec.quarantine_policy(),
                         lost: status.lost_leases.clone(),
+                        cold_start_wait: spec.autoscale.as_ref().map(|a| a.cold_start_wait()),
                     },
                 )
             })
@@ -265,6 +272,7 @@ impl LeaseStore for Board {
             replicas: pool.replicas,
             quarantine: pool.quarantine.clone(),
             lost: &pool.lost,
+            cold_start_wait: pool.cold_start_wait,
         }
     }
 

@@ -89,11 +89,14 @@ pub(crate) fn serve_api(
         ready,
         source: board.clone(),
         guard: guard.clone(),
-        leases: Some(Arc::new(egress_control::leases::Leases::with_store(
-            board.clone(),
-            egress_time::now::system_clock(),
-            metrics.clone(),
-        ))),
+        leases: Some(Arc::new(
+            egress_control::leases::Leases::with_store(
+                board.clone(),
+                egress_time::now::system_clock(),
+                metrics.clone(),
+            )
+            .with_demand(board.demand.clone()),
+        )),
         audit: match serving.audit.clone() {
             Some(sink) => Some(metrics.audit(sink).map_err(|e| CliError::Input {
                 what: "--audit-log".into(),

@@ -54,6 +54,23 @@ pub struct DemandBoard {
     changed: tokio::sync::watch::Sender<u64>,
     /// Told of the same changes, keeping one for a waiter that was busy when it came.
     notify: tokio::sync::Notify,
+    /// Proxies asked for by lease requests waiting on each pool now (in this process: a
+    /// waiting request is its own refresh, so these do not lapse).
+    waiting_leases: Mutex<BTreeMap<PoolKey, u32>>,
+}
+
+/// A lease request waiting on a pool, counted in its demand until dropped.
+#[derive(Debug)]
+pub struct LeaseWaiting {
+    board: std::sync::Arc<DemandBoard>,
+    key: PoolKey,
+    count: u32,
+}
+
+impl Drop for LeaseWaiting {
+    fn drop(&mut self) {
+        self.board.wait_lease(&self.key, self.count, false);
+    }
 }
 
 impl Default for DemandBoard {
@@ -62,6 +79,7 @@ impl Default for DemandBoard {
             said: Mutex::new(BTreeMap::new()),
             changed: tokio::sync::watch::Sender::new(0),
             notify: tokio::sync::Notify::new(),
+            waiting_leases: Mutex::new(BTreeMap::new()),
         }
     }
 }
@@ -106,13 +124,59 @@ impl DemandBoard {
         Ok(())
     }
 
-    /// Pool `namespace/pool`'s demand at `now`: the sum of what was said within [`TTL`].
+    /// Pool `namespace/pool`'s demand at `now`: the sum of what was said within [`TTL`], and
+    /// the lease requests waiting on it.
     pub fn demand(&self, namespace: &str, pool: &str, now: Instant) -> Demand {
+        let key = (namespace.to_string(), pool.to_string());
         let mut said = self.said.lock().unwrap_or_else(|p| p.into_inner());
         if Self::expire(&mut said, now) {
             self.told();
         }
-        Self::sum(said.get(&(namespace.to_string(), pool.to_string())))
+        let mut d = Self::sum(said.get(&key));
+        drop(said);
+        d.waiting_leases = self
+            .waiting_leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .copied()
+            .unwrap_or(0);
+        d
+    }
+
+    /// A lease request for `count` proxies of pool `namespace/pool` waits: counted until the
+    /// returned value drops.
+    pub fn lease_waiting(
+        self: &std::sync::Arc<Self>,
+        namespace: &str,
+        pool: &str,
+        count: u32,
+    ) -> LeaseWaiting {
+        let key = (namespace.to_string(), pool.to_string());
+        self.wait_lease(&key, count, true);
+        LeaseWaiting {
+            board: self.clone(),
+            key,
+            count,
+        }
+    }
+
+    fn wait_lease(&self, key: &PoolKey, count: u32, up: bool) {
+        let mut waiting = self
+            .waiting_leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let n = waiting.entry(key.clone()).or_default();
+        *n = if up {
+            n.saturating_add(count)
+        } else {
+            n.saturating_sub(count)
+        };
+        if *n == 0 {
+            waiting.remove(key);
+        }
+        drop(waiting);
+        self.told();
     }
 
     /// Bumped when a pool's demand changes (a demand said, or one expired when read).
@@ -201,6 +265,19 @@ mod tests {
         assert!(b.demand("ns", "web", t0 + TTL).is_zero());
         assert_eq!(b.next_lapse(), None);
         assert!(b.demand("ns", "other", t0).is_zero());
+    }
+
+    #[test]
+    fn a_waiting_lease_request_counts_until_it_ends_and_never_lapses() {
+        let b = std::sync::Arc::new(DemandBoard::default());
+        let t0 = Instant::now();
+        let first = b.lease_waiting("ns", "web", 2);
+        let second = b.lease_waiting("ns", "web", 1);
+        assert_eq!(b.demand("ns", "web", t0 + TTL * 10).waiting_leases, 3);
+        drop(first);
+        assert_eq!(b.demand("ns", "web", t0).waiting_leases, 1);
+        drop(second);
+        assert!(b.demand("ns", "web", t0).is_zero());
     }
 
     #[test]

@@ -100,12 +100,18 @@ impl LeaseStore for KubeProxies {
     fn facts(pool: &ProxyPool) -> PoolFacts<'_> {
         PoolFacts {
             policy: pool.spec.leases.clone().unwrap_or_default(),
-            replicas: pool.spec.replicas,
+            // An autoscaled pool's share per holder is of the most it may have.
+            replicas: pool
+                .spec
+                .autoscale
+                .as_ref()
+                .map_or(pool.spec.replicas, |a| a.max_replicas),
             quarantine: pool.spec.quarantine.clone().unwrap_or_default(),
             lost: pool
                 .status
                 .as_ref()
                 .map_or(&[][..], |s| s.lost_leases.as_slice()),
+            cold_start_wait: pool.spec.autoscale.as_ref().map(|a| a.cold_start_wait()),
         }
     }
 

@@ -107,6 +107,9 @@ pub struct PoolFacts<'a> {
     pub quarantine: QuarantinePolicy,
     /// What its leases lost (`status.lostLeases`).
     pub lost: &'a [LostProxy],
+    /// With `spec.autoscale`: how long a lease request that finds no proxy free waits while
+    /// the pool makes one (`coldStartWait`).
+    pub cold_start_wait: Option<Duration>,
 }
 
 /// Where the bindings are kept: what differs between a cluster and the CLI. Each member is
@@ -169,11 +172,16 @@ fn count_call(metrics: &Metrics, at: &LeaseRef, op: &str, r: &Result<impl Sized,
 /// Writes of one lease call tried at most this many times against a changing pool.
 const ATTEMPTS: usize = 5;
 
+/// How often a lease request waiting on an autoscaled pool looks again for a free proxy.
+pub const WAKE_POLL: Duration = Duration::from_millis(250);
+
 /// The lease flow over store `S`: the [`LeaseBook`] the API calls.
 pub struct Leases<S> {
     store: Arc<S>,
     now: Clock,
     metrics: Arc<Metrics>,
+    /// Where a lease request waiting on an autoscaled pool is counted as its demand.
+    demand: Option<Arc<crate::demand::DemandBoard>>,
 }
 
 /// What a change writes on a member: its bindings, and its ban reports and quarantines where
@@ -204,7 +212,53 @@ impl<S: LeaseStore> Leases<S> {
             store,
             now,
             metrics,
+            demand: None,
         }
+    }
+
+    /// These leases, a request that finds an autoscaled pool without a free proxy waiting
+    /// up to its `coldStartWait`, counted meanwhile in `demand` (which the pool's decision
+    /// reads), for one to be made.
+    pub fn with_demand(mut self, demand: Arc<crate::demand::DemandBoard>) -> Self {
+        self.demand = Some(demand);
+        self
+    }
+
+    /// [`Self::acquire_in`], and where it finds no proxy free in an autoscaled pool, again
+    /// every [`WAKE_POLL`] while the pool wakes, up to its `coldStartWait`.
+    async fn acquire_waking(
+        &self,
+        holder: &str,
+        req: &LeaseRequest,
+        at: &LeaseRef,
+    ) -> Result<LeaseView, LeaseRefusal> {
+        let first = self.acquire_in(holder, req, at).await;
+        let Some(board) = &self.demand else {
+            return first;
+        };
+        if !matches!(first, Err(LeaseRefusal::Unavailable { .. })) {
+            return first;
+        }
+        let Some(wait) = self
+            .store
+            .pool(at)
+            .await
+            .ok()
+            .and_then(|p| S::facts(&p).cold_start_wait)
+        else {
+            return first;
+        };
+        let _waiting = board.lease_waiting(&at.namespace, &at.pool, req.count.max(1));
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut last = first;
+        while tokio::time::Instant::now() + WAKE_POLL <= deadline {
+            tokio::time::sleep(WAKE_POLL).await;
+            last = self.acquire_in(holder, req, at).await;
+            if !matches!(last, Err(LeaseRefusal::Unavailable { .. })) {
+                break;
+            }
+        }
+        last
     }
 
     /// The store the leases are kept in.
@@ -738,7 +792,7 @@ impl<S: LeaseStore> LeaseBook for Leases<S> {
             namespace: req.namespace.clone(),
             pool: req.pool.clone(),
         };
-        let r = self.acquire_in(holder, req, &at).await;
+        let r = self.acquire_waking(holder, req, &at).await;
         count_call(&self.metrics, &at, "acquire", &r);
         r
     }
@@ -890,6 +944,7 @@ mod tests {
                     ..QuarantinePolicy::default()
                 },
                 lost: &[],
+                cold_start_wait: None,
             }
         }
         async fn members(
