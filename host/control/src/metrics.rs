@@ -22,7 +22,10 @@ type PoolKey = (String, String);
 
 /// The pool gauges, one family each, in the order they are registered.
 const POOL_GAUGES: [(&str, &str); 10] = [
-    ("pool_spec_replicas", "Replicas the pool's spec asks for"),
+    (
+        "pool_spec_replicas",
+        "Replicas the pool works to: spec.replicas, or the size autoscale decided",
+    ),
     (
         "pool_min_available_replicas",
         "The pool's floor: spec replicas less maxUnavailable, which its own deletions never go below",
