@@ -331,14 +331,20 @@ async fn autoscaled_gateway(
     api: SocketAddr,
     pools: &Path,
     from: &str,
-) -> (SocketAddr, std::sync::Arc<egress_gateway::MemberTable>) {
+) -> (
+    SocketAddr,
+    std::sync::Arc<egress_gateway::MemberTable>,
+    std::sync::Arc<egress_gateway::metrics::Metrics>,
+) {
     let table = std::sync::Arc::new(egress_gateway::MemberTable::new(vec![
         egress_gateway::PoolKey::parse("ns/web").unwrap(),
     ]));
     egress_proxies::gateway::pool_policies(pools)
         .unwrap()
         .apply(&table);
+    let mut kept = None;
     let addr = test_gateway(dir, table.clone(), |gateway, metrics| {
+        kept = Some(metrics.clone());
         let (demand, saying) = egress_gateway::demand::Demand::start(
             &format!("https://{api}"),
             Some(CA.pem().as_bytes()),
@@ -350,7 +356,7 @@ async fn autoscaled_gateway(
         gateway.with_demand(demand)
     })
     .await;
-    (addr, table)
+    (addr, table, kept.unwrap())
 }
 
 /// A plain-HTTP GET of the echo through the gateway with `token`: the status and the member
@@ -822,7 +828,7 @@ async fn an_autoscaled_pool_wakes_from_zero_for_held_requests_twenty_times_and_s
     let mut w = watch(dir.path(), &providers, &proxies).await;
     let empty = |s: &Summary| s.members.is_empty() && s.settled_in_time;
     w.until("the pool asleep at zero", empty).await;
-    let (gateway, table) = autoscaled_gateway(dir.path(), w.addr, &proxies, "gw-a").await;
+    let (gateway, table, metrics) = autoscaled_gateway(dir.path(), w.addr, &proxies, "gw-a").await;
 
     // A tunnel held open through idleAfter keeps its member.
     let mut tunnel = tokio::net::TcpStream::connect(gateway).await.unwrap();
@@ -898,6 +904,21 @@ async fn an_autoscaled_pool_wakes_from_zero_for_held_requests_twenty_times_and_s
         "20 cold starts: time to the answer min {:?} median {:?} max {:?}; back to zero min {:?} median {:?} max {:?}",
         answered[0], answered[10], answered[19], asleep[0], asleep[10], asleep[19]
     );
+    // Each held request is counted as served, with how long it was held, and the demand was
+    // said and taken (the series the shipped alert and dashboard read).
+    let text = metrics.encode();
+    let served =
+        "egress_gateway_cold_starts_total{namespace=\"ns\",pool=\"web\",result=\"served\"} 21";
+    assert!(text.contains(served), "{text}");
+    assert!(
+        text.contains("egress_gateway_cold_start_seconds_bucket{"),
+        "{text}"
+    );
+    assert!(
+        text.contains("egress_gateway_demand_said_total{result=\"ok\"}"),
+        "{text}"
+    );
+    assert!(!text.contains("result=\"timeout\""), "{text}");
     // Not before idleAfter (2 s, less the second a decision's clock rounds down), and within
     // it plus one check interval (2 s).
     assert!(asleep[0] >= Duration::from_secs(1), "{asleep:?}");

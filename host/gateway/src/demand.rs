@@ -1,7 +1,7 @@
 //! What this replica's callers ask of its autoscaled pools, said to the lease API
 //! (`POST /v1/demand`, the URL of `--reports-to`) so the pool's decision can size it: per pool
 //! and caller, the tunnels and plain requests in flight and those held while the pool wakes
-//! ([`Gateway::woken`]).
+//! ([`crate::wake`]).
 //!
 //! Each count goes with its caller's own token, as the quarantine reports do ([`crate::reports`]):
 //! the API authorises it as a lease of the pool, so a caller can wake only a pool it may use.
@@ -12,10 +12,8 @@
 //! served, its demand not said, and counted); one post at a time per count, each within the
 //! client's timeout.
 
-use crate::members::{PoolKey, Snapshot};
+use crate::members::PoolKey;
 use crate::metrics::Metrics;
-use crate::server::{Admitted, Gateway};
-use crate::status::{ErrorKind, Failure};
 use egress_serve::auth::Token;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,8 +25,6 @@ pub const REFRESH: Duration = Duration::from_secs(5);
 pub const MAX_KEYS: usize = 4096;
 /// Posts in flight at once.
 const IN_FLIGHT: usize = 8;
-/// What a caller held past coldStartWait is told to wait before asking again.
-const RETRY_AFTER: u64 = 5;
 
 type Key = (PoolKey, String);
 
@@ -98,11 +94,17 @@ impl Demand {
         Ok((demand.clone(), demand.run(client, url)))
     }
 
-    /// Counts one tunnel or request of `a` (`waiting`: one held for want of a member) until
-    /// the returned value drops; None past [`MAX_KEYS`].
-    pub(crate) fn count(self: &Arc<Self>, a: &Admitted, waiting: bool) -> Option<Counted> {
-        let key = (a.pool.clone(), a.caller.clone());
-        if !self.add(&key, waiting, true, Some(&a.token)) {
+    /// Counts one tunnel or request of `caller` (with `token`) on `pool` (`waiting`: one held
+    /// for want of a member) until the returned value drops; None past [`MAX_KEYS`].
+    pub(crate) fn count(
+        self: &Arc<Self>,
+        pool: &PoolKey,
+        caller: &str,
+        token: &Token,
+        waiting: bool,
+    ) -> Option<Counted> {
+        let key = (pool.clone(), caller.to_string());
+        if !self.add(&key, waiting, true, Some(token)) {
             self.metrics.demand_said("unkept");
             return None;
         }
@@ -245,78 +247,5 @@ impl Demand {
         self.metrics.demand_said(result);
         // A refusal is final for these counts: said (as nothing) until they change.
         result != "failed"
-    }
-}
-
-/// Whether pool `pool` has a member to route new traffic to.
-fn awake(snapshot: &Snapshot, pool: &PoolKey) -> bool {
-    snapshot
-        .pools
-        .get(pool)
-        .is_some_and(|v| v.iter().any(|e| e.member.usable()))
-}
-
-impl Gateway {
-    /// Holds `a` while its pool, autoscaled, has no member to route to (asleep at zero, or
-    /// all of it starting): up to the pool's `coldStartWait`, its wait counted in the demand
-    /// said to the API, so the pool wakes for it. Then it goes on, or is answered 503 with
-    /// Retry-After. A request on a lease is not held: its lease names its member.
-    ///
-    /// What it returns, where it held, counts the request as in flight until the caller's own
-    /// count of it is taken (its [`crate::account::Account`]): dropped before, the demand
-    /// said between the two would be none, and the pool would start its idle time while the
-    /// request it woke for is being served.
-    pub(crate) async fn woken(&self, a: &Admitted) -> Result<Option<Counted>, Failure> {
-        let Some(wait) = self.table.cold_start_wait(&a.pool) else {
-            return Ok(None);
-        };
-        if a.options.lease.is_some() {
-            return Ok(None);
-        }
-        let mut changes = self.table.changes();
-        if awake(&self.table.snapshot(), &a.pool) {
-            return Ok(None);
-        }
-        let started = Instant::now();
-        let _held = self.demand.as_ref().and_then(|d| d.count(a, true));
-        let deadline = tokio::time::sleep(wait);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                r = changes.changed() => {
-                    if r.is_err() {
-                        break;
-                    }
-                    if awake(&self.table.snapshot(), &a.pool) {
-                        self.metrics.cold_start(&a.pool, "served", started.elapsed());
-                        return Ok(self.demand.as_ref().and_then(|d| d.count(a, false)));
-                    }
-                }
-                () = &mut deadline => break,
-            }
-        }
-        self.metrics
-            .cold_start(&a.pool, "timeout", started.elapsed());
-        let mut f = Failure::new(
-            ErrorKind::NoMember,
-            http::StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "pool {} is waking: no member of it verified within its coldStartWait of {}s",
-                a.pool,
-                wait.as_secs()
-            ),
-        );
-        f.retry_after = Some(RETRY_AFTER);
-        Err(f)
-    }
-
-    /// Counts `a`'s tunnel or request in its pool's demand while the returned value lives
-    /// (autoscaled pools only, where demand is said at all).
-    pub(crate) fn in_flight(&self, a: &Admitted) -> Option<Arc<Counted>> {
-        self.table.cold_start_wait(&a.pool)?;
-        self.demand
-            .as_ref()
-            .and_then(|d| d.count(a, false))
-            .map(Arc::new)
     }
 }

@@ -27,6 +27,7 @@ pub mod server;
 pub mod socks;
 pub mod status;
 pub mod usage;
+pub mod wake;
 
 pub use admin::{serve_admin, serve_admin_over};
 pub use listener::{serve, serve_over};
