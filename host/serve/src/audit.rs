@@ -4,7 +4,7 @@
 //! and ban report; each says what its lines hold.
 //!
 //! A full queue drops the line and counts it (`dropped`, beside `queued`), which an alert can
-//! watch. To a file, lines rotate by size: `PATH` becomes `PATH.1` (and `PATH.1` `PATH.2`, up
+//! watch; so are the lines of a write the disk refuses. To a file, lines rotate by size: `PATH` becomes `PATH.1` (and `PATH.1` `PATH.2`, up
 //! to `keep`) once a line would take it past `max_bytes`; the file is created mode 0600 (who
 //! went where is the installation's business only).
 
@@ -96,13 +96,13 @@ impl Audit {
     /// Starts the writer thread on `sink`; `queued` and `dropped` count the lines. The file
     /// is opened here, so a path that cannot be written is an error at start, not a silence.
     pub fn start(sink: Sink, queued: Counter, dropped: Counter) -> Result<Self, AuditError> {
-        let mut out = Output::open(sink)?;
+        let mut out = Output::open(sink, dropped.clone())?;
         let (queue, lines) = mpsc::sync_channel::<Vec<u8>>(QUEUE);
         std::thread::Builder::new()
             .name("audit-log".into())
             .spawn(move || {
                 // Lines are written as they come and flushed whenever the queue runs dry, so a
-                // burst costs one flush, and a quiet trail holds nothing back.
+                // burst costs one write, and a quiet trail holds nothing back.
                 while let Ok(line) = lines.recv() {
                     out.write(&line);
                     while let Ok(line) = lines.try_recv() {
@@ -133,42 +133,73 @@ impl Audit {
     }
 }
 
-/// The writer thread's end of the trail.
-enum Output {
-    Stdout(std::io::BufWriter<std::io::Stdout>),
+/// The writer thread's end of the trail: a burst of lines gathered, then written at once. A
+/// burst the disk (or stdout) refuses is counted as dropped, as a full queue's lines are: a
+/// full disk shows on the same counter and alert, not only in a log line.
+struct Output {
+    to: To,
+    burst: Vec<u8>,
+    lines: u64,
+    dropped: Counter,
+}
+
+enum To {
+    Stdout(std::io::Stdout),
     File(Rotating),
 }
 
 impl Output {
-    fn open(sink: Sink) -> Result<Self, AuditError> {
-        Ok(match sink {
-            Sink::Stdout => Output::Stdout(std::io::BufWriter::new(std::io::stdout())),
+    fn open(sink: Sink, dropped: Counter) -> Result<Self, AuditError> {
+        let to = match sink {
+            Sink::Stdout => To::Stdout(std::io::stdout()),
             Sink::File {
                 path,
                 max_bytes,
                 keep,
-            } => Output::File(Rotating::open(path, max_bytes, keep)?),
+            } => To::File(Rotating::open(path, max_bytes, keep)?),
+        };
+        Ok(Self {
+            to,
+            burst: Vec::new(),
+            lines: 0,
+            dropped,
         })
     }
 
     fn write(&mut self, line: &[u8]) {
-        let failed = match self {
-            Output::Stdout(w) => w.write_all(line).err(),
-            Output::File(r) => r.write(line).err(),
-        };
-        if let Some(e) = failed {
-            tracing::warn!(error = %e, "the audit log could not be written");
+        // A file rotates before a line would take it past its size: what is gathered goes
+        // first, so no line is split across two files.
+        if let To::File(r) = &self.to
+            && r.full_with(self.burst.len() as u64, line.len() as u64)
+        {
+            self.flush();
+            if let To::File(r) = &mut self.to
+                && let Err(e) = r.rotate()
+            {
+                tracing::warn!(error = %e, "the audit log could not be rotated");
+            }
         }
+        self.burst.extend_from_slice(line);
+        self.lines += 1;
     }
 
     fn flush(&mut self) {
-        let failed = match self {
-            Output::Stdout(w) => w.flush().err(),
-            Output::File(r) => r.file.flush().err(),
-        };
-        if let Some(e) = failed {
-            tracing::warn!(error = %e, "the audit log could not be flushed");
+        if self.burst.is_empty() {
+            return;
         }
+        let written = match &mut self.to {
+            To::Stdout(out) => {
+                let mut out = out.lock();
+                out.write_all(&self.burst).and_then(|()| out.flush())
+            }
+            To::File(r) => r.append(&self.burst),
+        };
+        if let Err(e) = written {
+            self.dropped.inc_by(self.lines);
+            tracing::warn!(error = %e, lines = self.lines, "the audit log could not be written: its lines are dropped");
+        }
+        self.burst.clear();
+        self.lines = 0;
     }
 }
 
@@ -177,7 +208,7 @@ struct Rotating {
     path: PathBuf,
     max_bytes: u64,
     keep: usize,
-    file: std::io::BufWriter<std::fs::File>,
+    file: std::fs::File,
     size: u64,
 }
 
@@ -199,7 +230,7 @@ impl Rotating {
         let file = open_append(&path).map_err(error)?;
         let size = file.metadata().map_err(error)?.len();
         Ok(Self {
-            file: std::io::BufWriter::new(file),
+            file,
             path,
             max_bytes,
             keep,
@@ -213,19 +244,22 @@ impl Rotating {
         PathBuf::from(name)
     }
 
-    fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
-        if self.size > 0 && self.size + line.len() as u64 > self.max_bytes {
-            self.rotate()?;
-        }
-        self.file.write_all(line)?;
-        self.size += line.len() as u64;
+    /// Whether a line of `adding` bytes would take the file, with `pending` bytes gathered for
+    /// it, past its size (a file with nothing in it takes any line).
+    fn full_with(&self, pending: u64, adding: u64) -> bool {
+        let had = self.size + pending;
+        had > 0 && had + adding > self.max_bytes
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.file.write_all(bytes)?;
+        self.size += bytes.len() as u64;
         Ok(())
     }
 
     /// `PATH.(keep-1)` → `PATH.keep`, …, `PATH` → `PATH.1`, and a new `PATH`. With `keep` 0
     /// the full file is removed instead.
     fn rotate(&mut self) -> std::io::Result<()> {
-        self.file.flush()?;
         if self.keep == 0 {
             std::fs::remove_file(&self.path)?;
         } else {
@@ -237,7 +271,7 @@ impl Rotating {
             }
             std::fs::rename(&self.path, self.rotated(1))?;
         }
-        self.file = std::io::BufWriter::new(open_append(&self.path)?);
+        self.file = open_append(&self.path)?;
         self.size = 0;
         Ok(())
     }
@@ -267,13 +301,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.log");
         let line_len = serde_json::to_vec(&record(100)).unwrap().len() as u64 + 1;
-        let mut file = Rotating::open(path.clone(), 3 * line_len, 2).unwrap();
+        let sink = Sink::File {
+            path: path.clone(),
+            max_bytes: 3 * line_len,
+            keep: 2,
+        };
+        let dropped = Counter::default();
+        let mut out = Output::open(sink, dropped.clone()).unwrap();
+        // Two bursts, the first ending within a file.
         for i in 100..110 {
             let mut line = serde_json::to_vec(&record(i)).unwrap();
             line.push(b'\n');
-            file.write(&line).unwrap();
+            out.write(&line);
+            if i == 104 {
+                out.flush();
+            }
         }
-        file.file.flush().unwrap();
+        out.flush();
+        assert_eq!(dropped.get(), 0);
         // 10 lines of equal length, 3 to a file: 3 + 3 in the two kept, 1 in the current; the
         // oldest three went with the rotation past `keep`.
         let ns = |v: Vec<serde_json::Value>| -> Vec<u64> {
@@ -294,6 +339,31 @@ mod tests {
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    /// A disk that refuses the trail's lines (`/dev/full`: every write fails with ENOSPC):
+    /// each line is counted as dropped, and the writer goes on.
+    #[test]
+    fn lines_the_disk_refuses_are_counted_as_dropped() {
+        let (queued, dropped) = (Counter::default(), Counter::default());
+        let audit = Audit::start(
+            Sink::File {
+                path: PathBuf::from("/dev/full"),
+                max_bytes: 1 << 30,
+                keep: 1,
+            },
+            queued.clone(),
+            dropped.clone(),
+        )
+        .unwrap();
+        for i in 0..500 {
+            audit.record(&record(i));
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while dropped.get() < 500 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!((queued.get(), dropped.get()), (500, 500));
     }
 
     /// Through the writer thread: every line queued is written, in order; a path that cannot
