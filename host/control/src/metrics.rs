@@ -752,4 +752,39 @@ mod tests {
         assert!(!text.contains("# EOF"), "{text}");
         assert!(m.encode().ends_with("# EOF\n"));
     }
+
+    /// A pool's holders past [`HOLDERS_PER_POOL`] are folded into `other`: a flood of holders
+    /// makes at most 101 series a pool, and series go with their holdings.
+    #[test]
+    fn a_pools_holders_past_the_bound_fold_into_other_and_their_series_go_with_them() {
+        let m = Metrics::new();
+        let one = egress_core::lease::Holding {
+            leases: 1,
+            exclusive_members: 1,
+            shared_members: 0,
+        };
+        let many: BTreeMap<String, _> = (0..150)
+            .map(|i| (format!("h{i:03}"), one.clone()))
+            .collect();
+        m.pool_holdings("ns", "web", &many);
+        let series = |text: &str| {
+            text.lines()
+                .filter(|l| l.starts_with("egress_proxies_holder_leases{"))
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let text = m.encode_text();
+        let leases = series(&text);
+        assert_eq!(leases.len(), HOLDERS_PER_POOL + 1, "{leases:?}");
+        assert!(
+            leases.contains(
+                &"egress_proxies_holder_leases{namespace=\"ns\",pool=\"web\",holder=\"other\"} 50"
+                    .to_string()
+            ),
+            "{leases:?}"
+        );
+        let few: BTreeMap<String, _> = (0..2).map(|i| (format!("h{i:03}"), one.clone())).collect();
+        m.pool_holdings("ns", "web", &few);
+        assert_eq!(series(&m.encode_text()).len(), 2);
+    }
 }

@@ -38,6 +38,8 @@ pub const CHECK: Duration = Duration::from_millis(250);
 
 /// Rules at most in a quotas file.
 pub const MAX_RULES: usize = 10_000;
+/// The largest quotas file read: ten thousand rules fit in far less.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
 
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -197,6 +199,14 @@ impl Quotas {
             path: path.display().to_string(),
             message,
         };
+        let size = std::fs::metadata(path)
+            .map_err(|e| error(e.to_string()))?
+            .len();
+        if size > MAX_FILE_BYTES {
+            return Err(error(format!(
+                "{size} bytes, more than the {MAX_FILE_BYTES} a quotas file may have"
+            )));
+        }
         let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
         let file: File =
             serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(&text))
@@ -763,5 +773,53 @@ mod tests {
             let err = Quotas::load(&path).unwrap_err().to_string();
             assert!(err.contains(want), "{text}: {err}");
         }
+        // The bounds: rules, then bytes, each refused before anything is kept.
+        let rule = "- {namespace: ns, bytesPerDay: 1}\n";
+        std::fs::write(&path, format!("quotas:\n{}", rule.repeat(MAX_RULES))).unwrap();
+        assert_eq!(Quotas::load(&path).unwrap().rules.len(), MAX_RULES);
+        std::fs::write(&path, format!("quotas:\n{}", rule.repeat(MAX_RULES + 1))).unwrap();
+        let err = Quotas::load(&path).unwrap_err().to_string();
+        assert!(err.contains("more than 10000 rules"), "{err}");
+        let padding = "#".repeat(MAX_FILE_BYTES as usize);
+        std::fs::write(&path, format!("{padding}\nquotas: []\n")).unwrap();
+        let err = Quotas::load(&path).unwrap_err().to_string();
+        assert!(err.contains("a quotas file may have"), "{err}");
+    }
+
+    /// A peer that answers more than [`MAX_COUNTS`] bytes is read no further and its answer
+    /// refused: a replica's memory is bounded whatever a peer sends.
+    #[tokio::test]
+    async fn a_peers_answer_past_its_bound_is_refused_unread() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let sent = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = sent.clone();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut head = [0u8; 1024];
+            let _ = s.read(&mut head).await;
+            // An endless chunked answer: as much as the reader takes.
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                .await;
+            let chunk = vec![b' '; 64 << 10];
+            let framed = [
+                format!("{:x}\r\n", chunk.len()).into_bytes(),
+                chunk,
+                b"\r\n".to_vec(),
+            ]
+            .concat();
+            while s.write_all(&framed).await.is_ok() {
+                counted.fetch_add(64 << 10, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        let client = crate::reports::client(None).unwrap();
+        let url = reqwest::Url::parse(&format!("http://{addr}/v1/usage")).unwrap();
+        let err = read_peer(&client, &url, "t").await.unwrap_err();
+        assert!(err.contains("more than 4194304 bytes"), "{err}");
+        // It stopped reading near the bound (what the socket buffers held beside).
+        let sent = sent.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(sent < MAX_COUNTS + (16 << 20), "{sent} bytes sent");
     }
 }
