@@ -1403,6 +1403,29 @@ fn lease_body(count: u32, mode: &str) -> String {
 
 /// A lease `token` asks for with `body`, which must be granted: its id and its first proxy's
 /// name.
+/// An exclusive lease of one of pool web's proxies for an hour, as spider: its id and proxy.
+async fn spider_lease(api: &egress_control::api::Api) -> (String, String) {
+    granted(
+        api,
+        "spider-token",
+        &json!({"namespace": NS, "pool": "web", "ttl": "1h"}).to_string(),
+    )
+    .await
+}
+
+/// Spider's lease `id` released.
+async fn release(api: &egress_control::api::Api, id: &str) {
+    let (code, _, v) = call(
+        api,
+        Method::DELETE,
+        &format!("/v1/leases/{id}"),
+        "spider-token",
+        "",
+    )
+    .await;
+    assert_eq!(code, 200, "{v}");
+}
+
 async fn granted(api: &egress_control::api::Api, token: &str, body: &str) -> (String, String) {
     let (code, _, lease) = call(api, Method::POST, "/v1/leases", token, body).await;
     assert_eq!(code, 201, "{lease}");
@@ -1652,12 +1675,7 @@ async fn a_leased_proxy_due_for_rotation_drains_until_its_lease_is_released() {
     r.settled("web", 2).await;
     let first: BTreeSet<String> = r.members("web").into_keys().collect();
     let api = lease_api(&r);
-    let (id, leased) = granted(
-        &api,
-        "spider-token",
-        &json!({"namespace": NS, "pool": "web", "ttl": "1h"}).to_string(),
-    )
-    .await;
+    let (id, leased) = spider_lease(&api).await;
     let from = r.revision();
 
     r.until(
@@ -1705,15 +1723,7 @@ async fn a_leased_proxy_due_for_rotation_drains_until_its_lease_is_released() {
     assert!(r.members("web").contains_key(&leased));
     assert_eq!(r.pool("web")["status"]["drainingReplicas"], 1);
 
-    let (code, _, v) = call(
-        &api,
-        Method::DELETE,
-        &format!("/v1/leases/{id}"),
-        "spider-token",
-        "",
-    )
-    .await;
-    assert_eq!(code, 200, "{v}");
+    release(&api, &id).await;
     r.until("the drained proxy gone", Duration::from_secs(600), |r| {
         !r.members("web").contains_key(&leased)
     })
@@ -1723,6 +1733,49 @@ async fn a_leased_proxy_due_for_rotation_drains_until_its_lease_is_released() {
         min_available >= 2,
         "available went down to {min_available} (floor 2)"
     );
+}
+
+/// In a cluster, an autoscaled pool is sized by its `minReplicas` and the leases its members
+/// hold (the gateways' demand does not reach the operator yet): lowered to no minimum, it keeps
+/// the leased member past `idleAfter` and lets the unleased one go; its lease released, it
+/// goes to zero after `idleAfter`, and `status.autoscale` says so.
+#[tokio::test(start_paused = true)]
+async fn an_autoscaled_pool_keeps_its_minimum_and_its_leased_members_and_sleeps_without() {
+    let r = start().await;
+    let mut spec = spec_of(0);
+    spec["autoscale"] = json!({"minReplicas": 2, "maxReplicas": 3, "idleAfter": "10m"});
+    spec["leases"] = json!({"maxPerHolder": 3});
+    r.create_pool("web", spec).await;
+    r.settled("web", 2).await;
+    assert_eq!(r.pool("web")["status"]["autoscale"]["replicas"], 2);
+    let api = lease_api(&r);
+    let (id, leased) = spider_lease(&api).await;
+
+    r.patch_pool("web", json!({"spec": {"autoscale": {"minReplicas": 0}}}))
+        .await;
+    // Not before idleAfter.
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(r.members("web").len(), 2);
+    r.until("the unleased member gone", Duration::from_secs(900), |r| {
+        let m = r.members("web");
+        m.len() == 1 && m.contains_key(&leased)
+    })
+    .await;
+    assert_eq!(r.pool("web")["status"]["autoscale"]["replicas"], 1);
+
+    release(&api, &id).await;
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert!(
+        r.members("web").contains_key(&leased),
+        "not before idleAfter"
+    );
+    r.until("the pool asleep", Duration::from_secs(900), |r| {
+        r.members("web").is_empty()
+    })
+    .await;
+    let status = &r.pool("web")["status"];
+    assert_eq!(status["autoscale"]["replicas"], 0, "{status}");
+    assert_eq!(status["replicas"], 0, "{status}");
 }
 
 /// Releases that report the proxy banned cordon it once cordonAfterBans holders have, and the
@@ -2146,15 +2199,7 @@ async fn a_cordoned_leased_member_is_replaced_first_and_drains() {
     .await;
     assert_eq!(code, 200, "{v}");
     assert_eq!(v["proxies"][0]["retireReason"], "Cordoned", "{v}");
-    let (code, _, v) = call(
-        &api,
-        Method::DELETE,
-        &format!("/v1/leases/{id}"),
-        "spider-token",
-        "",
-    )
-    .await;
-    assert_eq!(code, 200, "{v}");
+    release(&api, &id).await;
     r.until("the drained member gone", Duration::from_secs(600), |r| {
         !r.members("web").contains_key(&leased)
     })
@@ -2312,12 +2357,7 @@ async fn a_lost_lease_is_recorded_before_its_proxy_goes() {
     r.create_pool("web", spec).await;
     r.settled("web", 1).await;
     let api = lease_api(&r);
-    let (id, leased) = granted(
-        &api,
-        "spider-token",
-        &json!({"namespace": NS, "pool": "web", "ttl": "1h"}).to_string(),
-    )
-    .await;
+    let (id, leased) = spider_lease(&api).await;
     r.patch_pool("web", json!({"spec": {"template": {"port": 3129}}}))
         .await;
     r.until(
