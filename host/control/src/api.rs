@@ -1294,6 +1294,72 @@ mod tests {
         assert_eq!(book.1.lock().unwrap().len(), 1, "the book was asked again");
     }
 
+    /// `/v1/demand` takes a pool's demand from a caller who may lease it, as that caller; a
+    /// caller without a token (401) or of another namespace (403) changes nothing; a bound
+    /// reached is 429; where no board is kept, 404.
+    #[tokio::test]
+    async fn a_demand_is_taken_only_from_a_caller_who_may_lease_the_pool() {
+        let board = Arc::new(crate::demand::DemandBoard::default());
+        let mut api = api(
+            Metrics::new(),
+            true,
+            Arc::new(Source(AtomicBool::new(true))),
+        );
+        async fn ask(api: &Api, method: Method, token: Option<&str>, body: String) -> StatusCode {
+            let mut headers = http::HeaderMap::new();
+            if let Some(t) = token {
+                headers.insert(
+                    http::header::AUTHORIZATION,
+                    format!("Bearer {t}").parse().unwrap(),
+                );
+            }
+            api.answer(&method, "/v1/demand", None, &headers, body.as_bytes())
+                .await
+                .status()
+        }
+        let body = |from: &str, tunnels: u32| {
+            format!(
+                r#"{{"namespace": "ns", "pool": "web", "from": "{from}", "tunnels": {tunnels}, "waitingTunnels": 1}}"#
+            )
+        };
+        let now = std::time::Instant::now;
+        assert_eq!(
+            ask(&api, Method::POST, Some(TOKEN), body("gw-0", 3)).await,
+            StatusCode::NOT_FOUND
+        );
+        api.demand = Some(board.clone());
+        assert_eq!(
+            ask(&api, Method::POST, Some(TOKEN), body("gw-0", 3)).await,
+            StatusCode::NO_CONTENT
+        );
+        let d = board.demand("ns", "web", now());
+        assert_eq!((d.tunnels, d.waiting_tunnels), (3, 1));
+        assert_eq!(
+            ask(&api, Method::POST, None, body("gw-1", 100)).await,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            ask(&api, Method::POST, Some(OTHER_TOKEN), body("gw-1", 100)).await,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            ask(&api, Method::GET, Some(TOKEN), String::new()).await,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+        assert_eq!(board.demand("ns", "web", now()).tunnels, 3, "unchanged");
+        for i in 1..crate::demand::MAX_PER_HOLDER {
+            let b = body(&format!("gw-{i}"), 1);
+            assert_eq!(
+                ask(&api, Method::POST, Some(TOKEN), b).await,
+                StatusCode::NO_CONTENT
+            );
+        }
+        assert_eq!(
+            ask(&api, Method::POST, Some(TOKEN), body("gw-past", 1)).await,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+
     /// Over a real socket: a lease request's body reaches the book with the caller as holder,
     /// a refusal for want of proxies is 503 with Retry-After rounded to whole seconds; a body
     /// past MAX_BODY is 413 before the book is asked; without a token, 401.

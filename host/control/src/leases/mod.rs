@@ -248,7 +248,11 @@ impl<S: LeaseStore> Leases<S> {
         else {
             return first;
         };
-        let _waiting = board.lease_waiting(&at.namespace, &at.pool, req.count.max(1));
+        // A caller with as many requests waiting as it may have is answered at once.
+        let Some(_waiting) = board.lease_waiting(holder, &at.namespace, &at.pool, req.count.max(1))
+        else {
+            return first;
+        };
         let deadline = tokio::time::Instant::now() + wait;
         let mut last = first;
         while tokio::time::Instant::now() + WAKE_POLL <= deadline {
