@@ -206,10 +206,7 @@ impl Board {
                     KnownPool {
                         policy: spec.lease_policy(),
                         // An autoscaled pool's share per holder is of the most it may have.
-                        replicas: spec
-                            .autoscale
-                            .as_ref()
-                            .map_or(spec.replicas, |a| a.max_replicas),
+                        replicas: spec.most_replicas(),
                         quarantine: spec.quarantine_policy(),
                         lost: status.lost_leases.clone(),
                         cold_start_wait: spec.autoscale.as_ref().map(|a| a.cold_start_wait()),

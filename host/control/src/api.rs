@@ -597,18 +597,17 @@ impl Api {
         headers: &http::HeaderMap,
         body: RequestBody,
     ) -> Response<Full<Bytes>> {
-        let book = match post_to(self.leases.clone(), method, "/v1/reports") {
-            Ok(book) => book,
-            Err(out) => return out,
-        };
         let asked = self
-            .admit_with_body(source, headers, body, |body| {
-                pool_write(body, |r: &ReportRequest| (&r.namespace, &r.pool))
-            })
+            .admit_post(
+                self.leases.clone(),
+                "/v1/reports",
+                (source, method, headers, body),
+                |r: &ReportRequest| (&r.namespace, &r.pool),
+            )
             .await;
         match asked {
-            Err(n) => n.response(),
-            Ok((a, caller)) => {
+            Err(out) => out,
+            Ok((book, a, caller)) => {
                 let r = book.report(&caller.username, &a.body).await;
                 let line = self
                     .line(
@@ -646,20 +645,17 @@ impl Api {
         headers: &http::HeaderMap,
         body: RequestBody,
     ) -> Response<Full<Bytes>> {
-        let board = match post_to(self.demand.clone(), method, "/v1/demand") {
-            Ok(board) => board,
-            Err(out) => return out,
-        };
         let asked = self
-            .admit_with_body(source, headers, body, |body| {
-                pool_write(body, |r: &crate::demand::DemandReport| {
-                    (&r.namespace, &r.pool)
-                })
-            })
+            .admit_post(
+                self.demand.clone(),
+                "/v1/demand",
+                (source, method, headers, body),
+                |r: &crate::demand::DemandReport| (&r.namespace, &r.pool),
+            )
             .await;
         match asked {
-            Err(n) => n.response(),
-            Ok((a, caller)) => {
+            Err(out) => out,
+            Ok((board, a, caller)) => {
                 match board.say(&caller.username, &a.body, std::time::Instant::now()) {
                     Ok(()) => respond(StatusCode::NO_CONTENT, "text/plain", String::new()),
                     Err(m) => respond(
@@ -670,6 +666,24 @@ impl Api {
                 }
             }
         }
+    }
+
+    /// A `POST` to `path`, answered from `served` (404 where it is not served here, 405 to
+    /// another method), its JSON body naming the pool (`pool` reads it) that the caller must
+    /// be allowed to lease.
+    async fn admit_post<S, T: serde::de::DeserializeOwned>(
+        &self,
+        served: Option<S>,
+        path: &str,
+        (source, method, headers, body): (IpAddr, &Method, &http::HeaderMap, RequestBody),
+        pool: impl FnOnce(&T) -> (&String, &String),
+    ) -> Result<(S, LeaseAsk<T>, Caller), Response<Full<Bytes>>> {
+        let served = post_to(served, method, path)?;
+        let (asked, caller) = self
+            .admit_with_body(source, headers, body, |body| pool_write(body, pool))
+            .await
+            .map_err(|n| n.response())?;
+        Ok((served, asked, caller))
     }
 
     /// The trail's line of `event` by `holder` on pool `at` with what it answered, where a

@@ -5,8 +5,11 @@
 //!
 //! Each count goes with its caller's own token, as the quarantine reports do ([`crate::reports`]):
 //! the API authorises it as a lease of the pool, so a caller can wake only a pool it may use.
-//! A change is said at once (a held tunnel is a cold start waiting), and a count above zero
-//! again every [`REFRESH`] so the API keeps it; a count said zero is dropped here.
+//! A count that starts or stops being zero is said at once (a held tunnel is a cold start
+//! waiting; none in flight starts a pool's idle time); any other change at most every
+//! [`MIN_GAP`], so tunnels opening and closing by the thousand make a post a second, not one
+//! each; a count above zero is said again every [`REFRESH`] so the API keeps it; a count said
+//! zero is dropped here.
 //!
 //! Bounded: at most [`MAX_KEYS`] (pool, caller) counts (past it a new caller's traffic is
 //! served, its demand not said, and counted); one post at a time per count, each within the
@@ -21,6 +24,8 @@ use std::time::{Duration, Instant};
 
 /// How often a count above zero is said again (the API forgets one after 20 s).
 pub const REFRESH: Duration = Duration::from_secs(5);
+/// The least time between two posts of one count that only changed in size.
+pub const MIN_GAP: Duration = Duration::from_secs(1);
 /// The most (pool, caller) counts kept.
 pub const MAX_KEYS: usize = 4096;
 /// Posts in flight at once.
@@ -66,6 +71,11 @@ impl std::fmt::Debug for Demand {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Demand").field("from", &self.from).finish()
     }
+}
+
+/// Whether a count is zero: what is said at once when it changes.
+fn zeros(n: u32) -> bool {
+    n == 0
 }
 
 impl Demand {
@@ -147,12 +157,18 @@ impl Demand {
         } else {
             n.saturating_sub(1)
         };
+        let before = zeros(if up { *n - 1 } else { *n + 1 });
+        let woke = before != zeros(*n);
         if let Some(t) = token {
             // The latest token of the caller: an older one may have expired.
             c.token = t.clone();
         }
         drop(counts);
-        self.wake.notify_one();
+        // A count that starts or stops being zero is said at once; a change of size waits
+        // for the next round.
+        if woke {
+            self.wake.notify_one();
+        }
         true
     }
 
@@ -171,7 +187,11 @@ impl Demand {
             let now_counts = (c.tunnels, c.waiting);
             let stale = match c.said {
                 None => true,
-                Some((s, at)) => s != now_counts || (now_counts != (0, 0) && now >= at + REFRESH),
+                Some((s, at)) => {
+                    (zeros(s.0) != zeros(now_counts.0) || zeros(s.1) != zeros(now_counts.1))
+                        || (s != now_counts && now >= at + MIN_GAP)
+                        || (now_counts != (0, 0) && now >= at + REFRESH)
+                }
             };
             if stale {
                 c.posting = true;
@@ -182,6 +202,8 @@ impl Demand {
     }
 
     fn said(&self, key: &Key, counts: (u32, u32), ok: bool, now: Instant) {
+        // (A count changed while its post was on its way is looked at again at the next
+        // round.)
         let mut all = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = all.get_mut(key) {
             c.posting = false;
@@ -247,5 +269,83 @@ impl Demand {
         self.metrics.demand_said(result);
         // A refusal is final for these counts: said (as nothing) until they change.
         result != "failed"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn demand() -> (Arc<Demand>, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new());
+        // The saying task is never run: what is due stays to be read.
+        let (d, _saying) =
+            Demand::start("http://127.0.0.1:9", None, "gw", metrics.clone()).unwrap();
+        (d, metrics)
+    }
+
+    fn pool() -> PoolKey {
+        PoolKey::parse("ns/web").unwrap()
+    }
+
+    /// Counts starting or stopping are due at once; a change of size only after MIN_GAP;
+    /// a steady count every REFRESH.
+    #[test]
+    fn a_change_of_size_waits_a_gap_and_a_start_or_stop_goes_at_once() {
+        let (d, _) = demand();
+        let token = Token::new("t");
+        let t0 = Instant::now();
+        let first = d.count(&pool(), "spider", &token, false).unwrap();
+        let due = d.due(t0);
+        assert_eq!(due.len(), 1);
+        d.said(&due[0].0, due[0].1, true, t0);
+        // 99 more tunnels open: a change of size, not due before the gap.
+        let more: Vec<_> = (0..99)
+            .map(|_| d.count(&pool(), "spider", &token, false).unwrap())
+            .collect();
+        assert!(d.due(t0 + MIN_GAP / 2).is_empty());
+        let due = d.due(t0 + MIN_GAP);
+        assert_eq!(due[0].1, (100, 0));
+        d.said(&due[0].0, due[0].1, true, t0 + MIN_GAP);
+        // One held: waiting starts, due at once.
+        let held = d.count(&pool(), "spider", &token, true).unwrap();
+        assert_eq!(d.due(t0 + MIN_GAP)[0].1, (100, 1));
+        d.said(&(pool(), "spider".into()), (100, 1), true, t0 + MIN_GAP);
+        // Steady: again only at REFRESH.
+        assert!(d.due(t0 + MIN_GAP * 2).is_empty());
+        assert_eq!(d.due(t0 + MIN_GAP + REFRESH).len(), 1);
+        d.said(
+            &(pool(), "spider".into()),
+            (100, 1),
+            true,
+            t0 + MIN_GAP + REFRESH,
+        );
+        // All gone: zero, due at once, then forgotten once said.
+        drop((first, more, held));
+        let due = d.due(t0 + MIN_GAP + REFRESH);
+        assert_eq!(due[0].1, (0, 0));
+        d.said(&due[0].0, (0, 0), true, t0 + MIN_GAP + REFRESH);
+        assert!(d.due(t0 + REFRESH * 10).is_empty());
+        assert!(d.counts.lock().unwrap().is_empty());
+    }
+
+    /// Past MAX_KEYS (pool, caller) counts a new caller's traffic is not counted (and says
+    /// so); the kept ones go on.
+    #[test]
+    fn counts_past_the_bound_are_not_kept_and_are_counted() {
+        let (d, metrics) = demand();
+        let token = Token::new("t");
+        let kept: Vec<_> = (0..MAX_KEYS)
+            .map(|i| d.count(&pool(), &format!("h{i}"), &token, false).unwrap())
+            .collect();
+        assert!(d.count(&pool(), "late", &token, false).is_none());
+        assert!(d.count(&pool(), "h0", &token, false).is_some());
+        let unkept = metrics
+            .demand_said
+            .get_or_create(&vec![("result".into(), "unkept".into())])
+            .get();
+        assert_eq!(unkept, 1);
+        drop(kept);
     }
 }

@@ -431,18 +431,9 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     status.member_serial = serial;
     status.selector = Some(selector_of(&name));
     stamp(&mut status, &old, generation, now);
-    let sized = pool::PoolSpec {
-        replicas: status
-            .autoscale
-            .as_ref()
-            .map_or(core.spec.replicas, |a| a.replicas),
-        ..core.spec.clone()
-    };
-    let floor = sized
-        .replicas
-        .saturating_sub(pool::budgets(&sized).1 as u32);
+    let (replicas, floor) = egress_core::autoscale::replicas_and_floor(&core.spec, &status);
     ctx.metrics
-        .pool_observed(&namespace, &name, sized.replicas, floor, &status);
+        .pool_observed(&namespace, &name, replicas, floor, &status);
     let config = &loaded.config;
     ctx.metrics.pool_cost(
         &namespace,

@@ -176,17 +176,7 @@ impl PoolRun {
         // Counted here from the members, apart from the decision, so the report shows what
         // the decision did rather than what it meant to do. An autoscaled pool's floor is
         // that of the size it decided.
-        let sized = pool::PoolSpec {
-            replicas: d
-                .status
-                .autoscale
-                .as_ref()
-                .map_or(spec.replicas, |a| a.replicas),
-            ..spec.clone()
-        };
-        let floor = sized
-            .replicas
-            .saturating_sub(pool::budgets(&sized).1 as u32);
+        let (replicas, floor) = egress_core::autoscale::replicas_and_floor(spec, &d.status);
         // As the pool counts them: with distinctEgress, a member sharing an older one's
         // address does not count, so deleting it costs the floor nothing; a cordoned one that
         // serves counts until it is replaced.
@@ -321,7 +311,7 @@ impl PoolRun {
         }
         let sample = PoolSample {
             at_ms: now_ms,
-            replicas: sized.replicas,
+            replicas,
             floor,
             ready: d.status.ready_replicas,
             available: d.status.available_replicas,

@@ -112,6 +112,22 @@ pub fn leases_held(members: &[Member], now: i64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
+/// The replicas pool `spec` works to under `status` (an autoscaled pool's decided size), and
+/// its floor (those less `maxUnavailable`).
+pub fn replicas_and_floor(spec: &PoolSpec, status: &PoolStatus) -> (u32, u32) {
+    let replicas = status
+        .autoscale
+        .as_ref()
+        .filter(|_| spec.autoscale.is_some())
+        .map_or(spec.replicas, |a| a.replicas);
+    let sized = PoolSpec {
+        replicas,
+        ..spec.clone()
+    };
+    let unavailable = crate::decide::pool::budgets(&sized).1 as u32;
+    (replicas, replicas.saturating_sub(unavailable))
+}
+
 /// [`crate::decide::pool::decide`] for a pool as its demand sizes it: with `spec.autoscale`,
 /// the replicas are [`autoscale`]'s (from `demand`, the leases its members hold, and
 /// `prior.autoscale`), recorded in `status.autoscale`, and the pool is looked at again when

@@ -88,6 +88,14 @@ impl PoolSpec {
     pub fn lease_policy(&self) -> crate::model::lease::LeasePolicy {
         self.leases.clone().unwrap_or_default()
     }
+
+    /// The most members the pool may have: `replicas`, or an autoscaled pool's
+    /// `maxReplicas` (what its budgets and a holder's share are of).
+    pub fn most_replicas(&self) -> u32 {
+        self.autoscale
+            .as_ref()
+            .map_or(self.replicas, |a| a.max_replicas)
+    }
 }
 
 /// The pool's `drainTimeout`, parsed (its default when absent or unreadable).

@@ -73,7 +73,7 @@ pub fn validate(pool: &ProxyPool) -> Vec<String> {
     }
     // An autoscaled pool's budgets are those of the size it may reach.
     let at_most = PoolSpec {
-        replicas: s.autoscale.as_ref().map_or(s.replicas, |a| a.max_replicas),
+        replicas: s.most_replicas(),
         ..s.clone()
     };
     let (surge, unavailable) = budgets(&at_most);
