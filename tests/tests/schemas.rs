@@ -248,6 +248,34 @@ fn deploy_kustomization_builds() {
     );
     // The API carries tokens: it serves TLS, with a certificate for its Service's names.
     serves_tls(&docs, "egress-proxies", "egress-proxies", "https");
+    // The leader reads every replica's demand board through a headless Service selecting
+    // them all, trusting the installation's CA, which names that Service; its own
+    // ServiceAccount may read /metrics, as the replicas ask of the reader.
+    let operator_peers = find("Service", "egress-proxies-peers");
+    assert_eq!(operator_peers["spec"]["clusterIP"], "None");
+    assert_eq!(&operator_peers["spec"]["selector"], pods);
+    let operator_args = serde_yaml::to_string(
+        &find("Deployment", "egress-proxies")["spec"]["template"]["spec"]["containers"][0]["args"],
+    )
+    .unwrap();
+    for arg in [
+        "--demand-peers=https://egress-proxies-peers.egress-proxies.svc:8443",
+        "--demand-peer-ca=/etc/egress-proxies-tls/ca.crt",
+    ] {
+        assert!(operator_args.contains(arg), "{operator_args}");
+    }
+    let api_names =
+        serde_yaml::to_string(&find("Certificate", "egress-proxies-api")["spec"]["dnsNames"])
+            .unwrap();
+    assert!(
+        api_names.contains("egress-proxies-peers.egress-proxies.svc"),
+        "{api_names}"
+    );
+    assert!(
+        serde_yaml::to_string(&find("ClusterRole", "egress-proxies")["rules"])
+            .unwrap()
+            .contains("/metrics")
+    );
     // What a crawler and a scraper bind.
     let crawler = find("ClusterRole", "egress-proxies-crawler");
     assert_eq!(
@@ -419,6 +447,7 @@ fn deploy_kustomization_builds() {
             "Service egress-proxies",
             "Service egress-proxies-gateway",
             "Service egress-proxies-gateway-peers",
+            "Service egress-proxies-peers",
             "ServiceAccount egress-proxies",
             "ServiceAccount egress-proxies-gateway",
             "StatefulSet egress-proxies-gateway",

@@ -441,6 +441,22 @@ pub struct RunArgs {
     /// and marked InvalidSpec (at most 100000).
     #[arg(long, default_value_t = egress_core::pool::DEFAULT_MAX_REPLICAS, value_parser = parse_max_replicas)]
     pub max_replicas: u32,
+    /// The API of every replica (base URLs; a headless Service's name resolves to each Pod),
+    /// whose demand boards the leader reads every second: a gateway's demand reaches whichever
+    /// replica the Service picks, and an autoscaled pool is sized by all of it.
+    #[arg(long, value_name = "URL", value_delimiter = ',')]
+    pub demand_peers: Vec<String>,
+    /// The CA (PEM) that issued the replicas' API certificate, for --demand-peers.
+    #[arg(long, value_name = "FILE", requires = "demand_peers")]
+    pub demand_peer_ca: Option<PathBuf>,
+    /// The token presented to the replicas (one they let read /metrics), read again every
+    /// round: the projected ServiceAccount token is rotated in place.
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    )]
+    pub demand_peer_token_file: PathBuf,
 }
 
 /// What a token reviewed by the API server must have been issued for.

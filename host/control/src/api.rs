@@ -637,7 +637,8 @@ impl Api {
     /// `/v1/demand`: `POST` says a gateway replica's tunnels in flight and held for one pool
     /// and caller ([`crate::demand`]). Authorised as taking a lease of the pool is, and sent
     /// with the caller's own token: whoever may use a pool may wake it, up to its
-    /// `maxReplicas`.
+    /// `maxReplicas`. `GET` reads this replica's board ([`crate::demand::Snapshot`]), for the
+    /// replica that decides: to a caller allowed `/metrics`, as it names callers.
     async fn demand(
         &self,
         source: IpAddr,
@@ -645,6 +646,21 @@ impl Api {
         headers: &http::HeaderMap,
         body: RequestBody,
     ) -> Response<Full<Bytes>> {
+        if method == Method::GET
+            && let Some(board) = &self.demand
+        {
+            return match self.admit_scraper(source, headers).await {
+                Err(n) => n.response(),
+                Ok(()) => match serde_json::to_string(&board.snapshot(std::time::Instant::now())) {
+                    Ok(json) => respond(StatusCode::OK, "application/json", json),
+                    Err(e) => respond(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "text/plain",
+                        format!("{e}\n"),
+                    ),
+                },
+            };
+        }
         let asked = self
             .admit_post(
                 self.demand.clone(),
@@ -1310,7 +1326,8 @@ mod tests {
 
     /// `/v1/demand` takes a pool's demand from a caller who may lease it, as that caller; a
     /// caller without a token (401) or of another namespace (403) changes nothing; a bound
-    /// reached is 429; where no board is kept, 404.
+    /// reached is 429; where no board is kept, 404. Its board is read only by a caller
+    /// allowed `/metrics`.
     #[tokio::test]
     async fn a_demand_is_taken_only_from_a_caller_who_may_lease_the_pool() {
         let board = Arc::new(crate::demand::DemandBoard::default());
@@ -1357,10 +1374,36 @@ mod tests {
             StatusCode::FORBIDDEN
         );
         assert_eq!(
-            ask(&api, Method::GET, Some(TOKEN), String::new()).await,
+            ask(&api, Method::DELETE, Some(TOKEN), String::new()).await,
             StatusCode::METHOD_NOT_ALLOWED
         );
         assert_eq!(board.demand("ns", "web", now()).tunnels, 3, "unchanged");
+        // The board is read by a caller allowed /metrics, never by a tenant.
+        assert_eq!(
+            ask(&api, Method::GET, Some(OTHER_TOKEN), String::new()).await,
+            StatusCode::FORBIDDEN
+        );
+        assert_eq!(
+            ask(&api, Method::GET, None, String::new()).await,
+            StatusCode::UNAUTHORIZED
+        );
+        let mut h = http::HeaderMap::new();
+        h.insert(
+            http::header::AUTHORIZATION,
+            format!("Bearer {TOKEN}").parse().unwrap(),
+        );
+        let read = api.answer(&Method::GET, "/v1/demand", None, &h, b"").await;
+        assert_eq!(read.status(), StatusCode::OK);
+        let read = http_body_util::BodyExt::collect(read.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let snap: crate::demand::Snapshot = serde_json::from_slice(&read).unwrap();
+        assert_eq!(snap.sources.len(), 1);
+        assert_eq!(
+            (snap.sources[0].holder.as_str(), snap.sources[0].tunnels),
+            ("all", 3)
+        );
         for i in 1..crate::demand::MAX_PER_HOLDER {
             let b = body(&format!("gw-{i}"), 1);
             assert_eq!(

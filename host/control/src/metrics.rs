@@ -79,6 +79,9 @@ pub struct Metrics {
     pool_currencies: Mutex<BTreeMap<(String, String), String>>,
     /// The lease API's audit trail lines, by result (`queued`, `dropped`).
     pub audit_records: Family<Labels, Counter>,
+    /// Reads of the other replicas' demand boards by the one that decides, by result (`ok`,
+    /// `failed`).
+    pub demand_peer_reads: Family<Labels, Counter>,
     pub reconciles: Family<Labels, Counter>,
     pub errors: Family<Labels, Counter>,
     pub provider_calls: Family<Labels, Histogram>,
@@ -299,6 +302,12 @@ impl Metrics {
             "Lease API audit trail lines, by result (queued, dropped: the queue was full)",
             audit_records.clone(),
         );
+        let demand_peer_reads = Family::<Labels, Counter>::default();
+        registry.register(
+            "demand_peer_reads",
+            "Reads of the other replicas' demand boards by the leader, by result (ok, failed)",
+            demand_peer_reads.clone(),
+        );
         Self {
             registry,
             holder_leases,
@@ -307,6 +316,7 @@ impl Metrics {
             pool_cost_per_hour,
             pool_currencies: Mutex::new(BTreeMap::new()),
             audit_records,
+            demand_peer_reads,
             reconciles,
             errors,
             provider_calls,

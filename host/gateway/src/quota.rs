@@ -587,23 +587,7 @@ async fn read_peer(
     url: &reqwest::Url,
     token: &str,
 ) -> Result<Counts, String> {
-    let mut resp = client
-        .get(url.clone())
-        .bearer_auth(token)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !resp.status().is_success() {
-        return Err(format!("answered {}", resp.status()));
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| e.to_string())? {
-        body.extend_from_slice(&chunk);
-        if body.len() > MAX_COUNTS {
-            return Err(format!("answered more than {MAX_COUNTS} bytes"));
-        }
-    }
-    serde_json::from_slice(&body).map_err(|e| e.to_string())
+    egress_serve::peer::get_json(client, url, token, MAX_COUNTS).await
 }
 
 /// A tunnel's place under its holder's `concurrentTunnels`, until it drops.

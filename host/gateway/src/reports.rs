@@ -65,27 +65,10 @@ pub fn reports_url(base: &str) -> Result<reqwest::Url, ReportsError> {
 /// `path` under `base`, an https URL or an http one to a loopback address: what the gateway
 /// sends carries a token, which never crosses a network in clear.
 pub fn api_url(base: &str, path: &str) -> Result<reqwest::Url, ReportsError> {
-    let url = reqwest::Url::parse(base).map_err(|_| ReportsError::Url(base.into()))?;
-    let Some(host) = url.host_str() else {
-        return Err(ReportsError::Url(base.into()));
-    };
-    let loopback = host == "localhost"
-        || host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|a| a.is_loopback());
-    match url.scheme() {
-        "https" => {}
-        "http" if loopback => {}
-        _ => return Err(ReportsError::Clear(base.into())),
-    }
-    let mut url = url;
-    url.set_query(None);
-    url.set_fragment(None);
-    let path = format!("{}{path}", url.path().trim_end_matches('/'));
-    url.set_path(&path);
-    Ok(url)
+    egress_serve::peer::url(base, path).map_err(|e| match e {
+        egress_serve::peer::UrlError::Malformed(u) => ReportsError::Url(u),
+        egress_serve::peer::UrlError::Clear(u) => ReportsError::Clear(u),
+    })
 }
 
 /// The sending side the gateway holds.

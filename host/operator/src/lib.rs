@@ -3,6 +3,7 @@
 pub mod context;
 pub mod controller;
 pub mod credentials;
+pub mod demand;
 pub mod error;
 pub mod health;
 pub mod leader;
@@ -68,6 +69,9 @@ pub struct Options {
     /// [`egress_core::pool::MAX_REPLICAS_CEILING`]); a pool beyond it is refused at admission
     /// and marked InvalidSpec.
     pub max_replicas: u32,
+    /// The other replicas, whose demand boards the leader reads ([`demand`]); None: this
+    /// replica's board alone (one replica).
+    pub demand_peers: Option<demand::Peers>,
 }
 
 /// Where the admission webhook listens and the certificate it presents.
@@ -232,25 +236,27 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     if let Some(t) = tokens {
         tokio::spawn(t.watch(guard.clone(), opts.reload_interval));
     }
+    let demand_board = Arc::new(egress_control::demand::DemandBoard::named(&opts.identity));
     let api = Arc::new(egress_control::api::Api {
         metrics: metrics.clone(),
         ready: ready.clone(),
         source: source.clone(),
         guard,
-        leases: Some(Arc::new(egress_control::leases::kube::KubeLeases::new(
-            client.clone(),
-            source,
-            egress_time::now::system_clock(),
-            metrics.clone(),
-        ))),
+        leases: Some(Arc::new(
+            egress_control::leases::kube::KubeLeases::new(
+                client.clone(),
+                source,
+                egress_time::now::system_clock(),
+                metrics.clone(),
+            )
+            .with_demand(demand_board.clone()),
+        )),
         audit: match opts.audit.clone() {
             Some(sink) => Some(metrics.audit(sink)?),
             None => None,
         },
-        // The gateways' demand reaches a pool's decision out of a cluster
-        // (`reconcile --watch --listen`); in one, it would have to reach the leading replica
-        // whichever replica takes it, which this API does not do yet: `/v1/demand` is 404.
-        demand: None,
+        // Every replica takes the demand that reaches it; the leader reads the others'.
+        demand: Some(demand_board.clone()),
     });
     tokio::spawn(egress_control::api::serve_probes(
         probe_listener,
@@ -310,6 +316,9 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     election.leading().await?;
     leading.store(true, std::sync::atomic::Ordering::Release);
 
+    if let Some(peers) = opts.demand_peers.clone() {
+        tokio::spawn(demand::read(demand_board.clone(), peers, metrics.clone()));
+    }
     let peers = peers_changed(fleet);
     let checked = checks_finished(wakes);
     let controller = proxy_controller(client.clone(), opts.concurrency)
@@ -326,6 +335,8 @@ pub async fn run(opts: Options) -> Result<(), Error> {
     let pool_store = pools.store();
     let pools = pools
         .reconcile_all_on(tokio_stream_from(pool_reload_rx))
+        // A pool whose demand changed: sized again at once.
+        .reconcile_on(demand::pools_changed(demand_board.clone()))
         .shutdown_on_signal()
         .run(
             pool::reconcile,
@@ -334,6 +345,7 @@ pub async fn run(opts: Options) -> Result<(), Error> {
                 ctx: ctx.clone(),
                 now: egress_time::now::system_clock(),
                 max_replicas: opts.max_replicas,
+                demand: Some(demand_board),
             }),
         )
         .for_each(|_| async {});

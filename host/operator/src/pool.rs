@@ -31,6 +31,9 @@ pub struct PoolContext {
     pub ctx: Arc<Context>,
     pub now: Clock,
     pub max_replicas: u32,
+    /// What the gateways and waiting lease requests ask of each pool (this replica's board,
+    /// with the other replicas' it reads); None: no demand but the leases held.
+    pub demand: Option<Arc<egress_control::demand::DemandBoard>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -250,16 +253,13 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         None => provider_revisions,
     };
     let revisions = pool::revisions(&core.spec, &provider_revisions);
-    // An autoscaled pool is sized by the leases its members hold (and its minReplicas): the
-    // gateways' demand does not reach the operator yet.
-    let d = egress_core::autoscale::decide(
-        &core.spec,
-        &revisions,
-        &members,
-        &old,
-        egress_core::autoscale::Demand::default(),
-        now,
-    );
+    // An autoscaled pool is sized by the demand said of it (the leases its members hold are
+    // counted by the decision itself).
+    let demand = match (&pctx.demand, &core.spec.autoscale) {
+        (Some(board), Some(_)) => board.demand(&namespace, &name, std::time::Instant::now()),
+        _ => egress_core::autoscale::Demand::default(),
+    };
+    let d = egress_core::autoscale::decide(&core.spec, &revisions, &members, &old, demand, now);
 
     let listed_as = |proxy_name: &str| {
         owned
@@ -466,9 +466,14 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     // A rotation falling due wakes the pool; so does any change of its Proxies, through the
     // watch. The resync covers what neither sees (a provider entry's revision changing
     // without a reload trigger).
-    let wait = d
+    let mut wait = d
         .requeue_after
         .map_or(RESYNC_INTERVAL, |r| r.min(RESYNC_INTERVAL));
+    // A demand lapses unless said again, and nothing tells of a lapse: a pool with one looks
+    // again when it would have lapsed.
+    if !demand.is_zero() {
+        wait = wait.min(egress_control::demand::TTL);
+    }
     Ok(Action::requeue(wait))
 }
 

@@ -69,6 +69,8 @@ struct Run {
     d: Arc<Double>,
     ctx: Arc<Context>,
     clock: Clock,
+    /// The leader's demand board, which the pool decisions read.
+    demand: Arc<egress_control::demand::DemandBoard>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -181,11 +183,13 @@ async fn start_with(network: Option<Network>) -> Run {
             context_of(d.client_in_memory(), loaded, clock.clone())
         }
     };
-    tasks.extend(controllers(&d, proxy_controller, &ctx, &clock));
+    let demand = Arc::new(egress_control::demand::DemandBoard::named("op-0"));
+    tasks.extend(controllers(&d, proxy_controller, &ctx, &clock, &demand));
     Run {
         d,
         ctx,
         clock,
+        demand,
         tasks,
     }
 }
@@ -196,6 +200,7 @@ fn controllers(
     proxy_controller: kube::runtime::Controller<Proxy>,
     ctx: &Arc<Context>,
     clock: &Clock,
+    demand: &Arc<egress_control::demand::DemandBoard>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let proxies = tokio::spawn(
         proxy_controller
@@ -210,6 +215,7 @@ fn controllers(
         ctx: ctx.clone(),
         now: clock.clone(),
         max_replicas: egress_core::pool::DEFAULT_MAX_REPLICAS,
+        demand: Some(demand.clone()),
     });
     let pool_controller = egress_operator::pool::pool_controller(d.client_in_memory(), 4);
     let forget = tokio::spawn(egress_operator::pool::forget_gone_pools(
@@ -219,6 +225,7 @@ fn controllers(
     ));
     let pools = tokio::spawn(
         pool_controller
+            .reconcile_on(egress_operator::demand::pools_changed(demand.clone()))
             .run(
                 egress_operator::pool::reconcile,
                 egress_operator::pool::error_policy,
@@ -286,7 +293,7 @@ impl Run {
             t.abort();
         }
         let proxy_controller = egress_operator::proxy_controller(self.client(), 8);
-        self.tasks = controllers(&self.d, proxy_controller, &ctx, &self.clock);
+        self.tasks = controllers(&self.d, proxy_controller, &ctx, &self.clock, &self.demand);
         self.ctx = ctx;
     }
 
@@ -1735,10 +1742,10 @@ async fn a_leased_proxy_due_for_rotation_drains_until_its_lease_is_released() {
     );
 }
 
-/// In a cluster, an autoscaled pool is sized by its `minReplicas` and the leases its members
-/// hold (the gateways' demand does not reach the operator yet): lowered to no minimum, it keeps
-/// the leased member past `idleAfter` and lets the unleased one go; its lease released, it
-/// goes to zero after `idleAfter`, and `status.autoscale` says so.
+/// In a cluster, with no demand said, an autoscaled pool is sized by its `minReplicas` and
+/// the leases its members hold: lowered to no minimum, it keeps the leased member past
+/// `idleAfter` and lets the unleased one go; its lease released, it goes to zero after
+/// `idleAfter`, and `status.autoscale` says so.
 #[tokio::test(start_paused = true)]
 async fn an_autoscaled_pool_keeps_its_minimum_and_its_leased_members_and_sleeps_without() {
     let r = start().await;
@@ -1776,6 +1783,69 @@ async fn an_autoscaled_pool_keeps_its_minimum_and_its_leased_members_and_sleeps_
     let status = &r.pool("web")["status"];
     assert_eq!(status["autoscale"]["replicas"], 0, "{status}");
     assert_eq!(status["replicas"], 0, "{status}");
+}
+
+/// A gateway's demand said to a standby replica wakes the pool on the leader from zero, once
+/// the leader reads the standby's board: to the size the tunnels need, and to the size of a
+/// larger lease request waiting on the standby; the demand gone, the pool sleeps after
+/// `idleAfter`.
+#[tokio::test(start_paused = true)]
+async fn a_demand_said_to_a_standby_wakes_the_pool_on_the_leader_and_its_end_puts_it_to_sleep() {
+    use egress_control::demand::{DemandBoard, DemandReport};
+    let r = start().await;
+    let mut spec = spec_of(0);
+    spec["autoscale"] =
+        json!({"minReplicas": 0, "maxReplicas": 4, "tunnelsPerMember": 16, "idleAfter": "2m"});
+    r.create_pool("web", spec).await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(r.members("web").is_empty(), "asleep without demand");
+
+    let standby = Arc::new(DemandBoard::named("op-1"));
+    let said = |tunnels: u32, waiting: u32| DemandReport {
+        namespace: NS.into(),
+        pool: "web".into(),
+        from: "gw-0".into(),
+        tunnels,
+        waiting_tunnels: waiting,
+    };
+    let now = std::time::Instant::now;
+    standby
+        .say("system:serviceaccount:crawlers:spider", &said(20, 1), now())
+        .unwrap();
+    // Not yet read by the leader: nothing happens.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(r.members("web").is_empty());
+    r.demand
+        .take_peer("10.0.0.2:8443", standby.snapshot(now()), now())
+        .unwrap();
+    // 21 tunnels at 16 a member: two.
+    r.settled("web", 2).await;
+    let status = &r.pool("web")["status"]["autoscale"];
+    assert_eq!(status["demand"]["tunnels"], 20, "{status}");
+    assert_eq!(status["needed"], 2, "{status}");
+
+    // A lease request for three proxies waits on the standby: three.
+    let waiting = standby.lease_waiting("spider", NS, "web", 3).unwrap();
+    r.demand
+        .take_peer("10.0.0.2:8443", standby.snapshot(now()), now())
+        .unwrap();
+    r.settled("web", 3).await;
+    drop(waiting);
+
+    // The crawl ends: the standby says zero, and the pool sleeps after idleAfter, not before.
+    standby
+        .say("system:serviceaccount:crawlers:spider", &said(0, 0), now())
+        .unwrap();
+    r.demand
+        .take_peer("10.0.0.2:8443", standby.snapshot(now()), now())
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(r.members("web").len(), 3, "not before idleAfter");
+    r.until("the pool asleep", Duration::from_secs(600), |r| {
+        r.members("web").is_empty()
+    })
+    .await;
+    assert_eq!(r.pool("web")["status"]["autoscale"]["replicas"], 0);
 }
 
 /// Releases that report the proxy banned cordon it once cordonAfterBans holders have, and the

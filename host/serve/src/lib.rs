@@ -4,6 +4,7 @@ pub mod audit;
 pub mod auth;
 pub mod body;
 pub mod conn;
+pub mod peer;
 pub mod reload;
 pub mod tls;
 

@@ -10,7 +10,27 @@ pub async fn command(a: RunArgs) -> ExitCode {
         Ok(m) => m,
         Err(e) => return failed(e),
     };
+    let demand_peers = if a.demand_peers.is_empty() {
+        None
+    } else {
+        let ca = match &a.demand_peer_ca {
+            Some(f) => match std::fs::read(f) {
+                Ok(pem) => Some(pem),
+                Err(e) => return failed(format!("--demand-peer-ca {}: {e}", f.display())),
+            },
+            None => None,
+        };
+        match egress_operator::demand::Peers::new(
+            &a.demand_peers,
+            ca.as_deref(),
+            a.demand_peer_token_file.clone(),
+        ) {
+            Ok(p) => Some(p),
+            Err(e) => return failed(e),
+        }
+    };
     let opts = egress_operator::Options {
+        demand_peers,
         api_tls,
         token_audiences: a.audiences.token.clone(),
         metrics_token_audiences: a.audiences.metrics.clone(),
