@@ -6,12 +6,13 @@ use crate::account::{Account, Exchange, Outcome};
 use crate::answers::exhausted;
 use crate::ask;
 use crate::body::{Body, IdleBody};
-use crate::forward::{self, HopError};
-use crate::members::{Active, MemberKey};
+use crate::forward;
+use crate::members::Active;
 use crate::metrics;
 use crate::quarantine::{Source, retry_after};
 use crate::server::{Admitted, Gateway};
 use crate::status::served_by;
+use crate::wake::Tries;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -70,45 +71,44 @@ impl Gateway {
         if a.options.report_banned {
             self.take_report(a, target.as_deref())?;
         }
-        let mut exclude: Vec<MemberKey> = Vec::new();
-        let attempts = self.attempts(&a.options);
-        let mut last: Option<HopError> = None;
-        // The body can be sent once: only the dial is retried, before anything was sent.
+        let mut tries = Tries::new(self.attempts(&a.options));
+        // The body can be sent once: only the dial is retried, before anything was sent; a
+        // safe request without one is also sent again when its member took it and went away
+        // without an answer.
+        let resendable = resendable(&parts);
         let mut body = Some(body);
-        for _ in 0..attempts {
+        loop {
             let (entry, permit) = self
-                .polite_member(a, &account.host, target.as_deref(), &exclude, &mut last)
+                .next_try(a, (&account.host, target.as_deref()), &mut tries)
                 .await?;
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let _active = Active::new(&entry);
             let stream = match forward::dial(&entry.member, &self.limits.timeouts).await {
                 Ok(s) => s,
                 Err(h) => {
-                    self.hop_failed(a, &entry, &h);
-                    self.metrics.error(
-                        a.listener,
-                        Some(&a.pool),
-                        h.failure.member.as_deref(),
-                        h.failure.kind,
-                    );
-                    exclude.push(entry.member.key());
-                    last = Some(h);
+                    self.try_failed(a, &entry, h, &mut tries);
                     continue;
                 }
-            };
-            let Some(body) = body.take() else {
-                break;
             };
             // Bytes counted as frames pass, both ways, into the member's byte counters.
             let carried = self.meters(&metrics::member_labels(&entry), &account);
             let up = carried.up.clone();
             let idle = self.limits.body_idle_timeout;
-            let body = IdleBody::new(body, idle).map_frame(move |frame| {
-                if let Some(d) = frame.data_ref() {
-                    up.add(d.len() as u64);
-                }
-                frame
-            });
+            // A safe request without a body is sent as an empty one, as often as it is tried;
+            // another carries the crawler's body, once.
+            let body = if resendable {
+                http_body_util::Either::Right(http_body_util::Empty::<hyper::body::Bytes>::new())
+            } else {
+                let Some(body) = body.take() else {
+                    break;
+                };
+                http_body_util::Either::Left(IdleBody::new(body, idle).map_frame(move |frame| {
+                    if let Some(d) = frame.data_ref() {
+                        up.add(d.len() as u64);
+                    }
+                    frame
+                }))
+            };
             let mut out = Request::from_parts(parts.clone(), body);
             *out.version_mut() = http::Version::HTTP_11;
             if let Some(c) = &entry.member.credential
@@ -133,7 +133,8 @@ impl Gateway {
                 });
                 sender.send_request(out).await
             };
-            return match tokio::time::timeout(self.limits.timeouts.answer, exchange).await {
+            let answered = tokio::time::timeout(self.limits.timeouts.answer, exchange).await;
+            return match answered {
                 Ok(Ok(resp)) => {
                     self.served(a, &entry);
                     let status = resp.status();
@@ -199,6 +200,14 @@ impl Gateway {
                         format!("member {} failed the request: {e}", member.id()),
                     );
                     h.down = true;
+                    // No answer came, and a safe request without a body may be sent again
+                    // (RFC 9110 §9.2.2): to another member, as after a failed dial. A member
+                    // going away as it took the request (scaled down, restarted) costs the
+                    // crawler nothing.
+                    if resendable {
+                        self.try_failed(a, &entry, h, &mut tries);
+                        continue;
+                    }
                     self.hop_failed(a, &entry, &h);
                     Err(h.failure)
                 }
@@ -216,8 +225,22 @@ impl Gateway {
                 }
             };
         }
-        Err(exhausted(last))
+        Err(exhausted(tries.last))
     }
+}
+
+/// Whether a request may be sent again to another member when the first took it and gave no
+/// answer: a safe method (RFC 9110 §9.2.1) with no body (no length above zero, no chunks).
+fn resendable(parts: &http::request::Parts) -> bool {
+    let safe = matches!(
+        parts.method,
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    );
+    let h = &parts.headers;
+    let no_body = !h.contains_key(http::header::TRANSFER_ENCODING)
+        && h.get(http::header::CONTENT_LENGTH)
+            .is_none_or(|v| v.to_str().ok().and_then(|v| v.trim().parse::<u64>().ok()) == Some(0));
+    safe && no_body
 }
 
 /// A relayed answer's end: when its body is dropped (sent in full, or the crawler gone), the

@@ -8,7 +8,7 @@
 //! request.
 
 use crate::admission::{Connection, InFlight, Prefixed, Unauthenticated};
-use crate::answers::{ask_failure, exhausted, failed, no_route, refusal};
+use crate::answers::{ask_failure, failed, no_route, refusal};
 use crate::ask::{self, AskError, Credential, Options};
 use crate::authority::{self, Destination};
 use crate::body::{Body, full};
@@ -646,12 +646,10 @@ impl Gateway {
         if a.options.report_banned {
             self.take_report(a, target.as_deref())?;
         }
-        let mut exclude: Vec<MemberKey> = Vec::new();
-        let attempts = self.attempts(&a.options);
-        let mut last: Option<HopError> = None;
-        for _ in 0..attempts {
+        let mut tries = crate::wake::Tries::new(self.attempts(&a.options));
+        loop {
             let (entry, permit) = self
-                .polite_member(a, &destination.host, target.as_deref(), &exclude, &mut last)
+                .next_try(a, (&destination.host, target.as_deref()), &mut tries)
                 .await?;
             tracing::Span::current().record("member", tracing::field::display(&entry.member.name));
             let active = Active::new(&entry);
@@ -690,17 +688,7 @@ impl Gateway {
                         account,
                     });
                 }
-                Err(h) if h.retryable => {
-                    self.hop_failed(a, &entry, &h);
-                    self.metrics.error(
-                        a.listener,
-                        Some(&a.pool),
-                        h.failure.member.as_deref(),
-                        h.failure.kind,
-                    );
-                    exclude.push(entry.member.key());
-                    last = Some(h);
-                }
+                Err(h) if h.retryable => self.try_failed(a, &entry, h, &mut tries),
                 Err(h) => {
                     // The member answered (its policy refused the destination): it is up, and
                     // a session that asked this stays with it.
@@ -709,7 +697,6 @@ impl Gateway {
                 }
             }
         }
-        Err(exhausted(last))
     }
 
     /// A tunnel the member opened, once hyper hands over the crawler's side: the relay,

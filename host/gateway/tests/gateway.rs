@@ -601,6 +601,18 @@ async fn silent_member(
 
 /// Sends `request` (a head without its blank line) with `auth` to the gateway at `gateway`:
 /// the answer's head.
+/// As [`ask`], the request followed by `body`.
+async fn ask_with_body(gateway: SocketAddr, request: &str, auth: &str, body: &[u8]) -> Head {
+    let mut s = TcpStream::connect(gateway).await.unwrap();
+    s.write_all(format!("{request}Proxy-Authorization: {auth}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    s.write_all(body).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), read_head(&mut s))
+        .await
+        .expect("an answer")
+}
+
 async fn ask(gateway: SocketAddr, request: &str, auth: &str) -> Head {
     let mut s = TcpStream::connect(gateway).await.unwrap();
     s.write_all(format!("{request}Proxy-Authorization: {auth}\r\n\r\n").as_bytes())
@@ -830,6 +842,17 @@ async fn another_callers_lease_answers_as_an_unknown_one() {
 
 /// A member that answers every CONNECT 200 and holds the tunnel open, in pool ns/web.
 async fn open_member(i: usize) -> Member {
+    scripted_member(
+        i,
+        Some(b"HTTP/1.1 200 Connection established\r\n\r\n"),
+        true,
+    )
+    .await
+}
+
+/// A member that reads each request's head, then writes `answer` (none: closes without a
+/// word) and, with `drain`, reads until the crawler's side closes.
+async fn scripted_member(i: usize, answer: Option<&'static [u8]>, drain: bool) -> Member {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (mut m, _) = silent_member("ns", "web", i).await;
     m.addr = listener.local_addr().unwrap();
@@ -844,11 +867,12 @@ async fn open_member(i: usize) -> Member {
                     }
                     head.push(b[0]);
                 }
-                let _ = s
-                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                    .await;
+                let Some(answer) = answer else {
+                    return;
+                };
+                let _ = s.write_all(answer).await;
                 let mut sink = [0u8; 1024];
-                while s.read(&mut sink).await.unwrap_or(0) > 0 {}
+                while drain && s.read(&mut sink).await.unwrap_or(0) > 0 {}
             });
         }
     });
@@ -946,6 +970,70 @@ async fn a_refusing_member_leaves_new_routing_and_pins_no_session() {
         let head = ask(gateway, connect, &basic(SPIDER, "")).await;
         assert_eq!(head.status, 502, "{head:?}");
     }
+}
+
+/// An autoscaled pool whose only member went down just as a request chose it (scaled to
+/// zero, or crashed, before the watch said so) holds the request again, as a cold start,
+/// until another member comes, and serves it there; past its `coldStartWait`, 503 with
+/// Retry-After.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_autoscaled_pools_request_whose_member_went_down_waits_for_the_next_one() {
+    let dead = refusing_member(1).await;
+    let (gateway, _admin, table, _dir) = serve(vec![dead.clone()], limits()).await;
+    let policy = |wait: &str| {
+        std::collections::BTreeMap::from([(
+            PoolKey::parse("ns/web").unwrap(),
+            serde_json::from_value::<egress_core::autoscale::AutoscalePolicy>(
+                serde_json::json!({"maxReplicas": 2, "coldStartWait": wait}),
+            )
+            .unwrap(),
+        )])
+    };
+    table.set_autoscale_policies(policy("10s"));
+    let connect = "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n";
+    let held = tokio::spawn(async move { ask(gateway, connect, &basic(SPIDER, "")).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!held.is_finished(), "held while no member is left");
+    table.replace(vec![dead.clone(), open_member(2).await], true);
+    let head = tokio::time::timeout(Duration::from_secs(5), held)
+        .await
+        .expect("served once a member came")
+        .unwrap();
+    assert_eq!(head.status, 200, "{head:?}");
+
+    // Its only member down again (and out of routing for it): past coldStartWait, 503.
+    table.replace(vec![dead.clone()], true);
+    // Past coldStartWait: 503 with Retry-After.
+    table.set_autoscale_policies(policy("1s"));
+    let head = ask(gateway, connect, &basic(SPIDER, "")).await;
+    assert_eq!(head.status, 503, "{head:?}");
+    assert_eq!(head.get("retry-after"), Some("5"), "{head:?}");
+    assert!(details(&head).contains("waking"), "{head:?}");
+}
+
+/// A member that answers each request `200 ok` or, with `answers` false, closes without a
+/// word (a Squid going away as it takes a request).
+async fn plain_member(i: usize, answers: bool) -> Member {
+    let ok: &'static [u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+    scripted_member(i, answers.then_some(ok), false).await
+}
+
+/// A safe request without a body that a member took and dropped without an answer is sent to
+/// another member (RFC 9110 §9.2.2): every GET is served though one member of two drops them;
+/// a POST with a body is not sent twice (502).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_a_member_dropped_unanswered_goes_to_another_and_a_post_does_not() {
+    let members = vec![plain_member(1, false).await, plain_member(2, true).await];
+    let (gateway, _admin, _table, _dir) = serve(members, limits()).await;
+    let get = "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n";
+    for i in 0..10 {
+        let head = ask(gateway, get, &basic(SPIDER, "")).await;
+        assert_eq!(head.status, 200, "GET {i}: {head:?}");
+    }
+    let (gateway, _admin, _table, _dir) = serve(vec![plain_member(1, false).await], limits()).await;
+    let post = "POST http://example.com/ HTTP/1.1\r\nHost: example.com\r\nContent-Length: 2\r\n";
+    let head = ask_with_body(gateway, post, &basic(SPIDER, ""), b"hi").await;
+    assert_eq!(head.status, 502, "{head:?}");
 }
 
 /// Reads one chunked message's head and body off `s`, raw: up to the last chunk's end.

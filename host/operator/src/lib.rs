@@ -113,6 +113,30 @@ pub async fn installation(
 /// Runs the operator until a signal, a lost lease or a fatal error.
 pub async fn run(opts: Options) -> Result<(), Error> {
     // First, so a bad file stops the start before anything is watched or written.
+    let (tokens, webhook_tls) = start_files(&opts)?;
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| Error::Runtime(format!("Kubernetes config: {e}")))?;
+    run_on(opts, config, (tokens, webhook_tls)).await
+}
+
+/// [`run`] against the API server of `config`.
+pub async fn run_with(opts: Options, config: kube::Config) -> Result<(), Error> {
+    let files = start_files(&opts)?;
+    run_on(opts, config, files).await
+}
+
+/// What [`run`] reads before anything else: the API tokens file and the webhook's certificate.
+type StartFiles = (
+    Option<Arc<auth::tokens::TokensFile>>,
+    Option<(
+        std::net::SocketAddr,
+        Arc<tls::Certificates>,
+        Arc<rustls::ServerConfig>,
+    )>,
+);
+
+fn start_files(opts: &Options) -> Result<StartFiles, Error> {
     let tokens = opts
         .api_tokens
         .as_deref()
@@ -127,9 +151,14 @@ pub async fn run(opts: Options) -> Result<(), Error> {
         }
         None => None,
     };
-    let config = kube::Config::infer()
-        .await
-        .map_err(|e| Error::Runtime(format!("Kubernetes config: {e}")))?;
+    Ok((tokens, webhook_tls))
+}
+
+async fn run_on(
+    opts: Options,
+    config: kube::Config,
+    (tokens, webhook_tls): StartFiles,
+) -> Result<(), Error> {
     let address = config.cluster_url.to_string();
     let namespace = opts
         .namespace

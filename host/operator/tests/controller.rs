@@ -8,7 +8,7 @@
 mod support;
 
 use egress_control::metrics::Metrics;
-use egress_core::reconcile::{POLL_INTERVAL, RESYNC_INTERVAL};
+use egress_core::reconcile::{FIRST_POLL, RESYNC_INTERVAL};
 use egress_k8s_api::crd::Proxy;
 use egress_operator::context::{Context, Loaded};
 use egress_operator::controller::{FINALIZER, reconcile};
@@ -42,6 +42,9 @@ fn double_config() -> Config {
             ..Options::default()
         },
         namespaces: vec!["default".into(), "kube-system".into(), "crawlers".into()],
+        // The API server's clock is the operator's, as in a cluster: a Pod's creation time
+        // is its age to the operator's polls.
+        start_ms: egress_time::now::unix_now_millis(),
         ..Config::default()
     }
 }
@@ -207,7 +210,7 @@ async fn create_then_poll_until_running() {
     let e = env(PROVIDERS).await;
     e.create_proxy(&[FINALIZER], json!({})).await;
     let action = e.reconcile().await;
-    assert_eq!(action, Action::requeue(POLL_INTERVAL));
+    assert_eq!(action, Action::requeue(FIRST_POLL));
     let pod = e.pod().unwrap();
     let p = e.proxy().await;
     assert_eq!(
@@ -267,7 +270,7 @@ async fn a_terminated_instance_is_replaced() {
     })
     .unwrap();
     let action = e.reconcile().await;
-    assert_eq!(action, Action::requeue(POLL_INTERVAL));
+    assert_eq!(action, Action::requeue(FIRST_POLL));
     assert_eq!(
         e.event_reasons(),
         vec!["InstanceStopped", "Replaced", "Created"]

@@ -260,6 +260,16 @@ impl Squid {
     }
 
     pub fn start_with_htpasswd(binary: &Path, conf: &str, ip: Ipv4Addr, htpasswd: &str) -> Squid {
+        let port = TcpListener::bind((ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Self::start_listening(binary, conf, SocketAddr::from((ip, port)), htpasswd)
+    }
+
+    /// Squid on `conf` listening at `listen` (a Pod's address and port), with `htpasswd`.
+    pub fn start_listening(binary: &Path, conf: &str, listen: SocketAddr, htpasswd: &str) -> Squid {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("htpasswd"), htpasswd).unwrap();
         // A file we create is owned by our effective uid: root, or whoever runs the tests.
@@ -269,12 +279,6 @@ impl Squid {
             let (uid, gid) = proxy_user().expect("the squid package creates the proxy user");
             std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
         }
-        let port = TcpListener::bind((ip, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let listen = SocketAddr::from((ip, port));
         let path = dir.path().join("squid.conf");
         std::fs::write(&path, for_this_machine(conf, listen, dir.path())).unwrap();
         // Squid names its shared memory segments after its service name (`/squid-cf__...`):
@@ -389,6 +393,20 @@ fn signal(pid: u32, sig: &str) {
         .args([sig, &pid.to_string()])
         .stderr(Stdio::null())
         .status();
+}
+
+impl Squid {
+    /// Stops it as a kubelet stops a Pod: SIGTERM (Squid closes its listening ports at once
+    /// and lets the requests in flight finish), then after `grace` as [`Drop`] does.
+    pub fn terminate(mut self, grace: Duration) {
+        if let Some(child) = self.child.as_mut() {
+            signal(child.id(), "-TERM");
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline && !matches!(child.try_wait(), Ok(Some(_))) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
 }
 
 impl Drop for Squid {

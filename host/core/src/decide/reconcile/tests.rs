@@ -102,7 +102,8 @@ fn create_of_a_provisioning_instance_polls() {
         Ok(instance(InstanceState::Provisioning, None)),
         NOW,
     );
-    assert_eq!(out.next, Next::After(POLL_INTERVAL));
+    // Just made: looked at again within a second, not five.
+    assert_eq!(out.next, Next::After(FIRST_POLL));
     assert_eq!(
         out.status.provider_id.as_deref(),
         Some("default/proxy-3f2b9c1e7a44")
@@ -159,7 +160,40 @@ fn running_without_an_address_is_still_provisioning() {
         out.status.condition(READY).unwrap().reason,
         reason::PROVISIONING
     );
-    assert_eq!(out.next, Next::After(POLL_INTERVAL));
+    assert_eq!(out.next, Next::After(FIRST_POLL));
+}
+
+/// A provisioning instance is polled after half its age, within [1 s, 5 s], at every age; one
+/// whose age cannot be read, at the most.
+#[test]
+fn a_provisioning_instance_is_polled_soon_when_young_and_every_five_seconds_when_slow() {
+    let base = egress_time::parse_rfc3339(NOW).unwrap();
+    let mut last = Duration::ZERO;
+    for age in 0..=600i64 {
+        let now = egress_time::format_rfc3339(base + age);
+        let poll = provisioning_poll(NOW, &now);
+        assert!(
+            (FIRST_POLL..=POLL_INTERVAL).contains(&poll),
+            "{age}: {poll:?}"
+        );
+        assert!(poll >= last, "never sooner as it ages: {age}");
+        last = poll;
+    }
+    assert_eq!(provisioning_poll(NOW, NOW), FIRST_POLL);
+    assert_eq!(
+        provisioning_poll(NOW, &egress_time::format_rfc3339(base + 4)),
+        Duration::from_secs(2)
+    );
+    assert_eq!(
+        provisioning_poll(NOW, &egress_time::format_rfc3339(base + 60)),
+        POLL_INTERVAL
+    );
+    assert_eq!(provisioning_poll("yesterday", NOW), POLL_INTERVAL);
+    // A clock behind the instance's stamp: polled soon, not never.
+    assert_eq!(
+        provisioning_poll(&egress_time::format_rfc3339(base + 30), NOW),
+        FIRST_POLL
+    );
 }
 
 #[test]
