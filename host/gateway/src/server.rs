@@ -551,7 +551,7 @@ impl Gateway {
         connection.authenticated();
         // Held while its autoscaled pool wakes; counted in its demand until this returns (its
         // tunnel or request counted by then).
-        let _woke = match self.woken(&admitted).await {
+        let _woke = match self.woken(&admitted, req.method() == Method::CONNECT).await {
             Ok(w) => w,
             Err(f) => return self.error(listener, Some(&admitted.pool), &f),
         };

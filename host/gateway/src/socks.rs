@@ -374,7 +374,7 @@ impl Gateway {
                 return;
             }
         };
-        let woke = match self.woken(&admitted).await {
+        let woke = match self.woken(&admitted, true).await {
             Ok(w) => w,
             Err(f) => {
                 let reply = refuse(Some(&admitted.pool), f, true);

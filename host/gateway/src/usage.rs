@@ -45,9 +45,28 @@ impl Gateway {
     /// The quota `account`'s holder reached, as the answer that refuses it (before any member
     /// is dialled); `tunnel`: it asks to open one.
     pub(crate) fn within_quota(&self, account: &Account, tunnel: bool) -> Result<(), Failure> {
-        let Some(h) = &account.quota else {
+        match &account.quota {
+            Some(h) => self.holder_within_quota(h, tunnel),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::within_quota`] for caller `caller` on the pools of `namespace` (before its
+    /// account is taken: a request held while its pool wakes is refused first, so a holder
+    /// past its quota neither waits nor wakes a pool).
+    pub(crate) fn caller_within_quota(
+        &self,
+        namespace: &str,
+        caller: &str,
+        tunnel: bool,
+    ) -> Result<(), Failure> {
+        if self.quotas.is_empty() {
             return Ok(());
-        };
+        }
+        self.holder_within_quota(&self.quotas.holder(namespace, caller), tunnel)
+    }
+
+    fn holder_within_quota(&self, h: &crate::quota::Holder, tunnel: bool) -> Result<(), Failure> {
         let Some(r) = self.quotas.reached(h, egress_time::now::unix_now(), tunnel) else {
             return Ok(());
         };

@@ -34,12 +34,22 @@ impl Gateway {
     /// count of it is taken (its [`crate::account::Account`]): dropped before, the demand
     /// said between the two would be none, and the pool would start its idle time while the
     /// request it woke for is being served.
-    pub(crate) async fn woken(&self, a: &Admitted) -> Result<Option<Counted>, Failure> {
+    ///
+    /// A holder past a quota (`tunnel`: a tunnel's, counting `concurrentTunnels`) is refused
+    /// before it is held, so it neither waits nor wakes the pool.
+    pub(crate) async fn woken(
+        &self,
+        a: &Admitted,
+        tunnel: bool,
+    ) -> Result<Option<Counted>, Failure> {
         let Some(wait) = self.table.cold_start_wait(&a.pool) else {
             return Ok(None);
         };
         if a.options.lease.is_some() {
             return Ok(None);
+        }
+        if !awake(&self.table.snapshot(), &a.pool, &[]) {
+            self.caller_within_quota(&a.pool.namespace, &a.caller, tunnel)?;
         }
         self.hold(a, wait, &[]).await
     }

@@ -1011,6 +1011,40 @@ async fn an_autoscaled_pools_request_whose_member_went_down_waits_for_the_next_o
     assert!(details(&head).contains("waking"), "{head:?}");
 }
 
+/// A holder past its quota is refused (429) before it is held for an autoscaled pool at zero:
+/// it neither waits nor wakes the pool; a holder within its quotas is held as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_past_its_quota_is_refused_before_it_is_held_for_a_sleeping_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("quotas.yaml");
+    std::fs::write(
+        &file,
+        "quotas:\n- {namespace: ns, holder: spider, concurrentTunnels: 0}\n",
+    )
+    .unwrap();
+    let quotas = egress_gateway::quota::Quotas::load(&file).unwrap();
+    let (gw, table, _dir) =
+        common::gateway_built(&["ns/web"], Vec::new(), limits(), |g| g.with_quotas(quotas));
+    table.set_autoscale_policies(std::collections::BTreeMap::from([(
+        PoolKey::parse("ns/web").unwrap(),
+        serde_json::from_value(serde_json::json!({"maxReplicas": 2, "coldStartWait": "2s"}))
+            .unwrap(),
+    )]));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let gateway = listener.local_addr().unwrap();
+    tokio::spawn(egress_gateway::serve(listener, gw));
+    let connect = "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n";
+    let t0 = std::time::Instant::now();
+    let head = ask(gateway, connect, &basic(SPIDER, "")).await;
+    assert_eq!(head.status, 429, "{head:?}");
+    assert!(details(&head).contains("concurrentTunnels"), "{head:?}");
+    assert!(t0.elapsed() < Duration::from_secs(1), "not held");
+    // Its neighbour, with no quota, is held until coldStartWait.
+    let head = ask(gateway, connect, &basic(NEIGHBOUR, "")).await;
+    assert_eq!(head.status, 503, "{head:?}");
+    assert!(t0.elapsed() >= Duration::from_secs(2), "held");
+}
+
 /// A member that answers each request `200 ok` or, with `answers` false, closes without a
 /// word (a Squid going away as it takes a request).
 async fn plain_member(i: usize, answers: bool) -> Member {
