@@ -267,6 +267,7 @@ async fn a_pool_at_zero_wakes_for_a_held_request_twenty_times_and_sleeps_when_id
             audit: None,
             max_replicas: 100,
             demand_peers: None,
+            quotas: None,
         },
         config,
     ));

@@ -188,6 +188,7 @@ async fn watch(dir: &Path, providers: &Path, proxies: &Path) -> Watch {
         Duration::from_millis(100),
         Some(Serving {
             listener,
+            quotas: None,
             api_tokens: tokens(dir),
             audit: Some(egress_serve::audit::Sink::File {
                 path: dir.join("api-audit.log"),

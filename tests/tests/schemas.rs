@@ -261,9 +261,18 @@ fn deploy_kustomization_builds() {
     for arg in [
         "--demand-peers=https://egress-proxies-peers.egress-proxies.svc:8443",
         "--demand-peer-ca=/etc/egress-proxies-tls/ca.crt",
+        // The same quotas as the gateway's, mounted from its ConfigMap.
+        "--quotas=/etc/egress-proxies-quotas/quotas.yaml",
     ] {
         assert!(operator_args.contains(arg), "{operator_args}");
     }
+    assert!(
+        serde_yaml::to_string(
+            &find("Deployment", "egress-proxies")["spec"]["template"]["spec"]["volumes"]
+        )
+        .unwrap()
+        .contains("egress-proxies-gateway-quotas")
+    );
     let api_names =
         serde_yaml::to_string(&find("Certificate", "egress-proxies-api")["spec"]["dnsNames"])
             .unwrap();

@@ -449,6 +449,10 @@ pub struct RunArgs {
     /// The CA (PEM) that issued the replicas' API certificate, for --demand-peers.
     #[arg(long, value_name = "FILE", requires = "demand_peers")]
     pub demand_peer_ca: Option<PathBuf>,
+    /// The installation's quotas (the gateway's --quotas file, a ConfigMap of this
+    /// namespace): a lease that would pass a `concurrentLeases` quota is refused (429).
+    #[arg(long, value_name = "FILE")]
+    pub quotas: Option<PathBuf>,
     /// The token presented to the replicas (one they let read /metrics), read again every
     /// round: the projected ServiceAccount token is rotated in place.
     #[arg(
@@ -599,6 +603,10 @@ pub struct ReconcileArgs {
     /// operator's --api-tokens.
     #[arg(long, requires = "listen")]
     pub api_tokens: Option<PathBuf>,
+    /// With --listen: the installation's quotas (the gateway's --quotas file): a lease that
+    /// would pass a `concurrentLeases` quota is refused (429) naming it.
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub quotas: Option<PathBuf>,
     /// With --listen: TLS (--tls-cert, --tls-key) or --plaintext.
     #[command(flatten)]
     pub tls: TlsArgs,

@@ -284,6 +284,17 @@ impl LeaseStore for Board {
             .collect())
     }
 
+    async fn namespace_members(&self, namespace: &str) -> Result<Vec<Member>, LeaseRefusal> {
+        let inner = self.lock();
+        let prefix = format!("{namespace}/");
+        Ok(inner
+            .proxies
+            .values()
+            .filter(|p| p.key.starts_with(&prefix) && p.pool.is_some())
+            .filter_map(|p| self.member(&inner, &p.key, &p.uid))
+            .collect())
+    }
+
     fn held(m: &Member, now: i64) -> Held<'_> {
         Held {
             proxy: m.proxy.candidate(m.credential.as_ref(), now),

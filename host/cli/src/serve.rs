@@ -22,6 +22,8 @@ pub struct Serving {
     pub tls: egress_serve::tls::Mode,
     /// Where the lease calls' audit trail goes, if anywhere.
     pub audit: Option<egress_serve::audit::Sink>,
+    /// The installation's quotas file (`--quotas`): its `concurrentLeases` hold here.
+    pub quotas: Option<PathBuf>,
 }
 
 /// Stops the API server when the watch ends.
@@ -69,6 +71,13 @@ pub(crate) fn serve_api(
                 message: e.to_string(),
             }
         })?;
+    let quotas = match &serving.quotas {
+        Some(f) => egress_serve::quota_file::read(f).map_err(|message| CliError::Input {
+            what: "--quotas".into(),
+            message,
+        })?,
+        None => Vec::new(),
+    };
     // The runs and the API read one store: a credential a run makes is handed out at once.
     let files = Arc::new(
         FileCredentials::open(FileCredentials::path_for(state_path)).map_err(CliError::Runtime)?,
@@ -95,7 +104,8 @@ pub(crate) fn serve_api(
                 egress_time::now::system_clock(),
                 metrics.clone(),
             )
-            .with_demand(board.demand.clone()),
+            .with_demand(board.demand.clone())
+            .with_quotas(quotas),
         )),
         audit: match serving.audit.clone() {
             Some(sink) => Some(metrics.audit(sink).map_err(|e| CliError::Input {

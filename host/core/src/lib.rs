@@ -6,7 +6,7 @@ pub mod model;
 
 // The paths other crates use, kept while they move to `model::` and `decide::`.
 pub use decide::settle;
-pub use model::{credential, instance, name, proxy};
+pub use model::{credential, instance, name, proxy, quota};
 
 pub use model::instance::{
     CreateRequest, ErrorClass, Instance, InstanceState, OwnerReference, Placement, ProviderError,

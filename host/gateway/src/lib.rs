@@ -26,6 +26,7 @@ pub mod route;
 pub mod server;
 pub mod socks;
 pub mod status;
+pub mod tries;
 pub mod usage;
 pub mod wake;
 

@@ -12,7 +12,7 @@ use crate::metrics;
 use crate::quarantine::{Source, retry_after};
 use crate::server::{Admitted, Gateway};
 use crate::status::served_by;
-use crate::wake::Tries;
+use crate::tries::Tries;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;

@@ -36,68 +36,13 @@ use std::time::Duration;
 /// this of the byte that crossed it.
 pub const CHECK: Duration = Duration::from_millis(250);
 
-/// Rules at most in a quotas file.
-pub const MAX_RULES: usize = 10_000;
-/// The largest quotas file read: ten thousand rules fit in far less.
-pub const MAX_FILE_BYTES: u64 = 4 << 20;
-
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct File {
-    quotas: Vec<Rule>,
-}
-
-/// One quota.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Rule {
-    /// The namespace whose pools it covers.
-    pub namespace: String,
-    /// One holder on them; unset: all of them together.
-    #[serde(default)]
-    pub holder: Option<String>,
-    /// Bytes both ways per UTC day: a number, or one with a binary suffix (`Ki`, `Mi`, `Gi`,
-    /// `Ti`).
-    #[serde(default, deserialize_with = "bytes")]
-    pub bytes_per_day: Option<u64>,
-    /// Tunnels open at once.
-    #[serde(default)]
-    pub concurrent_tunnels: Option<u64>,
-}
-
-fn bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Given {
-        Number(u64),
-        Text(String),
-    }
-    let given = Option::<Given>::deserialize(d)?;
-    match given {
-        None => Ok(None),
-        Some(Given::Number(n)) => Ok(Some(n)),
-        Some(Given::Text(t)) => parse_bytes(&t).map(Some).map_err(serde::de::Error::custom),
-    }
-}
-
-/// `500Gi` → bytes.
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, shift) = [("Ki", 10), ("Mi", 20), ("Gi", 30), ("Ti", 40)]
-        .iter()
-        .find_map(|(s, shift)| t.strip_suffix(s).map(|d| (d, *shift)))
-        .unwrap_or((t, 0));
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a byte count (a number, or with Ki, Mi, Gi, Ti)"))?;
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("{text:?} is too large"))
-}
+pub use egress_core::quota::{MAX_FILE_BYTES, MAX_RULES, QuotaRule as Rule, parse_bytes};
 
 /// Why a quotas file is refused, naming where.
 #[derive(Debug, thiserror::Error)]
 pub enum QuotaError {
-    #[error("{path}: {message}")]
+    /// `message` names the file and the field at fault.
+    #[error("{message}")]
     Read { path: String, message: String },
 }
 
@@ -195,36 +140,12 @@ impl Quotas {
 
     /// The quotas of `path` (YAML), checked: each rule names a namespace and a limit.
     pub fn load(path: &std::path::Path) -> Result<Self, QuotaError> {
-        let error = |message: String| QuotaError::Read {
-            path: path.display().to_string(),
-            message,
-        };
-        let size = std::fs::metadata(path)
-            .map_err(|e| error(e.to_string()))?
-            .len();
-        if size > MAX_FILE_BYTES {
-            return Err(error(format!(
-                "{size} bytes, more than the {MAX_FILE_BYTES} a quotas file may have"
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| error(e.to_string()))?;
-        let file: File =
-            serde_path_to_error::deserialize(serde_yaml::Deserializer::from_str(&text))
-                .map_err(|e| error(e.to_string()))?;
-        if file.quotas.len() > MAX_RULES {
-            return Err(error(format!("quotas: more than {MAX_RULES} rules")));
-        }
-        for (i, r) in file.quotas.iter().enumerate() {
-            if r.namespace.is_empty() {
-                return Err(error(format!("quotas[{i}].namespace: empty")));
-            }
-            if r.bytes_per_day.is_none() && r.concurrent_tunnels.is_none() {
-                return Err(error(format!(
-                    "quotas[{i}]: neither bytesPerDay nor concurrentTunnels"
-                )));
-            }
-        }
-        Ok(Self::new(file.quotas))
+        egress_serve::quota_file::read(path)
+            .map(Self::new)
+            .map_err(|message| QuotaError::Read {
+                path: path.display().to_string(),
+                message,
+            })
     }
 
     /// Whether any quota is declared.
@@ -242,9 +163,7 @@ impl Quotas {
                     .rules
                     .iter()
                     .enumerate()
-                    .filter(|(_, r)| {
-                        r.namespace == namespace && r.holder.as_deref().is_none_or(|h| h == holder)
-                    })
+                    .filter(|(_, r)| r.applies(namespace, holder))
                     .map(|(i, _)| i)
                     .collect(),
                 // Of the day the counts are of, so the next roll resets it.
@@ -381,10 +300,7 @@ impl Quotas {
         self.roll(today(now_secs));
         for &i in &h.rules {
             let (rule, usage) = (&self.rules[i], &self.usage[i]);
-            let of = || match &rule.holder {
-                Some(holder) => format!("holder {holder} in namespace {}", rule.namespace),
-                None => format!("namespace {}", rule.namespace),
-            };
+            let of = || rule.of();
             if let Some(limit) = rule.bytes_per_day
                 && usage
                     .bytes
@@ -621,6 +537,7 @@ mod tests {
             holder: holder.map(str::to_string),
             bytes_per_day: bytes,
             concurrent_tunnels: tunnels,
+            concurrent_leases: None,
         }
     }
 
@@ -746,7 +663,7 @@ mod tests {
         assert_eq!(q.rules[0].bytes_per_day, Some(50 << 30));
         assert_eq!(q.rules[1].bytes_per_day, Some(1000));
         for (text, want) in [
-            ("quotas:\n- {namespace: ns}\n", "quotas[0]: neither"),
+            ("quotas:\n- {namespace: ns}\n", "quotas[0]: no limit"),
             (
                 "quotas:\n- {namespace: ns, bytesPerDay: 5Xi}\n",
                 "quotas[0].bytesPerDay",

@@ -646,7 +646,7 @@ impl Gateway {
         if a.options.report_banned {
             self.take_report(a, target.as_deref())?;
         }
-        let mut tries = crate::wake::Tries::new(self.attempts(&a.options));
+        let mut tries = crate::tries::Tries::new(self.attempts(&a.options));
         loop {
             let (entry, permit) = self
                 .next_try(a, (&destination.host, target.as_deref()), &mut tries)

@@ -8,6 +8,7 @@ use crate::forward::HopError;
 use crate::members::{Entry, MemberKey, PoolKey, Snapshot};
 use crate::server::{Admitted, Gateway};
 use crate::status::{ErrorKind, Failure};
+use crate::tries::Tries;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -177,28 +178,5 @@ impl Gateway {
             .as_ref()
             .and_then(|d| d.count(&a.pool, &a.caller, &a.token, false))
             .map(Arc::new)
-    }
-}
-
-/// One request's tries of members: at most `attempts` (one when pinned), each member tried
-/// once, and one hold again once every member went down under it.
-#[derive(Debug)]
-pub(crate) struct Tries {
-    attempts: usize,
-    made: usize,
-    reheld: bool,
-    pub(crate) tried: Vec<MemberKey>,
-    pub(crate) last: Option<HopError>,
-}
-
-impl Tries {
-    pub(crate) fn new(attempts: usize) -> Self {
-        Self {
-            attempts,
-            made: 0,
-            reheld: false,
-            tried: Vec::new(),
-            last: None,
-        }
     }
 }

@@ -643,6 +643,7 @@ fn spiders_quota(bytes: u64) -> egress_gateway::quota::Quotas {
         holder: Some("spider".into()),
         bytes_per_day: Some(bytes),
         concurrent_tunnels: None,
+        concurrent_leases: None,
     }])
 }
 

@@ -72,6 +72,8 @@ pub struct Options {
     /// The other replicas, whose demand boards the leader reads ([`demand`]); None: this
     /// replica's board alone (one replica).
     pub demand_peers: Option<demand::Peers>,
+    /// The installation's quotas file: its `concurrentLeases` hold in the lease API.
+    pub quotas: Option<PathBuf>,
 }
 
 /// Where the admission webhook listens and the certificate it presents.
@@ -113,11 +115,11 @@ pub async fn installation(
 /// Runs the operator until a signal, a lost lease or a fatal error.
 pub async fn run(opts: Options) -> Result<(), Error> {
     // First, so a bad file stops the start before anything is watched or written.
-    let (tokens, webhook_tls) = start_files(&opts)?;
+    let files = start_files(&opts)?;
     let config = kube::Config::infer()
         .await
         .map_err(|e| Error::Runtime(format!("Kubernetes config: {e}")))?;
-    run_on(opts, config, (tokens, webhook_tls)).await
+    run_on(opts, config, files).await
 }
 
 /// [`run`] against the API server of `config`.
@@ -126,17 +128,26 @@ pub async fn run_with(opts: Options, config: kube::Config) -> Result<(), Error> 
     run_on(opts, config, files).await
 }
 
-/// What [`run`] reads before anything else: the API tokens file and the webhook's certificate.
-type StartFiles = (
-    Option<Arc<auth::tokens::TokensFile>>,
-    Option<(
+/// What [`run`] reads before anything else: the API tokens file, the webhook's certificate
+/// and the quotas.
+struct StartFiles {
+    tokens: Option<Arc<auth::tokens::TokensFile>>,
+    webhook_tls: Option<(
         std::net::SocketAddr,
         Arc<tls::Certificates>,
         Arc<rustls::ServerConfig>,
     )>,
-);
+    quotas: Vec<egress_core::quota::QuotaRule>,
+}
 
 fn start_files(opts: &Options) -> Result<StartFiles, Error> {
+    let quotas = match &opts.quotas {
+        Some(f) => egress_serve::quota_file::read(f).map_err(|message| Error::Config {
+            path: f.display().to_string(),
+            message,
+        })?,
+        None => Vec::new(),
+    };
     let tokens = opts
         .api_tokens
         .as_deref()
@@ -151,13 +162,21 @@ fn start_files(opts: &Options) -> Result<StartFiles, Error> {
         }
         None => None,
     };
-    Ok((tokens, webhook_tls))
+    Ok(StartFiles {
+        tokens,
+        webhook_tls,
+        quotas,
+    })
 }
 
 async fn run_on(
     opts: Options,
     config: kube::Config,
-    (tokens, webhook_tls): StartFiles,
+    StartFiles {
+        tokens,
+        webhook_tls,
+        quotas,
+    }: StartFiles,
 ) -> Result<(), Error> {
     let address = config.cluster_url.to_string();
     let namespace = opts
@@ -278,7 +297,8 @@ async fn run_on(
                 egress_time::now::system_clock(),
                 metrics.clone(),
             )
-            .with_demand(demand_board.clone()),
+            .with_demand(demand_board.clone())
+            .with_quotas(quotas),
         )),
         audit: match opts.audit.clone() {
             Some(sink) => Some(metrics.audit(sink)?),

@@ -1345,6 +1345,11 @@ async fn kubectl_scale_and_an_autoscaler_drive_a_pool_through_its_scale_subresou
 /// the guard and the book; no socket, so paused time stays paused): `spider` may lease the
 /// pools of NS (and so may `rival` and `third`), `intruder` those of another namespace.
 fn lease_api(r: &Run) -> egress_control::api::Api {
+    lease_api_with(r, Vec::new())
+}
+
+/// [`lease_api`] with the installation's `quotas`.
+fn lease_api_with(r: &Run, quotas: Vec<egress_core::quota::QuotaRule>) -> egress_control::api::Api {
     let tokens = egress_serve::auth::tokens::TokenFile::parse(&format!(
         "tokens: [{{name: spider, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: rival, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: third, sha256: {}, namespaces: [{{name: {NS}}}]}}, {{name: intruder, sha256: {}, namespaces: [{{name: other}}]}}]",
         egress_serve::auth::tokens::sha256_hex("spider-token"),
@@ -1363,13 +1368,49 @@ fn lease_api(r: &Run) -> egress_control::api::Api {
         ready: Arc::new(egress_control::api::Readiness::default()),
         source: source.clone(),
         guard: Arc::new(egress_serve::auth::Guard::new(Arc::new(tokens))),
-        leases: Some(Arc::new(egress_control::leases::kube::KubeLeases::new(
-            r.client(),
-            source,
-            clock,
-            r.ctx.metrics.clone(),
-        ))),
+        leases: Some(Arc::new(
+            egress_control::leases::kube::KubeLeases::new(
+                r.client(),
+                source,
+                clock,
+                r.ctx.metrics.clone(),
+            )
+            .with_quotas(quotas),
+        )),
     }
+}
+
+/// In a cluster, `concurrentLeases` counts the leases on the Proxies of every pool of the
+/// namespace: a holder at its quota in one pool is refused (429) in another, naming the
+/// quota; its release frees the place.
+#[tokio::test(start_paused = true)]
+async fn a_holder_at_its_concurrent_leases_quota_is_refused_in_every_pool_of_its_namespace() {
+    let r = start().await;
+    r.create_pool("web", spec_of(2)).await;
+    r.create_pool("shop", spec_of(2)).await;
+    r.settled("web", 2).await;
+    r.settled("shop", 2).await;
+    let quotas = egress_core::quota::parse(&format!(
+        "quotas:\n- {{namespace: {NS}, holder: spider, concurrentLeases: 1}}\n"
+    ))
+    .unwrap();
+    let api = lease_api_with(&r, quotas);
+    let (id, _) = spider_lease(&api).await;
+    let shop =
+        json!({"namespace": NS, "pool": "shop", "count": 1, "mode": "Exclusive", "ttl": "30m"})
+            .to_string();
+    let (code, _, refused) = call(&api, Method::POST, "/v1/leases", "spider-token", &shop).await;
+    assert_eq!(code, 429, "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("concurrentLeases of holder spider"),
+        "{refused}"
+    );
+    // Another holder is not held back by spider's quota.
+    granted(&api, "rival-token", &shop).await;
+    release(&api, &id).await;
+    granted(&api, "spider-token", &shop).await;
 }
 
 /// One call of the API as `token`: the status, the Retry-After header, and the body as JSON.

@@ -5,6 +5,7 @@ pub mod auth;
 pub mod body;
 pub mod conn;
 pub mod peer;
+pub mod quota_file;
 pub mod reload;
 pub mod tls;
 

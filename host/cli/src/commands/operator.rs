@@ -31,6 +31,7 @@ pub async fn command(a: RunArgs) -> ExitCode {
     };
     let opts = egress_operator::Options {
         demand_peers,
+        quotas: a.quotas,
         api_tls,
         token_audiences: a.audiences.token.clone(),
         metrics_token_audiences: a.audiences.metrics.clone(),

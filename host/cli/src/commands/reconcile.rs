@@ -27,6 +27,7 @@ pub fn embedded_dry_run() -> ReconcileArgs {
         watch: false,
         listen: None,
         api_tokens: None,
+        quotas: None,
         tls: Default::default(),
         audit: crate::cli::AuditArgs {
             audit_log: None,
@@ -90,6 +91,7 @@ pub async fn command(
                             api_tokens,
                             tls,
                             audit: audit.clone(),
+                            quotas: a.quotas.clone(),
                         })
                     }
                     Err(e) => return failed(format!("--listen {addr}: {e}")),

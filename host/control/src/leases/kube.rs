@@ -115,6 +115,21 @@ impl LeaseStore for KubeProxies {
         }
     }
 
+    /// The Proxies of every pool of `namespace` (by the pool label), not being deleted.
+    async fn namespace_members(&self, namespace: &str) -> Result<Vec<Member>, LeaseRefusal> {
+        let listed = self
+            .proxies(namespace)
+            .list(&ListParams::default().labels(POOL_LABEL))
+            .await
+            .map_err(|e| api_refused(&e))?;
+        Ok(listed
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| self.member(p))
+            .collect())
+    }
+
     /// The pool's Proxies as the API server has them now (not being deleted, controlled by
     /// the pool).
     async fn members(&self, at: &LeaseRef, pool: &ProxyPool) -> Result<Vec<Member>, LeaseRefusal> {

@@ -155,6 +155,8 @@ pub trait LeaseStore: Send + Sync {
     async fn cordon(&self, m: &Self::Member, why: &str);
     /// A release landed on `m` (a draining proxy may go now).
     fn released(&self, _m: &Self::Member) {}
+    /// Every member of every pool of `namespace` now, for the `concurrentLeases` quotas.
+    async fn namespace_members(&self, namespace: &str) -> Result<Vec<Self::Member>, LeaseRefusal>;
 }
 
 /// Counts lease call `op` on the pool of `at` by how it ended
@@ -182,6 +184,8 @@ pub struct Leases<S> {
     metrics: Arc<Metrics>,
     /// Where a lease request waiting on an autoscaled pool is counted as its demand.
     demand: Option<Arc<crate::demand::DemandBoard>>,
+    /// The installation's quotas (`concurrentLeases` is read here).
+    quotas: Arc<Vec<egress_core::quota::QuotaRule>>,
 }
 
 /// What a change writes on a member: its bindings, and its ban reports and quarantines where
@@ -213,6 +217,51 @@ impl<S: LeaseStore> Leases<S> {
             now,
             metrics,
             demand: None,
+            quotas: Arc::default(),
+        }
+    }
+
+    /// These leases, refused (429) to a holder whose lease would pass a `concurrentLeases`
+    /// quota of `quotas`: its own proxies leased at once (a rule naming it), or its
+    /// namespace's (a rule naming none), over every pool of the namespace.
+    pub fn with_quotas(mut self, quotas: Vec<egress_core::quota::QuotaRule>) -> Self {
+        self.quotas = Arc::new(quotas);
+        self
+    }
+
+    /// 429 when a lease of `asked` proxies for `holder` on the pools of `namespace` would
+    /// pass a `concurrentLeases` quota. Two leases asked at once in two pools may both pass
+    /// it by one each: the count is read, not reserved.
+    async fn within_lease_quota(
+        &self,
+        namespace: &str,
+        holder: &str,
+        asked: u32,
+    ) -> Result<(), LeaseRefusal> {
+        let applies = |r: &egress_core::quota::QuotaRule| {
+            r.concurrent_leases.is_some() && r.applies(namespace, holder)
+        };
+        if !self.quotas.iter().any(applies) {
+            return Ok(());
+        }
+        let members = self.store.namespace_members(namespace).await?;
+        let now = (self.now)();
+        let held = egress_core::quota::held_by_holder(
+            members.iter().flat_map(|m| S::status(m).leases.iter()),
+            now,
+        );
+        match egress_core::quota::leases_past(
+            &self.quotas,
+            namespace,
+            holder,
+            &held,
+            u64::from(asked.max(1)),
+        ) {
+            Some((rule, limit)) => Err(LeaseRefusal::TooMany(format!(
+                "quota: concurrentLeases of {} reached: at most {limit} proxies leased at once; a released lease frees its place",
+                rule.of()
+            ))),
+            None => Ok(()),
         }
     }
 
@@ -378,6 +427,8 @@ impl<S: LeaseStore> Leases<S> {
         let ttl =
             lease::ttl(req.ttl.as_deref(), &facts.policy).map_err(LeaseRefusal::BadRequest)?;
         let target = req.target.as_deref().map(report_target).transpose()?;
+        self.within_lease_quota(&at.namespace, holder, req.count)
+            .await?;
         let entropy = crate::credential_store::entropy::<15>().map_err(LeaseRefusal::Busy)?;
         let id = lease::new_id(&at.namespace, &at.pool, &entropy);
         for _ in 0..ATTEMPTS {
@@ -990,6 +1041,9 @@ mod tests {
         fn key(m: &Member) -> String {
             format!("ns/{}", m.name)
         }
+        async fn namespace_members(&self, _: &str) -> Result<Vec<Member>, LeaseRefusal> {
+            Ok(self.members.lock().unwrap().clone())
+        }
         async fn write(
             &self,
             m: &Member,
@@ -1047,6 +1101,53 @@ mod tests {
             "namespace": "ns", "pool": "web", "count": count, "mode": "Exclusive", "ttl": "10m"
         }))
         .unwrap()
+    }
+
+    /// `concurrentLeases`: a holder's rule counts its own proxies leased at once, its
+    /// namespace's counts everyone's; a lease that would pass either is refused (429) naming
+    /// it, before anything is written; a release frees its place.
+    #[tokio::test]
+    async fn a_lease_past_a_concurrent_leases_quota_is_refused_naming_it() {
+        let rules = egress_core::quota::parse(
+            "quotas:\n- {namespace: ns, holder: spider, concurrentLeases: 1}\n- {namespace: ns, concurrentLeases: 2}\n- {namespace: other, concurrentLeases: 0}\n",
+        )
+        .unwrap();
+        let l = leases(Memory::new(&["a", "b", "c"])).with_quotas(rules);
+        let first = l.acquire("spider", &ask(1)).await.unwrap();
+        let writes = l.store().writes.lock().unwrap().len();
+        match l.acquire("spider", &ask(1)).await {
+            Err(LeaseRefusal::TooMany(m)) => {
+                assert!(
+                    m.contains("concurrentLeases of holder spider in namespace ns"),
+                    "{m}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            l.store().writes.lock().unwrap().len(),
+            writes,
+            "nothing written"
+        );
+        // rival has no rule of its own; the namespace's allows one more, not two.
+        assert!(matches!(
+            l.acquire("rival", &ask(2)).await,
+            Err(LeaseRefusal::TooMany(m)) if m.contains("of namespace ns")
+        ));
+        l.acquire("rival", &ask(1)).await.unwrap();
+        // Released, spider's lease frees its place under both.
+        l.release(
+            "spider",
+            &LeaseRef {
+                namespace: "ns".into(),
+                pool: "web".into(),
+            },
+            &first.id,
+            &ReleaseRequest::default(),
+        )
+        .await
+        .unwrap();
+        l.acquire("spider", &ask(1)).await.unwrap();
     }
 
     /// A lease of two whose second proxy changed after it was read: the binding already

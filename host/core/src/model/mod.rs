@@ -12,4 +12,5 @@ pub mod name;
 pub mod politeness;
 pub mod pool;
 pub mod proxy;
+pub mod quota;
 pub mod target;
