@@ -24,7 +24,10 @@
 //! counting against it on all, and a crossing on one cuts its tunnels on every other within
 //! two checks and a read. A peer that cannot be read keeps its last counts of the day (a quota
 //! errs toward holding). A replica that restarts takes back its own counts of the day from
-//! what its peers last read of them (`/v1/usage?of=URL`). `concurrentTunnels` is per replica.
+//! what its peers last read of them (`/v1/usage?of=URL`). Each replica serves its holders'
+//! open tunnels beside their bytes, so `concurrentTunnels` holds across replicas too, within a
+//! read; a peer's tunnels count until [`TUNNELS_KEPT`] after it was last read (one that died
+//! took them with it).
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -102,6 +105,9 @@ pub struct HolderBytes {
     pub namespace: String,
     pub holder: String,
     pub bytes: u64,
+    /// Its tunnels open through the replica now (for `concurrentTunnels` across replicas).
+    #[serde(default)]
+    pub tunnels: u64,
 }
 
 /// The quotas and what each has used.
@@ -112,6 +118,10 @@ pub struct Quotas {
     holders: Mutex<BTreeMap<(String, String), Holder>>,
     /// The peers' counts, by peer.
     peers: Mutex<BTreeMap<String, Counts>>,
+    /// When each peer's counts were last read: its open tunnels count while that is recent.
+    peers_read: Mutex<BTreeMap<String, std::time::Instant>>,
+    /// Per rule, the tunnels the peers read within [`TUNNELS_KEPT`] have open under it.
+    peer_tunnels: Vec<AtomicU64>,
     /// Per rule, what the peers relayed under it on [`Quotas::day`]: summed when their counts
     /// come in (every [`CHECK`]), so an admission reads one number per rule.
     peer_bytes: Vec<AtomicU64>,
@@ -128,10 +138,13 @@ impl Quotas {
     pub fn new(rules: Vec<Rule>) -> Self {
         let usage = rules.iter().map(|_| Usage::default()).collect();
         let peer_bytes = rules.iter().map(|_| AtomicU64::new(0)).collect();
+        let peer_tunnels = rules.iter().map(|_| AtomicU64::new(0)).collect();
         Self {
             rules,
             usage,
             peer_bytes,
+            peer_tunnels,
+            peers_read: Mutex::default(),
             day: AtomicU64::new(NO_DAY),
             holders: Mutex::default(),
             peers: Mutex::default(),
@@ -214,19 +227,48 @@ impl Quotas {
     /// Sums the peers' counts of the current day under each rule into [`Quotas::peer_bytes`].
     fn sum_peers(&self) {
         let day = self.day.load(Ordering::Acquire);
+        let now = std::time::Instant::now();
+        let live: std::collections::BTreeSet<String> = self
+            .peers_read
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(**at) < TUNNELS_KEPT)
+            .map(|(peer, _)| peer.clone())
+            .collect();
         let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        for (rule, total) in self.rules.iter().zip(&self.peer_bytes) {
-            let sum = peers
+        for (i, rule) in self.rules.iter().enumerate() {
+            let under = |h: &&HolderBytes| rule.applies(&h.namespace, &h.holder);
+            let bytes = peers
                 .values()
                 .filter(|c| c.day == day)
                 .flat_map(|c| &c.holders)
-                .filter(|h| {
-                    h.namespace == rule.namespace
-                        && rule.holder.as_deref().is_none_or(|x| x == h.holder)
-                })
+                .filter(under)
                 .map(|h| h.bytes)
                 .fold(0u64, u64::saturating_add);
-            total.store(sum, Ordering::Release);
+            self.peer_bytes[i].store(bytes, Ordering::Release);
+            let tunnels = peers
+                .iter()
+                .filter(|(peer, _)| live.contains(*peer))
+                .flat_map(|(_, c)| &c.holders)
+                .filter(under)
+                .map(|h| h.tunnels)
+                .fold(0u64, u64::saturating_add);
+            self.peer_tunnels[i].store(tunnels, Ordering::Release);
+        }
+    }
+
+    /// Peer `peer` could not be read: once [`TUNNELS_KEPT`] has passed since it was, its
+    /// tunnels no longer count (its bytes of the day do).
+    pub fn peer_unread(&self, peer: &str) {
+        let stale = self
+            .peers_read
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(peer)
+            .is_some_and(|at| at.elapsed() >= TUNNELS_KEPT);
+        if stale {
+            self.sum_peers();
         }
     }
 
@@ -243,8 +285,9 @@ impl Quotas {
                     namespace: namespace.clone(),
                     holder: holder.clone(),
                     bytes: h.own.bytes.load(Ordering::Acquire),
+                    tunnels: h.own.tunnels.load(Ordering::Acquire),
                 })
-                .filter(|h| h.bytes > 0)
+                .filter(|h| h.bytes > 0 || h.tunnels > 0)
                 .collect(),
         }
     }
@@ -255,6 +298,10 @@ impl Quotas {
             let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
             peers.insert(peer.to_string(), counts);
         }
+        self.peers_read
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(peer.to_string(), std::time::Instant::now());
         self.sum_peers();
     }
 
@@ -317,7 +364,11 @@ impl Quotas {
             }
             if tunnel
                 && let Some(limit) = rule.concurrent_tunnels
-                && usage.tunnels.load(Ordering::Acquire) >= limit
+                && usage
+                    .tunnels
+                    .load(Ordering::Acquire)
+                    .saturating_add(self.peer_tunnels[i].load(Ordering::Acquire))
+                    >= limit
             {
                 return Some(Reached {
                     quota: "concurrentTunnels",
@@ -334,9 +385,11 @@ impl Quotas {
         for &i in &h.rules {
             self.usage[i].tunnels.fetch_add(1, Ordering::AcqRel);
         }
+        h.own.tunnels.fetch_add(1, Ordering::AcqRel);
         TunnelHeld {
             quotas: self.clone(),
             rules: h.rules.clone(),
+            own: h.own.clone(),
         }
     }
 
@@ -410,6 +463,10 @@ impl Quotas {
         }
     }
 }
+
+/// How long a peer's open tunnels count after it was last read: a replica that died took its
+/// tunnels with it (its bytes of the day still count, toward holding).
+pub const TUNNELS_KEPT: Duration = Duration::from_secs(2);
 
 /// The largest answer read from a peer: a count per holder of the day, well within it.
 const MAX_COUNTS: usize = 4 << 20;
@@ -486,6 +543,7 @@ pub async fn share(
                 }
                 Err(e) => {
                     tracing::debug!(peer = %url, error = %e, "a peer's quota counts could not be read");
+                    quotas.peer_unread(url.as_str());
                     "failed"
                 }
             };
@@ -511,6 +569,8 @@ async fn read_peer(
 pub struct TunnelHeld {
     quotas: Arc<Quotas>,
     rules: Vec<usize>,
+    /// Its holder's own count, which the peers read.
+    own: Arc<Usage>,
 }
 
 impl Drop for TunnelHeld {
@@ -518,6 +578,7 @@ impl Drop for TunnelHeld {
         for &i in &self.rules {
             self.quotas.usage[i].tunnels.fetch_sub(1, Ordering::AcqRel);
         }
+        self.own.tunnels.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -617,7 +678,8 @@ mod tests {
             [HolderBytes {
                 namespace: "ns".into(),
                 holder: "spider".into(),
-                bytes: 100
+                bytes: 100,
+                tunnels: 0,
             }]
         );
         let peer = |holders: &[(&str, &str, u64)], day: u64| Counts {
@@ -628,6 +690,7 @@ mod tests {
                     namespace: (*ns).into(),
                     holder: (*h).into(),
                     bytes: *b,
+                    tunnels: 0,
                 })
                 .collect(),
         };
@@ -648,6 +711,56 @@ mod tests {
             q.reached(&neighbour, day, false).unwrap().of,
             "namespace ns"
         );
+    }
+
+    /// `concurrentTunnels` across replicas: a holder's tunnels open through a peer count
+    /// against its rules here, and this replica serves its own; a peer not read for
+    /// TUNNELS_KEPT no longer counts (it took its tunnels with it), its bytes still do.
+    #[test]
+    fn a_holders_tunnels_on_a_peer_count_here_until_the_peer_goes_unread() {
+        let q = Arc::new(Quotas::new(vec![rule(
+            "ns",
+            Some("spider"),
+            Some(1 << 40),
+            Some(3),
+        )]));
+        let day = 20_000 * 86_400;
+        let spider = q.holder("ns", "spider");
+        let here = q.tunnel(&spider);
+        assert_eq!(q.own_counts(day).holders[0].tunnels, 1);
+        let on_peer = |tunnels: u64| Counts {
+            day: 20_000,
+            holders: vec![HolderBytes {
+                namespace: "ns".into(),
+                holder: "spider".into(),
+                bytes: 5,
+                tunnels,
+            }],
+        };
+        q.set_peer("b", on_peer(1));
+        assert_eq!(q.reached(&spider, day, true), None, "two of three open");
+        q.set_peer("b", on_peer(2));
+        assert_eq!(
+            q.reached(&spider, day, true).unwrap().quota,
+            "concurrentTunnels"
+        );
+        // A tunnel ending anywhere frees a place.
+        drop(here);
+        assert_eq!(q.reached(&spider, day, true), None);
+        assert_eq!(
+            q.own_counts(day).holders.len(),
+            0,
+            "nothing of its own left"
+        );
+        let _again = q.tunnel(&spider);
+        assert!(q.reached(&spider, day, true).is_some());
+        // Unread: its tunnels stop counting once TUNNELS_KEPT has passed.
+        q.peer_unread("b");
+        assert!(q.reached(&spider, day, true).is_some(), "not yet");
+        std::thread::sleep(TUNNELS_KEPT);
+        q.peer_unread("b");
+        assert_eq!(q.reached(&spider, day, true), None);
+        assert_eq!(q.peer_counts("b").unwrap().holders[0].bytes, 5);
     }
 
     #[test]

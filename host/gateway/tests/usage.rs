@@ -24,6 +24,7 @@ const SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 12);
 const QUOTA_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 13);
 const PEERS_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 14);
 const RESTART_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 15);
+const TUNNELS_SITE: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 11);
 
 /// Asked of the site as a tunnel's bytes down: a stream until the tunnel ends.
 const STREAM: usize = u64::MAX as usize;
@@ -755,6 +756,91 @@ async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second(
     );
     let (_, rival_ended, rival_total) = rival.await.unwrap();
     assert!(rival_ended >= stop, "rival was cut at {rival_total} bytes");
+}
+
+/// `concurrentTunnels` across replicas: a holder with two tunnels open through replica A is
+/// refused a third through replica B, naming the quota, within a read of the peers'
+/// counts; one of A's ending frees the place on B; another holder is not held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holders_tunnels_through_one_replica_count_against_its_quota_on_the_other() {
+    let Some(binary) = support::squid_and_echo() else {
+        return;
+    };
+    site(TUNNELS_SITE).await;
+    let (_squids, all) = members(&binary, "ns", 10, 1);
+    let quotas = || {
+        egress_gateway::quota::Quotas::new(vec![egress_gateway::quota::Rule {
+            namespace: "ns".into(),
+            holder: Some("spider".into()),
+            bytes_per_day: None,
+            concurrent_tunnels: Some(2),
+            concurrent_leases: None,
+        }])
+    };
+    let admins = [admin_listener().await, admin_listener().await];
+    let urls: Vec<String> = admins
+        .iter()
+        .map(|(_, addr)| format!("http://{addr}"))
+        .collect();
+    let mut gateways = Vec::new();
+    let mut keep = Vec::new();
+    for (i, (admin, _)) in admins.into_iter().enumerate() {
+        let peer = urls[1 - i].clone();
+        let (gw, table, dir) = common::gateway_built(&["ns/web"], all.clone(), limits(), |g| {
+            g.with_quotas(quotas())
+                .with_quota_peers(
+                    &[peer],
+                    None,
+                    None,
+                    egress_gateway::quota::PeerToken::Fixed(common::OPS.to_string()),
+                )
+                .unwrap()
+        });
+        gateways.push(serve(gw, admin).await);
+        keep.push((table, dir));
+    }
+    let (a, b) = (gateways[0], gateways[1]);
+    let (first, head) = connect(a, TUNNELS_SITE, SPIDER).await;
+    assert_eq!(head.status, 200, "{head:?}");
+    let (second, head) = connect(a, TUNNELS_SITE, SPIDER).await;
+    assert_eq!(head.status, 200, "{head:?}");
+    // Within a read of A's counts (250 ms) and a check, B knows of them.
+    let t0 = tokio::time::Instant::now();
+    let refused = loop {
+        let (s, head) = connect(b, TUNNELS_SITE, SPIDER).await;
+        if head.status == 429 {
+            break head;
+        }
+        assert_eq!(head.status, 200, "{head:?}");
+        drop(s);
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "B never learned of A's tunnels"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        refused
+            .get("proxy-status")
+            .unwrap()
+            .contains("concurrentTunnels of holder spider in namespace ns"),
+        "{refused:?}"
+    );
+    // Another holder of the namespace is not held back by spider's quota.
+    let (_n, head) = connect(b, TUNNELS_SITE, common::NEIGHBOUR).await;
+    assert_eq!(head.status, 200, "{head:?}");
+    // One of A's ends: B admits spider again within a read.
+    drop(first);
+    let t0 = tokio::time::Instant::now();
+    loop {
+        let (_s, head) = connect(b, TUNNELS_SITE, SPIDER).await;
+        if head.status == 200 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(2), "{head:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(second);
 }
 
 /// A replica restarted mid-day takes back its own counts from what its peer last read of
