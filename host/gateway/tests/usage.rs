@@ -648,6 +648,47 @@ fn spiders_quota(bytes: u64) -> egress_gateway::quota::Quotas {
     }])
 }
 
+/// Two gateways serving `pools` over `members`, each with `quotas()` and reading the other's
+/// counts (each one's admin listener made first, so each can name the other as its peer):
+/// their proxy addresses, their admin addresses, and what must live as long as they serve.
+async fn two_replicas(
+    pools: &[&str],
+    members: &[Member],
+    quotas: impl Fn() -> egress_gateway::quota::Quotas,
+) -> (
+    (SocketAddr, SocketAddr),
+    Vec<SocketAddr>,
+    Vec<(
+        std::sync::Arc<egress_gateway::MemberTable>,
+        tempfile::TempDir,
+    )>,
+) {
+    let admins = [admin_listener().await, admin_listener().await];
+    let urls: Vec<String> = admins
+        .iter()
+        .map(|(_, addr)| format!("http://{addr}"))
+        .collect();
+    let admin_addrs: Vec<SocketAddr> = admins.iter().map(|(_, addr)| *addr).collect();
+    let mut gateways = Vec::new();
+    let mut keep = Vec::new();
+    for (i, (admin, _)) in admins.into_iter().enumerate() {
+        let peer = urls[1 - i].clone();
+        let (gw, table, dir) = common::gateway_built(pools, members.to_vec(), limits(), |g| {
+            g.with_quotas(quotas())
+                .with_quota_peers(
+                    &[peer],
+                    None,
+                    None,
+                    egress_gateway::quota::PeerToken::Fixed(common::OPS.to_string()),
+                )
+                .unwrap()
+        });
+        gateways.push(serve(gw, admin).await);
+        keep.push((table, dir));
+    }
+    ((gateways[0], gateways[1]), admin_addrs, keep)
+}
+
 /// Two replicas sharing their counts (each reads the other's `/v1/usage`): a holder's bytes
 /// through one count on both, so when its streaming through replica A crosses its quota, its
 /// tunnel open on replica B is cut within a second, and B refuses its next one naming the
@@ -663,32 +704,7 @@ async fn a_crossing_on_one_replica_cuts_the_holder_on_the_other_within_a_second(
     all.extend(other);
     const QUOTA: u64 = 3 * 1024 * 1024;
     let quotas = || spiders_quota(QUOTA);
-    // Each replica's admin listener first, so each can name the other as its peer.
-    let admins = [admin_listener().await, admin_listener().await];
-    let urls: Vec<String> = admins
-        .iter()
-        .map(|(_, addr)| format!("http://{addr}"))
-        .collect();
-    let admin_addrs: Vec<SocketAddr> = admins.iter().map(|(_, addr)| *addr).collect();
-    let mut gateways = Vec::new();
-    let mut keep = Vec::new();
-    for (i, (admin, _)) in admins.into_iter().enumerate() {
-        let peer = urls[1 - i].clone();
-        let (gw, table, dir) =
-            common::gateway_built(&["ns/web", "other/web"], all.clone(), limits(), |g| {
-                g.with_quotas(quotas())
-                    .with_quota_peers(
-                        &[peer],
-                        None,
-                        None,
-                        egress_gateway::quota::PeerToken::Fixed(common::OPS.to_string()),
-                    )
-                    .unwrap()
-            });
-        gateways.push(serve(gw, admin).await);
-        keep.push((table, dir));
-    }
-    let (a, b) = (gateways[0], gateways[1]);
+    let ((a, b), admin_addrs, _keep) = two_replicas(&["ns/web", "other/web"], &all, quotas).await;
     // The counts are for a caller allowed /metrics only: no token is 401, a crawler's 403.
     for (auth, want) in [
         ("", 401),
@@ -777,29 +793,7 @@ async fn a_holders_tunnels_through_one_replica_count_against_its_quota_on_the_ot
             concurrent_leases: None,
         }])
     };
-    let admins = [admin_listener().await, admin_listener().await];
-    let urls: Vec<String> = admins
-        .iter()
-        .map(|(_, addr)| format!("http://{addr}"))
-        .collect();
-    let mut gateways = Vec::new();
-    let mut keep = Vec::new();
-    for (i, (admin, _)) in admins.into_iter().enumerate() {
-        let peer = urls[1 - i].clone();
-        let (gw, table, dir) = common::gateway_built(&["ns/web"], all.clone(), limits(), |g| {
-            g.with_quotas(quotas())
-                .with_quota_peers(
-                    &[peer],
-                    None,
-                    None,
-                    egress_gateway::quota::PeerToken::Fixed(common::OPS.to_string()),
-                )
-                .unwrap()
-        });
-        gateways.push(serve(gw, admin).await);
-        keep.push((table, dir));
-    }
-    let (a, b) = (gateways[0], gateways[1]);
+    let ((a, b), _, _keep) = two_replicas(&["ns/web"], &all, quotas).await;
     let (first, head) = connect(a, TUNNELS_SITE, SPIDER).await;
     assert_eq!(head.status, 200, "{head:?}");
     let (second, head) = connect(a, TUNNELS_SITE, SPIDER).await;
