@@ -295,6 +295,15 @@ impl LeaseStore for Board {
             .collect())
     }
 
+    /// None: out of a cluster no pool counts member-seconds, and `reconcile --listen`
+    /// refuses a quotas file with `memberHoursPerDay`.
+    async fn namespace_usage(
+        &self,
+        _: &str,
+    ) -> Result<Vec<egress_core::quota::LeaseUsage>, LeaseRefusal> {
+        Ok(Vec::new())
+    }
+
     fn held(m: &Member, now: i64) -> Held<'_> {
         Held {
             proxy: m.proxy.candidate(m.credential.as_ref(), now),

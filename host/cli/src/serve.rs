@@ -78,6 +78,16 @@ pub(crate) fn serve_api(
         })?,
         None => Vec::new(),
     };
+    // Member-hours are counted in the ProxyPools' status by the operator; out of a cluster
+    // nothing counts them, and a quota that could never be reached would be a lie.
+    if let Some(i) = quotas.iter().position(|r| r.member_hours_per_day.is_some()) {
+        return Err(CliError::Input {
+            what: "--quotas".into(),
+            message: format!(
+                "quotas[{i}].memberHoursPerDay: counted by the operator in a cluster only; out of one, leave it out"
+            ),
+        });
+    }
     // The runs and the API read one store: a credential a run makes is handed out at once.
     let files = Arc::new(
         FileCredentials::open(FileCredentials::path_for(state_path)).map_err(CliError::Runtime)?,

@@ -599,6 +599,7 @@ mod tests {
             bytes_per_day: bytes,
             concurrent_tunnels: tunnels,
             concurrent_leases: None,
+            member_hours_per_day: None,
         }
     }
 

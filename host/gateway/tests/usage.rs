@@ -645,6 +645,7 @@ fn spiders_quota(bytes: u64) -> egress_gateway::quota::Quotas {
         bytes_per_day: Some(bytes),
         concurrent_tunnels: None,
         concurrent_leases: None,
+        member_hours_per_day: None,
     }])
 }
 
@@ -791,6 +792,7 @@ async fn a_holders_tunnels_through_one_replica_count_against_its_quota_on_the_ot
             bytes_per_day: None,
             concurrent_tunnels: Some(2),
             concurrent_leases: None,
+            member_hours_per_day: None,
         }])
     };
     let ((a, b), _, _keep) = two_replicas(&["ns/web"], &all, quotas).await;

@@ -81,6 +81,9 @@ pub fn pool_controller(client: kube::Client, concurrency: u16) -> Controller<Pro
         .with_config(kube_controller::Config::default().concurrency(concurrency))
 }
 
+/// How often a pool whose members are leased counts their member-seconds at the least.
+const USAGE_INTERVAL: Duration = Duration::from_secs(60);
+
 pub async fn reconcile(pool: Arc<ProxyPool>, ctx: Arc<PoolContext>) -> Result<Action, Error> {
     let span = tracing::info_span!(
         "pool_reconcile",
@@ -449,17 +452,23 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
         .as_ref()
         .map(|(c, h)| (c.as_str(), *h)),
     );
-    ctx.metrics.pool_holdings(
-        &namespace,
-        &name,
-        &egress_core::lease::holdings(
-            owned
-                .iter()
-                .filter_map(|p| p.status.as_ref())
-                .map(|s| (s.leases.as_slice(), s.ip.as_deref())),
-            now,
-        ),
+    let holdings = egress_core::lease::holdings(
+        owned
+            .iter()
+            .filter_map(|p| p.status.as_ref())
+            .map(|s| (s.leases.as_slice(), s.ip.as_deref())),
+        now,
     );
+    ctx.metrics.pool_holdings(&namespace, &name, &holdings);
+    // The exclusive member-seconds of the day, for the memberHoursPerDay quotas: what was held
+    // since the last reconcile (a lease written on a member wakes this), counted in the
+    // status, which survives a restart and which every replica reads.
+    let holding: Vec<(String, u64)> = holdings
+        .iter()
+        .map(|(h, held)| (h.clone(), u64::from(held.exclusive_members)))
+        .collect();
+    status.lease_usage = egress_core::quota::account(old.lease_usage.as_ref(), &holding, now);
+    let leased = holding.iter().any(|(_, n)| *n > 0);
     if status != old {
         write_status(&pools, &name, &status).await?;
     }
@@ -473,6 +482,10 @@ async fn reconcile_in_span(pool: Arc<ProxyPool>, pctx: Arc<PoolContext>) -> Resu
     // again when it would have lapsed.
     if !demand.is_zero() {
         wait = wait.min(egress_control::demand::TTL);
+    }
+    // A lease that lapses writes nothing: its member-seconds are counted within a minute.
+    if leased {
+        wait = wait.min(USAGE_INTERVAL);
     }
     Ok(Action::requeue(wait))
 }

@@ -1380,6 +1380,45 @@ fn lease_api_with(r: &Run, quotas: Vec<egress_core::quota::QuotaRule>) -> egress
     }
 }
 
+/// In a cluster, the pool controller counts each holder's exclusive member-seconds of the day
+/// in `status.leaseUsage` (two members for half an hour: an hour), and the lease API refuses
+/// a holder whose `memberHoursPerDay` that reaches, in any pool of the namespace; another
+/// holder is not held back.
+#[tokio::test(start_paused = true)]
+async fn member_hours_are_counted_in_the_pool_status_and_a_holder_past_its_quota_is_refused() {
+    let r = start().await;
+    r.create_pool("web", spec_of(3)).await;
+    r.settled("web", 3).await;
+    let quotas = egress_core::quota::parse(&format!(
+        "quotas:\n- {{namespace: {NS}, holder: spider, memberHoursPerDay: 1}}\n"
+    ))
+    .unwrap();
+    let api = lease_api_with(&r, quotas);
+    let two =
+        json!({"namespace": NS, "pool": "web", "count": 2, "mode": "Exclusive", "ttl": "30m"})
+            .to_string();
+    granted(&api, "spider-token", &two).await;
+    tokio::time::sleep(Duration::from_secs(31 * 60)).await;
+    let usage = r.pool("web")["status"]["leaseUsage"].clone();
+    let seconds = usage["holders"][0]["memberSeconds"]
+        .as_u64()
+        .unwrap_or_default();
+    assert_eq!(usage["holders"][0]["holder"], "spider", "{usage}");
+    // Two members for 30 minutes, the lapse seen within a minute.
+    assert!((3600..=3720).contains(&seconds), "{usage}");
+    assert_eq!(usage["holders"][0]["holding"], 0, "{usage}");
+    let one = lease_body(1, "Exclusive");
+    let (code, _, refused) = call(&api, Method::POST, "/v1/leases", "spider-token", &one).await;
+    assert_eq!(code, 429, "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("memberHoursPerDay of holder spider"),
+        "{refused}"
+    );
+    granted(&api, "rival-token", &one).await;
+}
+
 /// In a cluster, `concurrentLeases` counts the leases on the Proxies of every pool of the
 /// namespace: a holder at its quota in one pool is refused (429) in another, naming the
 /// quota; its release frees the place.

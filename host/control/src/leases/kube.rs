@@ -130,6 +130,23 @@ impl LeaseStore for KubeProxies {
             .collect())
     }
 
+    /// The `status.leaseUsage` of the ProxyPools of `namespace`.
+    async fn namespace_usage(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<egress_core::quota::LeaseUsage>, LeaseRefusal> {
+        let pools: Api<ProxyPool> = Api::namespaced(self.client.clone(), namespace);
+        let listed = pools
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| api_refused(&e))?;
+        Ok(listed
+            .items
+            .into_iter()
+            .filter_map(|p| p.status.and_then(|s| s.lease_usage))
+            .collect())
+    }
+
     /// The pool's Proxies as the API server has them now (not being deleted, controlled by
     /// the pool).
     async fn members(&self, at: &LeaseRef, pool: &ProxyPool) -> Result<Vec<Member>, LeaseRefusal> {

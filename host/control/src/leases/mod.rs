@@ -157,6 +157,12 @@ pub trait LeaseStore: Send + Sync {
     fn released(&self, _m: &Self::Member) {}
     /// Every member of every pool of `namespace` now, for the `concurrentLeases` quotas.
     async fn namespace_members(&self, namespace: &str) -> Result<Vec<Self::Member>, LeaseRefusal>;
+    /// The `status.leaseUsage` of every pool of `namespace`, for the `memberHoursPerDay`
+    /// quotas.
+    async fn namespace_usage(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<egress_core::quota::LeaseUsage>, LeaseRefusal>;
 }
 
 /// Counts lease call `op` on the pool of `at` by how it ended
@@ -230,7 +236,8 @@ impl<S: LeaseStore> Leases<S> {
     }
 
     /// 429 when a lease of `asked` proxies for `holder` on the pools of `namespace` would
-    /// pass a `concurrentLeases` quota. Two leases asked at once in two pools may both pass
+    /// pass a `concurrentLeases` quota, or a `memberHoursPerDay` one is reached (the pools'
+    /// `status.leaseUsage`, which the pool controller counts, and what was held since). Two leases asked at once in two pools may both pass
     /// it by one each: the count is read, not reserved.
     async fn within_lease_quota(
         &self,
@@ -238,14 +245,40 @@ impl<S: LeaseStore> Leases<S> {
         holder: &str,
         asked: u32,
     ) -> Result<(), LeaseRefusal> {
-        let applies = |r: &egress_core::quota::QuotaRule| {
-            r.concurrent_leases.is_some() && r.applies(namespace, holder)
-        };
-        if !self.quotas.iter().any(applies) {
+        let applying = |r: &&egress_core::quota::QuotaRule| r.applies(namespace, holder);
+        let now = (self.now)();
+        if self
+            .quotas
+            .iter()
+            .filter(applying)
+            .any(|r| r.member_hours_per_day.is_some())
+        {
+            let usages = self.store.namespace_usage(namespace).await?;
+            let usages: Vec<&egress_core::quota::LeaseUsage> = usages.iter().collect();
+            if let Some((rule, limit)) = egress_core::quota::member_hours_reached(
+                &self.quotas,
+                namespace,
+                holder,
+                &usages,
+                now,
+            ) {
+                let next = (now.max(0) / 86_400 + 1) * 86_400;
+                return Err(LeaseRefusal::TooMany(format!(
+                    "quota: memberHoursPerDay of {} reached: {limit} member-hours today; it resets in {}s (the next UTC day)",
+                    rule.of(),
+                    next - now.max(0)
+                )));
+            }
+        }
+        if !self
+            .quotas
+            .iter()
+            .filter(applying)
+            .any(|r| r.concurrent_leases.is_some())
+        {
             return Ok(());
         }
         let members = self.store.namespace_members(namespace).await?;
-        let now = (self.now)();
         let held = egress_core::quota::held_by_holder(
             members.iter().flat_map(|m| S::status(m).leases.iter()),
             now,
@@ -940,6 +973,7 @@ mod tests {
         writes: Mutex<Vec<String>>,
         cordons: Mutex<Vec<(String, String)>>,
         policy: LeasePolicy,
+        usage: Mutex<Vec<egress_core::quota::LeaseUsage>>,
     }
 
     impl Memory {
@@ -971,6 +1005,7 @@ mod tests {
                 writes: Mutex::new(Vec::new()),
                 cordons: Mutex::new(Vec::new()),
                 policy: serde_json::from_str(r#"{"maxPerHolder": "100%"}"#).unwrap(),
+                usage: Mutex::new(Vec::new()),
             }
         }
 
@@ -1043,6 +1078,12 @@ mod tests {
         }
         async fn namespace_members(&self, _: &str) -> Result<Vec<Member>, LeaseRefusal> {
             Ok(self.members.lock().unwrap().clone())
+        }
+        async fn namespace_usage(
+            &self,
+            _: &str,
+        ) -> Result<Vec<egress_core::quota::LeaseUsage>, LeaseRefusal> {
+            Ok(self.usage.lock().unwrap().clone())
         }
         async fn write(
             &self,
@@ -1147,6 +1188,44 @@ mod tests {
         )
         .await
         .unwrap();
+        l.acquire("spider", &ask(1)).await.unwrap();
+    }
+
+    /// `memberHoursPerDay`: once the pools' counted member-seconds of the day and what was
+    /// held since reach a holder's quota, its next lease is refused (429) naming it and when
+    /// it resets; another holder is not held back; yesterday's hours count for nothing.
+    #[tokio::test]
+    async fn a_lease_past_a_member_hours_quota_is_refused_until_the_next_day() {
+        let rules = egress_core::quota::parse(
+            "quotas:\n- {namespace: ns, holder: spider, memberHoursPerDay: 1}\n",
+        )
+        .unwrap();
+        let l = leases(Memory::new(&["a", "b"])).with_quotas(rules.clone());
+        let usage = |day_of: i64, seconds: u64, holding: u64| egress_core::quota::LeaseUsage {
+            day: (day_of / 86_400) as u64,
+            accounted_at: day_of,
+            holders: vec![egress_core::quota::HolderUsage {
+                holder: "spider".into(),
+                member_seconds: seconds,
+                holding,
+            }],
+        };
+        // 3000 s counted and one member held for the 600 s since: an hour.
+        *l.store().usage.lock().unwrap() = vec![usage(NOW - 600, 3000, 1)];
+        match l.acquire("spider", &ask(1)).await {
+            Err(LeaseRefusal::TooMany(m)) => {
+                assert!(m.contains("memberHoursPerDay of holder spider"), "{m}");
+                assert!(m.contains("resets in"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        l.acquire("rival", &ask(1)).await.unwrap();
+        // A minute short of the hour: granted.
+        *l.store().usage.lock().unwrap() = vec![usage(NOW - 540, 3000, 1)];
+        l.acquire("spider", &ask(1)).await.unwrap();
+        // Yesterday's hours count for nothing today.
+        let l = leases(Memory::new(&["a"])).with_quotas(rules);
+        *l.store().usage.lock().unwrap() = vec![usage(NOW - 86_400, 90_000, 0)];
         l.acquire("spider", &ask(1)).await.unwrap();
     }
 

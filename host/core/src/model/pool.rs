@@ -303,6 +303,10 @@ pub struct PoolStatus {
     /// below it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<crate::model::autoscale::AutoscaleStatus>,
+    /// The exclusive member-seconds each holder's leases took today, for the
+    /// `memberHoursPerDay` quotas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_usage: Option<crate::model::quota::LeaseUsage>,
 }
 
 /// Targets a pool's status lists at most (`status.targets`): a crawler's list of sites is

@@ -252,5 +252,7 @@ pub(super) fn status(
         targets: Vec::new(),
         other_targets: 0,
         autoscale: None,
+        // Counted by the pool controller from the leases, not by this decision.
+        lease_usage: prior.lease_usage.clone(),
     }
 }
