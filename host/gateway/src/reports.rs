@@ -114,19 +114,7 @@ pub(crate) fn client(ca: Option<&[u8]>) -> Result<reqwest::Client, ReportsError>
         .map_err(|e| ReportsError::Client(e.to_string()))?;
     let config = match ca {
         Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            let mut any = false;
-            for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(pem) {
-                let cert: rustls::pki_types::CertificateDer<'static> =
-                    cert.map_err(|e| ReportsError::Ca(e.to_string()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| ReportsError::Ca(e.to_string()))?;
-                any = true;
-            }
-            if !any {
-                return Err(ReportsError::Ca("no certificate in them".into()));
-            }
+            let roots = egress_serve::peer::roots(pem).map_err(ReportsError::Ca)?;
             builder.with_root_certificates(roots).with_no_client_auth()
         }
         None => {

@@ -67,18 +67,17 @@ impl Peers {
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| PeersError::Client(e.to_string()))?;
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(ca.unwrap_or_default()) {
-            let cert: rustls::pki_types::CertificateDer<'static> =
-                cert.map_err(|e| PeersError::Ca(e.to_string()))?;
-            roots.add(cert).map_err(|e| PeersError::Ca(e.to_string()))?;
-        }
-        if roots.is_empty() && urls.iter().any(|u| u.scheme() == "https") {
+        let https = urls.iter().any(|u| u.scheme() == "https");
+        let roots = match ca {
+            Some(pem) => egress_serve::peer::roots(pem).map_err(PeersError::Ca)?,
             // The replicas' certificate is the installation's own: no public root issues it.
-            return Err(PeersError::Ca(
-                "no certificate in it (the replicas' certificate is the installation's own)".into(),
-            ));
-        }
+            None if https => {
+                return Err(PeersError::Ca(
+                    "none given (the replicas' certificate is the installation's own)".into(),
+                ));
+            }
+            None => rustls::RootCertStore::empty(),
+        };
         Ok(Self {
             urls,
             tls: builder.with_root_certificates(roots).with_no_client_auth(),

@@ -36,6 +36,19 @@ pub fn url(base: &str, path: &str) -> Result<reqwest::Url, UrlError> {
     Ok(url)
 }
 
+/// The roots of `pem` (a CA bundle): at least one certificate, or why not.
+pub fn roots(pem: &[u8]) -> Result<rustls::RootCertStore, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(pem) {
+        let cert: rustls::pki_types::CertificateDer<'static> = cert.map_err(|e| e.to_string())?;
+        roots.add(cert).map_err(|e| e.to_string())?;
+    }
+    if roots.is_empty() {
+        return Err("no certificate in them".into());
+    }
+    Ok(roots)
+}
+
 /// `GET url` with `token`, its JSON answer read up to `max` bytes (a peer that answers more
 /// is refused, not buffered).
 pub async fn get_json<T: serde::de::DeserializeOwned>(
