@@ -628,6 +628,36 @@ fn listen_is_refused_without_what_it_serves_from() {
         "{err}"
     );
     assert!(!dir.path().join("state.yaml.leases").exists());
+
+    // Member-hours are counted by the operator only: out of a cluster, a quotas file that
+    // has them is refused, naming the field, before anything is served.
+    let quotas = dir.path().join("quotas.yaml");
+    std::fs::write(
+        &quotas,
+        "quotas:\n- {namespace: crawlers, concurrentLeases: 4}\n- {namespace: crawlers, memberHoursPerDay: 10}\n",
+    )
+    .unwrap();
+    let out = run(&[
+        "reconcile",
+        "--watch",
+        "-f",
+        proxies.to_str().unwrap(),
+        "--providers",
+        providers.to_str().unwrap(),
+        "--state",
+        state,
+        "--listen",
+        "127.0.0.1:0",
+        "--api-tokens",
+        tokens,
+        "--plaintext",
+        "--quotas",
+        quotas.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("quotas[1].memberHoursPerDay"), "{err}");
+    assert!(!dir.path().join("state.yaml.leases").exists());
 }
 
 /// A listener that carries callers' tokens serves over TLS, or in clear only when told so by
